@@ -1,0 +1,1 @@
+"""otlp: optimal multi-draft speculative sampling."""

@@ -1,0 +1,1 @@
+"""otlp.proofs_check"""

@@ -1,0 +1,1 @@
+"""otlp.solvers"""

@@ -1,0 +1,192 @@
+"""Probability vectors: validation, logits -> probabilities, and loading from the CLI.
+
+Every public entry point of otlp passes user vectors through :func:`check_distribution`, so a negative entry,
+a NaN, a wrong length or a sum away from 1 is reported once, clearly, before any solver runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from otlp.errors import InputError
+
+SUM_TOLERANCE = 1e-9
+
+
+def check_distribution(
+    x: object,
+    name: str = "p",
+    *,
+    size: int | None = None,
+    renormalize: bool = False,
+    atol: float = SUM_TOLERANCE,
+) -> np.ndarray:
+    """Validate a probability vector and return it as a fresh float64 array.
+
+    Parameters
+    ----------
+    x : array-like of shape [V]
+    name : what to call it in error messages ("p", "q", "q[1]").
+    size : expected length V, if known.
+    renormalize : divide by the sum instead of refusing a sum away from 1 (only when the user asks).
+    atol : allowed |sum - 1|.
+
+    Raises
+    ------
+    InputError : not 1-D, empty, non-finite, negative, wrong length, or not summing to 1 within ``atol``.
+    """
+    try:
+        arr = np.array(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} must be a vector of numbers, got {type(x).__name__}: {exc}") from None
+    if arr.ndim != 1:
+        raise InputError(f"{name} must be a 1-D probability vector, got shape {arr.shape}")
+    if arr.size == 0:
+        raise InputError(f"{name} is empty; expected a probability vector of length V >= 1")
+    if size is not None and arr.size != size:
+        raise InputError(f"{name} has length {arr.size}, expected {size} (the vocabulary size V)")
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise InputError(f"{name}[{bad}] = {arr[bad]} is not finite; probabilities must be finite numbers")
+    if np.any(arr < 0):
+        bad = int(np.argmin(arr))
+        raise InputError(f"{name}[{bad}] = {arr[bad]:.3g} is negative; probabilities must be >= 0")
+    total = float(arr.sum())
+    if renormalize:
+        if total <= 0:
+            raise InputError(f"{name} sums to {total}; cannot renormalise a vector with no mass")
+        return arr / total
+    if abs(total - 1.0) > atol:
+        raise InputError(
+            f"{name} sums to {total!r}, expected 1 within {atol:g} (pass renormalize=True / --renormalize "
+            "to divide by the sum)"
+        )
+    return arr
+
+
+def check_n(n: object, name: str = "n") -> int:
+    """Validate a number of drafts: an integer >= 1."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise InputError(f"{name} must be an integer >= 1, got {n!r}")
+    if n < 1:
+        raise InputError(f"{name} must be >= 1 (the number of drafted tokens), got {n}")
+    return int(n)
+
+
+def probabilities_from_logits(
+    logits: object,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> np.ndarray:
+    """Softmax of ``logits / temperature`` after top-k and top-p (nucleus) filtering, over the last axis.
+
+    Works on numpy arrays and on torch tensors (the result has the input's type and device).
+    ``temperature == 0`` gives the one-hot argmax (greedy). Top-k keeps the k largest logits; top-p keeps the
+    smallest prefix of tokens, by decreasing probability, whose mass reaches ``top_p`` (at least one token).
+    Ties at the top-k boundary keep the lower token ids (stable sort), so the result is deterministic.
+    """
+    if temperature < 0 or not np.isfinite(temperature):
+        raise InputError(f"temperature must be a finite number >= 0, got {temperature}")
+    if top_k is not None and (int(top_k) != top_k or top_k < 1):
+        raise InputError(f"top_k must be an integer >= 1, got {top_k}")
+    if top_p is not None and not (0.0 < top_p <= 1.0):
+        raise InputError(f"top_p must be in (0, 1], got {top_p}")
+    if _is_torch(logits):
+        return _torch_probabilities(logits, temperature, top_k, top_p)
+    z = np.asarray(logits, dtype=np.float64)  # [..., V]
+    if z.ndim == 0 or z.shape[-1] == 0:
+        raise InputError(f"logits must have a non-empty last axis, got shape {z.shape}")
+    if np.isnan(z).any():
+        raise InputError("logits contain NaN")
+    V = z.shape[-1]
+    order = np.argsort(-z, axis=-1, kind="stable")  # [..., V] token ids by decreasing logit
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(V), z.shape), axis=-1)
+    keep = np.ones(z.shape, dtype=bool)
+    if top_k is not None:
+        keep &= rank < int(top_k)
+    if temperature == 0:
+        keep &= rank == 0
+        return keep.astype(np.float64)
+    scaled = np.where(keep, z / temperature, -np.inf)
+    scaled = scaled - scaled.max(axis=-1, keepdims=True)
+    probs = np.exp(scaled)
+    probs /= probs.sum(axis=-1, keepdims=True)
+    if top_p is not None and top_p < 1.0:
+        sorted_probs = np.take_along_axis(probs, order, axis=-1)  # [..., V]
+        mass_before = np.cumsum(sorted_probs, axis=-1) - sorted_probs
+        keep_sorted = mass_before < top_p
+        keep_nucleus = np.empty_like(keep_sorted)
+        np.put_along_axis(keep_nucleus, order, keep_sorted, axis=-1)
+        probs = np.where(keep_nucleus, probs, 0.0)
+        probs /= probs.sum(axis=-1, keepdims=True)
+    return probs
+
+
+def _is_torch(x: object) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "softmax")
+
+
+def _torch_probabilities(logits, temperature, top_k, top_p):  # noqa: ANN001 - torch is optional
+    import torch
+
+    z = logits.to(torch.float64) if logits.dtype == torch.float64 else logits.float()  # [..., V]
+    V = z.shape[-1]
+    sorted_z, order = torch.sort(z, dim=-1, descending=True, stable=True)
+    rank = torch.empty_like(order)
+    rank.scatter_(-1, order, torch.arange(V, device=z.device).expand_as(order))
+    keep = torch.ones_like(z, dtype=torch.bool)
+    if top_k is not None:
+        keep &= rank < int(top_k)
+    if temperature == 0:
+        keep &= rank == 0
+        return keep.to(z.dtype)
+    probs = torch.softmax(torch.where(keep, z / temperature, torch.full_like(z, -float("inf"))), dim=-1)
+    if top_p is not None and top_p < 1.0:
+        sorted_probs = torch.gather(probs, -1, order)
+        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        keep_nucleus = torch.empty_like(keep)
+        keep_nucleus.scatter_(-1, order, mass_before < top_p)
+        probs = torch.where(keep_nucleus, probs, torch.zeros_like(probs))
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def load_distribution(spec: str | Sequence[float], name: str = "p", *, renormalize: bool = False) -> np.ndarray:
+    """Read a probability vector given inline ("0.5,0.3,0.2"), as a ``.json`` list, or as a ``.npy`` file.
+
+    Files are data only: ``.npy`` is read with ``allow_pickle=False``, JSON with the standard parser.
+    """
+    if not isinstance(spec, str):
+        return check_distribution(spec, name, renormalize=renormalize)
+    text = spec.strip()
+    if text.endswith(".npy") or text.endswith(".json"):
+        if not os.path.isfile(text):
+            raise InputError(f"{name}: file {text!r} does not exist")
+        if text.endswith(".npy"):
+            try:
+                values = np.load(text, allow_pickle=False)
+            except (ValueError, OSError) as exc:
+                raise InputError(f"{name}: cannot read {text!r} as a numeric .npy array: {exc}") from None
+        else:
+            try:
+                with open(text, encoding="utf-8") as fh:
+                    values = json.load(fh)
+            except (ValueError, OSError) as exc:
+                raise InputError(f"{name}: cannot parse {text!r} as JSON: {exc}") from None
+            if not isinstance(values, list):
+                raise InputError(f"{name}: {text!r} must hold a JSON list of numbers, got {type(values).__name__}")
+        return check_distribution(values, name, renormalize=renormalize)
+    try:
+        values = [float(tok) for tok in text.replace(";", ",").split(",") if tok.strip()]
+    except ValueError:
+        raise InputError(
+            f"{name}: cannot parse {spec!r}; expected comma-separated numbers like 0.5,0.3,0.2 "
+            "or a path to a .json or .npy file"
+        ) from None
+    return check_distribution(values, name, renormalize=renormalize)

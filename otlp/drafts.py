@@ -1,0 +1,345 @@
+"""Draft schemes: the joint law P_draft of the drafted n-tuple omega.
+
+Every scheme gives P_draft(omega) for a batch of tuples (vectorised), the mass P(omega in H^n) of a subset H
+(closed form where one exists, enumeration otherwise), the full table by enumeration for small V, and seeded
+sampling. ``psi(H) = p(H) - P_draft(omega in H^n)`` (GR eq. (4)) is built on ``subset_probability``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otlp.distributions import check_distribution, check_n
+from otlp.errors import InputError, ModelTooLargeError
+
+#: Refuse to enumerate more tuples than this (about 0.5 GB for the int64 tuple table at n = 3).
+MAX_TUPLES = 20_000_000
+
+
+class DraftScheme:
+    """Base class. Subclasses set ``n``, ``V`` and implement :meth:`tuple_probabilities` and :meth:`sample`."""
+
+    name: str = "draft"
+    n: int
+    V: int
+
+    # -- to implement ---------------------------------------------------------------------------------
+    def tuple_probabilities(self, omegas: np.ndarray) -> np.ndarray:
+        """P_draft(omega) for ``omegas: int [M, n]`` -> ``float [M]``."""
+        raise NotImplementedError
+
+    def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        """Draw ``size`` tuples: ``int [size, n]``."""
+        raise NotImplementedError
+
+    # -- shared ---------------------------------------------------------------------------------------
+    def num_tuples(self) -> int:
+        """V^n, the number of tuples :meth:`enumerate` returns."""
+        return int(self.V) ** int(self.n)
+
+    def check_enumerable(self, max_tuples: int = MAX_TUPLES) -> None:
+        """Raise ``ModelTooLargeError`` if V^n tuples would not fit, before anything is allocated."""
+        count = self.num_tuples()
+        if count > max_tuples:
+            raise ModelTooLargeError(
+                f"enumerating V^n = {self.V}^{self.n} = {count:.3g} draft tuples", count * (self.n + 1) * 8,
+                max_tuples * (self.n + 1) * 8,
+            )
+
+    def enumerate(self, max_tuples: int = MAX_TUPLES) -> tuple[np.ndarray, np.ndarray]:
+        """All V^n tuples in lexicographic order (first draft most significant) and their probabilities.
+
+        Returns ``(omegas int [V^n, n], probs float [V^n])``.
+        """
+        self.check_enumerable(max_tuples)
+        omegas = all_tuples(self.V, self.n)
+        return omegas, self.tuple_probabilities(omegas)
+
+    def support(self, max_tuples: int = MAX_TUPLES) -> tuple[np.ndarray, np.ndarray]:
+        """The tuples of positive probability: ``(omegas [M, n], probs [M])``."""
+        omegas, probs = self.enumerate(max_tuples)
+        keep = probs > 0
+        return omegas[keep], probs[keep]
+
+    def subset_probability(self, mask: np.ndarray) -> np.ndarray | float:
+        """P(omega in H^n) for ``mask: bool [V]`` (-> float) or ``bool [K, V]`` (-> float [K]).
+
+        The base class enumerates the support; subclasses override with closed forms.
+        """
+        masks, single = _as_masks(mask, self.V)
+        omegas, probs = self.support()
+        inside = masks[:, omegas].all(axis=-1)  # [K, M]
+        out = inside.astype(np.float64) @ probs
+        return float(out[0]) if single else out
+
+    def marginals(self) -> np.ndarray:
+        """The law of each draft position, ``float [n, V]``."""
+        omegas, probs = self.support()
+        return np.stack([np.bincount(omegas[:, k], weights=probs, minlength=self.V) for k in range(self.n)])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(V={self.V}, n={self.n})"
+
+
+def all_tuples(V: int, n: int) -> np.ndarray:
+    """All of V^n as ``int64 [V^n, n]`` in lexicographic order."""
+    if n == 0:
+        return np.zeros((1, 0), dtype=np.int64)
+    grids = np.indices((V,) * n, dtype=np.int64)  # [n, V, ..., V]
+    return grids.reshape(n, -1).T.copy()
+
+
+def _as_masks(mask: np.ndarray, V: int) -> tuple[np.ndarray, bool]:
+    m = np.asarray(mask)
+    single = m.ndim == 1
+    m = np.atleast_2d(m)
+    if m.shape[-1] != V or m.ndim != 2:
+        raise InputError(f"subset mask must have shape [V] or [K, V] with V = {V}, got {np.shape(mask)}")
+    return m.astype(bool), single
+
+
+def _check_tuples(omegas: np.ndarray, V: int, n: int) -> np.ndarray:
+    w = np.asarray(omegas)
+    if w.ndim == 1:
+        w = w[None, :]
+    if w.ndim != 2 or w.shape[1] != n:
+        raise InputError(f"draft tuples must have shape [M, n] with n = {n}, got {np.shape(omegas)}")
+    if w.size and (w.min() < 0 or w.max() >= V):
+        raise InputError(f"draft tokens must lie in [0, {V}), got range [{w.min()}, {w.max()}]")
+    return w.astype(np.int64, copy=False)
+
+
+class IID(DraftScheme):
+    """n i.i.d. draws from q: P(omega) = prod_k q(omega_k); P(omega in H^n) = q(H)^n (GR §1)."""
+
+    name = "iid"
+
+    def __init__(self, q: object, n: int):
+        self.q = check_distribution(q, "q")
+        self.n = check_n(n)
+        self.V = self.q.size
+
+    def tuple_probabilities(self, omegas: np.ndarray) -> np.ndarray:
+        w = _check_tuples(omegas, self.V, self.n)
+        return np.prod(self.q[w], axis=1)
+
+    def subset_probability(self, mask: np.ndarray) -> np.ndarray | float:
+        masks, single = _as_masks(mask, self.V)
+        out = (masks.astype(np.float64) @ self.q) ** self.n
+        return float(out[0]) if single else out
+
+    def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.choice(self.V, size=(int(size), self.n), p=self.q).astype(np.int64)
+
+    def marginals(self) -> np.ndarray:
+        return np.tile(self.q, (self.n, 1))
+
+
+class Independent(DraftScheme):
+    """Independent, different drafts q_1..q_n: P(omega) = prod_k q_k(omega_k); P(H^n) = prod_k q_k(H) (GR App. C)."""
+
+    name = "independent"
+
+    def __init__(self, qs: object):
+        rows = list(qs) if not isinstance(qs, np.ndarray) else list(qs)
+        if len(rows) < 1:
+            raise InputError("Independent needs at least one draft distribution")
+        first = check_distribution(rows[0], "q[0]")
+        self.qs = np.stack([first] + [check_distribution(r, f"q[{k}]", size=first.size)
+                                      for k, r in enumerate(rows[1:], start=1)])  # [n, V]
+        self.n, self.V = self.qs.shape
+
+    def tuple_probabilities(self, omegas: np.ndarray) -> np.ndarray:
+        w = _check_tuples(omegas, self.V, self.n)
+        return np.prod(self.qs[np.arange(self.n), w], axis=1)
+
+    def subset_probability(self, mask: np.ndarray) -> np.ndarray | float:
+        masks, single = _as_masks(mask, self.V)
+        out = np.prod(masks.astype(np.float64) @ self.qs.T, axis=1)  # [K]
+        return float(out[0]) if single else out
+
+    def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        cdf = np.cumsum(self.qs, axis=1)  # [n, V]
+        u = rng.random((int(size), self.n)) * cdf[:, -1]
+        return np.stack([np.searchsorted(cdf[k], u[:, k], side="right") for k in range(self.n)], axis=1).clip(
+            0, self.V - 1).astype(np.int64)
+
+    def marginals(self) -> np.ndarray:
+        return self.qs.copy()
+
+
+class WithoutReplacement(DraftScheme):
+    """n draws from q without replacement (successive sampling, SpecHub §1 / RRS-w):
+
+    P(omega) = prod_{k=1}^n q(omega_k) / (1 - sum_{j<k} q(omega_j)) for distinct tokens, 0 if one repeats.
+    Needs at least n tokens with q > 0.
+    """
+
+    name = "without_replacement"
+
+    def __init__(self, q: object, n: int):
+        self.q = check_distribution(q, "q")
+        self.n = check_n(n)
+        self.V = self.q.size
+        if np.count_nonzero(self.q) < self.n:
+            raise InputError(
+                f"WithoutReplacement(q, n={self.n}) needs at least n tokens with q > 0, "
+                f"q has {np.count_nonzero(self.q)}"
+            )
+
+    def tuple_probabilities(self, omegas: np.ndarray) -> np.ndarray:
+        w = _check_tuples(omegas, self.V, self.n)
+        qw = self.q[w]  # [M, n]
+        used = np.cumsum(qw, axis=1) - qw  # mass drawn before step k
+        remaining = 1.0 - used
+        distinct = np.ones(len(w), dtype=bool)
+        for a in range(self.n):
+            for b in range(a + 1, self.n):
+                distinct &= w[:, a] != w[:, b]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(distinct[:, None], qw / np.where(remaining > 0, remaining, 1.0), 0.0)
+        return np.prod(ratio, axis=1)
+
+    def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        # Gumbel-top-n: the order of the n largest log q + Gumbel keys is a successive sample without replacement.
+        with np.errstate(divide="ignore"):
+            keys = np.log(self.q)[None, :] + rng.gumbel(size=(int(size), self.V))  # [size, V]
+        top = np.argpartition(-keys, self.n - 1, axis=1)[:, : self.n]
+        order = np.argsort(-np.take_along_axis(keys, top, axis=1), axis=1)
+        return np.take_along_axis(top, order, axis=1).astype(np.int64)
+
+
+class Greedy(DraftScheme):
+    """The top n-1 tokens of q deterministically (ties: lower id first), the last one sampled from the rest ∝ q
+    (hu2025towards; GR App. O). Only O(V) tuples have mass.
+    """
+
+    name = "greedy"
+
+    def __init__(self, q: object, n: int):
+        self.q = check_distribution(q, "q")
+        self.n = check_n(n)
+        self.V = self.q.size
+        self.top = np.argsort(-self.q, kind="stable")[: self.n - 1].astype(np.int64)  # [n-1]
+        rest = np.ones(self.V, dtype=bool)
+        rest[self.top] = False
+        self._rest = rest
+        self._rest_mass = float(self.q[rest].sum())
+        if self._rest_mass <= 0:
+            raise InputError(
+                f"Greedy(q, n={self.n}) needs positive q mass outside the top n-1 tokens, to sample the last draft"
+            )
+
+    def tuple_probabilities(self, omegas: np.ndarray) -> np.ndarray:
+        w = _check_tuples(omegas, self.V, self.n)
+        head_ok = np.all(w[:, : self.n - 1] == self.top[None, :], axis=1)
+        last = w[:, self.n - 1]
+        return np.where(head_ok & self._rest[last], self.q[last] / self._rest_mass, 0.0)
+
+    def subset_probability(self, mask: np.ndarray) -> np.ndarray | float:
+        masks, single = _as_masks(mask, self.V)
+        head_in = masks[:, self.top].all(axis=1)
+        out = np.where(head_in, (masks & self._rest[None, :]).astype(np.float64) @ self.q / self._rest_mass, 0.0)
+        return float(out[0]) if single else out
+
+    def support(self, max_tuples: int = MAX_TUPLES) -> tuple[np.ndarray, np.ndarray]:
+        last = np.flatnonzero(self._rest & (self.q > 0))
+        omegas = np.concatenate([np.broadcast_to(self.top, (last.size, self.n - 1)), last[:, None]], axis=1)
+        return omegas.astype(np.int64), self.q[last] / self._rest_mass
+
+    def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        rest_q = np.where(self._rest, self.q, 0.0) / self._rest_mass
+        last = rng.choice(self.V, size=int(size), p=rest_q)
+        return np.concatenate([np.broadcast_to(self.top, (int(size), self.n - 1)), last[:, None]], axis=1).astype(
+            np.int64)
+
+
+class SpecHub(DraftScheme):
+    """SpecHub's hub design for n = 2 (SpecHub §4), with hub a = argmax q (lowest id on ties):
+
+    Q(x, a) = q(x) for x != a;   Q(a, x) = q(a) q(x) / Z for x != a, Z = sum_{x != a} q(x);   0 otherwise.
+    Sampler: x1 ~ q; if x1 != a the pair is (x1, a), else x2 ~ q on V minus a, renormalised.
+    Needs at least two tokens with q > 0.
+    """
+
+    name = "spechub"
+
+    def __init__(self, q: object, n: int = 2):
+        self.q = check_distribution(q, "q")
+        if check_n(n) != 2:
+            raise InputError(f"SpecHub is defined for n = 2 drafts only (SpecHub paper §4), got n = {n}")
+        self.n = 2
+        self.V = self.q.size
+        self.hub = int(np.argmax(self.q))
+        others = np.ones(self.V, dtype=bool)
+        others[self.hub] = False
+        self._z = float(self.q[others].sum())  # sum over x != a, not 1 - q(a) (SpecHub note §3.3)
+        if self._z <= 0:
+            raise InputError("SpecHub needs at least two tokens with q > 0 (q is a point mass)")
+        self._row = np.where(others, self.q[self.hub] * self.q / self._z, 0.0)  # Q(a, x)
+        self._col = np.where(others, self.q, 0.0)  # Q(x, a)
+
+    def tuple_probabilities(self, omegas: np.ndarray) -> np.ndarray:
+        w = _check_tuples(omegas, self.V, 2)
+        x1, x2 = w[:, 0], w[:, 1]
+        return np.where(x2 == self.hub, self._col[x1], 0.0) + np.where(x1 == self.hub, self._row[x2], 0.0)
+
+    def subset_probability(self, mask: np.ndarray) -> np.ndarray | float:
+        masks, single = _as_masks(mask, self.V)
+        f = masks.astype(np.float64)
+        out = f[:, self.hub] * (f @ self._col + f @ self._row)
+        return float(out[0]) if single else out
+
+    def support(self, max_tuples: int = MAX_TUPLES) -> tuple[np.ndarray, np.ndarray]:
+        others = np.flatnonzero(np.arange(self.V) != self.hub)
+        a = np.full_like(others, self.hub)
+        omegas = np.concatenate([np.stack([others, a], 1), np.stack([a, others], 1)])
+        probs = np.concatenate([self._col[others], self._row[others]])
+        keep = probs > 0
+        return omegas[keep].astype(np.int64), probs[keep]
+
+    def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        size = int(size)
+        x1 = rng.choice(self.V, size=size, p=self.q)
+        x2 = rng.choice(self.V, size=size, p=self._col / self._z)
+        is_hub = x1 == self.hub
+        return np.stack([x1, np.where(is_hub, x2, self.hub)], axis=1).astype(np.int64)
+
+
+class Joint(DraftScheme):
+    """Any explicit law over V^n, given as a table of shape [V] * n (small V only)."""
+
+    name = "joint"
+
+    def __init__(self, table: object):
+        try:
+            t = np.array(table, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"Joint table must be numeric: {exc}") from None
+        if t.ndim < 1 or len(set(t.shape)) != 1:
+            raise InputError(f"Joint table must have shape [V] * n (all axes equal), got {t.shape}")
+        flat = check_distribution(t.reshape(-1), "joint table")
+        self.table = flat.reshape(t.shape)
+        self.n = t.ndim
+        self.V = t.shape[0]
+
+    def tuple_probabilities(self, omegas: np.ndarray) -> np.ndarray:
+        w = _check_tuples(omegas, self.V, self.n)
+        return self.table[tuple(w.T)]
+
+    def enumerate(self, max_tuples: int = MAX_TUPLES) -> tuple[np.ndarray, np.ndarray]:
+        return all_tuples(self.V, self.n), self.table.reshape(-1).copy()
+
+    def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        flat = rng.choice(self.table.size, size=int(size), p=self.table.reshape(-1))
+        return np.stack(np.unravel_index(flat, self.table.shape), axis=1).astype(np.int64)
+
+
+def as_draft(draft: DraftScheme) -> DraftScheme:
+    """Check that ``draft`` is a draft scheme (helpful error for the common mistake of passing q)."""
+    if not isinstance(draft, DraftScheme):
+        raise InputError(
+            f"expected a draft scheme such as otlp.IID(q, n), got {type(draft).__name__}; "
+            "wrap the draft distribution: otlp.IID(q, n)"
+        )
+    return draft

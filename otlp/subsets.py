@@ -1,0 +1,131 @@
+"""Subset selection: psi(H), its minimum, and alpha* = 1 + min_H psi(H).
+
+GR eq. (4) / Thm 3.1 (hu2025towards): alpha* = 1 + min_{H subset of V} psi(H),
+    psi(H) = p(H) - P_draft(omega in H^n).
+For i.i.d. drafts psi(H) = p(H) - q(H)^n and the minimum is attained on a prefix of the tokens sorted by
+decreasing q/p (GR Lemma 6.3 with A = empty, B = V): O(V log V).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otlp.distributions import check_distribution
+from otlp.drafts import IID, DraftScheme, Greedy, Independent, SpecHub, as_draft
+from otlp.errors import InputError, ModelTooLargeError
+
+#: Brute force over 2^V subsets is allowed up to this V.
+MAX_BRUTE_FORCE_V = 20
+
+
+def psi(p: np.ndarray, draft: DraftScheme, mask: np.ndarray) -> np.ndarray | float:
+    """psi(H) = p(H) - P_draft(omega in H^n) for ``mask: bool [V]`` or ``[K, V]`` (GR eq. (4))."""
+    draft = as_draft(draft)
+    p = check_distribution(p, "p", size=draft.V)
+    m = np.asarray(mask, dtype=bool)
+    return m.astype(np.float64) @ p - draft.subset_probability(m)
+
+
+def ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Token ids sorted by decreasing q/p: p = 0 < q first (ratio +inf), p = q = 0 last; stable on ties."""
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.where(q > 0, np.inf, -1.0))
+    return np.argsort(-ratio, kind="stable")
+
+
+def sorted_prefix_psi(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """psi on the prefixes of the decreasing-q/p order, for i.i.d. drafts (GR Lemma 6.3).
+
+    Returns ``(order [V], psi_prefix [V + 1])`` with ``psi_prefix[m] = P_m - Q_m^n`` over the first m tokens of
+    ``order``. Where Q_m > 1/2 the suffix form ``1 - (1 - Qbar_m)^n - Pbar_m`` (with expm1/log1p) is used, so the
+    p = q = 0 tail and psi_V = 0 come out exact rather than as 1e-16 rounding noise (design note §3, §4).
+    """
+    order = ratio_order(p, q)
+    ps, qs = np.asarray(p, dtype=np.float64)[order], np.asarray(q, dtype=np.float64)[order]
+    V = ps.size
+    prefix_p = np.concatenate([[0.0], np.cumsum(ps)])
+    prefix_q = np.concatenate([[0.0], np.cumsum(qs)])
+    suffix_p = np.concatenate([np.cumsum(ps[::-1])[::-1], [0.0]])  # mass of positions > m
+    suffix_q = np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])
+    head = prefix_p - prefix_q**n
+    with np.errstate(divide="ignore"):
+        tail = -np.expm1(n * np.log1p(-np.minimum(suffix_q, 1.0))) - suffix_p
+    out = np.where(prefix_q > 0.5, tail, head)
+    out[0] = 0.0
+    out[V] = 0.0
+    return order, out
+
+
+def brute_force_min_psi(p: np.ndarray, draft: DraftScheme, chunk: int = 1 << 14) -> tuple[float, np.ndarray]:
+    """min_H psi(H) over all 2^V subsets (reference route for tiny V). Returns ``(value, mask [V])``."""
+    draft = as_draft(draft)
+    p = check_distribution(p, "p", size=draft.V)
+    V = draft.V
+    if V > MAX_BRUTE_FORCE_V:
+        raise ModelTooLargeError(f"brute force over 2^{V} subsets", 2.0**V * V, 2.0**MAX_BRUTE_FORCE_V * V)
+    best, best_mask = 0.0, np.zeros(V, dtype=bool)  # psi(empty) = 0
+    bits = np.arange(V, dtype=np.int64)
+    for start in range(0, 1 << V, chunk):
+        codes = np.arange(start, min(start + chunk, 1 << V), dtype=np.int64)
+        masks = ((codes[:, None] >> bits[None, :]) & 1).astype(bool)  # [chunk, V]
+        values = masks.astype(np.float64) @ p - draft.subset_probability(masks)
+        k = int(np.argmin(values))
+        if values[k] < best:
+            best, best_mask = float(values[k]), masks[k].copy()
+    return best, best_mask
+
+
+def min_psi(p: np.ndarray, draft: DraftScheme) -> tuple[float, np.ndarray]:
+    """min_H psi(H) and a minimiser, by the fastest exact route for the scheme.
+
+    IID: sorted prefix, O(V log V). Greedy and SpecHub: psi is modular once the forced tokens are in H, so the
+    minimiser takes every other token x with p(x) < P(x can be drafted) (closed form). Other schemes: brute force
+    over 2^V for V <= 20; larger instances need the max-flow / LP formulations (``otlp.formulations``).
+    """
+    draft = as_draft(draft)
+    p = check_distribution(p, "p", size=draft.V)
+    V = draft.V
+    if isinstance(draft, IID):
+        order, values = sorted_prefix_psi(p, draft.q, draft.n)
+        m = int(np.argmin(values))  # first exact argmin
+        mask = np.zeros(V, dtype=bool)
+        mask[order[:m]] = True
+        return float(values[m]), mask
+    if isinstance(draft, (Greedy, SpecHub)):
+        forced = np.zeros(V, dtype=bool)
+        if isinstance(draft, Greedy):
+            forced[draft.top] = True
+            weight = np.where(forced, 0.0, draft.q / draft._rest_mass)  # P(last draft = x)
+        else:
+            forced[draft.hub] = True
+            weight = np.where(forced, 0.0, draft.q / draft._z)  # Q(x, a) + Q(a, x) = q(x) / Z
+        gain = p - weight  # psi increment of adding x once the forced tokens are in H
+        mask = forced | ((gain < 0) & ~forced)
+        value = float(p[forced].sum() + np.minimum(gain, 0.0)[~forced].sum())
+        if value >= 0:
+            return 0.0, np.zeros(V, dtype=bool)
+        return value, mask
+    if V <= MAX_BRUTE_FORCE_V:
+        return brute_force_min_psi(p, draft)
+    raise InputError(
+        f"min psi for {type(draft).__name__} drafts with V = {V} > {MAX_BRUTE_FORCE_V} has no closed form here; "
+        "solve otlp.formulations.MaxFlowNetwork(p, draft) or RelaxedOTLP(p, draft) instead"
+    )
+
+
+def optimal_acceptance(p: object, draft: DraftScheme) -> float:
+    """alpha* = 1 + min_H psi(H) (GR Thm 3.1): the best acceptance any verification rule can reach for ``draft``.
+
+    Examples
+    --------
+    >>> import otlp
+    >>> round(otlp.optimal_acceptance([0.1, 0.6, 0.3], otlp.IID([0.5, 0.3, 0.2], 2)), 12)
+    0.85
+    """
+    draft = as_draft(draft)
+    if isinstance(draft, Independent) and draft.n == 1:
+        draft = IID(draft.qs[0], 1)
+    value, _ = min_psi(p, draft)
+    return 1.0 + value

@@ -1,0 +1,89 @@
+"""Probability vectors: validation, logits -> probabilities, loading; bad input fuzzed with hypothesis."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from otlp.distributions import check_distribution, load_distribution, probabilities_from_logits
+from otlp.errors import InputError
+
+
+def test_valid_vector_is_copied():
+    x = np.array([0.25, 0.75])
+    out = check_distribution(x)
+    out[0] = 9
+    assert x[0] == 0.25
+
+
+def test_renormalise_only_when_asked():
+    with pytest.raises(InputError, match="sums to 2"):
+        check_distribution([1.0, 1.0])
+    assert check_distribution([1.0, 1.0], renormalize=True).tolist() == [0.5, 0.5]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5)), max_size=8))
+def test_fuzzed_vectors_either_validate_or_raise_input_error(values):
+    try:
+        out = check_distribution(values)
+    except InputError as exc:
+        assert str(exc)  # a message, never a bare error
+        return
+    assert np.all(out >= 0) and abs(out.sum() - 1) <= 1e-9
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(st.text(max_size=20), st.none(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)))
+def test_fuzzed_garbage_gives_input_error(garbage):
+    with pytest.raises(InputError):
+        load_distribution(garbage) if isinstance(garbage, str) else check_distribution(garbage)
+
+
+def test_logits_top_k_top_p_temperature():
+    z = np.array([2.0, 1.0, 0.0, -1.0])
+    full = probabilities_from_logits(z)
+    np.testing.assert_allclose(full, np.exp(z) / np.exp(z).sum())
+    top2 = probabilities_from_logits(z, top_k=2)
+    np.testing.assert_allclose(top2, np.r_[np.exp(z[:2]) / np.exp(z[:2]).sum(), 0, 0])
+    # top-p: the smallest prefix whose mass reaches top_p; here the first token alone has 0.64 < 0.7.
+    nucleus = probabilities_from_logits(z, top_p=0.7)
+    assert (nucleus > 0).tolist() == [True, True, False, False]
+    assert probabilities_from_logits(z, temperature=0).tolist() == [1, 0, 0, 0]
+    cold = probabilities_from_logits(z, temperature=0.5)
+    np.testing.assert_allclose(cold, np.exp(2 * z) / np.exp(2 * z).sum())
+
+
+def test_logits_torch_matches_numpy():
+    torch = pytest.importorskip("torch", reason="torch extra not installed")
+    z = np.random.default_rng(0).normal(size=(3, 50))
+    for kw in ({}, {"top_k": 5}, {"top_p": 0.8, "temperature": 0.7}, {"temperature": 0}):
+        np.testing.assert_allclose(
+            probabilities_from_logits(torch.tensor(z), **kw).numpy(), probabilities_from_logits(z, **kw), atol=1e-12)
+
+
+@pytest.mark.parametrize("kw, msg", [({"temperature": -1}, "temperature"), ({"top_k": 0}, "top_k"),
+                                     ({"top_p": 0}, "top_p"), ({"top_p": 1.5}, "top_p")])
+def test_bad_sampling_parameters(kw, msg):
+    with pytest.raises(InputError, match=msg):
+        probabilities_from_logits([0.0, 1.0], **kw)
+
+
+def test_load_inline_json_npy(tmp_path):
+    assert load_distribution("0.5, 0.3,0.2").tolist() == [0.5, 0.3, 0.2]
+    (tmp_path / "p.json").write_text(json.dumps([0.25, 0.75]))
+    assert load_distribution(str(tmp_path / "p.json")).tolist() == [0.25, 0.75]
+    np.save(tmp_path / "p.npy", np.array([0.5, 0.5]))
+    assert load_distribution(str(tmp_path / "p.npy")).tolist() == [0.5, 0.5]
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(InputError, match="npy"):
+        load_distribution(str(tmp_path / "obj.npy"))
+    with pytest.raises(InputError, match="does not exist"):
+        load_distribution(str(tmp_path / "missing.json"))
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(InputError, match="JSON"):
+        load_distribution(str(tmp_path / "bad.json"))

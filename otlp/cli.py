@@ -1,0 +1,233 @@
+"""The ``otlp`` command line: solve, certify, check, bench, decode.
+
+Every subcommand takes ``--json``. Bad input prints one line ``otlp: error: ...`` and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from otlp.errors import InputError
+
+#: --formulation name -> (attribute of otlp.formulations, draft schemes it accepts or None for all)
+FORMULATIONS: dict[str, str] = {
+    "full": "FullOTLP",
+    "relaxed": "RelaxedOTLP",
+    "maxflow": "MaxFlowNetwork",
+    "outer_inner": "OuterInnerNetworks",
+    "beta": "BetaProgram",
+    "subset": "SubsetSelection",
+}
+SCHEMES = ("iid", "independent", "without_replacement", "greedy", "spechub")
+EXAMPLE = {"p": "0.1,0.6,0.3", "q": "0.5,0.3,0.2", "n": 2}  # SpecHub paper, Figs. 4 and 5
+
+
+def build_draft(scheme: str, q: np.ndarray, n: int, extra_qs: Sequence[np.ndarray] = ()):  # -> DraftScheme
+    """The draft scheme named on the command line."""
+    import otlp
+
+    if scheme == "iid":
+        return otlp.IID(q, n)
+    if scheme == "independent":
+        qs = [q, *extra_qs]
+        if len(qs) != n:
+            raise InputError(f"--scheme independent with --n {n} needs {n} draft distributions (--q and "
+                             f"{n - 1} more via --q-other), got {len(qs)}")
+        return otlp.Independent(qs)
+    if scheme == "without_replacement":
+        return otlp.WithoutReplacement(q, n)
+    if scheme == "greedy":
+        return otlp.Greedy(q, n)
+    if scheme == "spechub":
+        return otlp.SpecHub(q, n)
+    raise InputError(f"unknown --scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
+
+
+def add_problem_arguments(parser: argparse.ArgumentParser, *, example: bool = True) -> None:
+    """--p, --q, --n, --scheme, --q-other, --renormalize (shared by solve and certify)."""
+    parser.add_argument("--p", help="target distribution: comma-separated numbers, or a .json / .npy file")
+    parser.add_argument("--q", help="draft distribution (same forms as --p)")
+    parser.add_argument("--n", type=int, help="number of drafted tokens per step (n >= 1)")
+    parser.add_argument("--scheme", choices=SCHEMES, default="iid", help="draft scheme (default: iid)")
+    parser.add_argument("--q-other", action="append", default=[], metavar="Q",
+                        help="further draft distributions for --scheme independent (repeat)")
+    parser.add_argument("--renormalize", action="store_true", help="divide p and q by their sums instead of refusing")
+    if example:
+        parser.add_argument("--example", action="store_true",
+                            help="use the built-in example p=(.1,.6,.3), q=(.5,.3,.2), n=2 (SpecHub paper, Fig. 5)")
+
+
+def read_problem(args: argparse.Namespace):  # -> (p, draft)
+    from otlp.distributions import load_distribution
+
+    if getattr(args, "example", False):
+        args.p = args.p or EXAMPLE["p"]
+        args.q = args.q or EXAMPLE["q"]
+        args.n = args.n or EXAMPLE["n"]
+    missing = [flag for flag, value in (("--p", args.p), ("--q", args.q), ("--n", args.n)) if value is None]
+    if missing:
+        raise InputError(f"missing {', '.join(missing)} (or pass --example for the built-in example)")
+    p = load_distribution(args.p, "p", renormalize=args.renormalize)
+    q = load_distribution(args.q, "q", renormalize=args.renormalize)
+    others = [load_distribution(x, f"q[{k + 1}]", renormalize=args.renormalize) for k, x in enumerate(args.q_other)]
+    draft = build_draft(args.scheme, q, args.n, others)
+    if p.size != draft.V:
+        raise InputError(f"p has length {p.size} but q has length {draft.V}; both must cover the same vocabulary")
+    return p, draft
+
+
+# -- otlp solve ------------------------------------------------------------------------------------------------
+def _solve_rows(p: np.ndarray, draft, formulations: list[str], backends: list[str]) -> list[dict]:
+    import otlp
+    import otlp.formulations as F
+    from otlp.solvers import BACKENDS
+
+    rows: list[dict] = []
+    start = time.perf_counter()
+    alpha = otlp.optimal_acceptance(p, draft)
+    rows.append({"formulation": "closed_form", "backend": "otlp", "value": alpha, "status": "optimal",
+                 "build_ms": 0.0, "solve_ms": 1e3 * (time.perf_counter() - start), "certificate": "-"})
+    if "optimal" in formulations:
+        from otlp.optimal import OptimalTransport
+
+        start = time.perf_counter()
+        ot = OptimalTransport(p, draft)
+        rows.append({"formulation": "optimal", "backend": "otlp.optimal", "value": float(ot.alpha),
+                     "status": "optimal", "build_ms": 0.0, "solve_ms": 1e3 * (time.perf_counter() - start),
+                     "certificate": "-"})
+    for name in formulations:
+        if name == "optimal":
+            continue
+        cls = getattr(F, FORMULATIONS[name])
+        model = cls(p, draft)
+        for backend in backends:
+            if backend not in BACKENDS:
+                raise InputError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+            try:
+                model.kind_for(backend)
+            except InputError:
+                continue  # this backend does not take this formulation (e.g. pot only takes FullOTLP)
+            try:
+                sol = model.solve(backend=backend)
+            except InputError as exc:
+                rows.append({"formulation": name, "backend": backend, "value": None, "status": f"refused: {exc}",
+                             "build_ms": None, "solve_ms": None, "certificate": "-"})
+                continue
+            cert = "-"
+            if getattr(sol, "model", None) is not None:
+                try:
+                    c = sol.certificate()
+                    cert = "OK" if c.ok else f"FAILED ({c})"
+                except (ValueError, TypeError):
+                    cert = "-"
+            rows.append({"formulation": name, "backend": backend, "value": float(sol.value), "status": sol.status,
+                         "build_ms": 1e3 * sol.seconds.get("build", 0.0),
+                         "solve_ms": 1e3 * sol.seconds.get("solve", 0.0),
+                         "certificate": cert, "value_bound": sol.value_bound})
+    return rows
+
+
+def _format_table(rows: list[dict], columns: list[tuple[str, str, Callable[[object], str]]]) -> str:
+    cells = [[fmt(row.get(key)) for _, key, fmt in columns] for row in rows]
+    widths = [max(len(title), *(len(c[i]) for c in cells)) if cells else len(title)
+              for i, (title, _, _) in enumerate(columns)]
+    line = "  ".join(title.ljust(w) for (title, _, _), w in zip(columns, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)) for cell in cells]
+    return "\n".join(out)
+
+
+def _num(fmt: str) -> Callable[[object], str]:
+    return lambda v: "-" if v is None else format(v, fmt)
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    p, draft = read_problem(args)
+    formulations = args.formulation or (["optimal", "relaxed", "full", "maxflow"] if args.example
+                                        else ["optimal", "relaxed"])
+    if args.scheme != "iid":
+        if formulations == ["optimal"]:
+            raise InputError("--formulation optimal is the i.i.d. block solver; use --scheme iid or an LP formulation")
+        formulations = [f for f in formulations if f != "optimal"]
+    backends = args.backend or (["highs", "cvxpy", "pulp", "ortools", "networkx", "pot", "exact"] if args.example
+                                else ["highs"])
+    rows = _solve_rows(p, draft, formulations, backends)
+    if args.json:
+        print(json.dumps({"p": p.tolist(), "scheme": draft.name, "n": draft.n, "results": rows}, indent=2))
+        return 0
+    print(f"alpha* for {draft!r} ({draft.name}), V = {p.size}:")
+    print(_format_table(rows, [("formulation", "formulation", str), ("backend", "backend", str),
+                               ("alpha", "value", _num(".12f")), ("status", "status", str),
+                               ("build ms", "build_ms", _num(".2f")), ("solve ms", "solve_ms", _num(".2f")),
+                               ("certificate", "certificate", str)]))
+    values = [r["value"] for r in rows if r["value"] is not None]
+    print(f"max spread between routes: {max(values) - min(values):.2e}")
+    return 0
+
+
+def _add_solve(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("solve", help="alpha* and the optimal plan by every formulation and backend asked for",
+                            description="Compute alpha* = 1 + min_H psi(H) for a target p and a draft scheme, by the "
+                                        "closed form, the exact block solver and LP/flow formulations.")
+    add_problem_arguments(parser)
+    parser.add_argument("--formulation", action="append", choices=["optimal", *FORMULATIONS],
+                        help="formulation to solve (repeat; default: optimal and relaxed)")
+    parser.add_argument("--backend", action="append",
+                        help="backend: highs, cvxpy, pulp, ortools, networkx, pot, exact (repeat; default: highs)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(func=cmd_solve)
+
+
+# -- wiring ------------------------------------------------------------------------------------------------------
+def _add_lazy(sub: argparse._SubParsersAction, name: str, help_text: str, module: str, adder: str, runner: str) -> None:
+    """A subcommand whose arguments and work live in ``module``."""
+    import importlib
+
+    parser = sub.add_parser(name, help=help_text, description=help_text)
+    mod = importlib.import_module(module)
+    getattr(mod, adder)(parser)
+    parser.set_defaults(func=lambda args: getattr(mod, runner)(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from otlp import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="otlp", description="Optimal multi-draft speculative sampling: solve the OTLP, certify verifiers, "
+                                 "check the papers' theorems, run a decode loop.")
+    parser.add_argument("--version", action="version", version=f"otlp {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_solve(sub)
+    for name, help_text, module, adder, runner in SUBCOMMANDS:
+        _add_lazy(sub, name, help_text, module, adder, runner)
+    return parser
+
+
+#: (name, help, module, argument adder, runner) of the subcommands that live in their packages.
+SUBCOMMANDS: list[tuple[str, str, str, str, str]] = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except InputError as exc:
+        print(f"otlp: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("otlp: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""The speculative decode loop: n drafted paths of L tokens per step, verified token by token down the tree.
+
+One step, for every prompt in the batch (SpecTr Alg. 3 "DraftSelection"; SpecInfer token-tree verification):
+
+1. Draft: at the root (the current context) draw an n-tuple of first tokens from the draft scheme applied to
+   q(. | context); every path then continues alone, z_i(j) ~ q(. | context, z_i(<j)), for j = 2..L. For i.i.d.
+   drafts this is n independent draft sequences (SpecTr eq. (7)-(8)); for the other schemes the first tokens are
+   distinct, so every deeper node carries one path.
+2. Target: ONE batched call gives p(. | context, z_i(<j)) for every path i and depth j = 0..L (L + 1 positions,
+   the last one for the bonus token).
+3. Verify: walk down from the root. At a node carrying m paths, the m children tokens are i.i.d. q for i.i.d.
+   drafts (m may be below n where paths merged and split), or the scheme's n-tuple at the root, or one q-sample
+   deeper; the verifier picks y ~ p from (p, q, children). If y equals a child token the walk continues into the
+   paths through that child (even when y came from the residual: its target conditionals are already
+   computed); otherwise the step ends with y as the correction. A walk that survives all L levels emits a bonus
+   token from p(. | context, path). So each step emits tau in [1, L + 1] tokens for one serial target call.
+
+The emitted stream has exactly the law of plain autoregressive sampling from the (temperature / top-k / top-p
+processed) target when the verifier is exact for the children's law (SpecTr Thm 2, read as a statement about the
+stream, see the SpecTr note §4). Block efficiency = emitted tokens / target calls (SpecTr §3).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from otlp.decode._verifiers import speculative_sampling
+from otlp.decode.draft_sampling import check_scheme, sample_drafts
+from otlp.decode.models import LanguageModel, check_pair, prefix_lists
+from otlp.decode.registry import Verifier, resolve_verifier
+from otlp.distributions import probabilities_from_logits
+from otlp.errors import InputError, ModelTooLargeError
+
+#: Refuse a step whose probability tables [B, n, L + 1, V] x 2 would exceed this many bytes.
+MAX_STEP_BYTES = 2 * 2**30
+
+
+@dataclass
+class DecodeMetrics:
+    """What one decode run measured. Times are wall-clock seconds in this process."""
+
+    verifier: str
+    scheme: str
+    n: int
+    L: int
+    batch: int
+    tokens: int  # tokens emitted by the algorithm (before trimming each prompt to max_new_tokens)
+    target_calls: int  # serial target calls (one per step, batched over prompts)
+    sequence_steps: int  # sum over steps of the prompts still decoding: the denominator of block efficiency
+    block_efficiency: float  # tokens per target call per sequence (SpecTr §3)
+    acceptance_per_position: list[float]  # P(the walk continues past depth j | it reached depth j)
+    reached_per_position: list[int]
+    rule_acceptance: float  # fraction of node verifications where the verifier accepted a draft (index >= 0)
+    seconds: float
+    draft_seconds: float
+    target_seconds: float
+    verifier_seconds: float
+    tokens_per_second: float = 0.0
+    verifier_time_share: float = 0.0  # verifier seconds / total step seconds
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class DecodeResult:
+    tokens: list[list[int]]  # per prompt, exactly max_new_tokens new tokens
+    metrics: DecodeMetrics
+    root_p: list[torch.Tensor] = field(default_factory=list)  # collected target laws at step roots [V]
+    root_q: list[torch.Tensor] = field(default_factory=list)  # matching draft laws [V]
+
+
+def _generator(seed: int | torch.Generator | None) -> torch.Generator:
+    if isinstance(seed, torch.Generator):
+        return seed
+    gen = torch.Generator()
+    gen.manual_seed(0 if seed is None else int(seed))
+    return gen
+
+
+def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    probabilities_from_logits(torch.zeros(1, 2), temperature, top_k, top_p)  # raises InputError, naming the value
+
+
+class _Distributions:
+    """logits -> float64 probabilities with one model's sampling settings."""
+
+    def __init__(self, model: LanguageModel, temperature: float, top_k: int | None, top_p: float | None):
+        self.model, self.temperature, self.top_k, self.top_p = model, temperature, top_k, top_p
+        self.seconds = 0.0
+
+    def __call__(self, prefixes: list[list[int]]) -> torch.Tensor:
+        start = time.perf_counter()
+        logits = self.model.next_token_logits(prefixes)
+        probs = probabilities_from_logits(logits.detach().to("cpu", torch.float64), self.temperature,
+                                          self.top_k, self.top_p)
+        self.seconds += time.perf_counter() - start
+        return probs  # [B, V]
+
+
+def _window(*models: LanguageModel) -> int | None:
+    sizes = [getattr(m, "context_size", None) for m in models]
+    if any(s is None for s in sizes):
+        return None
+    return max(int(s) for s in sizes)  # type: ignore[arg-type]
+
+
+def decode(
+    draft_model: LanguageModel,
+    target_model: LanguageModel,
+    verifier: str | Verifier = "rrs",
+    n: int = 2,
+    L: int = 4,
+    *,
+    prompts: Sequence[Sequence[int]] | None = None,
+    max_new_tokens: int = 32,
+    scheme: str | None = None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    draft_temperature: float | None = None,
+    draft_top_k: int | None = None,
+    draft_top_p: float | None = None,
+    seed: int | torch.Generator | None = 0,
+    single_draft_verifier: Verifier | None = None,
+    collect: int = 0,
+    progress: Callable[[int], object] | None = None,
+) -> DecodeResult:
+    """Speculative decoding of ``max_new_tokens`` tokens for each prompt (see the module docstring).
+
+    Parameters
+    ----------
+    draft_model, target_model : :class:`otlp.decode.models.LanguageModel` with one shared vocabulary.
+    verifier : a name (``otlp.verifiers.get(name)`` or a built-in "sps", "rrs", "rrs_wor") or a callable
+        ``sample(p [B, V], q [B, V], drafts [B, m], generator) -> (tokens [B], accepted_index [B])``.
+    n, L : drafts per step (tree width at the root) and draft length (tree depth).
+    prompts : token-id prefixes, one per sequence (default: one prompt holding the target's ``bos_id`` or 0).
+    scheme : "iid", "without_replacement", "greedy" or "spechub"; default: the one the verifier expects.
+    temperature, top_k, top_p : applied to the target; the draft uses ``draft_*`` or, where None, the same.
+    single_draft_verifier : used at nodes with one child; default the verifier itself, except for the spechub
+        scheme (defined for n = 2 only), where single-draft speculative sampling is used.
+    collect : keep the (p, q) laws at the first ``collect`` step roots (for ``otlp bench acceptance``).
+    progress : called with the number of new tokens (summed over prompts, capped at the target) after each step.
+    """
+    V = check_pair(draft_model, target_model)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InputError(f"n must be an integer >= 1 (drafts per step), got {n!r}")
+    if isinstance(L, bool) or not isinstance(L, int) or L < 1:
+        raise InputError(f"L must be an integer >= 1 (draft length), got {L!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    resolved = resolve_verifier(verifier, scheme)
+    scheme = check_scheme(resolved.scheme, n)
+    if single_draft_verifier is None:
+        single_draft_verifier = speculative_sampling if scheme == "spechub" else resolved.sample
+    d_temp = temperature if draft_temperature is None else draft_temperature
+    d_top_k = top_k if draft_top_k is None else draft_top_k
+    d_top_p = top_p if draft_top_p is None else draft_top_p
+    _check_sampling(temperature, top_k, top_p)
+    _check_sampling(d_temp, d_top_k, d_top_p)
+    if prompts is None:
+        prompts = [[int(getattr(target_model, "bos_id", 0))]]
+    sequences = prefix_lists(prompts)
+    B = len(sequences)
+    if B == 0:
+        raise InputError("prompts is empty; give at least one prompt")
+    step_bytes = 2.0 * B * n * (L + 1) * V * 8
+    if step_bytes > MAX_STEP_BYTES:
+        raise ModelTooLargeError(f"a decode step with batch {B}, n = {n}, L = {L}, V = {V}", step_bytes,
+                                 MAX_STEP_BYTES)
+    generator = _generator(seed)
+    draft_probs = _Distributions(draft_model, d_temp, d_top_k, d_top_p)
+    target_probs = _Distributions(target_model, temperature, top_k, top_p)
+    window = _window(draft_model, target_model)
+    prompt_lengths = [len(s) for s in sequences]
+
+    reached = torch.zeros(L, dtype=torch.int64)
+    continued = torch.zeros(L, dtype=torch.int64)
+    rule_accepts = torch.zeros((), dtype=torch.int64)
+    verifications = torch.zeros((), dtype=torch.int64)
+    verifier_seconds = 0.0
+    target_calls = sequence_steps = emitted = 0
+    root_p: list[torch.Tensor] = []
+    root_q: list[torch.Tensor] = []
+    start = time.perf_counter()
+
+    while True:
+        active_ids = [b for b in range(B) if len(sequences[b]) - prompt_lengths[b] < max_new_tokens]
+        if not active_ids:
+            break
+        A = len(active_ids)
+        contexts = [sequences[b] if window is None else sequences[b][max(0, len(sequences[b]) - window):]
+                    for b in active_ids]
+
+        # 1. drafting: the scheme's n-tuple at the root, then one q-sample per path and depth
+        drafts = torch.empty((A, n, L), dtype=torch.int64)  # [A, n, L]
+        q_all = torch.empty((A, n, L, V), dtype=torch.float64)  # [A, n, L, V]: q at the node of drafts[:, i, j]
+        q_root = draft_probs(contexts)  # [A, V]
+        drafts[:, :, 0] = sample_drafts(scheme, q_root, n, generator)
+        q_all[:, :, 0] = q_root[:, None, :]
+        for j in range(1, L):
+            heads = drafts[:, :, :j].tolist()
+            q_depth = draft_probs([contexts[a] + heads[a][i] for a in range(A) for i in range(n)]).view(A, n, V)
+            q_all[:, :, j] = q_depth
+            drafts[:, :, j] = torch.multinomial(q_depth.reshape(A * n, V), 1, generator=generator).view(A, n)
+
+        # 2. one target call for every node of the tree: depth 0 (shared root) and depths 1..L per path
+        paths = drafts.tolist()
+        prefixes = list(contexts)
+        prefixes += [contexts[a] + paths[a][i][:j] for a in range(A) for i in range(n) for j in range(1, L + 1)]
+        p_flat = target_probs(prefixes)  # [A + A*n*L, V]
+        target_calls += 1
+        p_all = torch.empty((A, n, L + 1, V), dtype=torch.float64)  # [A, n, L+1, V]
+        p_all[:, :, 0] = p_flat[:A, None, :]
+        p_all[:, :, 1:] = p_flat[A:].view(A, n, L, V)
+        if len(root_p) < collect:
+            root_p.extend(p_all[:, 0, 0].unbind(0))
+            root_q.extend(q_root.unbind(0))
+
+        # 3. verification, depth by depth; rows grouped by how many paths reach their current node
+        alive = torch.ones((A, n), dtype=torch.bool)  # paths consistent with the tokens emitted this step
+        walking = torch.ones(A, dtype=torch.bool)
+        out = torch.full((A, L + 1), -1, dtype=torch.int64)  # emitted tokens this step
+        tau = torch.zeros(A, dtype=torch.int64)
+        for j in range(L):
+            m = alive.sum(dim=1)  # [A]
+            chosen = torch.zeros(A, dtype=torch.int64)
+            for width in range(1, n + 1):
+                rows = torch.nonzero(walking & (m == width)).squeeze(1)  # [R]
+                if rows.numel() == 0:
+                    continue
+                # alive paths first (stable): their first `width` indices are the node's children
+                cols = torch.sort((~alive[rows]).to(torch.int8), dim=1, stable=True).indices[:, :width]
+                children = drafts[rows, :, j].gather(1, cols)  # [R, width]
+                lead = cols[:, 0]
+                p = p_all[rows, lead, j]  # [R, V]
+                q = q_all[rows, lead, j]  # [R, V]
+                rule = resolved.sample if width > 1 else single_draft_verifier
+                t0 = time.perf_counter()
+                tokens, accepted = rule(p, q, children, generator)
+                verifier_seconds += time.perf_counter() - t0
+                chosen[rows] = tokens.to(torch.int64).cpu()
+                rule_accepts += (accepted >= 0).sum().cpu()
+                verifications += rows.numel()
+            out[walking, j] = chosen[walking]
+            follow = alive & (drafts[:, :, j] == chosen[:, None]) & walking[:, None]
+            goes_on = follow.any(dim=1)
+            reached[j] += walking.sum()
+            continued[j] += goes_on.sum()
+            tau += walking.to(torch.int64)
+            alive, walking = follow, goes_on
+        if bool(walking.any()):  # every level accepted: the bonus token from p(. | context, path)
+            rows = torch.nonzero(walking).squeeze(1)
+            lead = torch.argmax(alive[rows].to(torch.int8), dim=1)
+            bonus = torch.multinomial(p_all[rows, lead, L], 1, generator=generator).squeeze(1)
+            out[rows, L] = bonus
+            tau[rows] += 1
+
+        taus = tau.tolist()
+        emitted_rows = out.tolist()
+        new_tokens = 0
+        for a, b in enumerate(active_ids):
+            before = len(sequences[b]) - prompt_lengths[b]
+            sequences[b].extend(emitted_rows[a][: taus[a]])
+            new_tokens += min(max_new_tokens, before + taus[a]) - before
+        emitted += sum(taus)
+        sequence_steps += A
+        if progress is not None:
+            progress(new_tokens)
+
+    seconds = time.perf_counter() - start
+    reached_list = reached.tolist()
+    metrics = DecodeMetrics(
+        verifier=resolved.name, scheme=scheme, n=n, L=L, batch=B, tokens=emitted, target_calls=target_calls,
+        sequence_steps=sequence_steps, block_efficiency=emitted / max(sequence_steps, 1),
+        acceptance_per_position=[c / r if r else float("nan")
+                                 for c, r in zip(continued.tolist(), reached_list, strict=True)],
+        reached_per_position=reached_list,
+        rule_acceptance=float(rule_accepts) / max(int(verifications), 1),
+        seconds=seconds, draft_seconds=draft_probs.seconds, target_seconds=target_probs.seconds,
+        verifier_seconds=verifier_seconds,
+        tokens_per_second=B * max_new_tokens / seconds if seconds > 0 else float("inf"),
+        verifier_time_share=verifier_seconds / seconds if seconds > 0 else 0.0,
+    )
+    tokens = [s[n0 : n0 + max_new_tokens] for s, n0 in zip(sequences, prompt_lengths, strict=True)]
+    return DecodeResult(tokens, metrics, root_p[:collect], root_q[:collect])
+
+
+def sample_target(
+    target_model: LanguageModel,
+    *,
+    prompts: Sequence[Sequence[int]] | None = None,
+    max_new_tokens: int = 32,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | torch.Generator | None = 0,
+    progress: Callable[[int], object] | None = None,
+) -> tuple[list[list[int]], dict]:
+    """Plain autoregressive sampling from the target (the law the decode loop must reproduce).
+
+    Returns ``(tokens per prompt, {"target_calls", "seconds", "tokens_per_second"})``.
+    """
+    _check_sampling(temperature, top_k, top_p)
+    if prompts is None:
+        prompts = [[int(getattr(target_model, "bos_id", 0))]]
+    sequences = prefix_lists(prompts)
+    if not sequences:
+        raise InputError("prompts is empty; give at least one prompt")
+    generator = _generator(seed)
+    probs = _Distributions(target_model, temperature, top_k, top_p)
+    window = _window(target_model)
+    start = time.perf_counter()
+    new: list[list[int]] = [[] for _ in sequences]
+    for _ in range(max_new_tokens):
+        contexts = [s + t if window is None else (s + t)[max(0, len(s) + len(t) - window):]
+                    for s, t in zip(sequences, new, strict=True)]
+        tokens = torch.multinomial(probs(contexts), 1, generator=generator).squeeze(1).tolist()
+        for row, token in zip(new, tokens, strict=True):
+            row.append(token)
+        if progress is not None:
+            progress(len(sequences))
+    seconds = time.perf_counter() - start
+    return new, {"target_calls": max_new_tokens, "seconds": seconds,
+                 "tokens_per_second": len(sequences) * max_new_tokens / seconds if seconds > 0 else float("inf")}

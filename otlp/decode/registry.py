@@ -1,0 +1,102 @@
+"""Turn a verifier given by name or as a callable into ``sample(p, q, drafts, generator)`` and its draft scheme.
+
+Names are looked up in the verifier zoo first (``otlp.verifiers.get(name)``, when the zoo provides it), then in
+the reference verifiers of :mod:`otlp.decode._verifiers` ("sps", "rrs", "rrs_wor").
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from otlp.decode._verifiers import BUILTIN_VERIFIERS
+from otlp.decode.draft_sampling import SCHEMES
+from otlp.errors import InputError
+
+Verifier = Callable[..., tuple]
+
+#: The draft scheme each zoo verifier expects (SPEC.md: each verifier is paired with its draft scheme).
+DEFAULT_SCHEMES = {
+    "sps": "iid",
+    "rrs": "iid",
+    "rrs_wor": "without_replacement",
+    "kseq": "iid",
+    "spechub": "spechub",
+    "is": "iid",
+    "weighted_is": "iid",
+    "greedy": "greedy",
+    "optimal": "iid",
+}
+#: Block verifiers decide on whole paths, not token by token; the tree loop does not drive them.
+BLOCK_VERIFIERS = ("bv", "gbv")
+_SCHEME_ALIASES = {"IID": "iid", "WithoutReplacement": "without_replacement", "Greedy": "greedy",
+                   "SpecHub": "spechub", "wor": "without_replacement"}
+
+
+@dataclass(frozen=True)
+class ResolvedVerifier:
+    sample: Verifier
+    name: str
+    scheme: str
+
+
+def _zoo_get(name: str) -> object | None:
+    try:
+        zoo = importlib.import_module("otlp.verifiers")
+    except ImportError:  # pragma: no cover - the package always ships the subpackage
+        return None
+    get = getattr(zoo, "get", None)
+    if get is None:
+        return None
+    try:
+        return get(name)
+    except (KeyError, ValueError):
+        return None
+
+
+def _scheme_of(obj: object) -> str | None:
+    for attr in ("scheme", "draft_scheme"):
+        value = getattr(obj, attr, None)
+        if isinstance(value, str):
+            return _SCHEME_ALIASES.get(value, value)
+        if isinstance(value, type):
+            return _SCHEME_ALIASES.get(value.__name__)
+    return None
+
+
+def resolve_verifier(verifier: str | Verifier, scheme: str | None = None) -> ResolvedVerifier:
+    """The callable, its name and the draft scheme to use (``scheme`` overrides the verifier's own)."""
+    if scheme is not None and scheme not in SCHEMES:
+        raise InputError(f"unknown draft scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
+    if callable(verifier) and not isinstance(verifier, str):
+        name = getattr(verifier, "name", getattr(verifier, "__name__", type(verifier).__name__))
+        return ResolvedVerifier(verifier, str(name), scheme or _scheme_of(verifier) or "iid")
+    if not isinstance(verifier, str):
+        raise InputError(f"verifier must be a name or a callable, got {type(verifier).__name__}")
+    name = verifier.strip().lower()
+    if name in BLOCK_VERIFIERS:
+        raise InputError(f"{name!r} is a block verifier; the decode loop verifies token by token, use one of "
+                         f"{', '.join(sorted(DEFAULT_SCHEMES))}")
+    found = _zoo_get(name)
+    if found is not None:
+        sample = found if callable(found) else getattr(found, "sample", None)
+        if sample is None:
+            raise InputError(f"otlp.verifiers.get({name!r}) returned {type(found).__name__}, which has no sample()")
+        return ResolvedVerifier(sample, name, scheme or _scheme_of(found) or DEFAULT_SCHEMES.get(name, "iid"))
+    if name in BUILTIN_VERIFIERS:
+        sample, own_scheme = BUILTIN_VERIFIERS[name]
+        return ResolvedVerifier(sample, name, scheme or own_scheme)
+    raise InputError(f"unknown verifier {verifier!r}; available here: {', '.join(available_verifiers())}")
+
+
+def available_verifiers() -> list[str]:
+    """Names the loop can run: the zoo's (where it lists them in ``otlp.verifiers.NAMES``) and the built-ins."""
+    names = set(BUILTIN_VERIFIERS)
+    try:
+        zoo = importlib.import_module("otlp.verifiers")
+        if getattr(zoo, "get", None) is not None:
+            names.update(n for n in getattr(zoo, "NAMES", ()) if n not in BLOCK_VERIFIERS)
+    except ImportError:  # pragma: no cover
+        pass
+    return sorted(names)

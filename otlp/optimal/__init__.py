@@ -1,1 +1,10 @@
-"""otlp.optimal"""
+"""otlp.optimal: the production exact optimal-transport verifier for multi-draft speculative sampling.
+
+``OptimalTransport(p, otlp.IID(q, n))`` gives alpha*, H*, the blocks and the slice pi(· | omega), exact to float
+precision (design note ``exact-ot-design.md``); :func:`solve_batch` solves many (p, q) pairs together.
+"""
+
+from otlp.optimal.batch import sample_batch, slice_batch, solve_batch
+from otlp.optimal.transport import Block, OptimalTransport, truncate_top_k
+
+__all__ = ["Block", "OptimalTransport", "sample_batch", "slice_batch", "solve_batch", "truncate_top_k"]

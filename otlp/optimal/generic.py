@@ -1,0 +1,100 @@
+"""Exact OT for any draft scheme with an enumerable support, through the relaxed OTLP (GR eq. (2), (3)).
+
+Used by :class:`otlp.optimal.OptimalTransport` for drafts other than i.i.d. (Independent, WithoutReplacement,
+Greedy, SpecHub, Joint). The block structure of the design note is proved only for i.i.d. drafts, so these take
+this route: solve
+
+    max sum S[i, omega]  s.t.  sum_omega S[i, omega] <= p_i,  sum_i S[i, omega] <= P(omega),
+                               S >= 0, S[i, omega] = 0 unless i in set(omega)
+
+with HiGHS (through ``otlp.formulations.RelaxedOTLP`` when that exists, else ``scipy.optimize.linprog``), then
+complete it (GR eq. (3)): C = S + p_res P_res^T / (1 - alpha*). The slice for omega is C[:, omega] / P(omega):
+accept slot k with probability S[omega_k, omega] / P(omega), reject with probability P_res(omega) / P(omega) and
+draw from r = p_res / sum p_res. Size: sum_omega |set(omega)| variables, so this is for small V^n.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.optimize
+import scipy.sparse
+
+from otlp.distributions import check_distribution
+from otlp.drafts import DraftScheme, as_draft
+from otlp.errors import InputError
+
+
+def relaxed_lp_plan(p: np.ndarray, omegas: np.ndarray, probs: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """Solve the relaxed OTLP on the given support with scipy's HiGHS.
+
+    ``omegas int [M, n]``, ``probs float [M]``. Returns ``(alpha, S float [M, n], cols)`` where ``S[m, k]`` is
+    the mass sent from token ``omegas[m, k]`` to tuple m (0 on repeated slots).
+    """
+    M, n = omegas.shape
+    V = p.size
+    dup = np.tril(omegas[:, :, None] == omegas[:, None, :], -1).any(2)  # [M, n]
+    m_idx, k_idx = np.nonzero(~dup)
+    nvar = m_idx.size
+    var = np.full((M, n), -1, dtype=np.int64)
+    var[m_idx, k_idx] = np.arange(nvar)
+    tokens = omegas[m_idx, k_idx]
+    rows = np.concatenate([tokens, V + m_idx])
+    cols = np.concatenate([np.arange(nvar), np.arange(nvar)])
+    A = scipy.sparse.csr_matrix((np.ones(2 * nvar), (rows, cols)), shape=(V + M, nvar))
+    b = np.concatenate([p, probs])
+    res = scipy.optimize.linprog(-np.ones(nvar), A_ub=A, b_ub=b, bounds=(0, None), method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"HiGHS did not solve the relaxed OTLP: {res.message}")
+    S = np.zeros((M, n))
+    S[m_idx, k_idx] = np.maximum(res.x, 0.0)
+    return float(-res.fun), S, var
+
+
+class LinearProgramRule:
+    """The relaxed-LP route: an exact optimal rule for any enumerable draft scheme (small V^n)."""
+
+    def __init__(self, p: object, draft: DraftScheme):
+        draft = as_draft(draft)
+        self.p = check_distribution(p, "p", size=draft.V)
+        self.n, self.V = draft.n, draft.V
+        omegas, probs = draft.support()  # refuses (ModelTooLargeError) when V^n is too big
+        if omegas.shape[0] == 0:
+            raise InputError("the draft scheme has an empty support")
+        self.alpha, S, _ = relaxed_lp_plan(self.p, omegas, probs)
+        rows = np.bincount(omegas.ravel(), S.ravel(), self.V)
+        p_res = np.maximum(self.p - rows, 0.0)
+        self.residual = p_res / p_res.sum() if p_res.sum() > 0 else p_res
+        self._row_sums = rows
+        self._codes = _encode(omegas, self.V)
+        self._sort = np.argsort(self._codes)
+        self._probs = probs
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self._accept = np.where(probs[:, None] > 0, S / probs[:, None], 0.0)  # [M, n]
+        self._reject = np.clip(1.0 - self._accept.sum(1), 0.0, 1.0)  # P_res(omega) / P(omega)
+        try:
+            from otlp.subsets import min_psi
+
+            _, mask = min_psi(self.p, draft)
+            self.h_star = np.flatnonzero(mask)
+        except InputError:  # no closed form and V too large for brute force
+            self.h_star = None
+
+    def acceptance(self) -> float:
+        return float(self._row_sums.sum())
+
+    def rule(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        codes = _encode(omegas, self.V)
+        pos = np.searchsorted(self._codes[self._sort], codes)
+        pos = np.minimum(pos, self._codes.size - 1)
+        found = self._codes[self._sort][pos] == codes
+        m = self._sort[pos]
+        accept = np.where(found[:, None], self._accept[m], 0.0)
+        reject = np.where(found, self._reject[m], 0.0)
+        accept[~found, 0] = 1.0  # a tuple the draft never produces: any law will do; output its first token
+        return accept, reject
+
+
+def _encode(omegas: np.ndarray, V: int) -> np.ndarray:
+    n = omegas.shape[1]
+    weights = V ** np.arange(n - 1, -1, -1, dtype=np.int64)
+    return omegas.astype(np.int64) @ weights

@@ -1,0 +1,204 @@
+"""Damped Newton on the block convex programs, batched over blocks.
+
+For a block G with terms (U, c_U) and targets t (design note §2 (ii)-(iii), GR Thm 6.4 / 6.5, App. K):
+
+    f(alpha) = sum_U c_U * log(sigma + sum_{i in U} e^{alpha_i}) - t . alpha,
+
+with sigma = 1 for an inner block (the "1 +" rejection slack) and sigma = 0 for an outer block (then alpha is
+fixed at one reference token, the softmax being shift invariant). With s^U_i = e^{alpha_i} / (sigma + w(U)):
+
+    gradient  g_i = R_i - t_i,        R_i = sum_{U ni i} c_U s^U_i            (the rule's row sums)
+    Hessian   H = sum_U c_U (diag(s^U) - s^U s^U^T)
+
+H is a (diagonally dominant) M-matrix: its row sums are sum_U c_U s^U_i * sigma / (sigma + w(U)) >= 0.
+The note proves the minimiser is finite (Hall strict), so Newton converges quadratically; the step is capped at
+4 in the max norm (very skewed q start far away) and an Armijo line search with a 1e-13 slack for rounding of f
+keeps it monotone. We stop at ``||g||_1 <= tol`` or when ``||g||_1`` stalls at rounding level.
+
+Two evaluators share the loop: :class:`PairwiseN2` (n = 2, dense k x k formulas, batched over padded blocks)
+and :class:`SubsetTerms` (any n, one block, terms from :func:`otlp.optimal.coefficients.block_terms`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+
+#: log-weights are kept in this range so that e^{alpha} and its square stay finite in float64.
+ALPHA_CLIP = 250.0
+#: max-norm cap on one Newton step (design note §3).
+STEP_CAP = 4.0
+
+
+class PairwiseN2:
+    """n = 2 block programs for ``nb`` padded blocks at once.
+
+    Terms: singletons d_i = 2 Q0 q_i + q_i^2 and pairs e_ij = 2 q_i q_j (design note §2 (iv) for n = 2).
+    ``q, targets, mask: [nb, K]``, ``null_mass, sigma: [nb]``. Padded slots have q = t = 0 and alpha = 0.
+    """
+
+    def __init__(self, q: np.ndarray, null_mass: np.ndarray, targets: np.ndarray, sigma: np.ndarray):
+        self.t = targets  # [nb, K]
+        self.sigma = sigma  # [nb]
+        self.d = 2.0 * null_mass[:, None] * q + q * q  # [nb, K]
+        E = 2.0 * q[:, :, None] * q[:, None, :]  # [nb, K, K]
+        idx = np.arange(q.shape[1])
+        E[:, idx, idx] = 0.0
+        self.E = E
+        self.mass = self.d + E.sum(-1)  # [nb, K]: total mass of the terms containing i
+
+    def value(self, alpha: np.ndarray) -> np.ndarray:
+        w = np.exp(alpha)  # [nb, K]
+        sig = self.sigma[:, None]
+        single = self.d * np.log(sig + w)
+        pair = self.E * np.log(sig[:, :, None] + w[:, :, None] + w[:, None, :])  # [nb, K, K]
+        return single.sum(-1) + 0.5 * pair.sum((-1, -2)) - (self.t * alpha).sum(-1)
+
+    def row_sums(self, alpha: np.ndarray) -> np.ndarray:
+        w = np.exp(alpha)
+        sig = self.sigma[:, None]
+        A = self.E / (sig[:, :, None] + w[:, :, None] + w[:, None, :])  # [nb, K, K]
+        return w * (self.d / (sig + w) + A.sum(-1))
+
+    def full(self, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        w = np.exp(alpha)  # [nb, K]
+        sig = self.sigma[:, None]
+        Ws = sig + w  # [nb, K]
+        Wp = sig[:, :, None] + w[:, :, None] + w[:, None, :]  # [nb, K, K]
+        A = self.E / Wp
+        f = (self.d * np.log(Ws)).sum(-1) + 0.5 * (self.E * np.log(Wp)).sum((-1, -2)) - (self.t * alpha).sum(-1)
+        g = w * (self.d / Ws + A.sum(-1)) - self.t
+        B = A / Wp  # e_ij / Wp^2
+        H = -(w[:, :, None] * w[:, None, :]) * B
+        diag = self.d * sig * w / (Ws * Ws) + w * np.einsum("bij,bj->bi", B, sig + w)
+        idx = np.arange(w.shape[1])
+        H[:, idx, idx] = diag
+        return f, g, H
+
+
+class SubsetTerms:
+    """One block's program with explicit subset terms (any n). Arrays carry a leading batch axis of size 1."""
+
+    def __init__(self, terms: list[tuple[np.ndarray, np.ndarray]], targets: np.ndarray, sigma: float):
+        self.k = targets.size
+        self.t = targets[None, :]  # [1, k]
+        self.sigma = float(sigma)
+        self.terms = []
+        k = self.k
+        for idx, coef in terms:
+            u = idx.shape[1]
+            a, b = np.triu_indices(u, 1)
+            pair_flat = (idx[:, a] * k + idx[:, b]).ravel()  # [M * u(u-1)/2]
+            self.terms.append((idx, idx.ravel(), coef, a, b, pair_flat))
+        self.mass = sum(np.bincount(flat, np.repeat(coef, idx.shape[1]), k) for idx, flat, coef, *_ in self.terms)[None]
+
+    def value(self, alpha: np.ndarray) -> np.ndarray:
+        w = np.exp(alpha[0])
+        f = -(self.t[0] * alpha[0]).sum()
+        for idx, _flat, coef, *_ in self.terms:
+            f += coef @ np.log(self.sigma + w[idx].sum(1))
+        return np.array([f])
+
+    def row_sums(self, alpha: np.ndarray) -> np.ndarray:
+        w = np.exp(alpha[0])
+        R = np.zeros(self.k)
+        for idx, flat, coef, *_ in self.terms:
+            wu = w[idx]  # [M, u]
+            R += np.bincount(flat, (coef[:, None] * wu / (self.sigma + wu.sum(1))[:, None]).ravel(), self.k)
+        return R[None]
+
+    def full(self, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        k = self.k
+        w = np.exp(alpha[0])
+        f = -(self.t[0] * alpha[0]).sum()
+        R = np.zeros(k)
+        diag = np.zeros(k)
+        off = np.zeros(k * k)
+        for idx, flat, coef, a, b, pair_flat in self.terms:
+            wu = w[idx]  # [M, u]
+            W = self.sigma + wu.sum(1)  # [M]
+            f += coef @ np.log(W)
+            s = wu / W[:, None]  # [M, u]
+            cs = coef[:, None] * s
+            R += np.bincount(flat, cs.ravel(), k)
+            diag += np.bincount(flat, (cs * (1.0 - s)).ravel(), k)
+            if a.size:
+                off += np.bincount(pair_flat, (-cs[:, a] * s[:, b]).ravel(), k * k)
+        H = off.reshape(k, k)
+        H = H + H.T
+        H[np.arange(k), np.arange(k)] = diag
+        return np.array([f]), (R - self.t[0])[None], H[None]
+
+
+def initial_alpha(mass: np.ndarray, targets: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """Inner: alpha_i = log t_i / (mass_i - t_i), exact if token i met no competitor (design note §3).
+    Outer: alpha_i = log t_i / mass_i, the share of its tuples token i must win (``inner: bool [nb]``)."""
+    with np.errstate(divide="ignore"):
+        rest = np.where(np.asarray(inner)[..., None], mass - targets, mass)
+        alpha = np.log(targets) - np.log(np.maximum(rest, 1e-300))
+    return np.clip(np.where(targets > 0, alpha, -30.0), -30.0, 30.0)
+
+
+def newton(evaluator, alpha: np.ndarray, free: np.ndarray, tol: np.ndarray, stall_level: np.ndarray,
+           max_iter: int = 100) -> tuple[np.ndarray, np.ndarray, int]:
+    """Minimise the batched block programs. ``alpha, free: [nb, K]`` (free = variables Newton may move).
+
+    A block stops when ``||g||_1 <= tol`` or when ``||g||_1 <= stall_level`` (both ``[nb]``) and it has not
+    halved in 3 iterations (rounding floor reached). Returns ``(alpha [nb, K], gradient_norm [nb], iterations)``.
+    """
+    nb, K = alpha.shape
+    alpha = alpha.copy()
+    best_alpha = alpha.copy()
+    best_g = np.full(nb, np.inf)
+    stall = np.zeros(nb, dtype=np.int64)
+    done = np.zeros(nb, dtype=bool)
+    fixed = ~free
+    pinned = free[:, :, None] & free[:, None, :]  # [nb, K, K]
+    eye = np.eye(K)[None] * fixed[:, :, None]
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007 - the count is returned
+        f, g, H = evaluator.full(alpha)
+        g = np.where(free, g, 0.0)
+        gn = np.abs(g).sum(-1)  # [nb]
+        improved = gn < best_g
+        stall = np.where(gn < 0.5 * best_g, 0, stall + 1)
+        best_alpha[improved] = alpha[improved]
+        best_g = np.minimum(best_g, gn)
+        done |= (best_g <= tol) | ((stall >= 3) & (best_g <= stall_level))
+        if done.all():
+            break
+        H = np.where(pinned, H, 0.0) + eye
+        step = _solve(H, -g)  # [nb, K]
+        step[done] = 0.0
+        step = np.where(np.isfinite(step), step, 0.0)
+        big = np.abs(step).max(-1)
+        step *= np.minimum(1.0, STEP_CAP / np.maximum(big, 1e-300))[:, None]
+        slope = (g * step).sum(-1)  # [nb], <= 0
+        lam = np.ones(nb)
+        accepted = done.copy()
+        trial = alpha + step
+        slack = 1e-13 * (1.0 + np.abs(f))
+        for _ in range(60):
+            trial = np.clip(trial, -ALPHA_CLIP, ALPHA_CLIP)
+            ft = evaluator.value(trial)
+            accepted |= ft <= f + 1e-4 * lam * slope + slack
+            if accepted.all():
+                break
+            lam = np.where(accepted, lam, 0.5 * lam)
+            trial = alpha + lam[:, None] * step
+        alpha = trial
+    return best_alpha, best_g, it
+
+
+def _solve(H: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """Solve the SPD systems ``H [nb, K, K] x = rhs [nb, K]`` (Cholesky for one block, batched LU otherwise)."""
+    if H.shape[0] == 1:
+        try:
+            return scipy.linalg.cho_solve(scipy.linalg.cho_factor(H[0], check_finite=False), rhs[0],
+                                          check_finite=False)[None]
+        except (np.linalg.LinAlgError, ValueError):
+            return np.linalg.lstsq(H[0], rhs[0], rcond=None)[0][None]
+    try:
+        return np.linalg.solve(H, rhs[..., None])[..., 0]
+    except np.linalg.LinAlgError:
+        return np.stack([np.linalg.lstsq(h, r, rcond=None)[0] for h, r in zip(H, rhs, strict=True)])

@@ -1,0 +1,195 @@
+"""Solve the block programs of one or many i.i.d. instances: closed forms for singletons, Newton for the rest.
+
+Design note §2-§3. The output is, per instance, the log-weight alpha_i of every token (the rule's softmax
+weights), the row sums R_i of the rule (re-evaluated from the final alpha) and the convergence record of every
+non-singleton block. Blocks of all instances are solved together: for n = 2 they are padded into size buckets
+and one batched Newton runs per bucket; for n >= 3 each block gets its own subset-term Newton.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import comb
+
+import numpy as np
+
+from otlp.optimal.blocks import BlockCuts, block_records
+from otlp.optimal.coefficients import block_terms
+from otlp.optimal.newton import PairwiseN2, SubsetTerms, initial_alpha, newton
+
+
+@dataclass
+class InstanceSolution:
+    """Everything the rule needs for one (p, q, n). Positions are 1-based in ``cuts.order``."""
+
+    p: np.ndarray  # [V]
+    q: np.ndarray  # [V]
+    n: int
+    cuts: BlockCuts
+    position: np.ndarray  # [V] 1-based position of each token in the q/p order
+    block_of_position: np.ndarray  # [V + 1] block index of each position (entry 0 unused)
+    null_mass: np.ndarray  # [K] Q_s of each block
+    targets: np.ndarray  # [V] t_i (p_i in inner blocks; the GR Thm 6.2 vertex in outer blocks)
+    log_weight: np.ndarray  # [V] alpha_i; -inf for a token the rule never outputs from its block
+    row_sums: np.ndarray  # [V] R_i of the rule
+    gradient_norm: np.ndarray = field(default=None)  # [K] ||R - t||_1 per block (0 for closed forms)
+    iterations: np.ndarray = field(default=None)  # [K] Newton iterations per block (0 for closed forms)
+
+
+def positive_block_mass(null_mass: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
+    """(Q0 + q)^n - Q0^n as the positive sum sum_{j>=1} C(n, j) Q0^(n-j) q^j (no cancellation when q << Q0)."""
+    return sum(comb(n, j) * null_mass ** (n - j) * q**j for j in range(1, n + 1))
+
+
+def prepare(p: np.ndarray, q: np.ndarray, n: int) -> InstanceSolution:
+    """Records, blocks, targets and the closed forms for singleton blocks; non-singleton blocks are left at 0."""
+    cuts = block_records(p, q, n)
+    V = p.size
+    order, psi, rec = cuts.order, cuts.psi, cuts.records
+    ps, qs = p[order], q[order]  # [V] in position order
+    prefix_q = np.concatenate([[0.0], np.cumsum(qs)])  # [V + 1]
+    starts, stops = rec[:-1], rec[1:]  # [K]
+    sizes = stops - starts
+    null_mass = prefix_q[starts]  # [K]
+    block_of_position = np.concatenate([[-1], np.repeat(np.arange(sizes.size), sizes)])  # [V + 1]
+    position = np.empty(V, dtype=np.int64)
+    position[order] = np.arange(1, V + 1)
+
+    # targets: inner t = p; outer t = p except t_{s+1} = p_{s+1} - (psi_e - psi_s)   (note §2 (ii), GR Thm 6.2)
+    t_pos = ps.copy()
+    outer = ~cuts.inner
+    t_pos[starts[outer]] -= psi[stops[outer]] - psi[starts[outer]]
+    t_pos = np.maximum(t_pos, 0.0)
+
+    # closed forms (note §2 "Singleton blocks"): outer {m}: output m; inner {m}: accept w.p. p_m / d_m
+    log_w_pos = np.zeros(V)
+    rows_pos = np.zeros(V)
+    single = sizes == 1
+    m0 = starts[single]  # 0-based position of each singleton
+    d = positive_block_mass(null_mass[single], qs[m0], n)
+    inner_single = cuts.inner[single]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        acc_w = np.log(ps[m0]) - np.log(np.maximum(d - ps[m0], 1e-300 * d + 1e-300))
+        accept = np.where(d > 0, ps[m0] / np.where(d > 0, d, 1.0), 0.0)
+    log_w_pos[m0] = np.where(inner_single, np.where(ps[m0] > 0, acc_w, -np.inf), 0.0)
+    rows_pos[m0] = np.where(inner_single, d * np.minimum(accept, 1.0), d)
+
+    if n == 1:  # only singleton terms: every token is its own closed form even inside a larger block
+        multi = np.flatnonzero(~single)
+        for j in multi:  # blocks (not tokens); with n = 1 these come only from exact ties in q/p
+            m = np.arange(starts[j], stops[j])
+            if cuts.inner[j]:
+                with np.errstate(divide="ignore"):
+                    log_w_pos[m] = np.log(ps[m]) - np.log(np.maximum(qs[m] - ps[m], 1e-300))
+                rows_pos[m] = ps[m]
+            else:
+                rows_pos[m] = qs[m]
+    inv = order
+    sol = InstanceSolution(
+        p=p, q=q, n=n, cuts=cuts, position=position, block_of_position=block_of_position, null_mass=null_mass,
+        targets=_to_tokens(t_pos, inv), log_weight=_to_tokens(log_w_pos, inv), row_sums=_to_tokens(rows_pos, inv),
+        gradient_norm=np.zeros(sizes.size), iterations=np.zeros(sizes.size, dtype=np.int64),
+    )
+    return sol
+
+
+def _to_tokens(values_by_position: np.ndarray, order: np.ndarray) -> np.ndarray:
+    out = np.empty_like(values_by_position)
+    out[order] = values_by_position
+    return out
+
+
+def solve_instances(instances: list[InstanceSolution], tol_scale: float = 1.0) -> None:
+    """Run Newton on every non-singleton block of every instance (in place)."""
+    jobs = []  # (instance, block, tokens, sigma)
+    for inst in instances:
+        if inst.n == 1:
+            continue
+        rec = inst.cuts.records
+        sizes = np.diff(rec)
+        for j in np.flatnonzero(sizes >= 2):
+            tokens = inst.cuts.order[rec[j] : rec[j + 1]]
+            jobs.append((inst, int(j), tokens, 1.0 if inst.cuts.inner[j] else 0.0))
+    if not jobs:
+        return
+    n2 = [job for job in jobs if job[0].n == 2]
+    rest = [job for job in jobs if job[0].n != 2]
+    if n2:
+        buckets: dict[int, list] = {}
+        for job in n2:
+            size = job[2].size
+            buckets.setdefault(int(2 ** np.ceil(np.log2(size))), []).append(job)
+        for group in buckets.values():
+            _solve_pairwise(group, tol_scale)
+    for job in rest:
+        _solve_subsets(job, tol_scale)
+
+
+#: below this ||g||_1 (relative to the block's mass) a stalled Newton is at its rounding floor and stops.
+STALL_LEVEL = 1e-13
+
+
+def _tolerance(mass: np.ndarray, k: np.ndarray, tol_scale: float) -> np.ndarray:
+    # ||g||_1 at about the rounding level of the row sums (note §3: 4e-17 k)
+    return tol_scale * 4e-17 * np.maximum(k, 1) * np.maximum(mass, 1e-300)
+
+
+def _solve_pairwise(group: list, tol_scale: float) -> None:
+    nb = len(group)
+    K = max(job[2].size for job in group)
+    q = np.zeros((nb, K))
+    t = np.zeros((nb, K))
+    mask = np.zeros((nb, K), dtype=bool)
+    null = np.empty(nb)
+    sigma = np.empty(nb)
+    for b, (inst, j, tokens, sig) in enumerate(group):
+        k = tokens.size
+        q[b, :k] = inst.q[tokens]
+        t[b, :k] = inst.targets[tokens]
+        mask[b, :k] = True
+        null[b] = inst.null_mass[j]
+        sigma[b] = sig
+    ev = PairwiseN2(q, null, t, sigma)
+    alpha0 = np.where(mask, initial_alpha(ev.mass, t, sigma > 0), 0.0)
+    free = mask.copy()
+    sizes = mask.sum(1)
+    outer = sigma == 0
+    ref = sizes - 1  # outer blocks: alpha of the last token is fixed (softmax shift)
+    free[outer, ref[outer]] = False
+    alpha0[outer] -= np.where(mask[outer], alpha0[outer, ref[outer]][:, None], 0.0)
+    tol = _tolerance(t.sum(1), sizes, tol_scale)
+    alpha, gnorm, its = newton(ev, alpha0, free, tol, STALL_LEVEL * t.sum(1))
+    rows = ev.row_sums(alpha)
+    for b, (inst, j, tokens, _sig) in enumerate(group):
+        k = tokens.size
+        inst.log_weight[tokens] = alpha[b, :k]
+        inst.row_sums[tokens] = rows[b, :k]
+        inst.gradient_norm[j] = np.abs(rows[b, :k] - t[b, :k]).sum()
+        inst.iterations[j] = its
+
+
+def _solve_subsets(job: tuple, tol_scale: float) -> None:
+    inst, j, tokens, sig = job
+    k = tokens.size
+    terms = block_terms(inst.q[tokens], float(inst.null_mass[j]), inst.n)
+    t = inst.targets[tokens]
+    ev = SubsetTerms(terms, t, sig)
+    alpha0 = initial_alpha(ev.mass, t[None], np.array([sig > 0]))
+    free = np.ones((1, k), dtype=bool)
+    if sig == 0:
+        free[0, k - 1] = False
+        alpha0 = alpha0 - alpha0[0, k - 1]
+    tol = _tolerance(np.array([t.sum()]), np.array([k]), tol_scale)
+    alpha, _gnorm, its = newton(ev, alpha0, free, tol, np.array([STALL_LEVEL * t.sum()]))
+    rows = ev.row_sums(alpha)[0]
+    inst.log_weight[tokens] = alpha[0]
+    inst.row_sums[tokens] = rows
+    inst.gradient_norm[j] = np.abs(rows - t).sum()
+    inst.iterations[j] = its
+
+
+def solve_iid(p: np.ndarray, q: np.ndarray, n: int) -> InstanceSolution:
+    """Prepare and solve one instance."""
+    inst = prepare(p, q, n)
+    solve_instances([inst])
+    return inst

@@ -1,0 +1,283 @@
+"""``OptimalTransport``: the exact optimal verification rule for multi-draft speculative sampling.
+
+For i.i.d. drafts (``otlp.IID(q, n)``, optionally with GR App. N top-k truncation of q) it uses the block
+structure of the design note ``exact-ot-design.md``: given the drafted tuple omega, let G be the block of the
+highest-positioned token of omega (positions in decreasing q/p order) and U = set(omega) ∩ G (distinct tokens):
+
+* outer G: output i in U with probability w_i / w(U) (always accept);
+* inner G: output i in U with probability w_i / (1 + w(U)); otherwise reject and draw from the residual
+  r ∝ (p - R)_+ on the tokens outside H* (GR eq. (8), (18)).
+
+The rule transports the draft law to exactly p and accepts with probability alpha* = 1 + min_H psi(H)
+(GR Thm 3.1). Other draft schemes (Independent, WithoutReplacement, Greedy, SpecHub, Joint) go through the
+relaxed OTLP (GR eq. (2)) solved by HiGHS and the residual completion (GR eq. (3)); see :mod:`.generic`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from otlp.distributions import check_distribution, check_n
+from otlp.errors import InputError
+from otlp.optimal.solve import InstanceSolution, prepare, solve_instances
+
+#: ||R - t||_1 per block above which a solve counts as failed (a Newton that did not reach machine precision).
+SUCCESS_TOLERANCE = 1e-12
+
+
+@dataclass(frozen=True)
+class Block:
+    """One block G = (start, stop] of the sorted order (design note §2).
+
+    kind : "inner" (the rule may reject) or "outer" (always accepts).
+    start, stop : 1-based positions; the block holds positions start+1 .. stop.
+    tokens : token ids in the block, in q/p order.
+    log_weights : alpha_i of those tokens (softmax weights w_i = e^{alpha_i}).
+    targets : row sums the block must reach (p on inner blocks; GR Thm 6.2 vertex on outer blocks).
+    row_sums : the rule's row sums R_i, evaluated from the final weights.
+    null_mass : Q_s, the q-mass of the positions below the block.
+    gradient_norm : ||R - t||_1 (0 for singletons, which have closed forms).
+    iterations : Newton iterations (0 for singletons).
+    """
+
+    kind: str
+    start: int
+    stop: int
+    tokens: np.ndarray
+    log_weights: np.ndarray
+    targets: np.ndarray
+    row_sums: np.ndarray
+    null_mass: float
+    gradient_norm: float
+    iterations: int
+
+    @property
+    def size(self) -> int:
+        return int(self.stop - self.start)
+
+
+class OptimalTransport:
+    """The exact optimal OT verification rule pi(· | omega).
+
+    Parameters
+    ----------
+    p : target distribution, float [V].
+    draft : a draft scheme. ``otlp.IID(q, n)`` (or any object with ``.q`` and ``.n`` that is not another
+        scheme) takes the fast block route; other schemes take the relaxed-LP route (small V).
+    top_k : keep only the top-k tokens of q (renormalised) as in GR App. N; p is NOT renormalised.
+
+    Attributes
+    ----------
+    alpha : alpha* = 1 + psi(H*), the optimal acceptance.
+    h_star : token ids of H* (the first m* tokens in decreasing q/p order).
+    blocks : list of :class:`Block` (block route only).
+    residual : the law r the rule draws from after a rejection, float [V].
+    route : "blocks" or "lp".
+
+    Examples
+    --------
+    >>> import numpy as np, otlp
+    >>> ot = OptimalTransport([0.1, 0.6, 0.3], otlp.IID([0.5, 0.3, 0.2], 2))
+    >>> round(ot.alpha, 12)
+    0.85
+    >>> float(ot.slice([0, 1]).sum())
+    1.0
+    """
+
+    route = "blocks"
+
+    def __init__(self, p: object, draft: object, *, top_k: int | None = None):
+        if _is_iid(draft):
+            q, n = draft.q, draft.n
+            p_arr = check_distribution(p, "p")
+            q_arr = check_distribution(q, "q", size=p_arr.size)
+            n = check_n(n)
+            q_arr = truncate_top_k(q_arr, top_k)
+            inst = prepare(p_arr, q_arr, n)
+            solve_instances([inst])
+            self._init_from_instance(inst)
+        else:
+            from otlp.optimal.generic import LinearProgramRule
+
+            if top_k is not None:
+                raise InputError("top_k truncation is only defined here for IID drafts (GR App. N)")
+            self._lp = LinearProgramRule(p, draft)
+            self.route = "lp"
+            self.p, self.n, self.V = self._lp.p, self._lp.n, self._lp.V
+            self.q = None
+            self.alpha = self._lp.alpha
+            self.h_star = self._lp.h_star
+            self.residual = self._lp.residual
+
+    # -- construction ---------------------------------------------------------------------------------
+    @classmethod
+    def from_arrays(cls, p: object, q: object, n: int, *, top_k: int | None = None) -> OptimalTransport:
+        """The block route for ``IID(q, n)`` without building a draft object."""
+        return cls(p, _PlainIID(q, n), top_k=top_k)
+
+    @classmethod
+    def _from_instance(cls, inst: InstanceSolution) -> OptimalTransport:
+        self = cls.__new__(cls)
+        self._init_from_instance(inst)
+        return self
+
+    def _init_from_instance(self, inst: InstanceSolution) -> None:
+        self._inst = inst
+        self.p, self.q, self.n = inst.p, inst.q, inst.n
+        self.V = inst.p.size
+        cuts = inst.cuts
+        self.alpha = cuts.alpha_star
+        self.h_star = cuts.order[: cuts.m_star].copy()
+        in_h = np.zeros(self.V, dtype=bool)
+        in_h[self.h_star] = True
+        residual = np.where(in_h, 0.0, np.maximum(inst.p - inst.row_sums, 0.0))  # [V]
+        total = residual.sum()
+        self.residual = residual / total if total > 0 else residual
+        self._token_block = inst.block_of_position[inst.position]  # [V]
+        self._block_inner = cuts.inner  # [K]
+        self._log_w = inst.log_weight  # [V]
+        self._residual_cdf = np.cumsum(self.residual)
+
+    # -- inspection -----------------------------------------------------------------------------------
+    @cached_property
+    def blocks(self) -> list[Block]:
+        """The block records (kind, positions, tokens, weights, targets, row sums, convergence)."""
+        if self.route != "blocks":
+            return []
+        inst = self._inst
+        rec = inst.cuts.records
+        out = []
+        for j in range(rec.size - 1):
+            tokens = inst.cuts.order[rec[j] : rec[j + 1]]
+            out.append(Block(
+                kind="inner" if inst.cuts.inner[j] else "outer", start=int(rec[j]), stop=int(rec[j + 1]),
+                tokens=tokens.copy(), log_weights=inst.log_weight[tokens].copy(),
+                targets=inst.targets[tokens].copy(), row_sums=inst.row_sums[tokens].copy(),
+                null_mass=float(inst.null_mass[j]), gradient_norm=float(inst.gradient_norm[j]),
+                iterations=int(inst.iterations[j]),
+            ))
+        return out
+
+    @property
+    def success(self) -> bool:
+        """Every block program reached machine precision (||R - t||_1 <= 1e-12); the LP route: HiGHS optimal."""
+        if self.route != "blocks":
+            return True
+        return bool(np.all(self._inst.gradient_norm <= SUCCESS_TOLERANCE))
+
+    @property
+    def max_gradient_norm(self) -> float:
+        return float(self._inst.gradient_norm.max(initial=0.0)) if self.route == "blocks" else 0.0
+
+    def acceptance(self) -> float:
+        """The rule's own acceptance sum_i R_i (equals alpha* up to rounding; a self-check)."""
+        if self.route != "blocks":
+            return self._lp.acceptance()
+        return float(self._inst.row_sums.sum())
+
+    # -- the rule -------------------------------------------------------------------------------------
+    def rule(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Accept probabilities per draft slot and the rejection probability.
+
+        ``omegas: int [M, n]`` -> ``(accept [M, n], reject [M])``: draft slot k is output with probability
+        ``accept[:, k]`` (a repeated token counts on its first slot only), and with probability ``reject`` the
+        output is drawn from :attr:`residual`.
+        """
+        w = self._check_omegas(omegas)  # [M, n]
+        if self.route != "blocks":
+            return self._lp.rule(w)
+        blk = self._token_block[w]  # [M, n]
+        top = self._token_block[np.take_along_axis(w, self._inst.position[w].argmax(1)[:, None], 1)[:, 0]]  # [M]
+        dup = np.tril(w[:, :, None] == w[:, None, :], -1).any(2)  # [M, n] repeated token
+        live = (blk == top[:, None]) & ~dup
+        logits = np.where(live, self._log_w[w], -np.inf)  # [M, n]
+        inner = self._block_inner[top]  # [M]
+        peak = np.maximum(logits.max(1), np.where(inner, 0.0, -np.inf))  # [M]
+        peak = np.where(np.isfinite(peak), peak, 0.0)
+        ex = np.exp(logits - peak[:, None])  # [M, n]
+        slack = np.where(inner, np.exp(-peak), 0.0)  # [M]
+        z = ex.sum(1) + slack
+        return ex / z[:, None], slack / z
+
+    def slices(self, omegas: np.ndarray) -> np.ndarray:
+        """pi(· | omega) for many tuples: ``omegas int [M, n]`` -> ``float [M, V]``."""
+        w = self._check_omegas(omegas)
+        accept, reject = self.rule(w)
+        out = reject[:, None] * self.residual[None, :]  # [M, V]
+        np.add.at(out, (np.repeat(np.arange(w.shape[0]), self.n), w.ravel()), accept.ravel())
+        return out
+
+    def slice(self, omega: object) -> np.ndarray:
+        """pi(· | omega): the law of the output token given the drafted tuple, float [V] (sums to 1)."""
+        w = np.asarray(omega)
+        if w.ndim != 1:
+            raise InputError(f"slice takes one drafted tuple of shape [n] = [{self.n}], got shape {w.shape}")
+        return self.slices(w[None, :])[0]
+
+    def sample(self, omegas: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Draw the output token for each drafted tuple: ``omegas int [M, n]`` -> ``int64 [M]`` (vectorised)."""
+        w = self._check_omegas(omegas)
+        accept, reject = self.rule(w)
+        M = w.shape[0]
+        u = rng.random(M)
+        cdf = np.cumsum(accept, axis=1)  # [M, n]
+        slot = (u[:, None] >= cdf).sum(1)  # [M]; == n means reject
+        rejected = slot >= self.n
+        out = w[np.arange(M), np.minimum(slot, self.n - 1)]
+        if rejected.any():
+            v = rng.random(int(rejected.sum())) * self._residual_total()
+            out[rejected] = np.minimum(np.searchsorted(self._residual_cdf, v, side="right"), self.V - 1)
+        return out.astype(np.int64)
+
+    def _residual_total(self) -> float:
+        return float(self._residual_cdf[-1]) if self.route == "blocks" else float(self._lp.residual.sum())
+
+    def _check_omegas(self, omegas: object) -> np.ndarray:
+        w = np.asarray(omegas)
+        if w.ndim == 1:
+            w = w[None, :]
+        if w.ndim != 2 or w.shape[1] != self.n:
+            raise InputError(f"drafted tuples must have shape [M, n] with n = {self.n}, got {np.shape(omegas)}")
+        if not np.issubdtype(w.dtype, np.integer):
+            raise InputError(f"drafted tuples must be integer token ids, got dtype {w.dtype}")
+        if w.size and (w.min() < 0 or w.max() >= self.V):
+            raise InputError(f"drafted token ids must lie in [0, {self.V}), got range [{w.min()}, {w.max()}]")
+        return w.astype(np.int64, copy=False)
+
+    def __repr__(self) -> str:
+        return f"OptimalTransport(V={self.V}, n={self.n}, alpha={self.alpha:.6g}, route={self.route!r})"
+
+
+def truncate_top_k(q: np.ndarray, top_k: int | None) -> np.ndarray:
+    """GR App. N: keep the top-k tokens of q (ties: lower id first) and renormalise them; None keeps q."""
+    if top_k is None:
+        return q
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        raise InputError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if top_k >= q.size:
+        return q
+    keep = np.argsort(-q, kind="stable")[:top_k]
+    out = np.zeros_like(q)
+    out[keep] = q[keep]
+    total = out.sum()
+    if total <= 0:
+        raise InputError(f"the top-{top_k} tokens of q carry no mass")
+    return out / total
+
+
+class _PlainIID:
+    """Minimal stand-in for ``otlp.IID`` used by :meth:`OptimalTransport.from_arrays`."""
+
+    def __init__(self, q: object, n: int):
+        self.q = q
+        self.n = n
+
+
+def _is_iid(draft: object) -> bool:
+    name = type(draft).__name__
+    if name in {"Independent", "WithoutReplacement", "Greedy", "SpecHub", "Joint"}:
+        return False
+    return hasattr(draft, "q") and hasattr(draft, "n")

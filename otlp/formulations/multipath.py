@@ -216,7 +216,7 @@ class MultiPathLP(Formulation):
         self.size(antichains=rows).check(self.name)
         seen = {np.sort(t).tobytes() for t in rows}
         start = time.perf_counter()
-        rounds, converged = 0, False
+        rounds, converged, violation = 0, False, float("nan")
         while True:
             rounds += 1
             solution = _solve_linear(self.build(antichains=rows), backend, options)
@@ -237,7 +237,7 @@ class MultiPathLP(Formulation):
         solution.formulation = self.name
         solution.seconds["total"] = time.perf_counter() - start
         solution.info.update(mode=self.mode, antichain_rows=len(rows), rounds=rounds, converged=converged,
-                             max_violation=violation if solution.optimal or rounds > 1 else float("nan"))
+                             max_violation=violation)
         return solution
 
 

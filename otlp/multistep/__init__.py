@@ -15,12 +15,14 @@ from otlp.multistep.enumeration import (
     output_law,
     target_matching_error,
 )
+from otlp.multistep.simulate import draft_and_verify
 from otlp.multistep.token_wise import sps_path, token_tree, token_tree_output_law
 
 __all__ = [
     "ARModel",
     "RULES",
     "bv_efficiency",
+    "draft_and_verify",
     "efficiency_from_law",
     "enumerate_drafts",
     "extended_law",

@@ -1,1 +1,65 @@
-"""otlp.verifiers"""
+"""otlp.verifiers: batched torch verification rules with exact acceptance, and ``certify``.
+
+>>> from otlp.verifiers import NAMES, get
+>>> v = get("spechub")
+>>> draft = v.make_draft([0.5, 0.3, 0.2], 2)
+>>> round(v.acceptance([0.1, 0.6, 0.3], draft), 12)
+1.0
+
+``NAMES`` lists every registered rule; :func:`register` adds one (the lead registers the multi-step ``"bv"`` and
+``"gbv"`` rules of ``otlp.verifiers.bv`` / ``gbv`` through it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from otlp.errors import InputError
+from otlp.verifiers.base import Verifier
+from otlp.verifiers.greedy import GreedyOptimal
+from otlp.verifiers.importance import ImportanceSampling, WeightedImportanceSampling
+from otlp.verifiers.kseq import KSeq
+from otlp.verifiers.optimal import Optimal
+from otlp.verifiers.rrs import RecursiveRejection, RecursiveRejectionWithoutReplacement
+from otlp.verifiers.spechub import SpecHubVerifier
+from otlp.verifiers.sps import SingleDraft
+
+_FACTORIES: dict[str, Callable[..., object]] = {
+    "sps": SingleDraft,
+    "rrs": RecursiveRejection,
+    "rrs_wor": RecursiveRejectionWithoutReplacement,
+    "kseq": KSeq,
+    "spechub": SpecHubVerifier,
+    "is": ImportanceSampling,
+    "weighted_is": WeightedImportanceSampling,
+    "greedy": GreedyOptimal,
+    "optimal": Optimal,
+}
+
+#: Registered rule names, in table order (a list, extended in place by :func:`register`).
+NAMES: list[str] = list(_FACTORIES)
+
+
+def register(name: str, factory: Callable[..., object]) -> None:
+    """Add a verification rule under ``name`` (hook for ``"bv"`` / ``"gbv"``); ``factory(**options)`` builds it."""
+    if name in _FACTORIES:
+        raise InputError(f"a verifier named {name!r} is already registered")
+    _FACTORIES[name] = factory
+    NAMES.append(name)
+
+
+def get(name: str, **options: object) -> Verifier:
+    """The verifier registered as ``name`` (options, e.g. ``s`` for ``"is"``, go to its constructor)."""
+    if name not in _FACTORIES:
+        raise InputError(f"unknown verifier {name!r}; expected one of {', '.join(NAMES)}")
+    return _FACTORIES[name](**options)
+
+
+def certify(name: str, p: object, draft: object, **kwargs: object):  # noqa: ANN201
+    """See :func:`otlp.verifiers.certify.certify`."""
+    from otlp.verifiers.certify import certify as _certify
+
+    return _certify(name, p, draft, **kwargs)
+
+
+__all__ = ["NAMES", "Verifier", "certify", "get", "register"]

@@ -1,0 +1,233 @@
+"""The verifier interface and the small tensor helpers every rule shares.
+
+Terms (used in every verifier module):
+
+- **drafts** ``[B, n]`` int64: the drafted tuple omega for each of B sequences, drawn from the verifier's draft scheme.
+- **output token** ``[B]``: the verified token, distributed exactly as the target p.
+- **accepted index** ``[B]``: the position of the draft the rule itself accepted, or -1 when the rule rejected every
+  draft and drew the output from its residual. A residual sample may still equal a draft token; that event counts
+  towards :meth:`Verifier.acceptance` (the OTLP objective) but not towards :meth:`Verifier.verifier_acceptance`.
+
+Each rule is written twice, on purpose: a batched torch sampler (the production path, CPU or CUDA) and an exact numpy
+float64 function ``conditional(p, draft, omegas)`` giving pi(. | omega), the law of the output token for each drafted
+tuple after integrating out the rule's own coins. ``otlp.verifiers.exact`` turns the second into the induced coupling,
+the output law and the exact acceptances; the tests check that the first reproduces the second.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otlp.distributions import check_distribution
+from otlp.drafts import DraftScheme, as_draft
+from otlp.errors import InputError
+
+
+class Verifier:
+    """Base class of the verification rules. Subclasses set ``name``, ``scheme`` and implement ``make_draft``,
+    ``sample`` and ``conditional``; they override ``acceptance`` / ``verifier_acceptance`` with closed forms where the
+    papers give one (the tests compare those with enumeration).
+    """
+
+    name: str = "verifier"
+    #: The draft scheme the rule expects (``DraftScheme.name`` of ``make_draft``'s result).
+    scheme: str = "iid"
+    #: Other draft-scheme names the rule is exact for.
+    compatible_schemes: tuple[str, ...] = ()
+    #: Whether ``sample`` takes a per-draft ``q: [B, n, V]`` (otherwise ``[B, V]``).
+    per_draft_q: bool = False
+    #: The number of drafts the rule is defined for, when fixed (SpecHub: 2).
+    fixed_n: int | None = None
+
+    # -- to implement ---------------------------------------------------------------------------------------------
+    def make_draft(self, q: object, n: int) -> DraftScheme:
+        """The draft scheme this rule verifies, built from the draft distribution q (``[V]`` or ``[n, V]``)."""
+        raise NotImplementedError
+
+    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001 - torch tensors
+        """Verify a batch: ``p [B, V]``, ``q [B, V]`` (or ``[B, n, V]``), ``drafts [B, n]`` -> ``(tokens [B],
+        accepted_index [B])``."""
+        raise NotImplementedError
+
+    def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact pi(. | omega) for ``omegas [M, n]``: ``(law float64 [M, V], rule_accepts float64 [M])`` where
+        ``rule_accepts[m]`` is P(the rule accepts one of the drafts | omega_m)."""
+        raise NotImplementedError
+
+    # -- exact quantities (enumeration by default) -------------------------------------------------------------------
+    def acceptance(self, p: object, draft: DraftScheme) -> float:
+        """P(output token in set(omega)), the OTLP objective; comparable with alpha*."""
+        from otlp.verifiers.exact import acceptance
+
+        return acceptance(self, p, draft)
+
+    def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
+        """P(the rule itself accepts a draft); never above :meth:`acceptance`."""
+        from otlp.verifiers.exact import verifier_acceptance
+
+        return verifier_acceptance(self, p, draft)
+
+    def output_law(self, p: object, draft: DraftScheme) -> np.ndarray:
+        """The exact law of the output token, ``float64 [V]`` (by enumeration of the draft support)."""
+        from otlp.verifiers.exact import output_law
+
+        return output_law(self, p, draft)
+
+    # -- shared checks ------------------------------------------------------------------------------------------------
+    def check_draft(self, p: object, draft: DraftScheme) -> tuple[np.ndarray, DraftScheme]:
+        """Validate ``p`` against ``draft`` and that ``draft`` is a scheme this rule is exact for."""
+        draft = as_draft(draft)
+        allowed = (self.scheme, *self.compatible_schemes)
+        if draft.name not in allowed:
+            raise InputError(
+                f"verifier {self.name!r} expects a {self.scheme!r} draft scheme (build it with "
+                f"otlp.verifiers.get({self.name!r}).make_draft(q, n)), got {type(draft).__name__}"
+            )
+        if self.fixed_n is not None and draft.n != self.fixed_n:
+            raise InputError(f"verifier {self.name!r} is defined for n = {self.fixed_n} drafts, got n = {draft.n}")
+        return check_distribution(p, "p", size=draft.V), draft
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, scheme={self.scheme!r})"
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# torch helpers (no .item(), no Python loop over the batch)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def check_tensors(p, q, drafts, *, per_draft_q: bool = False, fixed_n: int | None = None):  # noqa: ANN001, ANN201
+    """Shape/dtype checks at the boundary (none inside the hot path). Returns ``(B, n, V)``."""
+    import torch
+
+    for name, t in (("p", p), ("q", q), ("drafts", drafts)):
+        if not isinstance(t, torch.Tensor):
+            raise InputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if p.ndim != 2:
+        raise InputError(f"p must have shape [B, V], got {tuple(p.shape)}")
+    B, V = p.shape
+    if drafts.ndim != 2 or drafts.shape[0] != B:
+        raise InputError(f"drafts must have shape [B, n] with B = {B}, got {tuple(drafts.shape)}")
+    if drafts.dtype not in (torch.int64, torch.int32):
+        raise InputError(f"drafts must be an integer tensor (int64), got {drafts.dtype}")
+    n = drafts.shape[1]
+    if n < 1:
+        raise InputError("drafts must hold at least one draft per row (n >= 1)")
+    if fixed_n is not None and n != fixed_n:
+        raise InputError(f"this verifier is defined for n = {fixed_n} drafts, got drafts of shape "
+                         f"{tuple(drafts.shape)}")
+    want = (B, n, V) if per_draft_q else (B, V)
+    if per_draft_q and q.ndim == 2 and tuple(q.shape) == (B, V):
+        pass  # one q shared by every draft: broadcast by the caller's helper
+    elif tuple(q.shape) != want:
+        raise InputError(f"q must have shape {list(want)}, got {tuple(q.shape)}")
+    if not p.is_floating_point() or not q.is_floating_point():
+        raise InputError(f"p and q must be floating point tensors, got {p.dtype} and {q.dtype}")
+    if p.device != q.device or p.device != drafts.device:
+        raise InputError(f"p, q and drafts must be on one device, got {p.device}, {q.device}, {drafts.device}")
+    return B, n, V
+
+
+def gather(x, tokens):  # noqa: ANN001, ANN201
+    """``x [B, V]`` at ``tokens [B]`` -> ``[B]``."""
+    return x.gather(1, tokens.long().unsqueeze(1)).squeeze(1)
+
+
+def normalize_or(weights, fallback):  # noqa: ANN001, ANN201
+    """Rows of ``weights [B, V]`` divided by their sums; rows with no mass are replaced by ``fallback [B, V]``.
+
+    An empty residual only occurs on a branch of probability zero (e.g. p = q), so the fallback never changes the
+    output law; it keeps the sampler free of NaN.
+    """
+    import torch
+
+    total = weights.sum(dim=1, keepdim=True)  # [B, 1]
+    ok = total > 0
+    return torch.where(ok, weights / torch.where(ok, total, torch.ones_like(total)), fallback)
+
+
+def sample_categorical(weights, generator=None):  # noqa: ANN001, ANN201
+    """One token per row from unnormalised ``weights [B, V] >= 0`` by inverse CDF (one uniform per row).
+
+    ``searchsorted(..., right=True)`` returns the first index whose cumulative mass exceeds u * total, which always has
+    positive weight; a uniform rounded up to the total is clamped to the last positive token. Rows with no mass
+    return token 0 (callers only use such rows on probability-zero branches).
+    """
+    import torch
+
+    B, V = weights.shape
+    cdf = torch.cumsum(weights, dim=1)  # [B, V]
+    u = torch.rand((B, 1), generator=generator, device=weights.device, dtype=weights.dtype)
+    idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)  # [B]
+    positive = weights > 0
+    last_positive = (V - 1) - torch.argmax(positive.flip(1).to(torch.int8), dim=1)  # [B]
+    return torch.minimum(idx, last_positive)
+
+
+def first_accepted(accept):  # noqa: ANN001, ANN201
+    """``accept [B, n]`` bool -> ``(any [B], first index [B] or -1)``."""
+    import torch
+
+    n = accept.shape[1]
+    positions = torch.arange(n, device=accept.device).expand_as(accept)
+    first = torch.where(accept, positions, torch.full_like(positions, n)).min(dim=1).values  # [B]
+    anyacc = first < n
+    return anyacc, torch.where(anyacc, first, torch.full_like(first, -1))
+
+
+def finish(drafts, accept, residual_tokens):  # noqa: ANN001, ANN201
+    """Output of a sequential rule: the first accepted draft, else the residual sample. Returns ``(tokens, index)``."""
+    import torch
+
+    anyacc, index = first_accepted(accept)
+    chosen = drafts.gather(1, index.clamp(min=0).unsqueeze(1)).squeeze(1)
+    return torch.where(anyacc, chosen, residual_tokens).long(), index.long()
+
+
+def coins(B: int, n: int, like, generator=None):  # noqa: ANN001, ANN201
+    """Uniform acceptance coins ``[B, n]`` in ``like``'s dtype and device."""
+    import torch
+
+    return torch.rand((B, n), generator=generator, device=like.device, dtype=like.dtype)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# numpy helpers for the exact conditional laws
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def np_normalize_or(weights: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """numpy twin of :func:`normalize_or` for ``[..., V]``."""
+    total = weights.sum(axis=-1, keepdims=True)
+    ok = total > 0
+    return np.where(ok, weights / np.where(ok, total, 1.0), fallback)
+
+
+def accept_probability(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """P(u * den < num) for u ~ U(0, 1): ``min(1, num/den)`` with den = 0 giving 1 if num > 0 else 0.
+
+    This is exactly the test ``u * den < num`` the torch samplers use (no division on the hot path).
+    """
+    num = np.asarray(num, dtype=np.float64)
+    den = np.asarray(den, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, 1.0, 0.0))
+    return np.clip(ratio, 0.0, 1.0)
+
+
+def sequential_law(omegas: np.ndarray, accept: np.ndarray, residual: np.ndarray, V: int) -> tuple[np.ndarray,
+                                                                                                   np.ndarray]:
+    """pi(. | omega) of a rule that tests the drafts in order and stops at the first acceptance.
+
+    ``accept [M, n]``: P(draft k accepted | reached k); ``residual [M, V]`` or ``[V]``: the law after all rejections.
+    Returns ``(law [M, V], rule_accepts [M])``.
+    """
+    M, n = omegas.shape
+    law = np.zeros((M, V))
+    reach = np.ones(M)
+    rows = np.arange(M)
+    for k in range(n):
+        np.add.at(law, (rows, omegas[:, k]), reach * accept[:, k])
+        reach = reach * (1.0 - accept[:, k])
+    law += reach[:, None] * np.broadcast_to(residual, (M, V))
+    return law, 1.0 - reach

@@ -1,0 +1,95 @@
+"""The optimal transport for the greedy draft scheme (hu2025towards; GR App. O): omega = (T, x) with T the top n-1
+tokens of q (fixed) and x ~ w on the rest, w(x) = q(x) / q(V minus T).
+
+Every tuple contains T, so the OTLP decouples (derived; matches ``otlp.subsets.min_psi`` for Greedy):
+    accept x with probability min(1, p(x) / w(x))                     (single-draft SD of x against p on V minus T)
+    else, with leftover L = sum_{x not in T} (w(x) - p(x))^+, output t in T w.p. min(1, p(T)/L) p(t)/p(T)
+    else y ~ norm((p - w)^+ on V minus T).
+Since sum_{x not in T} (p - w)^+ = L - p(T) >= 0, every t in T is served in full, the residual lives where x is
+always accepted (acceptance == verifier acceptance), and
+    acceptance = p(T) + sum_{x not in T} min(p(x), w(x)) = 1 + min_H psi(H) = alpha*  for the greedy scheme.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otlp.drafts import DraftScheme, Greedy
+from otlp.verifiers.base import (
+    Verifier,
+    accept_probability,
+    check_tensors,
+    coins,
+    gather,
+    normalize_or,
+    np_normalize_or,
+    sample_categorical,
+)
+
+
+class GreedyOptimal(Verifier):
+    """Optimal verification of the greedy draft scheme (top n-1 of q, last draft sampled from the rest)."""
+
+    name = "greedy"
+    scheme = "greedy"
+
+    def make_draft(self, q: object, n: int) -> DraftScheme:
+        return Greedy(q, n)
+
+    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+        import torch
+
+        B, n, V = check_tensors(p, q, drafts)
+        top = drafts[:, : n - 1]  # [B, n-1] the deterministic part of omega
+        x = drafts[:, n - 1]  # [B]
+        in_top = torch.zeros((B, V), dtype=torch.bool, device=p.device).scatter(1, top, True)  # [B, V]
+        zero = torch.zeros_like(p)
+        rest = torch.where(in_top, zero, q)
+        rest_mass = rest.sum(dim=1, keepdim=True)
+        w = rest / torch.where(rest_mass > 0, rest_mass, torch.ones_like(rest_mass))  # [B, V]
+        p_top = torch.where(in_top, p, zero).sum(dim=1)  # [B]
+        leftover = torch.relu(w - torch.where(in_top, zero, p)).sum(dim=1)  # [B]
+        u = coins(B, 2, p, generator)
+        take_x = u[:, 0] * gather(w, x) < gather(p, x)
+        take_top = ~take_x & (u[:, 1] * leftover < p_top)
+        residual = sample_categorical(normalize_or(torch.where(in_top, zero, torch.relu(p - w)), p), generator)
+        tokens = torch.where(take_x, x, residual)
+        index = torch.where(take_x, torch.full_like(x, n - 1), torch.full_like(x, -1))
+        if n > 1:
+            k = sample_categorical(p.gather(1, top), generator)  # [B] position in T, chosen with prob p(t)/p(T)
+            tokens = torch.where(take_top, top.gather(1, k.unsqueeze(1)).squeeze(1), tokens)
+            index = torch.where(take_top, k, index)
+        return tokens.long(), index.long()
+
+    def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        M, n = omegas.shape
+        V = p.size
+        in_top = np.zeros(V, dtype=bool)
+        in_top[draft.top] = True
+        w = np.where(in_top, 0.0, draft.q) / draft._rest_mass
+        p_top = float(p[in_top].sum())
+        leftover = float(np.maximum(w - p, 0.0)[~in_top].sum())
+        x = omegas[:, n - 1]
+        a = accept_probability(p[x], w[x])  # [M]
+        h = float(accept_probability(p_top, leftover))
+        law = np.zeros((M, V))
+        np.add.at(law, (np.arange(M), x), a)
+        if p_top > 0:
+            law += ((1.0 - a) * h)[:, None] * np.where(in_top, p, 0.0)[None, :] / p_top
+        else:
+            h = 0.0
+        rejected = (1.0 - a) * (1.0 - h)
+        law += rejected[:, None] * np_normalize_or(np.where(in_top, 0.0, np.maximum(p - w, 0.0)), p)[None, :]
+        return law, 1.0 - rejected
+
+    def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
+        """p(T) + sum_{x not in T} min(p(x), w(x)), capped by the hub term min(L, p(T))."""
+        p, draft = self.check_draft(p, draft)
+        in_top = np.zeros(p.size, dtype=bool)
+        in_top[draft.top] = True
+        w = np.where(in_top, 0.0, draft.q) / draft._rest_mass
+        leftover = float(np.maximum(w - p, 0.0)[~in_top].sum())
+        return float(np.minimum(p, w)[~in_top].sum() + min(leftover, float(p[in_top].sum())))
+
+    def acceptance(self, p: object, draft: DraftScheme) -> float:
+        return self.verifier_acceptance(p, draft)

@@ -1,0 +1,62 @@
+"""The optimal verification rule, plugged into the verifier interface from ``otlp.optimal`` (GR; exact-OT design
+note): pi(. | omega) reaches alpha* = 1 + min_H psi(H) for its draft scheme.
+
+i.i.d. drafts take ``otlp.optimal``'s block route (``solve_batch`` for a batch); any other enumerable scheme takes its
+relaxed-LP route (small V) for the exact quantities. The torch sampler solves the batch on the host (numpy), then
+draws the slot / residual with the torch generator on the tensors' device.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otlp.drafts import IID, DraftScheme
+from otlp.verifiers.base import Verifier, check_tensors, sample_categorical
+
+
+class Optimal(Verifier):
+    """The optimal transport (acceptance alpha*)."""
+
+    name = "optimal"
+    scheme = "iid"
+    compatible_schemes = ("independent", "without_replacement", "greedy", "spechub", "joint")
+
+    def make_draft(self, q: object, n: int) -> DraftScheme:
+        return IID(q, n)
+
+    def transport(self, p: object, draft: DraftScheme):  # noqa: ANN201
+        """``otlp.optimal.OptimalTransport(p, draft)`` after the verifier's input checks."""
+        from otlp.optimal import OptimalTransport
+
+        p, draft = self.check_draft(p, draft)
+        return OptimalTransport(p, draft)
+
+    def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ot = self.transport(p, draft)
+        _, reject = ot.rule(omegas)
+        return ot.slices(omegas), 1.0 - reject
+
+    def acceptance(self, p: object, draft: DraftScheme) -> float:
+        """The rule's accepted mass sum_i R_i; the residual lives outside H*, never on a draft of an inner tuple."""
+        return float(self.transport(p, draft).acceptance())
+
+    def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
+        return self.acceptance(p, draft)
+
+    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+        import torch
+
+        from otlp.optimal import solve_batch
+
+        B, n, V = check_tensors(p, q, drafts)
+        batch = solve_batch(p.double().cpu().numpy(), q.double().cpu().numpy(), n)  # host solve, one per row
+        accept_np, reject_np = batch.rule(drafts.cpu().numpy())
+        slots = torch.as_tensor(np.concatenate([accept_np, reject_np[:, None]], axis=1), dtype=p.dtype,
+                                device=p.device)  # [B, n + 1]
+        residual = torch.as_tensor(batch.residual, dtype=p.dtype, device=p.device)  # [B, V]
+        slot = sample_categorical(slots, generator)  # [B]; n means "reject"
+        drawn = sample_categorical(torch.where(residual.sum(1, keepdim=True) > 0, residual, p), generator)
+        accepted = slot < n
+        chosen = drafts.gather(1, slot.clamp(max=n - 1).unsqueeze(1)).squeeze(1)
+        tokens = torch.where(accepted, chosen, drawn)
+        return tokens.long(), torch.where(accepted, slot, torch.full_like(slot, -1)).long()

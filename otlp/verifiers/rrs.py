@@ -1,0 +1,121 @@
+"""Recursive rejection sampling, with and without replacement (SpecInfer / MCSD; SpecHub Alg. 1, note §3.1).
+
+    p_cur = p; q_cur = q
+    for i = 1..n:
+        accept x_i with probability min(1, p_cur(x_i) / q_cur(x_i))
+        p_cur = norm(max(p_cur - q_cur, 0))                 # with the CURRENT q_cur
+        without replacement: q_cur(x_i) = 0; q_cur = norm(q_cur)
+    return y ~ p_cur
+
+Each step is exact rejection sampling because x_i ~ q_cur given that step i is reached. A rejected x_i has
+p_cur(x_i) = 0 from then on, so a residual sample never equals a rejected draft: acceptance == verifier acceptance.
+Closed form with replacement (SpecHub note §4, derived): A(c) = sum_x min(p(x), c q(x)), c_0 = 0,
+c_i = c_{i-1} + 1 - A(c_{i-1}); acceptance = A(c_n); for n = 2 it is sum_x min(p(x), (2 - alpha) q(x)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otlp.drafts import IID, DraftScheme, WithoutReplacement
+from otlp.verifiers.base import (
+    Verifier,
+    accept_probability,
+    check_tensors,
+    coins,
+    finish,
+    gather,
+    normalize_or,
+    np_normalize_or,
+    sample_categorical,
+    sequential_law,
+)
+
+
+class RecursiveRejection(Verifier):
+    """RRS with replacement (i.i.d. drafts): the residual chain p_0 = p, p_i = norm((p_{i-1} - q)^+) does not
+    depend on the drafts."""
+
+    name = "rrs"
+    scheme = "iid"
+
+    def make_draft(self, q: object, n: int) -> DraftScheme:
+        return IID(q, n)
+
+    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+        import torch
+
+        B, n, V = check_tensors(p, q, drafts)
+        u = coins(B, n, p, generator)  # [B, n]
+        accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
+        p_cur = p  # [B, V]
+        for k in range(n):  # loop over draft positions, not over the batch
+            x = drafts[:, k]
+            accept[:, k] = u[:, k] * gather(q, x) < gather(p_cur, x)
+            p_cur = normalize_or(torch.relu(p_cur - q), p_cur)
+        return finish(drafts, accept, sample_categorical(p_cur, generator))
+
+    def residual_chain(self, p: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
+        """``[n + 1, V]``: p_0 = p, p_i = norm((p_{i-1} - q)^+) (kept as p_{i-1} when empty: never reached)."""
+        chain = [p]
+        for _ in range(n):
+            chain.append(np_normalize_or(np.maximum(chain[-1] - q, 0.0), chain[-1]))
+        return np.stack(chain)
+
+    def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        q = draft.q
+        chain = self.residual_chain(p, q, draft.n)  # [n + 1, V]
+        accept = accept_probability(chain[np.arange(draft.n)[None, :], omegas], q[omegas])  # [M, n]
+        return sequential_law(omegas, accept, chain[-1], p.size)
+
+    def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
+        p, draft = self.check_draft(p, draft)
+        c = 0.0
+        for _ in range(draft.n):
+            c = c + 1.0 - float(np.minimum(p, c * draft.q).sum())
+        return float(np.minimum(p, c * draft.q).sum())
+
+    def acceptance(self, p: object, draft: DraftScheme) -> float:
+        return self.verifier_acceptance(p, draft)  # residual never equals a rejected draft (module docstring)
+
+
+class RecursiveRejectionWithoutReplacement(Verifier):
+    """RRS without replacement: drafts drawn by successive sampling, q_cur loses each rejected token."""
+
+    name = "rrs_wor"
+    scheme = "without_replacement"
+
+    def make_draft(self, q: object, n: int) -> DraftScheme:
+        return WithoutReplacement(q, n)
+
+    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+        import torch
+
+        B, n, V = check_tensors(p, q, drafts)
+        u = coins(B, n, p, generator)  # [B, n]
+        accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
+        p_cur, q_cur = p, q  # [B, V]
+        for k in range(n):
+            x = drafts[:, k]
+            accept[:, k] = u[:, k] * gather(q_cur, x) < gather(p_cur, x)
+            p_cur = normalize_or(torch.relu(p_cur - q_cur), p_cur)  # residual uses q_cur before removal
+            q_cur = q_cur.scatter(1, x.unsqueeze(1), 0.0)
+            q_cur = normalize_or(q_cur, q_cur)
+        return finish(drafts, accept, sample_categorical(p_cur, generator))
+
+    def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        M, n = omegas.shape
+        rows = np.arange(M)
+        p_cur = np.broadcast_to(p, (M, p.size)).copy()
+        q_cur = np.broadcast_to(draft.q, (M, p.size)).copy()
+        accept = np.zeros((M, n))
+        for k in range(n):
+            x = omegas[:, k]
+            accept[:, k] = accept_probability(p_cur[rows, x], q_cur[rows, x])
+            p_cur = np_normalize_or(np.maximum(p_cur - q_cur, 0.0), p_cur)
+            q_cur[rows, x] = 0.0
+            q_cur = np_normalize_or(q_cur, q_cur)
+        return sequential_law(omegas, accept, p_cur, p.size)
+
+    def acceptance(self, p: object, draft: DraftScheme) -> float:
+        return self.verifier_acceptance(p, draft)  # residual never equals a rejected draft (module docstring)

@@ -1,0 +1,119 @@
+"""SpecHub verification for n = 2 (SpecHub paper Alg. 2/3), the CORRECTED rule of SpecHub note §3.3.
+
+Hub a = argmax q (lowest id on ties), Z = sum_{x != a} q(x) (summed, not 1 - q(a): note pitfall 2),
+row(x) = Q(a, x) = q(a) q(x) / Z, column Q(x, a) = q(x). For x != a:
+    p1(x) = (p(x) - q(x))^+,  L1(x) = (q(x) - p(x))^+,  p1(a) = p(a), L1(a) = 0          (GetResidual #1)
+    p2(x) = (p1(x) - row(x))^+, L2(x) = (row(x) - p1(x))^+, p2(a) = L2(a) = 0            (GetResidual #2)
+    S1 = sum L1, S2 = sum L2, pa_rem = (p(a) - S2)^+   -- ALWAYS computed: the paper's Alg. 3 computes it only
+                                                          when x1 = a, which over-generates a (note §3.3).
+Pair (x, a): accept x with prob min(1, p(x)/q(x)); else accept a with prob min(1, pa_rem / S1); else residual.
+Pair (a, x): accept x with prob min(1, p1(x)/row(x)); else accept a with prob min(1, p(a) / S2); else residual.
+Residual: norm(p2), p2(x) = (p(x) - q(x)/Z)^+ for x != a, p2(a) = 0.
+Closed form (note §2.4, derived): alpha_SH = p(a) + sum_{x != a} min(p(x), q(x) / Z); the residual lives where both
+tests accept with probability 1, so acceptance == verifier acceptance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otlp.drafts import DraftScheme, SpecHub
+from otlp.verifiers.base import (
+    Verifier,
+    accept_probability,
+    check_tensors,
+    coins,
+    gather,
+    normalize_or,
+    np_normalize_or,
+    sample_categorical,
+)
+
+
+def hub_parts_numpy(p: np.ndarray, q: np.ndarray) -> dict[str, np.ndarray | float | int]:
+    """The quantities of the corrected rule for one (p, q)."""
+    a = int(np.argmax(q))
+    others = np.arange(q.size) != a
+    z = float(q[others].sum())
+    row = np.where(others, q[a] * q / z, 0.0)
+    p1 = np.where(others, np.maximum(p - q, 0.0), p)
+    l1 = np.where(others, np.maximum(q - p, 0.0), 0.0)
+    p2 = np.where(others, np.maximum(p1 - row, 0.0), 0.0)
+    l2 = np.where(others, np.maximum(row - p1, 0.0), 0.0)
+    s2 = float(l2.sum())
+    return {"a": a, "z": z, "row": row, "p1": p1, "p2": p2, "s1": float(l1.sum()), "s2": s2,
+            "pa_rem": max(float(p[a]) - s2, 0.0)}
+
+
+class SpecHubVerifier(Verifier):
+    """The unbiased SpecHub rule (n = 2, hub draft scheme)."""
+
+    name = "spechub"
+    scheme = "spechub"
+    fixed_n = 2
+
+    def make_draft(self, q: object, n: int = 2) -> DraftScheme:
+        return SpecHub(q, n)
+
+    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+        import torch
+
+        B, n, V = check_tensors(p, q, drafts, fixed_n=2)
+        a = torch.argmax(q, dim=1)  # [B], first maximum = lowest id
+        others = torch.arange(V, device=p.device).unsqueeze(0) != a.unsqueeze(1)  # [B, V]
+        zero = torch.zeros_like(p)
+        z = torch.where(others, q, zero).sum(dim=1, keepdim=True)  # [B, 1]
+        qa = gather(q, a).unsqueeze(1)
+        row = torch.where(others, qa * q / torch.where(z > 0, z, torch.ones_like(z)), zero)  # Q(a, x)
+        p1 = torch.where(others, torch.relu(p - q), p)
+        s1 = torch.where(others, torch.relu(q - p), zero).sum(dim=1)  # [B]
+        p2 = torch.where(others, torch.relu(p1 - row), zero)
+        s2 = torch.where(others, torch.relu(row - p1), zero).sum(dim=1)
+        pa = gather(p, a)
+        pa_rem = torch.relu(pa - s2)
+
+        x1, x2 = drafts[:, 0], drafts[:, 1]
+        column_pair = (x2 == a) & (x1 != a)  # (x, a)
+        row_pair = (x1 == a) & (x2 != a)  # (a, x)
+        u = coins(B, 2, p, generator)  # [B, 2]: the draft test, then the hub test
+        take_x1 = column_pair & (u[:, 0] * gather(q, x1) < gather(p, x1))
+        take_x2 = row_pair & (u[:, 0] * gather(row, x2) < gather(p1, x2))  # non-hub x2 is tested first
+        hub_first = row_pair & ~take_x2 & (u[:, 1] * s2 < pa)
+        hub_second = column_pair & ~take_x1 & (u[:, 1] * s1 < pa_rem)
+        first = take_x1 | hub_first
+        second = take_x2 | hub_second
+        residual = sample_categorical(normalize_or(p2, p), generator)
+        tokens = torch.where(first, x1, torch.where(second, x2, residual))
+        index = torch.where(first, torch.zeros_like(x1), torch.where(second, torch.ones_like(x1),
+                                                                      torch.full_like(x1, -1)))
+        return tokens.long(), index.long()
+
+    def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        h = hub_parts_numpy(p, draft.q)
+        a, q = h["a"], draft.q
+        M, V = omegas.shape[0], p.size
+        rows = np.arange(M)
+        x1, x2 = omegas[:, 0], omegas[:, 1]
+        column_pair = (x2 == a) & (x1 != a)
+        row_pair = (x1 == a) & (x2 != a)
+        draft_test = np.where(column_pair, accept_probability(p[x1], q[x1]),
+                              np.where(row_pair, accept_probability(h["p1"][x2], h["row"][x2]), 0.0))
+        hub_test = np.where(column_pair, accept_probability(h["pa_rem"], h["s1"]),
+                            np.where(row_pair, accept_probability(p[a], h["s2"]), 0.0))
+        non_hub = np.where(column_pair, x1, x2)
+        law = np.zeros((M, V))
+        np.add.at(law, (rows, non_hub), draft_test)
+        law[:, a] += (1.0 - draft_test) * hub_test
+        rejected = (1.0 - draft_test) * (1.0 - hub_test)
+        law += rejected[:, None] * np_normalize_or(h["p2"], p)[None, :]
+        return law, 1.0 - rejected
+
+    def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
+        """alpha_SH = p(a) + sum_{x != a} min(p(x), q(x) / Z)."""
+        p, draft = self.check_draft(p, draft)
+        h = hub_parts_numpy(p, draft.q)
+        others = np.arange(p.size) != h["a"]
+        return float(p[h["a"]] + np.minimum(p, draft.q / h["z"])[others].sum())
+
+    def acceptance(self, p: object, draft: DraftScheme) -> float:
+        return self.verifier_acceptance(p, draft)

@@ -1,0 +1,66 @@
+"""Single-draft speculative sampling (Leviathan et al. 2023; Chen et al. 2023; SpecHub note §3.0).
+
+Draft x ~ q; accept with probability min(1, p(x)/q(x)); otherwise emit y ~ norm(max(p - q, 0)).
+Acceptance = sum_x min(p(x), q(x)) = 1 - TV(p, q). Given n i.i.d. drafts the rule looks at the first one only; a
+residual sample equal to one of the other drafts still counts towards the membership acceptance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otlp.drafts import IID, DraftScheme
+from otlp.verifiers.base import (
+    Verifier,
+    accept_probability,
+    check_tensors,
+    coins,
+    finish,
+    gather,
+    normalize_or,
+    np_normalize_or,
+    sample_categorical,
+    sequential_law,
+)
+
+
+class SingleDraft(Verifier):
+    """Single-draft speculative sampling on the first draft of an i.i.d. tuple."""
+
+    name = "sps"
+    scheme = "iid"
+
+    def make_draft(self, q: object, n: int = 1) -> DraftScheme:
+        return IID(q, n)
+
+    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+        import torch
+
+        B, n, V = check_tensors(p, q, drafts)
+        x = drafts[:, 0]  # [B]
+        u = coins(B, 1, p, generator)  # [B, 1]
+        accept = u * gather(q, x).unsqueeze(1) < gather(p, x).unsqueeze(1)  # [B, 1]
+        residual = normalize_or(torch.relu(p - q), p)  # [B, V]
+        return finish(drafts[:, :1], accept, sample_categorical(residual, generator))
+
+    def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        q = draft.q
+        x = omegas[:, :1]
+        accept = accept_probability(p[x], q[x])  # [M, 1]
+        residual = np_normalize_or(np.maximum(p - q, 0.0), p)
+        return sequential_law(x, accept, residual, p.size)
+
+    def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
+        p, draft = self.check_draft(p, draft)
+        return float(np.minimum(p, draft.q).sum())
+
+    def acceptance(self, p: object, draft: DraftScheme) -> float:
+        """alpha + sum_y r(y) P(first draft rejected, y among the other n-1 drafts) (closed form, derived):
+        the residual r = norm((p - q)^+) lives where p > q, where the first draft is never rejected, so
+        P(first rejected, y in drafts 2..n) = (1 - alpha) (1 - (1 - q(y))^(n-1))."""
+        p, draft = self.check_draft(p, draft)
+        q = draft.q
+        alpha = float(np.minimum(p, q).sum())
+        residual = np_normalize_or(np.maximum(p - q, 0.0), p)
+        others = -np.expm1((draft.n - 1) * np.log1p(-np.minimum(q, 1.0))) if draft.n > 1 else np.zeros_like(q)
+        return alpha + (1.0 - alpha) * float(residual @ others)

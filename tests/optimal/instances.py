@@ -1,0 +1,101 @@
+"""Seeded instance families for the exact-OT tests (design note §5): each returns (p, q) over V tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    x = np.maximum(x, 0.0)
+    if x.sum() <= 0:
+        x = np.ones_like(x)
+    return x / x.sum()
+
+
+def dirichlet(rng, V):
+    a = rng.choice([0.1, 1.0, 5.0])
+    return rng.dirichlet(np.full(V, a)), rng.dirichlet(np.full(V, rng.choice([0.1, 1.0, 5.0])))
+
+
+def heavy(rng, V):
+    """Heavy-tailed logits: p = softmax(2 t_3), q = softmax(same + N(0, 1)) (the benchmark generator)."""
+    z = 2.0 * rng.standard_t(3, V)
+    y = z + rng.normal(size=V)
+    return _normalise(np.exp(z - z.max())), _normalise(np.exp(y - y.max()))
+
+
+def zeros(rng, V):
+    p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))
+    p[rng.random(V) < 0.3] = 0.0
+    q[rng.random(V) < 0.3] = 0.0
+    return _normalise(p), _normalise(q)
+
+
+def rational_ties(rng, V):
+    """Small-integer masses: exact ties in q/p and in psi."""
+    p = rng.integers(0, 4, V).astype(float)
+    q = rng.integers(0, 4, V).astype(float)
+    p[0] += 1
+    q[-1] += 1
+    return _normalise(p), _normalise(q)
+
+
+def identical_tokens(rng, V):
+    """Repeated (p_i, q_i) pairs: ties inside one block."""
+    p = np.repeat(rng.dirichlet(np.ones(2)), V)[:V]
+    q = np.repeat(rng.dirichlet(np.ones(3)), V)[:V]
+    return _normalise(p), _normalise(q)
+
+
+def p_equals_q(rng, V):
+    p = rng.dirichlet(np.ones(V))
+    return p, p.copy()
+
+
+def point_mass_p(rng, V):
+    p = np.zeros(V)
+    p[rng.integers(V)] = 1.0
+    return p, rng.dirichlet(np.ones(V))
+
+
+def point_mass_q(rng, V):
+    q = np.zeros(V)
+    q[rng.integers(V)] = 1.0
+    return rng.dirichlet(np.full(V, 0.5)), q
+
+
+def skewed_q(rng, V):
+    """q_max ~ 0.9998 and the rest 1e-8..1e-4 (the Newton step-cap case of the design note §4)."""
+    q = 10.0 ** rng.uniform(-8, -4, V)
+    q[rng.integers(V)] = 1.0
+    return rng.dirichlet(np.ones(V)), _normalise(q)
+
+
+def uniform_q(rng, V):
+    return rng.dirichlet(np.ones(V)), np.full(V, 1.0 / V)
+
+
+def near_ties(rng, V, n=2):
+    """psi with near-ties: p built from q so that consecutive prefix values of psi differ by ~1e-13."""
+    q = rng.dirichlet(np.ones(V))
+    Q = np.cumsum(q)
+    target = -rng.uniform(0.0, 0.05) + rng.choice([0.0, 1e-13, -1e-13, 1e-15], size=V)
+    target[-1] = 0.0
+    P = np.clip(Q**n + target, 0.0, 1.0)
+    p = np.diff(np.concatenate([[0.0], np.maximum.accumulate(P)]))
+    return _normalise(p), q
+
+
+FAMILIES = {
+    "dirichlet": dirichlet,
+    "heavy": heavy,
+    "zeros": zeros,
+    "rational_ties": rational_ties,
+    "identical_tokens": identical_tokens,
+    "p_equals_q": p_equals_q,
+    "point_mass_p": point_mass_p,
+    "point_mass_q": point_mass_q,
+    "skewed_q": skewed_q,
+    "uniform_q": uniform_q,
+    "near_ties": near_ties,
+}

@@ -1,0 +1,139 @@
+"""otlp.optimal against independent routes: the relaxed LP (HiGHS), the two Newton evaluators, the CG and the
+dense solves, the batched path, and the LP route for non-i.i.d. drafts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import otlp
+import otlp.optimal.newton as newton_module
+from otlp.optimal import OptimalTransport, solve_batch
+from otlp.optimal.coefficients import block_terms
+from otlp.optimal.generic import relaxed_lp_plan
+from otlp.optimal.newton import PairwiseN2, SubsetTerms
+from otlp.subsets import brute_force_min_psi
+
+from .instances import FAMILIES
+from .test_exact_enumeration import TOL, check_exact, enumerate_rule
+
+
+@pytest.mark.parametrize("V", [20, 50, 100])
+def test_against_relaxed_lp(V: int) -> None:
+    """alpha* vs the relaxed OTLP (GR eq. (2)) solved by HiGHS, n = 2, to the LP's own tolerance (1e-7).
+    The rule's row sums must also form a feasible relaxed-LP point: R <= p and total = alpha*."""
+    rng = np.random.default_rng(V)
+    for _ in range(4 if V == 100 else 6):
+        p, q = FAMILIES["heavy"](rng, V)
+        draft = otlp.IID(q, 2)
+        value, _, _ = relaxed_lp_plan(p, *draft.support())
+        ot = OptimalTransport(p, draft)
+        assert abs(ot.alpha - value) < 1e-7
+        assert np.all(ot._inst.row_sums <= p + 1e-14)
+        assert abs(ot.acceptance() - ot.alpha) < TOL
+        assert ot.success
+
+
+def test_pairwise_and_subset_evaluators_agree() -> None:
+    """n = 2: the dense pairwise formulas and the generic subset-term evaluator give the same f, g, H."""
+    rng = np.random.default_rng(1)
+    for sigma in (0.0, 1.0):
+        k = 7
+        q = rng.dirichlet(np.ones(k)) * 0.6
+        t = rng.dirichlet(np.ones(k)) * 0.3
+        alpha = rng.normal(size=(1, k))
+        a = PairwiseN2(q[None], np.array([0.25]), t[None], np.array([sigma])).full(alpha)
+        b = SubsetTerms(block_terms(q, 0.25, 2), t, sigma).full(alpha)
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-13, atol=1e-15)
+
+
+def test_conjugate_gradient_route_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Force the PCG Newton solve on every block (CG_MIN_SIZE = 2): still exact by enumeration."""
+    monkeypatch.setattr(newton_module, "CG_MIN_SIZE", 2)
+    rng = np.random.default_rng(9)
+    for family in ("heavy", "dirichlet", "skewed_q", "rational_ties"):
+        for _ in range(15):
+            V = int(rng.integers(3, 9))
+            n = int(rng.integers(2, 4))
+            p, q = FAMILIES[family](rng, V)
+            check_exact(p, q, n)
+
+
+def test_batch_matches_single_solves() -> None:
+    rng = np.random.default_rng(4)
+    B, V = 24, 30
+    pairs = [FAMILIES["heavy"](rng, V) for _ in range(B)]
+    P = np.stack([a for a, _ in pairs])
+    Q = np.stack([b for _, b in pairs])
+    batch = solve_batch(P, Q, 2)
+    omegas = np.stack([rng.choice(V, size=2, p=q) for q in Q])
+    slices = batch.slices(omegas)
+    for b in range(B):
+        single = OptimalTransport.from_arrays(P[b], Q[b], 2)
+        assert abs(batch.alpha[b] - single.alpha) == 0.0
+        np.testing.assert_allclose(slices[b], single.slice(omegas[b]), atol=1e-12)
+    # the batch of a few small instances is exact by enumeration too
+    for b in range(3):
+        law, acc = enumerate_rule(batch[b], otlp.IID(Q[b], 2))
+        assert np.abs(law - P[b]).sum() < TOL and abs(acc - batch.alpha[b]) < TOL
+
+
+@pytest.mark.parametrize("scheme", ["independent", "without_replacement", "greedy"])
+def test_lp_route_for_other_drafts(scheme: str) -> None:
+    """Non-i.i.d. drafts: exact through the relaxed LP; law = p, acceptance = alpha* = 1 + min psi (brute force)."""
+    rng = np.random.default_rng(len(scheme))
+    for _ in range(8):
+        V, n = int(rng.integers(3, 7)), int(rng.integers(2, 4))
+        p = rng.dirichlet(np.ones(V))
+        if scheme == "independent":
+            draft = otlp.Independent([rng.dirichlet(np.ones(V)) for _ in range(n)])
+        elif scheme == "without_replacement":
+            draft = otlp.WithoutReplacement(rng.dirichlet(np.ones(V)), n)
+        else:
+            draft = otlp.Greedy(rng.dirichlet(np.ones(V)), n)
+        ot = OptimalTransport(p, draft)
+        assert ot.route == "lp"
+        law, acceptance = enumerate_rule(ot, draft)
+        best, _ = brute_force_min_psi(p, draft)
+        assert np.abs(law - p).sum() < 1e-9  # HiGHS feasibility tolerance
+        assert abs(ot.alpha - (1 + best)) < 1e-9
+        assert abs(acceptance - ot.alpha) < 1e-9
+
+
+def test_blocks_are_consistent() -> None:
+    """Block records: inner blocks tile H*, outer blocks the rest; row sums meet the targets; outer R <= p."""
+    rng = np.random.default_rng(12)
+    for _ in range(30):
+        V, n = int(rng.integers(5, 40)), int(rng.integers(2, 4))
+        p, q = FAMILIES["heavy"](rng, V)
+        ot = OptimalTransport.from_arrays(p, q, n)
+        inner = [b for b in ot.blocks if b.kind == "inner"]
+        covered = np.concatenate([b.tokens for b in inner]) if inner else np.array([], dtype=int)
+        assert sorted(covered.tolist()) == sorted(ot.h_star.tolist())
+        assert sum(b.size for b in ot.blocks) == V
+        for b in ot.blocks:
+            if b.kind == "inner":
+                np.testing.assert_allclose(b.row_sums, p[b.tokens], atol=1e-13)
+            else:
+                assert np.all(b.row_sums <= p[b.tokens] + 1e-14)
+            assert b.gradient_norm <= 1e-12
+
+
+def test_bad_input() -> None:
+    p = np.array([0.5, 0.5])
+    with pytest.raises(otlp.InputError, match="sums to"):
+        OptimalTransport.from_arrays([0.5, 0.6], p, 2)
+    with pytest.raises(otlp.InputError, match="length"):
+        OptimalTransport.from_arrays(p, [0.2, 0.3, 0.5], 2)
+    with pytest.raises(otlp.InputError, match="n must be"):
+        OptimalTransport.from_arrays(p, p, 0)
+    with pytest.raises(otlp.InputError, match="top_k"):
+        OptimalTransport.from_arrays(p, p, 2, top_k=0)
+    ot = OptimalTransport.from_arrays(p, p, 2)
+    with pytest.raises(otlp.InputError, match="shape"):
+        ot.slice([0, 1, 1])
+    with pytest.raises(otlp.InputError, match="lie in"):
+        ot.slice([0, 2])
+    with pytest.raises(otlp.InputError, match="shape"):
+        solve_batch(p[None], np.ones((2, 2)) / 2, 2)

@@ -107,8 +107,9 @@ def most_violated_antichains(
     max_T [mass(T) - psi(q(T))] = max_lambda [max_T (mass(T) - lambda q(T)) - c(lambda)].  The inner problem
     is a max-weight antichain (a tree DP); its optimum h(lambda) is convex and piecewise linear, and every
     piece is found by Eisner-Severance bisection on lambda in [0, K] = psi'([1, 0]).  Some piece's antichain
-    attains the outer maximum, so the best candidate is the exact most violated antichain.
-    Returns [(violation, nodes)] over the distinct candidates, most violated first.
+    attains the outer maximum, so the best candidate is the exact most violated antichain whenever some
+    violation is positive (the empty antichain, value 0, may mask negative "violations").
+    Returns [(violation, nodes)] over the distinct non-empty candidates, most violated first.
     """
     found: dict[bytes, np.ndarray] = {}
 
@@ -223,7 +224,7 @@ class MultiPathLP(Formulation):
             if not solution.optimal:
                 break
             cuts = self.separate(np.asarray(solution.primal["D"], dtype=np.float64))
-            violation = cuts[0][0] if cuts else 0.0
+            violation = max(cuts[0][0], 0.0) if cuts else 0.0
             new = [T for v, T in cuts if v > self.tol and np.sort(T).tobytes() not in seen]
             converged = violation <= self.tol
             if converged or self.mode != "generate" or not new:

@@ -1,1 +1,43 @@
-"""otlp.formulations"""
+"""otlp.formulations: the OTLP family as declarative model objects (SPEC.md, "Formulations").
+
+Each formulation knows its ``size()`` before building, ``build()`` s one IR (``LinearModel``, ``FlowNetwork`` or
+``TransportProblem``, see :mod:`otlp.formulations.model`) and ``solve(backend=...)`` s it with a backend from
+:mod:`otlp.solvers`.
+
+Names are resolved lazily (PEP 562): importing this package imports no formulation module, and a module that
+fails to import fails only when one of its names is used, with its own error.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: public name -> module that defines it
+_MODULES: dict[str, str] = {
+    "FullOTLP": "otlp.formulations.full",
+    "RelaxedOTLP": "otlp.formulations.relaxed",
+    "BetaProgram": "otlp.formulations.beta",
+    "MaxFlowNetwork": "otlp.formulations.maxflow",
+    "OuterInnerNetworks": "otlp.formulations.outer_inner",
+    "SubsetSelection": "otlp.formulations.subset_selection",
+    "MultiPathLP": "otlp.formulations.multipath",
+    "Formulation": "otlp.formulations.base",
+    "LinearModel": "otlp.formulations.model",
+    "FlowNetwork": "otlp.formulations.model",
+    "TransportProblem": "otlp.formulations.model",
+    "ModelSize": "otlp.formulations.model",
+}
+
+__all__ = list(_MODULES)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _MODULES:
+        raise AttributeError(f"module 'otlp.formulations' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULES[name]), name)
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODULES))

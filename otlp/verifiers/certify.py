@@ -1,0 +1,479 @@
+"""certify: how far a verification rule is from the optimum for its own draft scheme, with proof.
+
+``certify(name, p, draft)`` reports
+
+- ``acceptance``: P(output token in set(omega)), the OTLP objective (a residual sample equal to a draft counts);
+- ``verifier_acceptance``: P(the rule itself accepts a draft), what the papers report for RRS / K-SEQ;
+- ``optimum``: alpha* = 1 + min_H psi(H) for the same draft scheme (``otlp.optimal_acceptance``, GR Thm 3.1);
+- ``gap = optimum - acceptance``;
+- ``preserves_target``: exact enumeration of the induced coupling for small V^n; otherwise a seeded chi-square test of
+  the torch sampler's output against p with false-alarm rate ``FALSE_ALARM`` (1e-6);
+- ``certificate`` (small V^n): an exact rational proof that alpha* is optimal, checked in ``fractions.Fraction``:
+  the dual solution y_i = 1[i in H], z_omega = 1[omega not in H^n] of the relaxed OTLP (GR eqs. (35)-(36)) is dual
+  feasible (y_i + z_omega >= 1 for every i in set(omega)), and a primal plan S (an exact max flow on GR's network
+  s -> i -> omega -> t, §5.2) is primal feasible with the same objective: by weak duality both are optimal and
+  alpha* = p(H) + P_draft(omega not in H^n) exactly. The inputs are rationalised first (each entry to the nearest
+  fraction with denominator <= 10^9, then renormalised exactly); the largest change is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from otlp.distributions import check_distribution, load_distribution
+from otlp.drafts import DraftScheme, Greedy, Independent, Joint, SpecHub, WithoutReplacement, all_tuples
+from otlp.errors import InputError, ModelTooLargeError
+from otlp.subsets import optimal_acceptance
+
+#: Enumerate the induced coupling exactly up to this many (tuple, token) cells.
+EXACT_CELLS = 20_000_000
+#: Build the rational certificate up to this many draft tuples with positive probability.
+CERTIFICATE_TUPLES = 4_000
+#: False-alarm rate of the statistical target-law test (chi-square, asymptotic).
+FALSE_ALARM = 1e-6
+#: Denominator bound when rationalising float inputs.
+MAX_DENOMINATOR = 10**9
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the exact rational certificate
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RationalCertificate:
+    """Primal/dual pair of the relaxed OTLP in exact rationals; ``optimal`` is the verdict."""
+
+    h_star: list[int]
+    dual_value: Fraction
+    primal_value: Fraction
+    dual_feasible: bool
+    primal_feasible: bool
+    num_tuples: int
+    rationalisation_error: float
+
+    @property
+    def optimal(self) -> bool:
+        """Both feasible and equal objectives: alpha* = dual_value, exactly."""
+        return self.dual_feasible and self.primal_feasible and self.primal_value == self.dual_value
+
+    def to_dict(self) -> dict[str, object]:
+        return {"optimal": self.optimal, "alpha_star": str(self.dual_value), "alpha_star_float": float(self.dual_value),
+                "h_star": self.h_star, "dual_feasible": self.dual_feasible, "primal_feasible": self.primal_feasible,
+                "primal_value": str(self.primal_value), "num_tuples": self.num_tuples,
+                "rationalisation_error": self.rationalisation_error}
+
+
+def rationalise(x: np.ndarray) -> tuple[list[Fraction], float]:
+    """Nearest fractions (denominator <= 10^9), renormalised to sum to exactly 1; returns the largest change."""
+    fr = [Fraction(float(v)).limit_denominator(MAX_DENOMINATOR) for v in np.ravel(x)]
+    total = sum(fr, Fraction(0))
+    fr = [v / total for v in fr]
+    err = max(abs(float(v) - float(w)) for v, w in zip(fr, np.ravel(x), strict=True)) if fr else 0.0
+    return fr, err
+
+
+def rational_tuple_probabilities(draft: DraftScheme, omegas: np.ndarray) -> tuple[list[Fraction], float]:
+    """P_draft(omega) in exact rationals from the scheme's rationalised parameters."""
+    w = [tuple(int(t) for t in row) for row in omegas]
+    if isinstance(draft, Joint):
+        table, err = rationalise(draft.table)
+        V, n = draft.V, draft.n
+        return [table[sum(t * V ** (n - 1 - k) for k, t in enumerate(row))] for row in w], err
+    if isinstance(draft, Independent):
+        rows = [rationalise(r) for r in draft.qs]
+        qs, err = [r[0] for r in rows], max(r[1] for r in rows)
+        return [math.prod((qs[k][t] for k, t in enumerate(row)), start=Fraction(1)) for row in w], err
+    q, err = rationalise(draft.q)
+    if isinstance(draft, WithoutReplacement):
+        out = []
+        for row in w:
+            if len(set(row)) < len(row):
+                out.append(Fraction(0))
+                continue
+            prob, used = Fraction(1), Fraction(0)
+            for t in row:
+                prob *= q[t] / (1 - used)
+                used += q[t]
+            out.append(prob)
+        return out, err
+    if isinstance(draft, Greedy):
+        top = tuple(int(t) for t in draft.top)
+        rest = sum((q[i] for i in range(draft.V) if i not in top), Fraction(0))
+        return [q[row[-1]] / rest if row[:-1] == top and row[-1] not in top else Fraction(0) for row in w], err
+    if isinstance(draft, SpecHub):
+        a = draft.hub
+        z = sum((q[i] for i in range(draft.V) if i != a), Fraction(0))
+        out = []
+        for x1, x2 in w:
+            if x2 == a and x1 != a:
+                out.append(q[x1])
+            elif x1 == a and x2 != a:
+                out.append(q[a] * q[x2] / z)
+            else:
+                out.append(Fraction(0))
+        return out, err
+    if draft.name == "iid":
+        return [math.prod((q[t] for t in row), start=Fraction(1)) for row in w], err
+    raise InputError(f"no rational form for draft scheme {type(draft).__name__}")
+
+
+def rational_certificate(p: object, draft: DraftScheme, max_tuples: int = CERTIFICATE_TUPLES) -> RationalCertificate:
+    """Exact primal (max flow in Fractions) and dual (y = 1[H], z = 1[not H^n]) of the relaxed OTLP, checked."""
+    import networkx as nx
+    from networkx.algorithms.flow import edmonds_karp
+
+    p = check_distribution(p, "p", size=draft.V)
+    if draft.num_tuples() > 50 * max_tuples:
+        raise ModelTooLargeError(f"a rational certificate over V^n = {draft.num_tuples()} tuples",
+                                 draft.num_tuples() * 64, 50 * max_tuples * 64)
+    omegas = all_tuples(draft.V, draft.n)
+    probs, err_q = rational_tuple_probabilities(draft, omegas)
+    keep = [m for m, pr in enumerate(probs) if pr > 0]
+    if len(keep) > max_tuples:
+        raise ModelTooLargeError(f"a rational certificate over {len(keep)} draft tuples", len(keep) * 64,
+                                 max_tuples * 64)
+    p_fr, err_p = rationalise(p)
+    G = nx.DiGraph()
+    for i, pi in enumerate(p_fr):
+        G.add_edge("s", ("i", i), capacity=pi)
+    for m in keep:
+        G.add_edge(("w", m), "t", capacity=probs[m])
+        for i in set(omegas[m].tolist()):
+            G.add_edge(("i", i), ("w", m))  # no capacity attribute: infinite
+    R = edmonds_karp(G, "s", "t")
+    flow = {(i, m): R[("i", i)][("w", m)]["flow"] for m in keep for i in set(omegas[m].tolist())}
+    # H = tokens the source cannot reach in the residual graph (sink side of the min cut)
+    reach, stack = {"s"}, ["s"]
+    while stack:
+        u = stack.pop()
+        for v, attr in R[u].items():
+            if v not in reach and attr["capacity"] - attr["flow"] > 0:
+                reach.add(v)
+                stack.append(v)
+    h = sorted(i for i in range(draft.V) if ("i", i) not in reach)
+    in_h = set(h)
+
+    # primal check, exact: S >= 0, support, row sums <= p, column sums <= P_draft
+    rows = [Fraction(0)] * draft.V
+    cols = {m: Fraction(0) for m in keep}
+    primal_ok = True
+    for (i, m), s in flow.items():
+        primal_ok &= s >= 0 and i in set(omegas[m].tolist())
+        rows[i] += s
+        cols[m] += s
+    primal_ok &= all(r <= pi for r, pi in zip(rows, p_fr, strict=True)) and all(cols[m] <= probs[m] for m in keep)
+    primal_value = sum(flow.values(), Fraction(0))
+
+    # dual check, exact: y_i + z_omega >= 1 for every i in set(omega), y, z >= 0
+    dual_ok = True
+    dual_value = sum((p_fr[i] for i in h), Fraction(0))
+    for m in keep:
+        z = 0 if all(int(t) in in_h for t in omegas[m]) else 1
+        dual_value += z * probs[m]
+        dual_ok &= all((1 if int(i) in in_h else 0) + z >= 1 for i in omegas[m])
+    return RationalCertificate(h, dual_value, primal_value, bool(dual_ok), bool(primal_ok), len(keep),
+                               max(err_p, err_q))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# statistical target-law test (large V)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SamplerTest:
+    """Result of running the torch sampler on drafts from the scheme."""
+
+    samples: int
+    p_value: float
+    impossible_tokens: int  # outputs on tokens with p = 0 (any is a failure)
+    acceptance: float
+    acceptance_se: float
+    verifier_acceptance: float
+
+    @property
+    def passed(self) -> bool:
+        return self.impossible_tokens == 0 and self.p_value >= FALSE_ALARM
+
+
+def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed: int = 0,  # noqa: ANN001
+                 max_cells: int = 1 << 23) -> SamplerTest:
+    """Chi-square test (false-alarm rate ``FALSE_ALARM``) of the torch sampler's output law against p.
+
+    Tokens are sorted by p and grouped into at most 64 bins of about equal mass (each with expected count >= 5);
+    outputs on p = 0 tokens fail outright. Drafts come from ``draft.sample`` (numpy, seeded), coins from a seeded
+    ``torch.Generator``; rows are processed in chunks of ``max_cells // V``.
+    """
+    import torch
+    from scipy.stats import chi2
+
+    V, n = draft.V, draft.n
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator().manual_seed(seed)
+    omegas = draft.sample(samples, rng)  # [N, n]
+    p_t = torch.as_tensor(p, dtype=torch.float64)
+    if verifier.per_draft_q:
+        q_np = draft.qs if isinstance(draft, Independent) else np.tile(draft.q, (n, 1))
+    else:
+        q_np = draft.q
+    q_t = torch.as_tensor(q_np, dtype=torch.float64)
+    chunk = max(1, max_cells // V)
+    counts = np.zeros(V)
+    member = 0
+    accepted = 0
+    for start in range(0, samples, chunk):
+        w = torch.as_tensor(omegas[start:start + chunk])
+        m = w.shape[0]
+        tokens, index = verifier.sample(p_t.expand(m, V), q_t.expand(m, *q_t.shape), w, gen)
+        counts += np.bincount(tokens.numpy(), minlength=V)
+        member += int((w == tokens.unsqueeze(1)).any(1).sum())
+        accepted += int((index >= 0).sum())
+    impossible = int(counts[p == 0].sum())
+    order = np.argsort(-p, kind="stable")
+    order = order[p[order] > 0]
+    expected = p[order] * samples
+    edges = np.searchsorted(np.cumsum(expected), np.linspace(0, samples, 65)[1:-1])
+    starts = np.unique(np.concatenate([[0], edges]))
+    starts = starts[starts < order.size]
+    obs_bins = np.add.reduceat(counts[order], starts)
+    exp_bins = np.add.reduceat(expected, starts)
+    obs_bins, exp_bins = _merge_small(obs_bins, exp_bins)
+    if exp_bins.size >= 2:
+        stat = float(((obs_bins - exp_bins) ** 2 / exp_bins).sum())
+        p_value = float(chi2.sf(stat, exp_bins.size - 1))
+    else:
+        p_value = 1.0
+    acc = member / samples
+    return SamplerTest(samples, p_value, impossible, acc, math.sqrt(max(acc * (1 - acc), 1e-300) / samples),
+                       accepted / samples)
+
+
+def _merge_small(obs: np.ndarray, exp: np.ndarray, minimum: float = 5.0) -> tuple[np.ndarray, np.ndarray]:
+    """Merge adjacent bins until every expected count is >= ``minimum``."""
+    out_o, out_e, acc_o, acc_e = [], [], 0.0, 0.0
+    for o, e in zip(obs, exp, strict=True):
+        acc_o += o
+        acc_e += e
+        if acc_e >= minimum:
+            out_o.append(acc_o)
+            out_e.append(acc_e)
+            acc_o = acc_e = 0.0
+    if acc_e > 0 and out_e:
+        out_o[-1] += acc_o
+        out_e[-1] += acc_e
+    elif acc_e > 0:
+        out_o.append(acc_o)
+        out_e.append(acc_e)
+    return np.array(out_o), np.array(out_e)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the report
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CertifyReport:
+    """What ``certify`` found. ``method`` says how each number was obtained."""
+
+    verifier: str
+    scheme: str
+    V: int
+    n: int
+    acceptance: float
+    verifier_acceptance: float
+    optimum: float | None
+    gap: float | None
+    preserves_target: bool
+    target_check: str  # "exact enumeration (max |law - p| = ...)" or "chi-square ..."
+    max_law_error: float | None = None
+    certificate: RationalCertificate | None = None
+    method: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "verifier": self.verifier, "scheme": self.scheme, "V": self.V, "n": self.n,
+            "acceptance": self.acceptance, "verifier_acceptance": self.verifier_acceptance, "optimum": self.optimum,
+            "gap": self.gap, "preserves_target": self.preserves_target, "target_check": self.target_check,
+            "max_law_error": self.max_law_error,
+            "certificate": self.certificate.to_dict() if self.certificate is not None else None,
+            "method": dict(self.method), "notes": list(self.notes),
+        }
+
+    def __str__(self) -> str:
+        def fmt(x: float | None) -> str:
+            return "n/a" if x is None else f"{x:.12g}"
+
+        lines = [
+            f"verifier            {self.verifier} (draft scheme {self.scheme}, V = {self.V}, n = {self.n})",
+            f"acceptance          {fmt(self.acceptance)}   [{self.method.get('acceptance', '')}]",
+            f"verifier acceptance {fmt(self.verifier_acceptance)}   [{self.method.get('verifier_acceptance', '')}]",
+            f"optimum alpha*      {fmt(self.optimum)}",
+            f"gap                 {fmt(self.gap)}",
+            f"preserves target    {'yes' if self.preserves_target else 'NO'}   [{self.target_check}]",
+        ]
+        c = self.certificate
+        if c is not None:
+            verdict = "alpha* certified optimal" if c.optimal else "certificate FAILED"
+            lines.append(f"certificate         {verdict}: alpha* = {c.dual_value} (exact), H* = {c.h_star}, "
+                         f"dual feasible {c.dual_feasible}, primal feasible {c.primal_feasible}, "
+                         f"primal = dual {c.primal_value == c.dual_value}")
+        lines += [f"note                {x}" for x in self.notes]
+        return "\n".join(lines)
+
+
+def certify(name: str, p: object, draft: DraftScheme | None = None, *, q: object = None, n: int | None = None,
+            samples: int | None = None, seed: int = 0, certificate: bool = True,
+            **options: object) -> CertifyReport:
+    """Certify the rule ``name`` on target ``p`` and draft scheme ``draft`` (or ``q``, ``n``: the rule's own scheme).
+
+    Examples
+    --------
+    >>> import otlp
+    >>> from otlp.verifiers import certify, get
+    >>> r = certify("spechub", [0.1, 0.6, 0.3], get("spechub").make_draft([0.5, 0.3, 0.2], 2))
+    >>> round(r.acceptance, 12), round(r.optimum, 12), r.preserves_target, r.certificate.optimal
+    (1.0, 1.0, True, True)
+    """
+    from otlp.verifiers import get
+
+    verifier = get(name, **options)
+    if draft is None:
+        if q is None or n is None:
+            raise InputError("certify needs a draft scheme, or q and n to build the verifier's own scheme")
+        draft = verifier.make_draft(q, n)
+    p, draft = verifier.check_draft(p, draft)
+    method: dict[str, str] = {}
+    notes: list[str] = []
+    cells = draft.num_tuples() * draft.V
+    test = None
+    law_err = None
+    if cells <= EXACT_CELLS:
+        from otlp.verifiers.exact import summary
+
+        s = summary(verifier, p, draft)
+        law_err = float(np.abs(s["output_law"] - p).max())
+        ok = law_err <= 1e-9 and s["min_conditional"] >= -1e-12 and s["max_row_error"] <= 1e-9
+        target = f"exact enumeration of {draft.num_tuples()} tuples: max |law - p| = {law_err:.2e}"
+        acc, vacc = float(s["acceptance"]), float(s["verifier_acceptance"])
+        method["acceptance"] = method["verifier_acceptance"] = "exact enumeration"
+    else:
+        n_samples = samples if samples is not None else int(min(100_000, max(2_000, (1 << 25) // draft.V)))
+        test = sampler_test(verifier, p, draft, n_samples, seed)
+        ok = test.passed
+        target = (f"chi-square on {n_samples} seeded samples: p-value {test.p_value:.3g} "
+                  f"(false-alarm rate {FALSE_ALARM:g}), {test.impossible_tokens} outputs on p = 0 tokens")
+        try:
+            acc = float(verifier.acceptance(p, draft))
+            method["acceptance"] = "closed form"
+        except (ModelTooLargeError, InputError):
+            acc = test.acceptance
+            method["acceptance"] = f"Monte Carlo, s.e. {test.acceptance_se:.2g}"
+        try:
+            vacc = float(verifier.verifier_acceptance(p, draft))
+            method["verifier_acceptance"] = "closed form"
+        except (ModelTooLargeError, InputError):
+            vacc = test.verifier_acceptance
+            method["verifier_acceptance"] = f"Monte Carlo, s.e. {test.acceptance_se:.2g}"
+    try:
+        optimum = float(optimal_acceptance(p, draft))
+    except (ModelTooLargeError, InputError) as exc:
+        optimum = None
+        notes.append(f"alpha* not computed: {exc}")
+    gap = None if optimum is None else optimum - acc
+    cert = None
+    if certificate:
+        try:
+            cert = rational_certificate(p, draft)
+            if optimum is not None and abs(float(cert.dual_value) - optimum) > 1e-9 + cert.rationalisation_error * 4:
+                notes.append(f"float alpha* {optimum!r} differs from the certified {float(cert.dual_value)!r}")
+        except ModelTooLargeError:
+            notes.append(f"no rational certificate: more than {CERTIFICATE_TUPLES} draft tuples")
+    return CertifyReport(name, draft.name, draft.V, draft.n, acc, vacc, optimum, gap, bool(ok), target, law_err, cert,
+                         method, notes)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the table across verifiers, and the CLI
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def certify_table(p: object, q: object, n: int, *, names: list[str] | None = None, seed: int = 0,
+                  samples: int | None = None, certificate: bool = False) -> list[CertifyReport | dict[str, str]]:
+    """``certify`` for every registered rule on its own draft scheme built from (q, n). A rule that cannot run on
+    this input (SpecHub with n != 2, without-replacement with fewer than n tokens of q > 0, ...) gives
+    ``{"verifier": name, "error": message}``."""
+    from otlp.verifiers import NAMES, get
+
+    rows: list[CertifyReport | dict[str, str]] = []
+    for name in names or list(NAMES):
+        try:
+            draft = get(name).make_draft(q, n)
+            rows.append(certify(name, p, draft, samples=samples, seed=seed, certificate=certificate))
+        except (InputError, NotImplementedError) as exc:
+            rows.append({"verifier": name, "error": str(exc)})
+    return rows
+
+
+def format_table(rows: list[CertifyReport | dict[str, str]]) -> str:
+    head = f"{'verifier':<12} {'scheme':<20} {'acceptance':>12} {'verifier_acc':>12} {'alpha*':>12} {'gap':>12}  target"
+    out = [head, "-" * len(head)]
+    for r in rows:
+        if isinstance(r, dict):
+            out.append(f"{r['verifier']:<12} {'-':<20} {'(not applicable: ' + r['error'] + ')'}")
+            continue
+        opt = "n/a" if r.optimum is None else f"{r.optimum:12.8f}"
+        gap = "n/a" if r.gap is None else f"{r.gap:12.8f}"
+        out.append(f"{r.verifier:<12} {r.scheme:<20} {r.acceptance:12.8f} {r.verifier_acceptance:12.8f} {opt:>12} "
+                   f"{gap:>12}  {'exact' if r.preserves_target else 'FAILED'}")
+    return "\n".join(out)
+
+
+def add_certify_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``otlp certify``."""
+    parser.add_argument("--verifier", required=True, help="a rule name (see otlp.verifiers.NAMES) or 'all'")
+    parser.add_argument("--p", required=True, help="target distribution: 0.1,0.6,0.3 or a .json / .npy file")
+    parser.add_argument("--q", required=True, help="draft distribution, same formats")
+    parser.add_argument("--n", type=int, default=2, help="number of drafts (default 2)")
+    parser.add_argument("--renormalize", action="store_true", help="divide p and q by their sums")
+    parser.add_argument("--samples", type=int, default=None, help="samples for the statistical test (large V)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the statistical test")
+    parser.add_argument("--no-certificate", action="store_true", help="skip the exact rational certificate")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run_certify_cli(args: argparse.Namespace) -> int:
+    """Run ``otlp certify``; returns the exit code (2 on bad input, with the message on stderr)."""
+    import sys
+
+    try:
+        p = load_distribution(args.p, "p", renormalize=args.renormalize)
+        q = load_distribution(args.q, "q", renormalize=args.renormalize)
+        if q.size != p.size:
+            raise InputError(f"q has length {q.size}, expected {p.size} (the length of p)")
+        if args.verifier == "all":
+            rows = certify_table(p, q, args.n, samples=args.samples, seed=args.seed,
+                                 certificate=not args.no_certificate)
+            if args.json:
+                print(json.dumps([r if isinstance(r, dict) else r.to_dict() for r in rows], indent=2))
+            else:
+                print(format_table(rows))
+        else:
+            from otlp.verifiers import get
+
+            draft = get(args.verifier).make_draft(q, args.n)
+            report = certify(args.verifier, p, draft, samples=args.samples, seed=args.seed,
+                             certificate=not args.no_certificate)
+            print(json.dumps(report.to_dict(), indent=2) if args.json else report)
+    except InputError as exc:
+        print(f"otlp certify: error: {exc}", file=sys.stderr)
+        return 2
+    return 0

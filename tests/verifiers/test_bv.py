@@ -7,8 +7,7 @@ import torch
 from otlp.errors import InputError
 from otlp.multistep import random_pair, sps_path
 from otlp.verifiers.bv import BlockOutput, block_verification_law, block_weights, bv
-
-from ._multistep_stats import ALPHA, sampled_law_pvalue
+from tests.multistep.stats import ALPHA, sampled_law_pvalue
 
 
 def _batch(V=3, L=3, B=64, seed=0):

@@ -8,8 +8,7 @@ from otlp.errors import InputError
 from otlp.multistep import bv_efficiency, gbv_efficiency, random_pair, token_tree
 from otlp.verifiers.bv import block_verification_law, bv
 from otlp.verifiers.gbv import gbv, gbv_law
-
-from ._multistep_stats import ALPHA, sampled_law_pvalue
+from tests.multistep.stats import ALPHA, sampled_law_pvalue
 
 
 @pytest.mark.parametrize("rule,K", [("gbv", 2), ("gbv", 4), ("token_tree", 3)])

@@ -7,7 +7,7 @@ this route: solve
     max sum S[i, omega]  s.t.  sum_omega S[i, omega] <= p_i,  sum_i S[i, omega] <= P(omega),
                                S >= 0, S[i, omega] = 0 unless i in set(omega)
 
-with HiGHS (through ``otlp.formulations.RelaxedOTLP`` when that exists, else ``scipy.optimize.linprog``), then
+with HiGHS (``scipy.optimize.linprog(method="highs")``; otlp.formulations.RelaxedOTLP landed later), then
 complete it (GR eq. (3)): C = S + p_res P_res^T / (1 - alpha*). The slice for omega is C[:, omega] / P(omega):
 accept slot k with probability S[omega_k, omega] / P(omega), reject with probability P_res(omega) / P(omega) and
 draw from r = p_res / sum p_res. Size: sum_omega |set(omega)| variables, so this is for small V^n.

@@ -62,5 +62,6 @@ class SingleDraft(Verifier):
         q = draft.q
         alpha = float(np.minimum(p, q).sum())
         residual = np_normalize_or(np.maximum(p - q, 0.0), p)
-        others = -np.expm1((draft.n - 1) * np.log1p(-np.minimum(q, 1.0))) if draft.n > 1 else np.zeros_like(q)
+        with np.errstate(divide="ignore"):  # q(y) = 1: log1p(-1) = -inf, expm1(-inf) = -1, others = 1
+            others = -np.expm1((draft.n - 1) * np.log1p(-np.minimum(q, 1.0))) if draft.n > 1 else np.zeros_like(q)
         return alpha + (1.0 - alpha) * float(residual @ others)

@@ -1,0 +1,44 @@
+"""Thin adapters from otlp's public objects to the shapes the checks consume (the default hooks).
+
+Each adapter only reshapes; the math under test stays in the otlp module it calls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def relaxed_plan(p: np.ndarray, draft: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An optimal relaxed-OTLP plan from otlp (GR eq. (2)): ``(omegas [M, n], probs [M], S [V, M])``."""
+    from otlp.optimal.generic import relaxed_lp_plan
+
+    omegas, probs = draft.support()
+    _, S_slots, _ = relaxed_lp_plan(np.asarray(p, dtype=np.float64), omegas, probs)  # [M, n]
+    V, M = len(p), len(probs)
+    S = np.zeros((V, M))
+    np.add.at(S, (omegas.reshape(-1), np.repeat(np.arange(M), omegas.shape[1])), S_slots.reshape(-1))
+    return omegas, probs, S
+
+
+def optimal_transport(p: np.ndarray, draft: object) -> object:
+    """The production exact OT rule (``otlp.optimal.OptimalTransport``)."""
+    from otlp.optimal import OptimalTransport
+
+    return OptimalTransport(p, draft)
+
+
+def outer_residual_targets(p: np.ndarray, draft: object) -> tuple[np.ndarray, np.ndarray, float]:
+    """From the production OT: ``(H* mask [V], p_i [V], alpha*)`` with p_i = p(i) - (1 - alpha*) r(i) the outer row
+    sums (GR Thm 6.1) recovered from the rejection law r (GR §3.2: r = (p - p_i) / (1 - alpha*) off H*)."""
+    ot = optimal_transport(p, draft)
+    V = len(p)
+    h = np.zeros(V, dtype=bool)
+    h[np.asarray(ot.h_star, dtype=np.int64)] = True
+    p = np.asarray(p, dtype=np.float64)
+    p_i = np.where(h, 0.0, p - (1.0 - float(ot.alpha)) * np.asarray(ot.residual, dtype=np.float64))
+    return h, p_i, float(ot.alpha)
+
+
+def ot_slices(p: np.ndarray, draft: object, omegas: np.ndarray) -> np.ndarray:
+    """pi(. | omega) for every row of ``omegas`` from the production OT: ``float [M, V]``."""
+    return np.asarray(optimal_transport(p, draft).slices(np.asarray(omegas, dtype=np.int64)), dtype=np.float64)

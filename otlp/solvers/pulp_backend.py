@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,8 @@ def to_pulp(model: LinearModel):  # noqa: ANN201
     problem = pulp.LpProblem(model.name.replace(" ", "_") or "model", sense)
     lb, ub = model.lower, model.upper
     width = len(str(max(model.num_variables - 1, 0)))  # zero-padded names: PuLP sorts columns by name
-    x = [pulp.LpVariable(f"x{j:0{width}d}", _bound(lb[j]), _bound(ub[j])) for j in range(model.num_variables)]
+    new_variable = getattr(problem, "add_variable", None) or pulp.LpVariable  # PuLP >= 3.3 prefers add_variable
+    x = [new_variable(f"x{j:0{width}d}", _bound(lb[j]), _bound(ub[j])) for j in range(model.num_variables)]
     c = model.objective
     nz = np.flatnonzero(c)
     problem += pulp.LpAffineExpression([(x[j], float(c[j])) for j in nz]) + float(model.constant)
@@ -95,9 +97,11 @@ def solve_linear(model: LinearModel, **options: Any) -> Solution:
         limit = options.get("time_limit")
         handle, save_path = tempfile.mkstemp(suffix=".cbcsol")
         os.close(handle)
-        solver = pulp.PULP_CBC_CMD(msg=bool(options.get("msg", False)),
-                                   timeLimit=None if limit is None else float(limit),
-                                   options=[*CBC_TOLERANCES, "initialSolve", f"saveSolution {save_path}"])
+        with warnings.catch_warnings():  # PuLP 3.x flags the bundled CBC as deprecated for 4.0; it is what we use
+            warnings.simplefilter("ignore", DeprecationWarning)
+            solver = pulp.PULP_CBC_CMD(msg=bool(options.get("msg", False)),
+                                       timeLimit=None if limit is None else float(limit),
+                                       options=[*CBC_TOLERANCES, "initialSolve", f"saveSolution {save_path}"])
     built = time.perf_counter()
     try:
         problem.solve(solver)

@@ -243,35 +243,7 @@ class MultiPathLP(Formulation):
 
 
 def _solve_linear(model: LinearModel, backend: str, options: dict):
-    """Hand the IR to ``otlp.solvers.solve`` (scipy's HiGHS until the otlp highs backend module exists)."""
-    from otlp.solvers import BACKENDS, solve
+    """Hand the IR to ``otlp.solvers.solve`` (any LP backend: highs, cvxpy, pulp, exact)."""
+    from otlp.solvers import solve
 
-    try:
-        __import__(BACKENDS.get(backend, "otlp.solvers"))
-    except ModuleNotFoundError:
-        if backend == "highs":
-            return _linprog_solution(model)
-        raise
     return solve(model, backend, **options)
-
-
-def _linprog_solution(model: LinearModel):
-    """Temporary route: ``scipy.optimize.linprog(method="highs")`` on the IR, as a Solution."""
-    from scipy.optimize import linprog
-
-    from otlp.solution import Solution
-
-    start = time.perf_counter()
-    A, rl, ru = model.A, model.row_lower, model.row_upper
-    upper_rows, lower_rows = np.isfinite(ru), np.isfinite(rl)
-    import scipy.sparse as sp
-
-    A_ub = sp.vstack([A[upper_rows], -A[lower_rows]]).tocsr()
-    b_ub = np.concatenate([ru[upper_rows], -rl[lower_rows]])
-    sign = -1.0 if model.sense == "max" else 1.0
-    res = linprog(sign * model.objective, A_ub=A_ub, b_ub=b_ub, bounds=np.stack([model.lower, model.upper], 1),
-                  method="highs")
-    status = "optimal" if res.status == 0 else "error"
-    x = res.x if res.x is not None else np.full(model.num_variables, np.nan)
-    return Solution(value=float(model.objective @ x), status=status, primal=model.split(x), dual=None,
-                    seconds={"solve": time.perf_counter() - start}, backend="highs", model=model)

@@ -42,3 +42,27 @@ def outer_residual_targets(p: np.ndarray, draft: object) -> tuple[np.ndarray, np
 def ot_slices(p: np.ndarray, draft: object, omegas: np.ndarray) -> np.ndarray:
     """pi(. | omega) for every row of ``omegas`` from the production OT: ``float [M, V]``."""
     return np.asarray(optimal_transport(p, draft).slices(np.asarray(omegas, dtype=np.int64)), dtype=np.float64)
+
+
+def verifier(name: str, **options: object) -> object:
+    """``otlp.verifiers.get(name, **options)``."""
+    from otlp.verifiers import get
+
+    return get(name, **options)
+
+
+def is_verifier(s: int) -> object:
+    """The canonical-decomposition IS verifier with |Omega_1| = s (truncated LP, CD Algorithm 2)."""
+    return verifier("is", s=s)
+
+
+def kseq_verifier() -> object:
+    return verifier("kseq")
+
+
+def spechub_verifier() -> object:
+    return verifier("spechub")
+
+
+def rrs_verifier() -> object:
+    return verifier("rrs")

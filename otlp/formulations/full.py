@@ -43,7 +43,7 @@ class FullOTLP(DraftFormulation):
         kind = kind or self.kinds[0]
         M, _ = self._counts()
         if kind == "linear":
-            return ModelSize(self.V * M, self.V - 1 + M, 2 * self.V * M)
+            return ModelSize(self.V * M, self.V - 1 + M, (2 * self.V - 1) * M)
         if kind == "transport":
             # the dense cost matrix [V, M] plus the solver's plan of the same shape
             return ModelSize(self.V * M, self.V + M, 2 * self.V * M)

@@ -10,7 +10,8 @@ at most n * |support| of them. The optimal value is alpha* (GR Thm 3.1).
 
 The same problem is the max-flow network of GR §5.2: s -> i (capacity p(i)) -> omega (capacity inf) ->
 t (capacity P_draft(omega)); the flow on the middle arcs is S. :func:`relaxed_network` builds it, with arc groups
-named "p", "S", "draft" so a flow (or the LP of the network) maps back to S the same way as the linear kind.
+named "source", "S", "sink" (the names of :mod:`otlp.formulations.maxflow`) so a flow, or the LP of the network,
+maps back to S the same way as the linear kind.
 
 This module also holds the helpers the OTLP formulations share: :func:`draft_support` (validated p and the
 support tuples) and :func:`incidence_pairs` (the pairs i in set(omega)).
@@ -116,8 +117,8 @@ def relaxed_network(p: np.ndarray, probs: np.ndarray, tokens: np.ndarray, column
                     name: str = "RelaxedOTLP") -> FlowNetwork:
     """The max-flow network Omega of GR §5.2 on the given incidence pairs.
 
-    Nodes: source 0, tokens 1..V, tuples V+1..V+M, sink V+M+1. Arc groups (in order): "p" s -> i (cap p(i)),
-    "S" i -> omega for each pair (cap inf; its flow is S[i, omega]), "draft" omega -> t (cap P_draft(omega)).
+    Nodes: source 0, tokens 1..V, tuples V+1..V+M, sink V+M+1. Arc groups (in order): "source" s -> i (cap p(i)),
+    "S" i -> omega for each pair (cap inf; its flow is S[i, omega]), "sink" omega -> t (cap P_draft(omega)).
     """
     V, M, K = p.size, probs.size, tokens.size
     source, sink = 0, V + M + 1
@@ -126,7 +127,7 @@ def relaxed_network(p: np.ndarray, probs: np.ndarray, tokens: np.ndarray, column
     capacities = np.concatenate([p, np.full(K, np.inf), probs]).astype(np.float64)
     return FlowNetwork(
         name, V + M + 2, tails, heads, capacities, source, sink,
-        arc_blocks={"p": slice(0, V), "S": slice(V, V + K), "draft": slice(V + K, V + K + M)},
+        arc_blocks={"source": slice(0, V), "S": slice(V, V + K), "sink": slice(V + K, V + K + M)},
         node_blocks={"source": slice(0, 1), "tokens": slice(1, V + 1), "tuples": slice(V + 1, V + M + 1),
                      "sink": slice(V + M + 1, V + M + 2)},
     )

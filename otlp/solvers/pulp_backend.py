@@ -120,7 +120,6 @@ def solve_linear(model: LinearModel, **options: Any) -> Solution:
     info: dict[str, Any] = {"solver": type(solver).__name__}
     if status != "optimal":
         return Solution(float("nan"), status, {}, None, seconds, NAME, model=model, info=info)
-    sign = 1.0 if model.sense == "max" else -1.0
     columns = problem.variables()  # the MPS column order
     rows = [con for row in constraints for con, _ in row]  # the MPS row order
     index = {id(v): j for j, v in enumerate(x)}
@@ -139,7 +138,7 @@ def solve_linear(model: LinearModel, **options: Any) -> Solution:
     has_duals = all(v is not None for v in pi.values())
     if has_duals:
         for r, row in enumerate(constraints):
-            y[r] = sign * sum(float(pi[id(con)]) for con, _ in row)
+            y[r] = sum(float(pi[id(con)]) for con, _ in row)  # CBC's sign is otlp's, for max and min alike
     value = float(model.objective @ xv) + model.constant
     return Solution(value, status, model.split(xv), model.split_rows(y) if has_duals else None, seconds, NAME,
                     model=model, info=info)

@@ -20,7 +20,7 @@ from otlp.formulations import BetaProgram, FullOTLP, RelaxedOTLP
 from otlp.formulations.model import FlowNetwork, LinearModel
 from otlp.solvers import BACKENDS
 from otlp.subsets import brute_force_min_psi
-from tests.formulations.instances import instances
+from tests.formulations.lp_instances import instances
 
 INSTANCES = instances(per_scheme=6)
 FORMULATIONS = (FullOTLP, RelaxedOTLP, BetaProgram)

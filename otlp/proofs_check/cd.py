@@ -46,6 +46,15 @@ def canonical_scheme(p: list, omegas: np.ndarray, probs: list, beta: list[list])
     return law, member
 
 
+def _gen_thm1(rng: np.random.Generator, count: int, exact: bool) -> list[Instance]:
+    """Half i.i.d. with K = 2 (where the 'is' verifier applies), half K in {2, 3} over the other schemes."""
+    iid = scheme_stream(rng, (count + 1) // 2, exact, ("iid",), V_range=(2, 4), n_range=(2, 2))
+    rest = scheme_stream(rng, count // 2, exact, ("independent", "without_replacement", "iid"), V_range=(2, 4),
+                         n_range=(2, 3))
+    mixed = [x for pair in zip(iid, rest, strict=False) for x in pair] + iid[len(rest):]
+    return mixed[:count]
+
+
 def verify_thm1(inst: Instance, hooks: dict, exact: bool) -> float:
     t = Tally()
     p, omegas, probs = numbers(inst, exact)
@@ -74,8 +83,7 @@ THM1 = Check(
     printed="eqs. (22)/(40) normalise beta over w (sum_w beta_y(w) = 1)",
     counterexample="with that normalisation beta(.|w) is not a law on set(w); the correct constraint is eq. (3): "
     "sum_y beta_y(w) = 1 for every w (used here)",
-    generate=lambda rng, count, exact: scheme_stream(rng, count, exact, ("iid", "independent", "without_replacement"),
-                                                     V_range=(2, 4), n_range=(2, 3)),
+    generate=lambda rng, count, exact: _gen_thm1(rng, count, exact),
     verify=verify_thm1,
     hooks={"is_verifier": "otlp.proofs_check.adapters:is_verifier"},
     tolerance=1e-6,

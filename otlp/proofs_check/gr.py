@@ -182,13 +182,15 @@ def verify_thm51(inst: Instance, hooks: dict, exact: bool) -> float:
     half = [[x / 2 for x in row] for row in S_star]
     candidates = [("optimal plan", S_star), ("half plan", half),
                   ("CS-system plan", cs_plan(p, omegas, probs, minimisers[0], weights, exact))]
-    ctol = 0 if exact else 1e-7
+    # exact: strict. float: HiGHS leaves ~1e-7 per row, so only clear disagreements count (a dead zone between
+    # 1e-7 and 1e-5 on both sides; the "half plan" and the injected-bug tests sit far outside it).
+    lo, hi = (0, 0) if exact else (1e-7, 1e-5)
     for name, S in candidates:
-        optimal = alpha - plan_value(S, omegas) <= ctol
+        gap = alpha - plan_value(S, omegas)
         for H in minimisers:
-            satisfied = cs_residual(S, p, omegas, probs, H) <= ctol
-            t.holds(f"{name}, H*={H:b}: CS system {'holds' if satisfied else 'fails'} but plan "
-                    f"{'is' if optimal else 'is not'} optimal", satisfied == optimal)
+            res = cs_residual(S, p, omegas, probs, H)
+            t.holds(f"{name}, H*={H:b}: CS residual {float(res):.3g} but optimality gap {float(gap):.3g}",
+                    not ((res <= lo and gap > hi) or (res > hi and gap <= lo)))
     return t.result()
 
 

@@ -1,0 +1,84 @@
+"""The ``otlp check`` wiring: table, JSON, --list, exit codes, exact-mode semantics of the violation tally."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from fractions import Fraction
+
+import pytest
+
+import otlp.proofs_check.registry as registry_mod
+from otlp.proofs_check import Check, Registry, Tally, add_check_arguments, format_table, run_check_cli, run_checks
+
+
+def _args(*argv):
+    return add_check_arguments(argparse.ArgumentParser()).parse_args(list(argv))
+
+
+def test_table_and_exit_zero(capsys):
+    assert run_check_cli(_args("--theorem", "gr.thm3.1", "--theorem", "cd.thm3", "--instances", "3")) == 0
+    out = capsys.readouterr().out
+    assert "gr.thm3.1" in out and "cd.thm3" in out and "2/2 checks passed" in out
+
+
+def test_json_and_prefix_selection(capsys):
+    assert run_check_cli(_args("--theorem", "spectr.", "--instances", "2", "--json")) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(r["name"].startswith("spectr.") and r["status"] == "pass" for r in rows)
+    assert {"name", "source", "instances", "worst_violation", "status"} <= set(rows[0])
+
+
+def test_list(capsys):
+    assert run_check_cli(_args("--list", "--json")) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert any(c["name"] == "gr.thm3.1" and c["printed"] for c in listed)
+
+
+def test_unknown_theorem_exits_2(capsys):
+    assert run_check_cli(_args("--theorem", "no.such.theorem")) == 2
+    assert "unknown theorem" in capsys.readouterr().err
+
+
+def _fake_registry(verify):
+    def build():
+        reg = Registry()
+        reg.register(Check(name="fake.always", title="t", source="s", statement="x",
+                           generate=lambda rng, count, exact: list(range(count)), verify=verify, hooks={}))
+        return reg
+    return build
+
+
+def test_violation_exits_1(monkeypatch, capsys):
+    monkeypatch.setattr(registry_mod, "build_registry", _fake_registry(lambda inst, hooks, exact: 0.5))
+    assert run_check_cli(_args("--instances", "2")) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_error_is_reported_not_raised(monkeypatch):
+    def boom(inst, hooks, exact):
+        raise RuntimeError("solver exploded")
+
+    monkeypatch.setattr(registry_mod, "build_registry", _fake_registry(boom))
+    (result,) = run_checks(instances=2)
+    assert result.status == "error" and "solver exploded" in result.details
+    assert "error" in format_table([result]).lower()
+
+
+def test_exact_gap_is_a_hard_failure_below_the_float_tolerance():
+    t = Tally()
+    t.equal("tiny rational gap", Fraction(1, 10**30), Fraction(0))
+    v = t.result()
+    assert v.hard and float(v) < 1e-20
+    c = Check(name="x", title="t", source="s", statement="x", tolerance=1e-7,
+              generate=lambda rng, count, exact: [0], verify=lambda i, h, e: v, hooks={})
+    assert c.run(instances=1).status == "fail"
+    t2 = Tally()
+    t2.equal("float noise", 1.0, 1.0 + 1e-12)
+    assert not t2.result().hard
+
+
+def test_unknown_hook_is_refused():
+    reg = registry_mod.build_registry()
+    with pytest.raises(KeyError):
+        reg["gr.thm3.1"].resolve({"no_such_hook": print})

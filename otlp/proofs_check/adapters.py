@@ -66,3 +66,18 @@ def spechub_verifier() -> object:
 
 def rrs_verifier() -> object:
     return verifier("rrs")
+
+
+def multipath_lp_value(target: object, draft: object, L: int, K: int) -> float:
+    """The antichain multi-path LP optimum (GBV Thm 4.3; K = 1: the single-path LP of Thm 3.3), via scipy HiGHS."""
+    from otlp.formulations.multipath import MultiPathLP
+
+    return float(MultiPathLP(target, draft, L, K).solve("highs").value)
+
+
+def target_matching_error(rule: str, target: object, draft: object, L: int, K: int) -> float:
+    """max |P(extended output = a_{1:L+1}) / p(a_{1:L+1}) - 1| of the exact law of ``rule`` (GBV Lemma A.3)."""
+    from otlp.multistep.enumeration import output_law
+    from otlp.multistep.enumeration import target_matching_error as error
+
+    return float(error(output_law(rule, target, draft, L, K), target, L))

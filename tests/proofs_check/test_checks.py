@@ -19,7 +19,8 @@ EXACT = [c.name for c in REGISTRY if c.exact_supported]
 def test_registry_covers_the_issue_list():
     required = {"gr.thm3.1", "gr.thm4.1", "gr.thm5.1", "gr.thm6.1", "gr.thm6.2", "gr.lemma6.3", "gr.lemma6.6",
                 "cd.thm1", "cd.thm2", "cd.thm3", "cd.remark2", "cd.eq12", "spectr.thm1a", "spectr.thm1b",
-                "spectr.thm1c", "spectr.lemma1-3", "spechub.closed_form", "spechub.thm3", "spechub.thm4"}
+                "spectr.thm1c", "spectr.lemma1-3", "spechub.closed_form", "spechub.thm3", "spechub.thm4",
+                "gbv.thm3.4", "gbv.thm4.6"}
     assert required <= set(NAMES)
     for check in REGISTRY:
         assert check.source and check.statement and check.hooks, check.name
@@ -191,3 +192,16 @@ def test_run_checks_injects_by_hook_name():
     results = run_checks(["gr.thm3.1", "cd.thm3"], instances=4,
                          impl={"optimal_acceptance": lambda p, d: 0.5})
     assert [r.status for r in results] == ["fail", "fail"]
+
+
+def test_bv_efficiency_of_token_wise_rule_is_caught():
+    from otlp.multistep.efficiency import sps_efficiency
+
+    assert _run("gbv.thm3.4", bv_efficiency=sps_efficiency).status == "fail"
+
+
+def test_gbv_above_the_optimum_is_caught():
+    from otlp.multistep.efficiency import gbv_efficiency
+
+    result = _run("gbv.thm4.6", gbv_efficiency=lambda t, d, L, K: gbv_efficiency(t, d, L, K) + 0.01 * (K > 1))
+    assert result.status == "fail"

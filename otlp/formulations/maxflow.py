@@ -23,6 +23,7 @@ import scipy.sparse as sp
 
 from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
+from otlp.errors import InputError
 from otlp.formulations.base import Formulation
 from otlp.formulations.model import FlowNetwork, ModelSize
 
@@ -89,21 +90,32 @@ def bipartite_network(name: str, p: np.ndarray, left: np.ndarray, omegas: np.nda
 
     GR §5.2 with left = every token and the tuples = the support; GR Thm 5.1's outer and inner networks otherwise.
     """
-    p = np.asarray(p, dtype=np.float64)
     left = np.asarray(left, dtype=bool)
-    omegas = np.asarray(omegas, dtype=np.int64).reshape(len(probs), -1)
-    probs = np.asarray(probs, dtype=np.float64)
-    V = p.size
-    tokens = np.flatnonzero(left).astype(np.int64)  # [L]
-    L, M = tokens.size, omegas.shape[0]
+    omegas = np.asarray(omegas, dtype=np.int64)  # [M, n]
     arc_token, arc_tuple = incidence_arcs(omegas, left)
+    return assemble_network(name, p, np.flatnonzero(left), omegas, probs, arc_token, arc_tuple)
+
+
+def assemble_network(name: str, p: np.ndarray, tokens: np.ndarray, omegas: np.ndarray, probs: np.ndarray,
+                     arc_token: np.ndarray, arc_tuple: np.ndarray) -> BipartiteNetwork:
+    """The :class:`BipartiteNetwork` with left nodes ``tokens [L]`` (capacities ``p[tokens]``), right nodes
+    ``omegas [M, n]`` (capacities ``probs [M]``) and the middle arcs ``arc_token[k] -> omegas[arc_tuple[k]]``
+    (capacity inf), in the given order. Every arc token must be among ``tokens``."""
+    p = np.asarray(p, dtype=np.float64)
+    probs = np.asarray(probs, dtype=np.float64)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    arc_token = np.asarray(arc_token, dtype=np.int64)
+    arc_tuple = np.asarray(arc_tuple, dtype=np.int64)
+    V = p.size
+    L, M, K = tokens.size, omegas.shape[0], arc_token.size
     node_of_token = np.full(V, -1, dtype=np.int64)
     node_of_token[tokens] = 1 + np.arange(L)
+    if K and (node_of_token[arc_token] < 0).any():
+        raise InputError(f"network {name!r}: a middle arc leaves a token that is not a left node")
     source, sink = 0, L + M + 1
     tails = np.concatenate([np.zeros(L, dtype=np.int64), node_of_token[arc_token], L + 1 + np.arange(M)])
     heads = np.concatenate([1 + np.arange(L), L + 1 + arc_tuple, np.full(M, sink, dtype=np.int64)])
-    caps = np.concatenate([p[tokens], np.full(arc_token.size, np.inf), probs])
-    K = arc_token.size
+    caps = np.concatenate([p[tokens], np.full(K, np.inf), probs])
     net = FlowNetwork(
         name=name, num_nodes=L + M + 2, tails=tails.astype(np.int64), heads=heads.astype(np.int64),
         capacities=caps, source=source, sink=sink,

@@ -52,13 +52,15 @@ def check_network(net: FlowNetwork) -> None:
         raise InputError(f"network {net.name!r}: source and sink must be distinct nodes, got {net.source}, {net.sink}")
 
 
-def solve_network(net: FlowNetwork, *, flow_func: str = "preflow_push", exact: bool = False,
+def solve_network(net: FlowNetwork, *, flow_func: str = "edmonds_karp", exact: bool = False,
                   cut_tol: float | None = None) -> Solution:
     """Max flow and min cut of ``net`` with networkx.
 
     Parameters
     ----------
-    flow_func : one of :data:`FLOW_FUNCS`.
+    flow_func : one of :data:`FLOW_FUNCS`. The default, Edmonds-Karp, needs O(V E) augmentations whatever the
+        capacities, so it also terminates cleanly on float capacities; networkx's preflow-push can fail on them
+        (``min() arg is an empty sequence`` when rounding leaves an excess at a node with no residual arc).
     exact : solve with ``Fraction`` capacities (exact; the value is a ``Fraction``).
     cut_tol : residual capacity at or below which an arc counts as saturated when reading the cut (float mode;
         default ``1e-12 * max(1, largest finite capacity)``). Exact mode uses 0.

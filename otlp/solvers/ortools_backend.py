@@ -86,12 +86,14 @@ def solve_network(net: FlowNetwork, *, scale: float | None = None) -> Solution:
             if net.num_arcs else np.zeros(0, dtype=np.int64))
     build = time.perf_counter() - start
     start = time.perf_counter()
-    if net.num_arcs == 0:
+    if not ((net.tails == net.source).any() and (net.heads == net.sink).any()):
+        # no arc leaves s or none enters t (OR-Tools then knows no such node): the max flow is 0, and the nodes
+        # reachable from s through arcs of positive capacity are the source side of a zero cut
         seconds = {"build": build, "solve": time.perf_counter() - start}
-        side = np.zeros(net.num_nodes, dtype=bool)
-        side[net.source] = True
-        return Solution(0.0, "optimal", {name: np.zeros(0) for name in net.arc_blocks}, {"source_side": side},
-                        seconds, "ortools", model=net, info={"scale": s})
+        primal = {name: np.zeros(sl.stop - sl.start) for name, sl in net.arc_blocks.items()} if net.arc_blocks \
+            else {"flow": np.zeros(net.num_arcs)}
+        return Solution(0.0, "optimal", primal, {"source_side": _reachable(net)}, seconds, "ortools", model=net,
+                        info={"scale": s})
     status = smf.solve(int(net.source), int(net.sink))
     solve = time.perf_counter() - start
     seconds = {"build": build, "solve": solve}
@@ -111,3 +113,16 @@ def solve_network(net: FlowNetwork, *, scale: float | None = None) -> Solution:
     info = {"scale": s, "value_int": value_int, "cut_arcs": int(crossing.sum()), "rounded_cut_arcs": n_frac}
     return Solution(value_int / s, "optimal", primal, {"source_side": source_side}, seconds, "ortools", model=net,
                     value_bound=n_frac / s, info=info)
+
+
+def _reachable(net: FlowNetwork) -> np.ndarray:
+    """``bool [num_nodes]``: the nodes reachable from the source through arcs of positive capacity."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import breadth_first_order
+
+    keep = np.asarray(net.capacities) > 0
+    graph = csr_matrix((np.ones(int(keep.sum())), (net.tails[keep], net.heads[keep])),
+                       shape=(net.num_nodes, net.num_nodes))
+    side = np.zeros(net.num_nodes, dtype=bool)
+    side[breadth_first_order(graph, net.source, directed=True, return_predecessors=False)] = True
+    return side

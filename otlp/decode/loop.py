@@ -240,6 +240,8 @@ def decode(
                 p = p_all[rows, lead, j]  # [R, V]
                 q = q_all[rows, lead, j]  # [R, V]
                 rule = resolved.sample if width > 1 else single_draft_verifier
+                if resolved.per_draft_q and rule is resolved.sample:
+                    q = q[:, None, :].expand(-1, width, -1)  # [R, width, V]: every child drawn from q
                 t0 = time.perf_counter()
                 tokens, accepted = rule(p, q, children, generator)
                 verifier_seconds += time.perf_counter() - t0

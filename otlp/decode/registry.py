@@ -39,6 +39,7 @@ class ResolvedVerifier:
     sample: Verifier
     name: str
     scheme: str
+    per_draft_q: bool = False  # sample() takes q as [B, n, V] (one law per draft)
 
 
 def _zoo_get(name: str) -> object | None:
@@ -83,11 +84,26 @@ def resolve_verifier(verifier: str | Verifier, scheme: str | None = None) -> Res
         sample = found if callable(found) else getattr(found, "sample", None)
         if sample is None:
             raise InputError(f"otlp.verifiers.get({name!r}) returned {type(found).__name__}, which has no sample()")
-        return ResolvedVerifier(sample, name, scheme or _scheme_of(found) or DEFAULT_SCHEMES.get(name, "iid"))
+        return ResolvedVerifier(sample, name, _zoo_scheme(found, name, scheme),
+                                bool(getattr(found, "per_draft_q", False)))
     if name in BUILTIN_VERIFIERS:
         sample, own_scheme = BUILTIN_VERIFIERS[name]
         return ResolvedVerifier(sample, name, scheme or own_scheme)
     raise InputError(f"unknown verifier {verifier!r}; available here: {', '.join(available_verifiers())}")
+
+
+def _zoo_scheme(found: object, name: str, requested: str | None) -> str:
+    """The scheme to draft with for a zoo rule: its own, or "iid" for rules that are exact for i.i.d. drafts but
+    declare a wider own scheme (weighted IS: independent drafts). A request for any other scheme is refused: the
+    zoo samplers only know their own scheme's law (e.g. "optimal" solves the i.i.d. transport)."""
+    own = _scheme_of(found) or DEFAULT_SCHEMES.get(name, "iid")
+    usable = own if own in SCHEMES else ("iid" if "iid" in getattr(found, "compatible_schemes", ()) else None)
+    if usable is None:
+        raise InputError(f"verifier {name!r} expects {own!r} drafts, which the decode loop cannot draw")
+    if requested is not None and requested != usable:
+        raise InputError(f"verifier {name!r} is exact for {usable!r} drafts only, not {requested!r}; "
+                         "leave the scheme unset or pick another verifier")
+    return usable
 
 
 def available_verifiers() -> list[str]:

@@ -1,0 +1,113 @@
+"""Hugging Face ``transformers`` causal LMs as :class:`otlp.decode.models.LanguageModel`, from a local path only.
+
+``HFCausalLM.from_pretrained(path)`` loads with ``local_files_only=True``: nothing is ever downloaded. A batch of
+prefixes runs as one right-padded forward pass (causal attention: padding after a prefix cannot change its
+logits), chunked by ``max_batch``. Next-token logits of prefixes already seen are served from an LRU cache, which
+the tree decode loop hits for every prefix it re-queries (shared roots, repeated paths).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+
+from otlp.decode.models import prefix_lists
+from otlp.errors import InputError, MissingDependencyError
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise MissingDependencyError("transformers", "the Hugging Face adapter (HFCausalLM)", "hf") from None
+    return transformers
+
+
+class HFCausalLM:
+    """A ``transformers`` causal LM behind the ``next_token_logits(prefixes)`` interface.
+
+    Parameters
+    ----------
+    model : a ``PreTrainedModel`` with a causal LM head.
+    tokenizer : optional, for text prompts.
+    device : where the forward passes run ("cpu", "cuda", ...).
+    max_batch : prefixes per forward pass.
+    cache_size : next-token logit rows kept (LRU) keyed by the full prefix.
+    """
+
+    def __init__(self, model: object, tokenizer: object | None = None, *, device: str | torch.device = "cpu",
+                 max_batch: int = 64, cache_size: int = 4096, name: str | None = None):
+        self.model = model.to(device).eval()  # type: ignore[attr-defined]
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        config = model.config  # type: ignore[attr-defined]
+        self.vocab_size = int(config.vocab_size)
+        bos = getattr(config, "bos_token_id", None)
+        self.bos_id = int(bos) if bos is not None else 0
+        self.context_size = None  # attention sees the whole prefix
+        self.max_length = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+        self.max_batch = int(max_batch)
+        self.cache_size = int(cache_size)
+        self.name = name or getattr(config, "name_or_path", None) or type(model).__name__
+        self._cache: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
+        self.calls = 0
+        self.forward_passes = 0
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, device: str = "cpu", dtype: str | None = None,
+                        **kwargs: object) -> HFCausalLM:
+        """Load a model (and its tokenizer, if saved there) from a local directory; never downloads."""
+        transformers = _transformers()
+        local = Path(path)
+        if not local.is_dir():
+            raise InputError(f"{str(path)!r} is not a local model directory; HFCausalLM loads from disk only "
+                             "(save the model with save_pretrained first; nothing is downloaded)")
+        if not (local / "config.json").is_file():
+            raise InputError(f"{str(path)!r} has no config.json; expected a directory written by save_pretrained")
+        options: dict[str, object] = {"local_files_only": True}
+        if dtype is not None:
+            options["dtype"] = getattr(torch, dtype)
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(local), **options)
+        tokenizer = None
+        if any((local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(local), local_files_only=True)
+        return cls(model, tokenizer, device=device, name=str(local), **kwargs)  # type: ignore[arg-type]
+
+    @torch.no_grad()
+    def _forward(self, rows: list[list[int]]) -> torch.Tensor:
+        """Last-position logits for prefixes of any lengths: float [len(rows), V] on the CPU."""
+        lengths = torch.tensor([len(r) for r in rows])
+        width = int(lengths.max())
+        ids = torch.zeros((len(rows), width), dtype=torch.int64)  # right padding
+        mask = torch.arange(width)[None, :] < lengths[:, None]  # [R, T]
+        ids[mask] = torch.tensor([t for r in rows for t in r], dtype=torch.int64)
+        out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device).long())  # type: ignore
+        self.forward_passes += 1
+        last = out.logits[torch.arange(len(rows), device=self.device), (lengths - 1).to(self.device)]  # [R, V']
+        return last[:, : self.vocab_size].float().cpu()
+
+    def next_token_logits(self, prefixes: object, lengths: object = None) -> torch.Tensor:
+        """Logits of the next token for each prefix: float32 [B, V] (CPU)."""
+        self.calls += 1
+        rows = prefix_lists(prefixes, lengths)
+        keys = [tuple(r) for r in rows]
+        for key in keys:
+            if not key:
+                raise InputError("HFCausalLM needs non-empty prefixes (start prompts with the BOS token)")
+            if self.max_length is not None and len(key) > self.max_length:
+                raise InputError(f"a prefix of {len(key)} tokens exceeds the model's {self.max_length} positions")
+        if rows and (min(min(r) for r in rows) < 0 or max(max(r) for r in rows) >= self.vocab_size):
+            raise InputError(f"token ids must lie in [0, {self.vocab_size})")
+        missing = list(dict.fromkeys(k for k in keys if k not in self._cache))  # distinct, in order
+        for start in range(0, len(missing), self.max_batch):
+            chunk = missing[start : start + self.max_batch]
+            for key, row in zip(chunk, self._forward([list(k) for k in chunk]), strict=True):
+                self._cache[key] = row
+        out = torch.stack([self._cache[k] for k in keys]) if keys else torch.zeros((0, self.vocab_size))
+        for key in keys:
+            self._cache.move_to_end(key)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return out

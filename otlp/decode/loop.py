@@ -95,9 +95,11 @@ class _Distributions:
 
     def __call__(self, prefixes: list[list[int]]) -> torch.Tensor:
         start = time.perf_counter()
-        logits = self.model.next_token_logits(prefixes)
-        probs = probabilities_from_logits(logits.detach().to("cpu", torch.float64), self.temperature,
-                                          self.top_k, self.top_p)
+        logits = self.model.next_token_logits(prefixes).detach().to("cpu", torch.float64)  # [B, V]
+        if self.top_k is None and self.top_p is None and self.temperature > 0:
+            probs = torch.softmax(logits / self.temperature, dim=-1)  # the shared function's result, no sort
+        else:
+            probs = probabilities_from_logits(logits, self.temperature, self.top_k, self.top_p)
         self.seconds += time.perf_counter() - start
         return probs  # [B, V]
 

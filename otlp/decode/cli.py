@@ -1,0 +1,225 @@
+"""The work behind ``otlp decode`` and ``otlp bench acceptance`` (wired in otlp/cli.py).
+
+Models: omit ``--draft`` / ``--target`` for the embedded Kneser–Ney pair (bigram draft, 4-gram target);
+``ngram:K`` picks an embedded model of order K; anything else is a local Hugging Face model directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+
+from otlp.decode.loop import decode, sample_target
+from otlp.decode.metrics import compare_token_laws
+from otlp.decode.models import LanguageModel
+from otlp.decode.registry import available_verifiers
+from otlp.errors import InputError
+
+DEFAULT_PROMPTS = ("return the value of", "this module provides", "if the file does not exist",
+                   "raise an exception when")
+
+
+@dataclass
+class ModelPair:
+    draft: LanguageModel
+    target: LanguageModel
+    encode: object  # str -> list[int] (with a leading BOS where the model has one)
+    decode_text: object  # list[int] -> str
+    description: str
+
+
+def _ngram_order(spec: str) -> int | None:
+    if spec.startswith("ngram:"):
+        try:
+            return int(spec.split(":", 1)[1])
+        except ValueError:
+            raise InputError(f"{spec!r}: expected ngram:ORDER with an integer order, e.g. ngram:3") from None
+    return None
+
+
+def load_model_pair(draft: str | None, target: str | None, vocab_size: int = 2000, device: str = "cpu"
+                    ) -> ModelPair:
+    """Resolve the CLI's --draft / --target into two language models sharing a vocabulary."""
+    draft_order = 2 if draft is None else _ngram_order(draft)
+    target_order = 4 if target is None else _ngram_order(target)
+    if draft_order is not None and target_order is not None:
+        from otlp.decode.ngram import embedded_models
+
+        pair = embedded_models(draft_order, target_order, vocab_size)
+        tok = pair.tokenizer
+        return ModelPair(pair.draft, pair.target, lambda s: [tok.bos_id, *tok.encode(s)], tok.decode,
+                         f"embedded Kneser-Ney {draft_order}-gram draft / {target_order}-gram target, "
+                         f"V = {tok.vocab_size}, Python stdlib docstrings")
+    if draft_order is not None or target_order is not None:
+        raise InputError("give both --draft and --target as local Hugging Face directories, or both as ngram:K "
+                         "(or omit both for the embedded pair)")
+    from otlp.decode.hf import HFCausalLM
+
+    d = HFCausalLM.from_pretrained(draft, device=device)  # type: ignore[arg-type]
+    t = HFCausalLM.from_pretrained(target, device=device)  # type: ignore[arg-type]
+    tokenizer = t.tokenizer or d.tokenizer
+
+    def encode(text: str) -> list[int]:
+        ids = tokenizer(text)["input_ids"] if tokenizer is not None else []
+        return [t.bos_id, *ids] if (not ids or ids[0] != t.bos_id) else list(ids)
+
+    def decode_text(ids: list[int]) -> str:
+        return tokenizer.decode(ids) if tokenizer is not None else " ".join(map(str, ids))
+
+    return ModelPair(d, t, encode, decode_text, f"Hugging Face draft {draft} / target {target}")
+
+
+def add_decode_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Options of ``otlp decode``."""
+    parser.add_argument("--draft", help="local HF model directory or ngram:K (default: embedded bigram)")
+    parser.add_argument("--target", help="local HF model directory or ngram:K (default: embedded 4-gram)")
+    parser.add_argument("--verifier", default="rrs",
+                        help=f"verification rule (default rrs); one of {', '.join(available_verifiers())}")
+    parser.add_argument("--scheme", choices=("iid", "without_replacement", "greedy", "spechub"),
+                        help="draft scheme (default: the one the verifier expects)")
+    parser.add_argument("--n", type=int, default=2, help="drafts per step (default 2)")
+    parser.add_argument("--L", type=int, default=4, help="draft length (default 4)")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)")
+    parser.add_argument("--prompt", action="append", help="a text prompt (repeat for a batch)")
+    parser.add_argument("--batch", type=int, default=8, help="prompts when --prompt is not given (default 8)")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vocab-size", type=int, default=2000, help="embedded n-gram vocabulary (default 2000)")
+    parser.add_argument("--device", default="cpu", help="device for HF models (default cpu)")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip plain target sampling (the token-law comparison and the speed ratio)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _progress(total: int, enabled: bool, desc: str):  # noqa: ANN202
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, unit="tok", file=sys.stderr, leave=False)
+
+
+def run_decode_cli(args: argparse.Namespace) -> int:
+    """Run ``otlp decode``; prints metrics (or JSON). Returns the exit code (2 on bad input)."""
+    try:
+        pair = load_model_pair(args.draft, args.target, args.vocab_size, args.device)
+        texts = args.prompt or [DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)] for i in range(max(1, args.batch))]
+        prompts = [pair.encode(t) for t in texts]
+        total = len(prompts) * args.max_new_tokens
+        bar = _progress(total, not args.no_progress, f"decode {args.verifier} n={args.n} L={args.L}")
+        result = decode(pair.draft, pair.target, args.verifier, args.n, args.L, prompts=prompts,
+                        max_new_tokens=args.max_new_tokens, scheme=args.scheme, temperature=args.temperature,
+                        top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                        progress=bar.update if bar is not None else None)
+        if bar is not None:
+            bar.close()
+        report: dict = {"models": pair.description, "metrics": result.metrics.as_dict(),
+                        "sample": pair.decode_text(result.tokens[0])}
+        if not args.no_baseline:
+            bar = _progress(total, not args.no_progress, "plain target sampling")
+            plain, info = sample_target(pair.target, prompts=prompts, max_new_tokens=args.max_new_tokens,
+                                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                        seed=args.seed + 1, progress=bar.update if bar is not None else None)
+            if bar is not None:
+                bar.close()
+            report["baseline"] = {**info, "token_law": compare_token_laws(result.tokens, plain,
+                                                                          pair.target.vocab_size)}
+    except InputError as exc:
+        print(f"otlp decode: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_report(report))
+    return 0
+
+
+def format_report(report: dict) -> str:
+    m = report["metrics"]
+    acc = " ".join(f"{a:.3f}" for a in m["acceptance_per_position"])
+    lines = [
+        f"models              {report['models']}",
+        f"verifier            {m['verifier']} (draft scheme {m['scheme']}), n = {m['n']}, L = {m['L']}, "
+        f"batch = {m['batch']}",
+        f"block efficiency    {m['block_efficiency']:.4f} tokens per target call "
+        f"({m['tokens']} tokens, {m['target_calls']} batched target calls)",
+        f"acceptance by depth {acc}",
+        f"rule acceptance     {m['rule_acceptance']:.4f} (verifications where the rule accepted a draft)",
+        f"throughput          {m['tokens_per_second']:.1f} tokens/s, {m['seconds']:.2f} s "
+        f"(draft {m['draft_seconds']:.2f} s, target {m['target_seconds']:.2f} s, "
+        f"verifier {m['verifier_seconds']:.2f} s = {100 * m['verifier_time_share']:.1f}% of the run)",
+    ]
+    if "baseline" in report:
+        b = report["baseline"]
+        law = b["token_law"]
+        lines += [
+            f"plain sampling      {b['tokens_per_second']:.1f} tokens/s, {b['target_calls']} target calls",
+            f"token law vs plain  TV = {law['tv']:.4f}, chi-square p = {law['p_value']:.3g} "
+            f"({law['tokens'][0]} vs {law['tokens'][1]} tokens, dof {law['dof']}; a screening number: tokens "
+            "within a stream are dependent)",
+        ]
+    lines.append(f"sample              {report['sample'][:300]}")
+    return "\n".join(lines)
+
+
+def add_acceptance_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Options of ``otlp bench acceptance``."""
+    parser.add_argument("--draft", help="local HF model directory or ngram:K (default: embedded bigram)")
+    parser.add_argument("--target", help="local HF model directory or ngram:K (default: embedded 4-gram)")
+    parser.add_argument("--pairs", type=int, default=256, help="(p, q) pairs collected from the loop (default 256)")
+    parser.add_argument("--ns", default="1,2,4,8", help="comma-separated n values (default 1,2,4,8)")
+    parser.add_argument("--top-ks", default="10,100,1000,all", help="comma-separated top-k on q; 'all' = V")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--vocab-size", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", default="benchmarks/results", help="folder for the JSON and PNG")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _int_list(text: str, name: str, allow_all: bool = False) -> list:
+    out: list = []
+    for tok in text.split(","):
+        tok = tok.strip()
+        if allow_all and tok.lower() in ("all", "v", "none"):
+            out.append(None)
+            continue
+        try:
+            value = int(tok)
+        except ValueError:
+            raise InputError(f"{name}: {tok!r} is not an integer") from None
+        if value < 1:
+            raise InputError(f"{name}: values must be >= 1, got {value}")
+        out.append(value)
+    return out
+
+
+def run_acceptance_cli(args: argparse.Namespace) -> int:
+    """Run ``otlp bench acceptance``: table (or JSON) on stdout, JSON + PNG under ``--out``."""
+    from otlp.decode.acceptance import format_sweep, run_acceptance
+
+    try:
+        ns = _int_list(args.ns, "--ns")
+        top_ks = _int_list(args.top_ks, "--top-ks", allow_all=True)
+        pair = load_model_pair(args.draft, args.target, args.vocab_size, args.device)
+        prompts = [pair.encode(t) for t in DEFAULT_PROMPTS]
+        sweep = run_acceptance(pair.draft, pair.target, prompts, pairs=args.pairs, ns=ns, top_ks=top_ks,
+                               temperature=args.temperature, seed=args.seed, out_dir=args.out)
+    except InputError as exc:
+        print(f"otlp bench acceptance: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(sweep, indent=2))
+    else:
+        print(format_sweep(sweep, sweep["V"]))
+        print(f"wrote {sweep['png']} and its JSON ({sweep['seconds']:.1f} s)")
+    return 0

@@ -123,5 +123,5 @@ def solve_network(net: FlowNetwork, *, flow_func: str = "edmonds_karp", exact: b
     primal = {name: flow[s] for name, s in net.arc_blocks.items()} if net.arc_blocks else {"flow": flow}
     status = "optimal" if not source_side[net.sink] else "error"
     info = {"flow_func": flow_func, "exact": exact, "cut_tol": tol}
-    return Solution(value if exact else float(value), status, primal, {"source_side": source_side},
+    return Solution(Fraction(value) if exact else float(value), status, primal, {"source_side": source_side},
                     {"build": build, "solve": solve}, "networkx", model=net, info=info)

@@ -22,7 +22,6 @@ and :class:`SubsetTerms` (any n, one block, terms from :func:`otlp.optimal.coeff
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
 #: log-weights are kept in this range so that e^{alpha} and its square stay finite in float64.
 ALPHA_CLIP = 250.0
@@ -46,6 +45,7 @@ class PairwiseN2:
     def __init__(self, q: np.ndarray, null_mass: np.ndarray, targets: np.ndarray, sigma: np.ndarray):
         self.t = targets  # [nb, K]
         self.sigma = sigma  # [nb]
+        self.q = q  # [nb, K]
         self.d = 2.0 * null_mass[:, None] * q + q * q  # [nb, K]
         E = 2.0 * q[:, :, None] * q[:, None, :]  # [nb, K, K]
         idx = np.arange(q.shape[1])
@@ -61,25 +61,52 @@ class PairwiseN2:
         return single.sum(-1) + 0.5 * pair.sum((-1, -2)) - (self.t * alpha).sum(-1)
 
     def row_sums(self, alpha: np.ndarray) -> np.ndarray:
-        w = np.exp(alpha)
-        sig = self.sigma[:, None]
-        A = self.E / (sig[:, :, None] + w[:, :, None] + w[:, None, :])  # [nb, K, K]
-        return w * (self.d / (sig + w) + A.sum(-1))
+        return self._rows(alpha)
+
+    def gradient(self, alpha: np.ndarray) -> np.ndarray:
+        return self._rows(alpha) - self.t
+
+    def _rows(self, alpha: np.ndarray) -> np.ndarray:
+        """g = R - t, with R_i = w_i (d_i / (sigma + w_i) + 2 q_i sum_{j != i} q_j / (sigma + w_i + w_j)).
+
+        The pair sum is one batched matrix-vector product with the reciprocal kernel; the kernel is kept for
+        :meth:`hessian` at the same alpha. Cost: two elementwise passes over [nb, K, K] and one matvec.
+        """
+        w = np.exp(alpha)  # [nb, K]
+        sw = self.sigma[:, None] + w  # [nb, K]
+        kernel = w[:, :, None] + sw[:, None, :]  # [nb, K, K]: sigma + w_i + w_j
+        np.reciprocal(kernel, out=kernel)
+        kq = np.matmul(kernel, self.q[:, :, None])[..., 0]  # [nb, K]: sum_j q_j / (sigma + w_i + w_j)
+        diag_k = np.einsum("bii->bi", kernel)  # [nb, K]: 1 / (sigma + 2 w_i), the excluded j = i term
+        pair = 2.0 * self.q * (kq - self.q * diag_k)  # [nb, K]
+        self._cache = (alpha, w, sw, kernel)
+        return w * (self.d / sw + pair)
+
+    def hessian(self, alpha: np.ndarray) -> np.ndarray:
+        """H_ij = -2 (w_i q_i)(w_j q_j) / (sigma + w_i + w_j)^2 (i != j); the diagonal makes rows sum to
+        sum_U c_U s^U_i sigma / (sigma + w(U)): H_ii = d_i sigma w_i / (sigma + w_i)^2 + 2 w_i q_i sum_{j != i}
+        q_j (sigma + w_j) / (sigma + w_i + w_j)^2. Reuses (and overwrites) the kernel of :meth:`gradient`."""
+        cached = getattr(self, "_cache", None)
+        if cached is None or cached[0] is not alpha:
+            self.gradient(alpha)
+        _, w, sw, kernel = self._cache
+        self._cache = None
+        K = w.shape[1]
+        sq = np.square(kernel, out=kernel)  # [nb, K, K]: 1 / (sigma + w_i + w_j)^2
+        diag_sq = np.einsum("bii->bi", sq).copy()  # [nb, K]
+        qs = self.q * sw  # [nb, K]
+        rest = np.matmul(sq, qs[:, :, None])[..., 0] - qs * diag_sq  # [nb, K]
+        diag = self.d * self.sigma[:, None] * w / (sw * sw) + 2.0 * w * self.q * rest
+        u = w * self.q  # [nb, K]
+        sq *= u[:, :, None]
+        sq *= (-2.0 * u)[:, None, :]
+        idx = np.arange(K)
+        sq[:, idx, idx] = diag
+        return sq
 
     def full(self, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        w = np.exp(alpha)  # [nb, K]
-        sig = self.sigma[:, None]
-        Ws = sig + w  # [nb, K]
-        Wp = sig[:, :, None] + w[:, :, None] + w[:, None, :]  # [nb, K, K]
-        A = self.E / Wp
-        f = (self.d * np.log(Ws)).sum(-1) + 0.5 * (self.E * np.log(Wp)).sum((-1, -2)) - (self.t * alpha).sum(-1)
-        g = w * (self.d / Ws + A.sum(-1)) - self.t
-        B = A / Wp  # e_ij / Wp^2
-        H = -(w[:, :, None] * w[:, None, :]) * B
-        diag = self.d * sig * w / (Ws * Ws) + w * np.einsum("bij,bj->bi", B, sig + w)
-        idx = np.arange(w.shape[1])
-        H[:, idx, idx] = diag
-        return f, g, H
+        g = self.gradient(alpha)
+        return self.value(alpha), g, self.hessian(alpha)
 
 
 class SubsetTerms:
@@ -113,7 +140,20 @@ class SubsetTerms:
             R += np.bincount(flat, (coef[:, None] * wu / (self.sigma + wu.sum(1))[:, None]).ravel(), self.k)
         return R[None]
 
-    def full(self, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def gradient(self, alpha: np.ndarray) -> np.ndarray:
+        """g = R - t; the Hessian at the same alpha is assembled in the same pass and kept for :meth:`hessian`."""
+        _, g, H = self.full(alpha, with_value=False)
+        self._cache = (alpha, H)
+        return g
+
+    def hessian(self, alpha: np.ndarray) -> np.ndarray:
+        cached = getattr(self, "_cache", None)
+        self._cache = None
+        if cached is not None and cached[0] is alpha:
+            return cached[1]
+        return self.full(alpha, with_value=False)[2]
+
+    def full(self, alpha: np.ndarray, with_value: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         k = self.k
         w = np.exp(alpha[0])
         f = -(self.t[0] * alpha[0]).sum()
@@ -123,7 +163,8 @@ class SubsetTerms:
         for idx, flat, coef, a, b, pair_flat in self.terms:
             wu = w[idx]  # [M, u]
             W = self.sigma + wu.sum(1)  # [M]
-            f += coef @ np.log(W)
+            if with_value:
+                f += coef @ np.log(W)
             s = wu / W[:, None]  # [M, u]
             cs = coef[:, None] * s
             R += np.bincount(flat, cs.ravel(), k)
@@ -164,7 +205,7 @@ def newton(evaluator, alpha: np.ndarray, free: np.ndarray, tol: np.ndarray, stal
     scale = np.maximum(np.where(free, evaluator.t, 0.0).sum(-1), 1e-300)  # [nb] block mass
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007 - the count is returned
-        f, g, H = evaluator.full(alpha)
+        g = evaluator.gradient(alpha)
         g = np.where(free, g, 0.0)
         gn = np.abs(g).sum(-1)  # [nb]
         improved = gn < best_g
@@ -174,6 +215,7 @@ def newton(evaluator, alpha: np.ndarray, free: np.ndarray, tol: np.ndarray, stal
         done |= (best_g <= tol) | ((stall >= 3) & (best_g <= stall_level))
         if done.all():
             break
+        H = evaluator.hessian(alpha)
         H = np.where(pinned, H, 0.0) + eye
         step = _solve(H, -g, np.minimum(0.1, gn / scale))  # [nb, K]
         step[done] = 0.0
@@ -186,15 +228,17 @@ def newton(evaluator, alpha: np.ndarray, free: np.ndarray, tol: np.ndarray, stal
         # full step without evaluating f, whose rounding would blur the Armijo test there anyway
         accepted = done | ((big <= STEP_CAP) & (-slope <= QUADRATIC_DECREMENT * scale))
         trial = alpha + step
-        slack = 1e-13 * (1.0 + np.abs(f))
-        for _ in range(60):
-            if accepted.all():
-                break
-            trial = np.clip(trial, -ALPHA_CLIP, ALPHA_CLIP)
-            ft = evaluator.value(trial)
-            accepted |= ft <= f + 1e-4 * lam * slope + slack
-            lam = np.where(accepted, lam, 0.5 * lam)
-            trial = alpha + lam[:, None] * step
+        if not accepted.all():  # Armijo backtracking; f is only evaluated here
+            f = evaluator.value(alpha)
+            slack = 1e-13 * (1.0 + np.abs(f))
+            for _ in range(60):
+                trial = np.clip(trial, -ALPHA_CLIP, ALPHA_CLIP)
+                ft = evaluator.value(trial)
+                accepted |= ft <= f + 1e-4 * lam * slope + slack
+                lam = np.where(accepted, lam, 0.5 * lam)
+                trial = alpha + lam[:, None] * step
+                if accepted.all():
+                    break
         alpha = trial
     return best_alpha, best_g, it
 
@@ -205,15 +249,14 @@ def _solve(H: np.ndarray, rhs: np.ndarray, forcing: np.ndarray) -> np.ndarray:
     Large blocks (K >= CG_MIN_SIZE): Jacobi-preconditioned conjugate gradients to the relative residual
     ``forcing [nb]`` (inexact Newton; the forcing term shrinks with ||g|| so convergence stays superlinear).
     H is a diagonally dominant M-matrix plus a near rank-one coupling, so the Jacobi-scaled spectrum is
-    clustered. Small blocks: Cholesky for one block, batched LU otherwise.
+    clustered. Small blocks: batched LU (numpy's gufunc; far less call overhead than scipy's Cholesky).
     """
     if H.shape[-1] >= CG_MIN_SIZE:
         return pcg(H, rhs, forcing)
-    if H.shape[0] == 1:
-        try:
-            return scipy.linalg.cho_solve(scipy.linalg.cho_factor(H[0], check_finite=False), rhs[0],
-                                          check_finite=False)[None]
-        except (np.linalg.LinAlgError, ValueError):
+    if H.shape[0] == 1:  # one block: a Hessian that is not numerically PD (diagonal underflow at huge alpha)
+        try:  # gets the least-squares step, as the Cholesky route did
+            np.linalg.cholesky(H[0])
+        except np.linalg.LinAlgError:
             return np.linalg.lstsq(H[0], rhs[0], rcond=None)[0][None]
     try:
         return np.linalg.solve(H, rhs[..., None])[..., 0]

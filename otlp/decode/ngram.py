@@ -130,7 +130,11 @@ class KneserNeyLM:
     # -- queries -------------------------------------------------------------------------------------------
     def probabilities(self, contexts: np.ndarray) -> np.ndarray:
         """P(. | h) for contexts ``int [B, order - 1]`` (oldest first): float64 [B, V], rows sum to 1."""
-        contexts = np.asarray(contexts, dtype=np.int64).reshape(-1, self.context_size)
+        contexts = np.asarray(contexts, dtype=np.int64)
+        if contexts.ndim == 1:
+            contexts = contexts[None, :]
+        if contexts.ndim != 2 or contexts.shape[1] != self.context_size:
+            raise InputError(f"contexts must have shape [B, {self.context_size}], got {contexts.shape}")
         B, V, N = contexts.shape[0], self.vocab_size, self.order
         probs = np.broadcast_to(self.unigram, (B, V)).copy()  # [B, V]
         for k in range(2, N + 1):

@@ -56,9 +56,15 @@ def solve_omega1_weights(a1: np.ndarray, b1: np.ndarray, p1: np.ndarray, a_rest:
     Variables per row: W (s*s, the diagonal fixed at 0 and unused) then t (s). One HiGHS call for all rows.
     """
     B, s = a1.shape
-    W = np.tile(np.triu(np.ones((s, s)), 1), (B, 1, 1))  # fallback: the better rank wins
     if s < 2:
-        return W
+        return np.tile(np.triu(np.ones((s, s)), 1), (B, 1, 1))
+    data = np.concatenate([a1, b1, p1, a_rest[:, None], b_rest[:, None]], axis=1)  # [B, 3s + 2]
+    unique, inverse = np.unique(data, axis=0, return_inverse=True)
+    if unique.shape[0] < B:  # identical rows (e.g. a batch sharing one context) are solved once
+        W = solve_omega1_weights(unique[:, :s], unique[:, s:2 * s], unique[:, 2 * s:3 * s], unique[:, 3 * s],
+                                 unique[:, 3 * s + 1], symmetric)
+        return W[inverse.reshape(-1)]
+    W = np.tile(np.triu(np.ones((s, s)), 1), (B, 1, 1))  # fallback: the better rank wins
     nv = s * s + s
     ii, jj = np.nonzero(~np.eye(s, dtype=bool))  # ordered pairs i != j
     base = np.arange(B)[:, None] * nv  # [B, 1] variable offset of each row

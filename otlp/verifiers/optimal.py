@@ -49,14 +49,29 @@ class Optimal(Verifier):
         from otlp.optimal import solve_batch
 
         B, n, V = check_tensors(p, q, drafts)
-        batch = solve_batch(p.double().cpu().numpy(), q.double().cpu().numpy(), n)  # host solve, one per row
-        accept_np, reject_np = batch.rule(drafts.cpu().numpy())
+        p_np, q_np, w_np = p.double().cpu().numpy(), q.double().cpu().numpy(), drafts.cpu().numpy()
+        unique, first, inverse = np.unique(np.concatenate([p_np, q_np], axis=1), axis=0, return_index=True,
+                                           return_inverse=True)  # identical rows are solved once
+        inverse = inverse.reshape(-1)
+        batch = solve_batch(p_np[first], q_np[first], n)  # host solve, one instance per distinct row
+        accept_np, reject_np = _rule_rows(batch, inverse, w_np)
         slots = torch.as_tensor(np.concatenate([accept_np, reject_np[:, None]], axis=1), dtype=p.dtype,
                                 device=p.device)  # [B, n + 1]
-        residual = torch.as_tensor(batch.residual, dtype=p.dtype, device=p.device)  # [B, V]
+        residual = torch.as_tensor(batch.residual[inverse], dtype=p.dtype, device=p.device)  # [B, V]
         slot = sample_categorical(slots, generator)  # [B]; n means "reject"
         drawn = sample_categorical(torch.where(residual.sum(1, keepdim=True) > 0, residual, p), generator)
         accepted = slot < n
         chosen = drafts.gather(1, slot.clamp(max=n - 1).unsqueeze(1)).squeeze(1)
         tokens = torch.where(accepted, chosen, drawn)
         return tokens.long(), torch.where(accepted, slot, torch.full_like(slot, -1)).long()
+
+
+def _rule_rows(batch, inverse: np.ndarray, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    """Evaluate the rule of instance ``inverse[b]`` on ``omegas[b]`` for every row b, grouped by instance."""
+    accept = np.zeros(omegas.shape)
+    reject = np.zeros(omegas.shape[0])
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.flatnonzero(np.diff(inverse[order])) + 1
+    for rows in np.split(order, bounds):  # one vectorised call per distinct instance
+        accept[rows], reject[rows] = batch[int(inverse[rows[0]])].rule(omegas[rows])
+    return accept, reject

@@ -126,7 +126,8 @@ def _solve_rows(p: np.ndarray, draft, formulations: list[str], backends: list[st
                     cert = "OK" if c.ok else f"FAILED ({c})"
                 except (ValueError, TypeError):
                     cert = "-"
-            rows.append({"formulation": name, "backend": backend, "value": float(sol.value), "status": sol.status,
+            rows.append({"formulation": name, "backend": backend, "value": float(getattr(sol, "alpha", sol.value)),
+                         "status": sol.status,
                          "build_ms": 1e3 * sol.seconds.get("build", 0.0),
                          "solve_ms": 1e3 * sol.seconds.get("solve", 0.0),
                          "certificate": cert, "value_bound": sol.value_bound})
@@ -210,7 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: (name, help, module, argument adder, runner) of the subcommands that live in their packages.
-SUBCOMMANDS: list[tuple[str, str, str, str, str]] = []
+SUBCOMMANDS: list[tuple[str, str, str, str, str]] = [
+    ("certify", "how far a verifier is from the optimum: acceptance, alpha*, gap, target law, exact certificate",
+     "otlp.verifiers.certify", "add_certify_arguments", "run_certify_cli"),
+    ("check", "run the five papers' theorems as checks (exit 1 on any violation)",
+     "otlp.proofs_check.cli", "add_check_arguments", "run_check_cli"),
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

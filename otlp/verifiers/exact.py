@@ -21,12 +21,17 @@ from otlp.errors import ModelTooLargeError
 #: Largest number of (tuple, token) cells one chunk may hold (128 MiB of float64).
 MAX_CELLS = 1 << 24
 #: Refuse to enumerate more than this many (tuple, token) cells in total.
-MAX_TOTAL_CELLS = 4_000_000_000
+MAX_TOTAL_CELLS = 1_000_000_000
 
 
 def _chunks(verifier, p: object, draft: DraftScheme):  # noqa: ANN001, ANN202
     p, draft = verifier.check_draft(p, draft)
     draft.check_enumerable()
+    if type(draft).support is DraftScheme.support:  # generic support enumerates V^n: refuse before building it
+        total = draft.num_tuples() * p.size
+        if total > MAX_TOTAL_CELLS:
+            raise ModelTooLargeError(f"enumerating the {verifier.name!r} rule on V^n = {draft.num_tuples()} draft "
+                                     f"tuples x V = {p.size} tokens", total * 8, MAX_TOTAL_CELLS * 8)
     omegas, probs = draft.support()
     total = omegas.shape[0] * p.size
     if total > MAX_TOTAL_CELLS:

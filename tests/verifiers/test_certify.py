@@ -1,0 +1,147 @@
+"""certify: report fields, the exact rational certificate (checked against brute force in Fractions), the statistical
+path for large V, the table and the CLI, and bad input."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+
+import otlp
+from otlp.errors import InputError
+from otlp.verifiers import get
+from otlp.verifiers.certify import (
+    add_certify_arguments,
+    certify,
+    certify_table,
+    format_table,
+    rational_certificate,
+    rational_tuple_probabilities,
+    run_certify_cli,
+)
+
+from .instances import make_pair
+
+
+def test_report_on_worked_example() -> None:
+    r = certify("rrs_wor", [0.1, 0.6, 0.3], q=[0.5, 0.3, 0.2], n=2)
+    assert r.acceptance == pytest.approx(0.94, abs=1e-15) and r.optimum == pytest.approx(1.0)
+    assert r.gap == pytest.approx(0.06, abs=1e-12) and r.preserves_target
+    assert r.verifier_acceptance <= r.acceptance + 1e-15
+    assert r.certificate.optimal and r.certificate.dual_value == 1
+    d = r.to_dict()
+    assert json.loads(json.dumps(d))["certificate"]["optimal"] is True
+    assert "certified optimal" in str(r)
+
+
+def test_rational_certificate_equals_brute_force_in_fractions() -> None:
+    """alpha* = 1 + min_H (p(H) - P(omega in H^n)) evaluated over all 2^V subsets in exact arithmetic, an
+    independent route from the certificate's max flow."""
+    rng = np.random.default_rng(0)
+    schemes = [lambda q: otlp.IID(q, 2), lambda q: otlp.IID(q, 3), lambda q: otlp.WithoutReplacement(q, 2),
+               lambda q: otlp.SpecHub(q), lambda q: otlp.Greedy(q, 2)]
+    for trial in range(25):
+        V = int(rng.integers(2, 5))
+        p, q = make_pair(rng, V, ("dirichlet", "sparse", "ties")[trial % 3])
+        p = np.round(p, 3)
+        p[-1] = 1 - p[:-1].sum()
+        if p.min() < 0:
+            continue
+        try:
+            draft = schemes[trial % len(schemes)](q)
+        except InputError:
+            continue
+        cert = rational_certificate(p, draft)
+        assert cert.optimal and cert.dual_feasible and cert.primal_feasible
+        omegas = np.array(list(itertools.product(range(V), repeat=draft.n)))
+        probs, _ = rational_tuple_probabilities(draft, omegas)
+        p_fr = [Fraction(x).limit_denominator(10**9) for x in p]
+        p_fr = [x / sum(p_fr) for x in p_fr]
+        best = Fraction(0)
+        for mask in itertools.product((0, 1), repeat=V):
+            inside = sum((pr for w, pr in zip(omegas, probs, strict=True) if all(mask[t] for t in w)), Fraction(0))
+            best = min(best, sum((p_fr[i] for i in range(V) if mask[i]), Fraction(0)) - inside)
+        assert cert.dual_value == 1 + best
+        assert abs(float(cert.dual_value) - otlp.optimal_acceptance(p, draft)) <= 1e-9
+
+
+def test_every_rule_in_the_table_is_exact_and_below_the_optimum() -> None:
+    rows = certify_table([0.1, 0.6, 0.3], [0.5, 0.3, 0.2], 2, certificate=True)
+    assert {r.verifier for r in rows if not isinstance(r, dict)} >= {"sps", "rrs", "kseq", "spechub", "optimal"}
+    for r in rows:
+        assert not isinstance(r, dict), r
+        assert r.preserves_target and r.acceptance <= r.optimum + 1e-12 and r.certificate.optimal
+    assert "spechub" in format_table(rows)
+    three = certify_table([0.1, 0.6, 0.3], [0.5, 0.3, 0.2], 3)
+    assert any(isinstance(r, dict) and r["verifier"] == "spechub" for r in three)  # n = 3: not applicable
+
+
+def test_large_vocabulary_uses_the_seeded_statistical_test() -> None:
+    rng = np.random.default_rng(1)
+    p, q = make_pair(rng, 3000, "dirichlet")
+    r = certify("kseq", p, q=q, n=2, samples=4000)
+    assert r.preserves_target and "chi-square" in r.target_check and r.certificate is None
+    assert r.method["acceptance"] == "closed form"
+    assert r.acceptance <= r.optimum + 1e-12
+    r2 = certify("rrs_wor", p, q=q, n=2, samples=4000)  # no closed form: Monte Carlo acceptance
+    assert r2.method["acceptance"].startswith("Monte Carlo") and r2.preserves_target
+
+
+def test_statistical_test_catches_a_biased_sampler() -> None:
+    """Negative control for the large-V path: a rule that skips the residual correction (emits the first draft
+    always) must fail the chi-square test."""
+    from otlp.verifiers.certify import sampler_test
+    from otlp.verifiers.sps import SingleDraft
+
+    class AlwaysAccept(SingleDraft):
+        def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN202
+            return drafts[:, 0].clone(), torch.zeros_like(drafts[:, 0])
+
+    rng = np.random.default_rng(2)
+    p, q = make_pair(rng, 500, "dirichlet")
+    assert not sampler_test(AlwaysAccept(), p, otlp.IID(q, 2), 4000).passed
+    assert sampler_test(SingleDraft(), p, otlp.IID(q, 2), 4000).passed
+
+
+def _cli(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_certify_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_certify_cli(_cli("--verifier", "spechub", "--p", "0.1,0.6,0.3", "--q", "0.5,0.3,0.2", "--json")) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["acceptance"] == pytest.approx(1.0) and out["certificate"]["optimal"]
+    assert run_certify_cli(_cli("--verifier", "all", "--p", "0.1,0.6,0.3", "--q", "0.5,0.3,0.2", "--n", "2")) == 0
+    assert "rrs_wor" in capsys.readouterr().out
+    assert run_certify_cli(_cli("--verifier", "nope", "--p", "0.1,0.6,0.3", "--q", "0.5,0.3,0.2")) == 2
+    assert "unknown verifier" in capsys.readouterr().err
+    assert run_certify_cli(_cli("--verifier", "rrs", "--p", "0.1,0.6,0.3", "--q", "0.5,0.5")) == 2
+    assert run_certify_cli(_cli("--verifier", "rrs", "--p", "0.1,0.6,0.2", "--q", "0.5,0.3,0.2")) == 2
+
+
+def test_bad_input() -> None:
+    with pytest.raises(InputError, match="expects a 'spechub' draft scheme"):
+        certify("spechub", [0.5, 0.5], otlp.IID([0.5, 0.5], 2))
+    with pytest.raises(InputError, match="n = 2"):
+        get("spechub").make_draft([0.5, 0.3, 0.2], 3)
+    with pytest.raises(InputError, match="needs a draft scheme"):
+        certify("rrs", [0.5, 0.5])
+    v = get("rrs")
+    p = torch.full((2, 3), 1 / 3)
+    with pytest.raises(InputError, match="drafts must have shape"):
+        v.sample(p, p, torch.zeros(3, 2, dtype=torch.int64))
+    with pytest.raises(InputError, match="q must have shape"):
+        v.sample(p, torch.full((2, 4), 0.25), torch.zeros(2, 2, dtype=torch.int64))
+    with pytest.raises(InputError, match="integer"):
+        v.sample(p, p, torch.zeros(2, 2))
+    with pytest.raises(InputError, match="n = 2 drafts"):
+        get("spechub").sample(p, p, torch.zeros(2, 3, dtype=torch.int64))
+    with pytest.raises(InputError, match="s"):
+        get("is", s=-1)

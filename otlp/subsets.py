@@ -12,7 +12,7 @@ import numpy as np
 
 from otlp.distributions import check_distribution
 from otlp.drafts import IID, DraftScheme, Greedy, Independent, SpecHub, as_draft
-from otlp.errors import InputError, ModelTooLargeError
+from otlp.errors import ModelTooLargeError
 
 #: Brute force over 2^V subsets is allowed up to this V.
 MAX_BRUTE_FORCE_V = 20
@@ -82,7 +82,8 @@ def min_psi(p: np.ndarray, draft: DraftScheme) -> tuple[float, np.ndarray]:
 
     IID: sorted prefix, O(V log V). Greedy and SpecHub: psi is modular once the forced tokens are in H, so the
     minimiser takes every other token x with p(x) < P(x can be drafted) (closed form). Other schemes: brute force
-    over 2^V for V <= 20; larger instances need the max-flow / LP formulations (``otlp.formulations``).
+    over 2^V for V <= 20, else :class:`~otlp.formulations.subset_selection.SubsetSelection` (min cut or
+    submodular minimisation).
     """
     draft = as_draft(draft)
     p = check_distribution(p, "p", size=draft.V)
@@ -109,10 +110,12 @@ def min_psi(p: np.ndarray, draft: DraftScheme) -> tuple[float, np.ndarray]:
         return value, mask
     if V <= MAX_BRUTE_FORCE_V:
         return brute_force_min_psi(p, draft)
-    raise InputError(
-        f"min psi for {type(draft).__name__} drafts with V = {V} > {MAX_BRUTE_FORCE_V} has no closed form here; "
-        "solve otlp.formulations.MaxFlowNetwork(p, draft) or RelaxedOTLP(p, draft) instead"
-    )
+    # psi is submodular for every draft scheme (P(omega in H^n) is a positive sum of supermodular indicators
+    # 1[set(omega) subset of H]): exact min cut (n = 2 Independent) or Fujishige-Wolfe with a proven gap.
+    from otlp.formulations.subset_selection import SubsetSelection
+
+    solution = SubsetSelection(p, draft).solve()
+    return float(solution.value), np.asarray(solution.h_star, dtype=bool)
 
 
 def optimal_acceptance(p: object, draft: DraftScheme) -> float:

@@ -80,3 +80,16 @@ def test_n1_is_classic_speculative_sampling():
 def test_passing_q_instead_of_a_scheme_is_explained():
     with pytest.raises(otlp.InputError, match=r"otlp.IID\(q, n\)"):
         otlp.optimal_acceptance([0.5, 0.5], [0.5, 0.5])
+
+
+def test_large_v_other_schemes_use_subset_selection():
+    # Above the brute-force limit, non-IID schemes go through SubsetSelection; check against the relaxed LP.
+    from otlp.formulations import RelaxedOTLP
+
+    rng = np.random.default_rng(3)
+    V = 24
+    p = rng.dirichlet(np.ones(V))
+    draft = otlp.Independent([rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))])
+    value, mask = min_psi(p, draft)
+    assert value == pytest.approx(RelaxedOTLP(p, draft).solve(backend="highs").value - 1.0, abs=1e-9)
+    assert psi(p, draft, mask) == pytest.approx(value, abs=1e-12)

@@ -31,6 +31,8 @@ STEP_CAP = 4.0
 QUADRATIC_DECREMENT = 1e-4
 #: blocks at least this large solve the Newton system by preconditioned CG instead of a dense factorisation.
 CG_MIN_SIZE = 160
+#: the all-ones shift of inner blocks (in :func:`newton`) is applied when it exceeds this many e-folds.
+SHIFT_MIN = 1.0
 #: statistics of the last pcg calls (iterations), for benchmarks.
 CG_STATS: list[int] = []
 
@@ -52,6 +54,7 @@ class PairwiseN2:
         E[:, idx, idx] = 0.0
         self.E = E
         self.mass = self.d + E.sum(-1)  # [nb, K]: total mass of the terms containing i
+        self.total = self.d.sum(-1) + 0.5 * E.sum((-1, -2))  # [nb]: sum_U d_U
 
     def value(self, alpha: np.ndarray) -> np.ndarray:
         w = np.exp(alpha)  # [nb, K]
@@ -80,6 +83,8 @@ class PairwiseN2:
         diag_k = np.einsum("bii->bi", kernel)  # [nb, K]: 1 / (sigma + 2 w_i), the excluded j = i term
         pair = 2.0 * self.q * (kq - self.q * diag_k)  # [nb, K]
         self._cache = (alpha, w, sw, kernel)
+        # rejected mass sum_U d_U sigma / (sigma + w(U)), a sum of positive terms (no cancellation)
+        self.rejected = self.sigma * ((self.d / sw).sum(-1) + (self.q * (kq - self.q * diag_k)).sum(-1))  # [nb]
         return w * (self.d / sw + pair)
 
     def hessian(self, alpha: np.ndarray) -> np.ndarray:
@@ -124,6 +129,7 @@ class SubsetTerms:
             pair_flat = (idx[:, a] * k + idx[:, b]).ravel()  # [M * u(u-1)/2]
             self.terms.append((idx, idx.ravel(), coef, a, b, pair_flat))
         self.mass = sum(np.bincount(flat, np.repeat(coef, idx.shape[1]), k) for idx, flat, coef, *_ in self.terms)[None]
+        self.total = np.array([sum(float(coef.sum()) for _idx, _flat, coef, *_ in self.terms)])
 
     def value(self, alpha: np.ndarray) -> np.ndarray:
         w = np.exp(alpha[0])
@@ -158,11 +164,13 @@ class SubsetTerms:
         w = np.exp(alpha[0])
         f = -(self.t[0] * alpha[0]).sum()
         R = np.zeros(k)
+        rejected = 0.0
         diag = np.zeros(k)
         off = np.zeros(k * k)
         for idx, flat, coef, a, b, pair_flat in self.terms:
             wu = w[idx]  # [M, u]
             W = self.sigma + wu.sum(1)  # [M]
+            rejected += self.sigma * (coef / W).sum()
             if with_value:
                 f += coef @ np.log(W)
             s = wu / W[:, None]  # [M, u]
@@ -174,6 +182,7 @@ class SubsetTerms:
         H = off.reshape(k, k)
         H = H + H.T
         H[np.arange(k), np.arange(k)] = diag
+        self.rejected = np.array([rejected])
         return np.array([f]), (R - self.t[0])[None], H[None]
 
 
@@ -203,9 +212,22 @@ def newton(evaluator, alpha: np.ndarray, free: np.ndarray, tol: np.ndarray, stal
     pinned = free[:, :, None] & free[:, None, :]  # [nb, K, K]
     eye = np.eye(K)[None] * fixed[:, :, None]
     scale = np.maximum(np.where(free, evaluator.t, 0.0).sum(-1), 1e-300)  # [nb] block mass
+    # Inner blocks with a tiny slack S = sum_U d_U - sum t (= psi_s - psi_e) need all weights ~ 1/S. Along the
+    # all-ones shift c the rejected mass rho(c) = sum_U d_U / (1 + e^c w(U)) >= e^-c rho(0) and f' = S - rho(c),
+    # so c = log(rho / S) decreases f (f' <= 0 all the way) and removes the e-fold-per-iteration crawl that plain
+    # Newton makes on this exponential tail. Only applied when it is large (c > SHIFT_MIN).
+    inner = np.atleast_1d(np.asarray(evaluator.sigma) > 0)  # [nb]
+    reject_target = evaluator.total - evaluator.t.sum(-1)  # [nb]: S
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007 - the count is returned
         g = evaluator.gradient(alpha)
+        if inner.any():  # weights far too small overall (tiny slack): shift them up in one go (see below)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                shift = np.where(inner & (reject_target > 0), np.log(evaluator.rejected / reject_target), 0.0)
+            shift = np.where(np.isfinite(shift) & (shift > SHIFT_MIN) & ~done, np.minimum(shift, ALPHA_CLIP), 0.0)
+            if shift.any():
+                alpha = np.clip(alpha + shift[:, None] * free, -ALPHA_CLIP, ALPHA_CLIP)
+                g = evaluator.gradient(alpha)
         g = np.where(free, g, 0.0)
         gn = np.abs(g).sum(-1)  # [nb]
         improved = gn < best_g

@@ -25,6 +25,7 @@ from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
 from otlp.errors import InputError
 from otlp.formulations.base import Formulation
+from otlp.formulations.incidence import incidence_pairs
 from otlp.formulations.model import FlowNetwork, ModelSize
 
 #: Arc groups of every network built here, in arc order: s -> i, i -> omega (S[i, omega]), omega -> t.
@@ -65,21 +66,11 @@ def incidence_arcs(omegas: np.ndarray, left: np.ndarray) -> tuple[np.ndarray, np
 
     ``omegas: int [M, n]``, ``left: bool [V]`` -> ``(tokens [K], tuple_rows [K])`` sorted by token, then tuple.
     """
-    M, n = omegas.shape
-    rows = np.arange(M, dtype=np.int64)
-    toks, idx = [], []
-    for k in range(n):  # n is small (drafts per step); each pass is vectorised over the M tuples
-        tok = omegas[:, k]
-        first = np.ones(M, dtype=bool)  # first occurrence of this token in the tuple
-        for j in range(k):
-            first &= omegas[:, j] != tok
-        keep = first & left[tok]
-        toks.append(tok[keep])
-        idx.append(rows[keep])
-    tok = np.concatenate(toks) if toks else np.zeros(0, dtype=np.int64)
-    row = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
+    tok, row = incidence_pairs(omegas, left.size)
+    keep = left[tok]
+    tok, row = tok[keep], row[keep]
     order = np.lexsort((row, tok))
-    return tok[order].astype(np.int64), row[order].astype(np.int64)
+    return tok[order], row[order]
 
 
 def bipartite_network(name: str, p: np.ndarray, left: np.ndarray, omegas: np.ndarray,

@@ -9,12 +9,12 @@ Variables exist only for the incidence pairs (i, omega) with omega in the draft'
 at most n * |support| of them. The optimal value is alpha* (GR Thm 3.1).
 
 The same problem is the max-flow network of GR §5.2: s -> i (capacity p(i)) -> omega (capacity inf) ->
-t (capacity P_draft(omega)); the flow on the middle arcs is S. :func:`relaxed_network` builds it, with arc groups
-named "source", "S", "sink" (the names of :mod:`otlp.formulations.maxflow`) so a flow, or the LP of the network,
-maps back to S the same way as the linear kind.
+t (capacity P_draft(omega)); the flow on the middle arcs is S. The "network" kind is built by
+:func:`otlp.formulations.maxflow.assemble_network`, with arc groups "source", "S", "sink", so a flow, or the LP of
+the network, maps back to S the same way as the linear kind.
 
-This module also holds the helpers the OTLP formulations share: :func:`draft_support` (validated p and the
-support tuples) and :func:`incidence_pairs` (the pairs i in set(omega)).
+This module also holds :class:`DraftFormulation`, the state the OTLP formulations share (validated p, the support
+tuples and their incidence pairs, :func:`otlp.formulations.incidence.incidence_pairs`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
 from otlp.errors import InputError
 from otlp.formulations.base import Formulation
+from otlp.formulations.incidence import incidence_pairs
+from otlp.formulations.maxflow import assemble_network
 from otlp.formulations.model import FlowNetwork, LinearModel, ModelSize
 
 #: Below this many tuples V^n the support is enumerated to count a model's size exactly; above it,
@@ -42,16 +44,6 @@ def support_size(draft: DraftScheme) -> tuple[int, bool]:
     if sparse or draft.num_tuples() <= EXACT_COUNT_TUPLES:
         return int(draft.support()[1].size), True
     return draft.num_tuples(), False
-
-
-def incidence_pairs(omegas: np.ndarray, V: int) -> tuple[np.ndarray, np.ndarray]:
-    """The pairs (i, m) with i in set(omegas[m]), sorted by m then i.
-
-    ``omegas: int [M, n]`` -> ``(tokens int [K], columns int [K])``, K = sum_m |set(omega_m)| <= n M.
-    """
-    M, n = omegas.shape
-    codes = np.unique(np.repeat(np.arange(M, dtype=np.int64), n) * V + omegas.reshape(-1))  # [K], distinct pairs
-    return codes % V, codes // V
 
 
 class DraftFormulation(Formulation):
@@ -113,26 +105,6 @@ class DraftFormulation(Formulation):
         return out
 
 
-def relaxed_network(p: np.ndarray, probs: np.ndarray, tokens: np.ndarray, columns: np.ndarray,
-                    name: str = "RelaxedOTLP") -> FlowNetwork:
-    """The max-flow network Omega of GR §5.2 on the given incidence pairs.
-
-    Nodes: source 0, tokens 1..V, tuples V+1..V+M, sink V+M+1. Arc groups (in order): "source" s -> i (cap p(i)),
-    "S" i -> omega for each pair (cap inf; its flow is S[i, omega]), "sink" omega -> t (cap P_draft(omega)).
-    """
-    V, M, K = p.size, probs.size, tokens.size
-    source, sink = 0, V + M + 1
-    tails = np.concatenate([np.full(V, source), 1 + tokens, V + 1 + np.arange(M)]).astype(np.int64)
-    heads = np.concatenate([1 + np.arange(V), V + 1 + columns, np.full(M, sink)]).astype(np.int64)
-    capacities = np.concatenate([p, np.full(K, np.inf), probs]).astype(np.float64)
-    return FlowNetwork(
-        name, V + M + 2, tails, heads, capacities, source, sink,
-        arc_blocks={"source": slice(0, V), "S": slice(V, V + K), "sink": slice(V + K, V + K + M)},
-        node_blocks={"source": slice(0, 1), "tokens": slice(1, V + 1), "tuples": slice(V + 1, V + M + 1),
-                     "sink": slice(V + M + 1, V + M + 2)},
-    )
-
-
 class RelaxedOTLP(DraftFormulation):
     """The relaxed OTLP of GR eq. (2): kinds "linear" (an LP on the incidence pairs) and "network" (GR §5.2).
 
@@ -160,7 +132,7 @@ class RelaxedOTLP(DraftFormulation):
         kind = kind or self.kinds[0]
         tokens, cols = self.pairs
         if kind == "network":
-            return relaxed_network(self.p, self.probs, tokens, cols, self.name)
+            return assemble_network(self.name, self.p, np.arange(self.V), self.omegas, self.probs, tokens, cols).network
         if kind != "linear":
             raise InputError(f"{self.name} builds kinds {self.kinds}, not {kind!r}")
         K = tokens.size

@@ -12,7 +12,7 @@ import pytest
 import otlp
 from otlp.errors import InputError, ModelTooLargeError
 from otlp.formulations import BetaProgram, FullOTLP, RelaxedOTLP
-from otlp.formulations.relaxed import incidence_pairs
+from otlp.formulations.incidence import incidence_pairs
 from otlp.subsets import brute_force_min_psi
 from tests.formulations.lp_instances import instances
 

@@ -1,0 +1,324 @@
+"""``certify`` for multi-step rules: block efficiency, the LP optimum, the gap, and target-law preservation.
+
+For a rule in ``RULES`` ("sps", "bv", "gbv", "token_tree") on explicit autoregressive models (papers/002):
+
+- block efficiency E[tau + 1], exact: the closed forms of ``otlp.multistep.efficiency`` (SpS, BV Eq. 83, GBV
+  with q^Gamma of Eqs. 22-23) or, for the token tree, its forward-recursion law; the enumerated output law's
+  E[length] is recorded beside it as a second route (``law_efficiency``).
+- the optimum over ALL valid rules drafting the same number of paths: the multi-path LP (Thm 3.3 for one path,
+  Thm 4.3 antichain LP for K paths; ``otlp.formulations.MultiPathLP``), when it converges.
+- target preservation of the output (X_{1:tau}, Y) as the paper defines validity (Def. 3.1 / Def. 4.1):
+  * target-matching: appending L - tau target tokens gives exactly p_{L+1}; measured by
+    ``target_matching_error`` (max over a_{1:L+1} of the absolute law error; must be < 1e-9);
+  * prefix-matching: only the last output token may leave a drafted path.  From the law alone this is checked
+    through the node budgets, D(a_{1:i}) p(a_{1:i}) = P(output strictly extends a_{1:i}) (notes/gbv.md §1):
+    a prefix-matching rule on K i.i.d. paths has, for every antichain T of V^{<=L},
+        sum_{a in T} D(a) p(a) <= psi(T) = 1 - (1 - q(T))^K        (Eq. 9 for K = 1, Eq. 12 for K >= 1)
+    because the output can strictly extend a node of T only if some drafted path passes through T.  The most
+    violated antichain is found exactly by the separation routine of the LP (a tree DP over tangents of psi).
+    A law that is target-matching but not prefix-matching (e.g. "output a whole block from p") fails here.
+
+Single-path rules ("sps", "bv") draft ONE path whatever K is asked; they are certified with K = 1 (a note
+says so), so their optimum is the single-path LP's and BV's gap is Thm 3.4's zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from otlp.errors import InputError
+from otlp.multistep.armodel import ARModel, depth_offsets, num_nodes, random_pair
+from otlp.multistep.efficiency import _check_pair, bv_efficiency, check_K, gbv_efficiency, sps_efficiency
+from otlp.multistep.enumeration import RULES, efficiency_from_law, output_law, target_matching_error
+
+SINGLE_PATH_RULES = ("sps", "bv")
+LAW_TOLERANCE = 1e-9  # target-matching error and antichain-cap violation accepted as exact (float64 roundoff)
+
+
+@dataclass
+class MultiStepReport:
+    """What ``certify_multistep`` found.  ``method`` says how each number was obtained.
+
+    K is the number of drafted paths the rule was certified with (1 for the single-path rules).
+    preserves_target is None when the output law could not be enumerated (``target_check`` says why).
+    """
+
+    rule: str
+    V: int
+    L: int
+    K: int
+    block_efficiency: float
+    optimum: float | None
+    gap: float | None
+    preserves_target: bool | None
+    target_matching_error: float | None
+    prefix_matching_violation: float | None = None
+    law_efficiency: float | None = None
+    target_check: str = ""
+    method: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "rule": self.rule, "V": self.V, "L": self.L, "K": self.K, "block_efficiency": self.block_efficiency,
+            "optimum": self.optimum, "gap": self.gap, "preserves_target": self.preserves_target,
+            "target_matching_error": self.target_matching_error,
+            "prefix_matching_violation": self.prefix_matching_violation, "law_efficiency": self.law_efficiency,
+            "target_check": self.target_check, "method": dict(self.method), "notes": list(self.notes),
+        }
+
+    def __str__(self) -> str:
+        def fmt(x: float | None) -> str:
+            return "n/a" if x is None else f"{x:.12g}"
+
+        verdict = {True: "yes", False: "NO", None: "not checked"}[self.preserves_target]
+        lines = [
+            f"rule                {self.rule} (V = {self.V}, L = {self.L}, K = {self.K} drafted path(s))",
+            f"block efficiency    {fmt(self.block_efficiency)}   [{self.method.get('block_efficiency', '')}]",
+            f"LP optimum          {fmt(self.optimum)}   [{self.method.get('optimum', '')}]",
+            f"gap                 {fmt(self.gap)}",
+            f"preserves target    {verdict}   [{self.target_check}]",
+        ]
+        lines += [f"note                {x}" for x in self.notes]
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the law checks
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def budget_mass(R: np.ndarray, V: int, L: int) -> np.ndarray:
+    """D(a_{1:i}) p(a_{1:i}) = P(output strictly extends a_{1:i}) on every node of V^{<=L}  # [num_nodes(V, L)]
+
+    (papers/002 Eq. 6 telescoped; notes/gbv.md §1): the sum of R over the strict descendants, one depth at a time
+    bottom-up.  R: the output law on V^{<=L+1}, [num_nodes(V, L + 1)].
+    """
+    off = depth_offsets(V, L + 1)
+    subtree = R[off[L + 1] : off[L + 2]].astype(np.float64)  # R summed over each node's subtree, depth L+1
+    mass = np.empty(num_nodes(V, L))
+    for i in range(L, -1, -1):
+        strict = subtree.reshape(-1, V).sum(1)  # [V^i]: mass strictly below each node of depth i
+        mass[off[i] : off[i + 1]] = strict
+        subtree = strict + R[off[i] : off[i + 1]]
+    return mass
+
+
+def prefix_matching_violation(R: np.ndarray, draft: ARModel, L: int, K: int) -> float:
+    """max(0, max over antichains T of V^{<=L} of [sum_T D p - psi(T)]), psi(T) = 1 - (1 - q(T))^K (Eqs. 9, 12);
+    0 (up to roundoff) for a prefix-matching rule on K i.i.d. drafted paths.  Exact whenever some cap is violated,
+    by the LP's separation routine (``otlp.formulations.multipath.most_violated_antichains``); the empty antichain
+    (value 0) stands in when none is, hence the clamp at 0."""
+    from otlp.formulations.multipath import most_violated_antichains
+
+    mass = budget_mass(R, draft.V, L)
+    q_prefix = draft.prefix_probabilities(L)
+    cuts = most_violated_antichains(mass, q_prefix, draft.V, L, K)
+    return max(float(cuts[0][0]), 0.0) if cuts else 0.0
+
+
+def _law_checks(R: np.ndarray, target: ARModel, draft: ARModel, L: int, K: int) -> tuple[bool, float, float, str]:
+    """(ok, target-matching error, prefix-matching violation, description) of an output law R."""
+    tm = target_matching_error(R, target, L)
+    pm = prefix_matching_violation(R, draft, L, K)
+    negative = float(-min(R[1:].min(), 0.0))
+    ok = tm < LAW_TOLERANCE and pm <= LAW_TOLERANCE and negative <= 1e-12
+    text = (f"exact output law: target-matching error {tm:.2e}, largest antichain-cap violation {pm:.2e} "
+            f"(prefix-matching, K = {K})")
+    if negative > 1e-12:
+        text += f", negative output probability {-negative:.2e}"
+    return ok, tm, pm, text
+
+
+def _optimum(target: ARModel, draft: ARModel, L: int, K: int, backend: str,
+             time_limit: float | None) -> tuple[float | None, str, list[str]]:
+    """(optimum or None, method, notes) from the multi-path LP."""
+    from otlp.formulations.multipath import MultiPathLP
+
+    try:
+        lp = MultiPathLP(target, draft, L, K)
+        sol = lp.solve(backend=backend, time_limit=time_limit)
+    except InputError as exc:
+        return None, "multi-path LP", [f"LP optimum not computed: {exc}"]
+    info = sol.info
+    method = (f"MultiPathLP ({backend}, antichains {info.get('mode')}, {info.get('antichain_rows')} cap rows, "
+              f"{info.get('rounds')} round(s))")
+    if not sol.optimal or not info.get("converged", False):
+        bound = "" if sol.value is None else f"; upper bound {float(sol.value):.12g}"
+        return None, method, [f"LP optimum not certified: status {sol.status}, converged "
+                              f"{info.get('converged')}, max antichain violation {info.get('max_violation')}{bound}"]
+    return float(sol.value), method, []
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# certify
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def certify_output_law(R: np.ndarray, target: ARModel, draft: ARModel, L: int, K: int = 1, *,
+                       rule: str = "law", block_efficiency: float | None = None, backend: str = "highs",
+                       time_limit: float | None = 60.0) -> MultiStepReport:
+    """Certify an output law R on V^{<=L+1} (R[root] = 0) of a rule drafting K i.i.d. paths.
+
+    ``block_efficiency`` defaults to E[length] of R.  This is the route for rules outside ``RULES``.
+    """
+    _check_pair(target, draft, L)
+    K = check_K(K)
+    R = np.asarray(R, dtype=np.float64)
+    if R.shape != (num_nodes(target.V, L + 1),):
+        raise InputError(f"R must be the output law on V^(<=L+1), shape ({num_nodes(target.V, L + 1)},) for "
+                         f"V={target.V}, L={L}; got {R.shape}")
+    method: dict[str, str] = {}
+    law_eff = efficiency_from_law(R, target.V, L)
+    if block_efficiency is None:
+        block_efficiency, method["block_efficiency"] = law_eff, "E[length] of the output law"
+    ok, tm, pm, text = _law_checks(R, target, draft, L, K)
+    optimum, method["optimum"], notes = _optimum(target, draft, L, K, backend, time_limit)
+    gap = None if optimum is None else optimum - float(block_efficiency)
+    return MultiStepReport(rule, target.V, int(L), K, float(block_efficiency), optimum, gap, bool(ok), tm, pm,
+                           law_eff, text, method, notes)
+
+
+def certify_multistep(rule: str, target: ARModel, draft: ARModel, L: int, K: int = 1, *, backend: str = "highs",
+                      time_limit: float | None = 60.0) -> MultiStepReport:
+    """Certify the multi-step rule ``rule`` in RULES on (target, draft) with block length L and K drafted paths.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otlp.multistep import random_pair
+    >>> target, draft = random_pair(2, 2, np.random.default_rng(0))
+    >>> r = certify_multistep("bv", target, draft, 2)
+    >>> abs(r.gap) < 1e-7, r.preserves_target          # Thm 3.4: BV attains the single-path LP optimum
+    (True, True)
+    """
+    if rule not in RULES:
+        raise InputError(f"unknown multi-step rule {rule!r}; expected one of {', '.join(RULES)}")
+    _check_pair(target, draft, L)
+    K = check_K(K)
+    notes: list[str] = []
+    if rule in SINGLE_PATH_RULES and K != 1:
+        notes.append(f"{rule} drafts one path; certified with K = 1 (asked K = {K})")
+        K = 1
+    method: dict[str, str] = {}
+    if rule == "sps":
+        eff, method["block_efficiency"] = sps_efficiency(target, draft, L), "closed form prod min(p, q)"
+    elif rule == "bv":
+        eff, method["block_efficiency"] = bv_efficiency(target, draft, L), "closed form (Eq. 83)"
+    elif rule == "gbv":
+        eff = gbv_efficiency(target, draft, L, K)
+        method["block_efficiency"] = "closed form (Eq. 83 with q^Gamma, Eqs. 22-23)"
+    else:
+        eff = None  # the token tree's law comes from its forward recursion: E[length] of it below
+        method["block_efficiency"] = "E[length] of the forward-recursion output law"
+    try:
+        R = output_law(rule, target, draft, L, K)
+    except InputError as exc:  # ModelTooLargeError: too many draft tuples to enumerate
+        if eff is None:
+            raise
+        optimum, method["optimum"], lp_notes = _optimum(target, draft, L, K, backend, time_limit)
+        return MultiStepReport(rule, target.V, int(L), K, float(eff), optimum,
+                               None if optimum is None else optimum - eff, None, None,
+                               target_check=f"not checked: {exc}", method=method, notes=notes + lp_notes)
+    report = certify_output_law(R, target, draft, L, K, rule=rule, block_efficiency=eff, backend=backend,
+                                time_limit=time_limit)
+    report.method.update(method)
+    report.notes = notes + report.notes
+    if abs(report.block_efficiency - report.law_efficiency) > 1e-9:
+        report.notes.append(f"closed form {report.block_efficiency!r} differs from the enumerated law's "
+                            f"E[tau + 1] {report.law_efficiency!r}")
+    return report
+
+
+def certify_rules(target: ARModel, draft: ARModel, L: int, K: int, rules: tuple[str, ...] = RULES,
+                  **options: object) -> list[MultiStepReport]:
+    """``certify_multistep`` for each rule (the table across rules)."""
+    return [certify_multistep(rule, target, draft, L, K, **options) for rule in rules]
+
+
+def format_multistep_table(reports: list[MultiStepReport]) -> str:
+    head = (f"{'rule':<11} {'K':>2} {'E[tau+1]':>14} {'LP optimum':>14} {'gap':>12} {'TM error':>9} "
+            f"{'PM viol.':>9}  target")
+    out = [head, "-" * len(head)]
+    for r in reports:
+        opt = "n/a" if r.optimum is None else f"{r.optimum:14.10f}"
+        gap = "n/a" if r.gap is None else f"{r.gap:12.4e}"
+        tm = "n/a" if r.target_matching_error is None else f"{r.target_matching_error:9.1e}"
+        pm = "n/a" if r.prefix_matching_violation is None else f"{r.prefix_matching_violation:9.1e}"
+        verdict = {True: "exact", False: "FAILED", None: "not checked"}[r.preserves_target]
+        out.append(f"{r.rule:<11} {r.K:>2} {r.block_efficiency:14.10f} {opt:>14} {gap:>12} {tm:>9} {pm:>9}  {verdict}")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# CLI: otlp certify-block
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def add_multistep_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``otlp certify-block``."""
+    parser.add_argument("--rule", default="all", help=f"one of {', '.join(RULES)}, or 'all' (default)")
+    parser.add_argument("--V", type=int, default=3, help="vocabulary size (default 3)")
+    parser.add_argument("--L", type=int, default=2, help="block length (default 2)")
+    parser.add_argument("--K", type=int, default=2, help="number of i.i.d. drafted paths (default 2)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random target/draft pair (default 0)")
+    parser.add_argument("--concentration", type=float, default=1.0,
+                        help="Dirichlet concentration of every conditional (default 1)")
+    parser.add_argument("--closeness", type=float, default=0.0,
+                        help="mix the draft towards the target, in [0, 1) (default 0: independent)")
+    parser.add_argument("--time-limit", type=float, default=60.0, help="LP constraint-generation limit, seconds")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _positive_int(value: object, flag: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise InputError(f"{flag} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def run_multistep_cli(args: argparse.Namespace) -> int:
+    """Run ``otlp certify-block``: 0 when every certified rule preserves the target, 1 otherwise.
+    Bad input raises InputError (the ``otlp`` CLI prints it and exits 2)."""
+    V = _positive_int(args.V, "--V", 2)
+    L = _positive_int(args.L, "--L", 1)
+    K = _positive_int(args.K, "--K", 1)
+    if args.rule != "all" and args.rule not in RULES:
+        raise InputError(f"unknown --rule {args.rule!r}; expected one of {', '.join(RULES)} or 'all'")
+    if not args.concentration > 0:
+        raise InputError(f"--concentration must be > 0, got {args.concentration}")
+    rng = np.random.default_rng(args.seed)
+    target, draft = random_pair(V, L, rng, args.concentration, args.closeness)
+    rules = RULES if args.rule == "all" else (args.rule,)
+    reports = certify_rules(target, draft, L, K, rules, time_limit=args.time_limit)
+    if args.json:
+        print(json.dumps({"V": V, "L": L, "K": K, "seed": args.seed, "concentration": args.concentration,
+                          "closeness": args.closeness, "reports": [r.to_dict() for r in reports]}, indent=2))
+    elif len(reports) == 1:
+        print(f"random AR pair: V = {V}, L = {L}, seed {args.seed}, concentration {args.concentration:g}, "
+              f"closeness {args.closeness:g}")
+        print(reports[0])
+    else:
+        print(f"random AR pair: V = {V}, L = {L}, K = {K}, seed {args.seed}, concentration "
+              f"{args.concentration:g}, closeness {args.closeness:g}")
+        print(format_multistep_table(reports))
+        for r in reports:
+            for note in r.notes:
+                print(f"note ({r.rule}): {note}")
+    return 0 if all(r.preserves_target is not False for r in reports) else 1
+
+
+__all__ = [
+    "MultiStepReport",
+    "add_multistep_arguments",
+    "budget_mass",
+    "certify_multistep",
+    "certify_output_law",
+    "certify_rules",
+    "format_multistep_table",
+    "prefix_matching_violation",
+    "run_multistep_cli",
+]

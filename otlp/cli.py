@@ -207,7 +207,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_solve(sub)
     for name, help_text, module, adder, runner in SUBCOMMANDS:
         _add_lazy(sub, name, help_text, module, adder, runner)
+    bench = sub.add_parser("bench", help="benchmarks that need the package only (the full comparisons live in "
+                                         "benchmarks/ of the source tree)",
+                           description="Benchmarks shipped with the package; the side-by-side solver and verifier "
+                                       "comparisons are scripts under benchmarks/ in the source tree.")
+    bench_sub = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK")
+    for name, help_text, module, adder, runner in BENCHMARKS:
+        _add_lazy(bench_sub, name, help_text, module, adder, runner)
+    bench.set_defaults(func=lambda args: _missing_benchmark(bench))
     return parser
+
+
+def _missing_benchmark(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
 
 
 #: (name, help, module, argument adder, runner) of the subcommands that live in their packages.
@@ -216,6 +229,14 @@ SUBCOMMANDS: list[tuple[str, str, str, str, str]] = [
      "otlp.verifiers.certify", "add_certify_arguments", "run_certify_cli"),
     ("check", "run the five papers' theorems as checks (exit 1 on any violation)",
      "otlp.proofs_check.cli", "add_check_arguments", "run_check_cli"),
+    ("decode", "speculative decode loop (embedded n-gram pair by default): block efficiency, acceptance, tokens/s",
+     "otlp.decode.cli", "add_decode_arguments", "run_decode_cli"),
+]
+
+#: (name, help, module, argument adder, runner) of the ``otlp bench`` benchmarks.
+BENCHMARKS: list[tuple[str, str, str, str, str]] = [
+    ("acceptance", "alpha* over (n, top-k) on distributions collected from the decode loop: table, JSON and PNG "
+     "(GR Figure 1)", "otlp.decode.cli", "add_acceptance_arguments", "run_acceptance_cli"),
 ]
 
 

@@ -35,6 +35,8 @@ from otlp.subsets import optimal_acceptance
 EXACT_CELLS = 20_000_000
 #: Build the rational certificate up to this many draft tuples with positive probability.
 CERTIFICATE_TUPLES = 4_000
+#: Compute alpha* for schemes without a closed form (min over subsets by enumeration) up to this many tuples.
+OPTIMUM_TUPLES = 2_000_000
 #: False-alarm rate of the statistical target-law test (chi-square, asymptotic).
 FALSE_ALARM = 1e-6
 #: Denominator bound when rationalising float inputs.
@@ -384,6 +386,9 @@ def certify(name: str, p: object, draft: DraftScheme | None = None, *, q: object
             vacc = test.verifier_acceptance
             method["verifier_acceptance"] = f"Monte Carlo, s.e. {test.acceptance_se:.2g}"
     try:
+        if draft.name not in ("iid", "greedy", "spechub") and draft.num_tuples() > OPTIMUM_TUPLES:
+            raise ModelTooLargeError(f"alpha* for a {draft.name!r} scheme over V^n = {draft.num_tuples()} tuples",
+                                     draft.num_tuples() * draft.n * 8, OPTIMUM_TUPLES * draft.n * 8)
         optimum = float(optimal_acceptance(p, draft))
     except (ModelTooLargeError, InputError) as exc:
         optimum = None

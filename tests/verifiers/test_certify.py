@@ -90,6 +90,7 @@ def test_large_vocabulary_uses_the_seeded_statistical_test() -> None:
     assert r.acceptance <= r.optimum + 1e-12
     r2 = certify("rrs_wor", p, q=q, n=2, samples=4000)  # no closed form: Monte Carlo acceptance
     assert r2.method["acceptance"].startswith("Monte Carlo") and r2.preserves_target
+    assert r2.optimum is None and any("alpha* not computed" in x for x in r2.notes)
 
 
 def test_statistical_test_catches_a_biased_sampler() -> None:

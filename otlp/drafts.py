@@ -14,6 +14,10 @@ from otlp.errors import InputError, ModelTooLargeError
 
 #: Refuse to enumerate more tuples than this (about 0.5 GB for the int64 tuple table at n = 3).
 MAX_TUPLES = 20_000_000
+#: Refuse subset probabilities by enumeration above this many (mask, tuple, position) look-ups.
+MAX_SUBSET_WORK = 2_000_000_000
+#: Look-ups per chunk of masks (bounds the temporary boolean array to about 64 MB).
+SUBSET_CHUNK_WORK = 64_000_000
 
 
 class DraftScheme:
@@ -67,9 +71,23 @@ class DraftScheme:
         The base class enumerates the support; subclasses override with closed forms.
         """
         masks, single = _as_masks(mask, self.V)
+        if type(self).support is DraftScheme.support:  # the support comes from enumerating V^n: bound it first
+            work = masks.shape[0] * self.num_tuples() * self.n
+            if work > MAX_SUBSET_WORK:
+                raise ModelTooLargeError(
+                    f"P(omega in H^n) for {masks.shape[0]} subsets by enumerating {self.num_tuples():,} tuples of "
+                    f"{type(self).__name__}", work, MAX_SUBSET_WORK)
         omegas, probs = self.support()
-        inside = masks[:, omegas].all(axis=-1)  # [K, M]
-        out = inside.astype(np.float64) @ probs
+        work = masks.shape[0] * omegas.size
+        if work > MAX_SUBSET_WORK:
+            raise ModelTooLargeError(
+                f"P(omega in H^n) for {masks.shape[0]} subsets by enumerating {probs.size:,} tuples of "
+                f"{type(self).__name__}", work, MAX_SUBSET_WORK)
+        step = max(1, SUBSET_CHUNK_WORK // max(omegas.size, 1))
+        out = np.empty(masks.shape[0])
+        for start in range(0, masks.shape[0], step):  # chunks of masks bound the [chunk, M, n] temporary
+            inside = masks[start:start + step][:, omegas].all(axis=-1)  # [chunk, M]
+            out[start:start + step] = inside.astype(np.float64) @ probs
         return float(out[0]) if single else out
 
     def marginals(self) -> np.ndarray:
@@ -199,6 +217,22 @@ class WithoutReplacement(DraftScheme):
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(distinct[:, None], qw / np.where(remaining > 0, remaining, 1.0), 0.0)
         return np.prod(ratio, axis=1)
+
+    def subset_probability(self, mask: np.ndarray) -> np.ndarray | float:
+        """n = 1: q(H). n = 2: sum_{i in H} q_i (q(H) - q_i) / (1 - q_i) (first draw i, second another token of H).
+        Larger n: enumeration (base class)."""
+        if self.n > 2:
+            return super().subset_probability(mask)
+        masks, single = _as_masks(mask, self.V)
+        f = masks.astype(np.float64)
+        q_h = f @ self.q  # [K]
+        if self.n == 1:
+            out = q_h
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                w = np.where(self.q < 1.0, self.q / (1.0 - self.q), 0.0)  # q_i = 1 cannot occur with n = 2
+            out = np.maximum(q_h * (f @ w) - f @ (w * self.q), 0.0)
+        return float(out[0]) if single else out
 
     def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
         # Gumbel-top-n: the order of the n largest log q + Gumbel keys is a successive sample without replacement.

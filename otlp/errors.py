@@ -21,7 +21,7 @@ class ModelTooLargeError(InputError):
         self.limit_bytes = float(limit_bytes)
         super().__init__(
             f"{what} would need about {_human(size_bytes)}, over the limit of {_human(limit_bytes)}; "
-            "use a smaller V or n, top-k truncation, or a formulation that scales (otlp.optimal)"
+            "use a smaller V or n, or top-k truncation of q"
         )
 
 

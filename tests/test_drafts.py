@@ -17,6 +17,7 @@ def schemes(rng: np.random.Generator, V: int = 4):
         otlp.IID(q, 1),
         otlp.Independent([q, rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))]),
         otlp.WithoutReplacement(q, 3),
+        otlp.WithoutReplacement(q, 2),
         otlp.Greedy(q, 3),
         otlp.Greedy(q, 1),
         otlp.SpecHub(q),
@@ -114,3 +115,9 @@ def test_enumeration_refused_before_allocation():
 def test_tuple_range_checked():
     with pytest.raises(InputError, match="draft tokens must lie"):
         otlp.IID([0.5, 0.5], 2).tuple_probabilities(np.array([[0, 2]]))
+
+
+def test_subset_probability_by_enumeration_is_refused_when_too_big():
+    scheme = otlp.WithoutReplacement(np.ones(400) / 400, 3)  # 6.4e7 tuples x 1000 masks: refused before enumerating
+    with pytest.raises(ModelTooLargeError, match="P\\(omega in H\\^n\\)"):
+        scheme.subset_probability(np.ones((1000, 400), dtype=bool))

@@ -17,12 +17,25 @@ single-token rules (their ``make_draft`` refuses with a message pointing to ``ot
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from otlp.errors import InputError
-from otlp.verifiers.bv import BlockOutput, bv
-from otlp.verifiers.gbv import gbv
+
+if TYPE_CHECKING:
+    import torch
+
+    from otlp.verifiers.bv import BlockOutput
+
+
+
+def _load_samplers() -> None:
+    """Import otlp.multistep before otlp.verifiers.bv / gbv: bv imports otlp.multistep.armodel, whose package
+    imports token_wise, which imports bv again, so importing bv first fails on the half-initialised module.
+    Done on first use, not at module level, so that registering these objects in otlp.verifiers stays cheap
+    (no torch import) and cycle-free."""
+    import otlp.multistep  # noqa: F401
 
 
 class MultiStepVerifier:
@@ -87,6 +100,9 @@ class BlockVerification(MultiStepVerifier):
     def sample(self, drafts: torch.Tensor, p_path: torch.Tensor, q_path: torch.Tensor,
                generator: torch.Generator | None = None) -> BlockOutput:
         """drafts int64 [B, L], p_path [B, L+1, V], q_path [B, L, V] -> BlockOutput (see ``otlp.verifiers.bv.bv``)."""
+        _load_samplers()
+        from otlp.verifiers.bv import bv
+
         return bv(drafts, p_path, q_path, generator)
 
     def block_efficiency(self, target: object, draft: object, L: int, K: int = 1) -> float:
@@ -110,6 +126,9 @@ class GreedyBlockVerification(MultiStepVerifier):
                generator: torch.Generator | None = None) -> BlockOutput:
         """drafts int64 [B, K, L], p_paths [B, K, L+1, V], q_paths [B, K, L, V] -> BlockOutput
         (see ``otlp.verifiers.gbv.gbv``)."""
+        _load_samplers()
+        from otlp.verifiers.gbv import gbv
+
         return gbv(drafts, p_paths, q_paths, generator)
 
     def block_efficiency(self, target: object, draft: object, L: int, K: int = 1) -> float:

@@ -70,3 +70,18 @@ def test_sample_delegates_to_the_torch_samplers(registry: None) -> None:
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
     assert bool((got.tau >= 0).all() and (got.tau <= L).all())
+
+
+def test_fresh_process_imports_in_any_order() -> None:
+    # the objects must load and sample before anything else of otlp.multistep is imported (import-cycle guard)
+    import subprocess
+    import sys
+
+    code = ("import otlp.verifiers.multistep as m, torch\n"
+            "d = torch.zeros(2, 2, dtype=torch.int64); p = torch.full((2, 3, 2), 0.5); q = torch.full((2, 2, 2), 0.5)\n"
+            "out = m.BlockVerification().sample(d, p, q, torch.Generator().manual_seed(0))\n"
+            "assert out.tau.tolist() == [2, 2], out\n"
+            "out = m.GreedyBlockVerification().sample(d[:, None], p[:, None], q[:, None])\n"
+            "assert out.tau.tolist() == [2, 2], out\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

@@ -14,7 +14,7 @@ import torch
 
 from otlp.errors import InputError
 from otlp.formulations.multipath import enumerate_antichains, psi
-from otlp.multistep import RULES, random_pair
+from otlp.multistep import RULES, gbv_efficiency, random_pair
 from otlp.multistep.armodel import ARModel, depth_offsets, node_parents, num_nodes, prefix_nodes
 from otlp.multistep.certify import (
     MultiStepReport,
@@ -210,3 +210,16 @@ def test_cli_table_json_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (["--V", "1"], ["--L", "0"], ["--K", "0"], ["--rule", "nope"], ["--closeness", "1.5"]):
         with pytest.raises(InputError):
             run_multistep_cli(_cli(*argv))
+
+
+def test_too_many_draft_tuples_leaves_the_law_unchecked_not_failed() -> None:
+    # 12^(2*3) draft tuples is over the enumeration limit: the closed form still gives the efficiency, the law
+    # check says "not checked" (None, never a silent True), and a time-limited LP reports no optimum with a reason
+    target, draft = random_pair(12, 2, np.random.default_rng(8))
+    r = certify_multistep("gbv", target, draft, 2, 3, time_limit=0.5)
+    assert r.preserves_target is None and "not checked" in r.target_check
+    assert r.block_efficiency == gbv_efficiency(target, draft, 2, 3) and r.law_efficiency is None
+    if r.optimum is None:
+        assert any("LP optimum" in n for n in r.notes) and r.gap is None
+    else:
+        assert r.gap >= -GAP_TOL

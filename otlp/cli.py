@@ -227,6 +227,9 @@ def _missing_benchmark(parser: argparse.ArgumentParser) -> int:
 SUBCOMMANDS: list[tuple[str, str, str, str, str]] = [
     ("certify", "how far a verifier is from the optimum: acceptance, alpha*, gap, target law, exact certificate",
      "otlp.verifiers.certify", "add_certify_arguments", "run_certify_cli"),
+    ("certify-block", "multi-step rules (sps, bv, gbv, token_tree) on random small AR models: block efficiency, "
+     "multi-path LP optimum, gap, target law", "otlp.multistep.certify", "add_multistep_arguments",
+     "run_multistep_cli"),
     ("check", "run the five papers' theorems as checks (exit 1 on any violation)",
      "otlp.proofs_check.cli", "add_check_arguments", "run_check_cli"),
     ("decode", "speculative decode loop (embedded n-gram pair by default): block efficiency, acceptance, tokens/s",

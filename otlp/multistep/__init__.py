@@ -3,39 +3,46 @@
 ARModel tables, random generators, exact block efficiencies and output laws by enumeration, the greedy
 skewed draft q^Gamma, and the token-level baselines (SpS along a path, the multi-draft token tree).
 The block verifiers themselves live in ``otlp.verifiers.bv`` and ``otlp.verifiers.gbv``.
+
+Names are resolved lazily (PEP 562), so importing the package imports neither torch nor the submodules, and
+``otlp.verifiers.bv`` / ``gbv`` can import ``otlp.multistep.armodel`` first without a cycle.
 """
 
-from otlp.multistep.armodel import ARModel, markov_ar_model, random_ar_model, random_pair, tempered
-from otlp.multistep.efficiency import bv_efficiency, gbv_efficiency, greedy_skewed_prefix, sps_efficiency
-from otlp.multistep.enumeration import (
-    RULES,
-    efficiency_from_law,
-    enumerate_drafts,
-    extended_law,
-    output_law,
-    target_matching_error,
-)
-from otlp.multistep.simulate import draft_and_verify
-from otlp.multistep.token_wise import sps_path, token_tree, token_tree_output_law
+from __future__ import annotations
 
-__all__ = [
-    "ARModel",
-    "RULES",
-    "bv_efficiency",
-    "draft_and_verify",
-    "efficiency_from_law",
-    "enumerate_drafts",
-    "extended_law",
-    "gbv_efficiency",
-    "greedy_skewed_prefix",
-    "markov_ar_model",
-    "output_law",
-    "random_ar_model",
-    "random_pair",
-    "sps_efficiency",
-    "sps_path",
-    "target_matching_error",
-    "tempered",
-    "token_tree",
-    "token_tree_output_law",
-]
+import importlib
+
+#: public name -> module that defines it
+_MODULES: dict[str, str] = {
+    "ARModel": "otlp.multistep.armodel",
+    "markov_ar_model": "otlp.multistep.armodel",
+    "random_ar_model": "otlp.multistep.armodel",
+    "random_pair": "otlp.multistep.armodel",
+    "tempered": "otlp.multistep.armodel",
+    "bv_efficiency": "otlp.multistep.efficiency",
+    "gbv_efficiency": "otlp.multistep.efficiency",
+    "greedy_skewed_prefix": "otlp.multistep.efficiency",
+    "sps_efficiency": "otlp.multistep.efficiency",
+    "RULES": "otlp.multistep.enumeration",
+    "efficiency_from_law": "otlp.multistep.enumeration",
+    "enumerate_drafts": "otlp.multistep.enumeration",
+    "extended_law": "otlp.multistep.enumeration",
+    "output_law": "otlp.multistep.enumeration",
+    "target_matching_error": "otlp.multistep.enumeration",
+    "draft_and_verify": "otlp.multistep.simulate",
+    "sps_path": "otlp.multistep.token_wise",
+    "token_tree": "otlp.multistep.token_wise",
+    "token_tree_output_law": "otlp.multistep.token_wise",
+    "MultiStepReport": "otlp.multistep.certify",
+    "certify_multistep": "otlp.multistep.certify",
+}
+
+__all__ = sorted(_MODULES)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _MODULES:
+        raise AttributeError(f"module 'otlp.multistep' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULES[name]), name)
+    globals()[name] = value
+    return value

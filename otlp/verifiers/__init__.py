@@ -6,8 +6,9 @@
 >>> round(v.acceptance([0.1, 0.6, 0.3], draft), 12)
 1.0
 
-``NAMES`` lists every registered rule; :func:`register` adds one (the lead registers the multi-step ``"bv"`` and
-``"gbv"`` rules of ``otlp.verifiers.bv`` / ``gbv`` through it).
+``NAMES`` lists every registered rule; :func:`register` adds one. The multi-step rules ``"bv"`` and ``"gbv"``
+(``kind == "multistep"``) verify blocks of L tokens on one or K paths: see :mod:`otlp.verifiers.multistep` and
+``otlp.multistep.certify_multistep`` (``otlp certify-block``); the others verify one token among n drafts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from otlp.verifiers.base import Verifier
 from otlp.verifiers.greedy import GreedyOptimal
 from otlp.verifiers.importance import ImportanceSampling, WeightedImportanceSampling
 from otlp.verifiers.kseq import KSeq
+from otlp.verifiers.multistep import BlockVerification, GreedyBlockVerification
 from otlp.verifiers.optimal import Optimal
 from otlp.verifiers.rrs import RecursiveRejection, RecursiveRejectionWithoutReplacement
 from otlp.verifiers.spechub import SpecHubVerifier
@@ -34,6 +36,8 @@ _FACTORIES: dict[str, Callable[..., object]] = {
     "weighted_is": WeightedImportanceSampling,
     "greedy": GreedyOptimal,
     "optimal": Optimal,
+    "bv": BlockVerification,  # multi-step: block verification (GBV paper, Sun et al. 2024b), one path of L tokens
+    "gbv": GreedyBlockVerification,  # multi-step: greedy multi-path block verification, K paths of L tokens
 }
 
 #: Registered rule names, in table order (a list, extended in place by :func:`register`).

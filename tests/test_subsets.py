@@ -64,7 +64,8 @@ def test_alpha_star_in_exact_rationals():
     p = [Fraction(1, 10), Fraction(6, 10), Fraction(3, 10)]
     q = [Fraction(1, 2), Fraction(3, 10), Fraction(1, 5)]
     for n in (1, 2, 3):
-        best = min(sum(pi for pi, h in zip(p, H) if h) - sum(qi for qi, h in zip(q, H) if h) ** n
+        best = min(sum(pi for pi, h in zip(p, H, strict=True) if h)
+                   - sum(qi for qi, h in zip(q, H, strict=True) if h) ** n
                    for H in product([0, 1], repeat=3))
         assert otlp.optimal_acceptance([float(x) for x in p], otlp.IID([float(x) for x in q], n)) == pytest.approx(
             float(1 + best), abs=1e-15)

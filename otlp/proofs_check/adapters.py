@@ -81,3 +81,15 @@ def target_matching_error(rule: str, target: object, draft: object, L: int, K: i
     from otlp.multistep.enumeration import target_matching_error as error
 
     return float(error(output_law(rule, target, draft, L, K), target, L))
+
+
+def block_log_weights(p: np.ndarray, draft: object) -> tuple[np.ndarray, np.ndarray]:
+    """The production OT's per-token block log-weights alpha_i and block index (blocks in increasing position, so a
+    larger index has priority): ``(log_w float [V], block int [V])`` (exact-ot-design §2)."""
+    ot = optimal_transport(p, draft)
+    V = len(p)
+    log_w, block = np.zeros(V), np.zeros(V, dtype=np.int64)
+    for j, b in enumerate(ot.blocks):
+        log_w[b.tokens] = b.log_weights
+        block[b.tokens] = j
+    return log_w, block

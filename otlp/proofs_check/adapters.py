@@ -93,3 +93,29 @@ def block_log_weights(p: np.ndarray, draft: object) -> tuple[np.ndarray, np.ndar
         log_w[b.tokens] = b.log_weights
         block[b.tokens] = j
     return log_w, block
+
+
+def relaxed_otlp_solve(p: np.ndarray, draft: object, exact: bool) -> tuple[object, np.ndarray, np.ndarray]:
+    """``otlp.formulations.RelaxedOTLP(p, draft)`` solved by the product's ``exact`` backend (``exact=True``: the
+    value is a ``Fraction`` of the float data read as exact rationals) or by ``highs``:
+    ``(value, omegas [M, n], probs float [M])``, the formulation's own support."""
+    from otlp.formulations import RelaxedOTLP
+
+    f = RelaxedOTLP(p, draft)
+    sol = f.solve(backend="exact" if exact else "highs")
+    if not sol.optimal:
+        raise RuntimeError(f"RelaxedOTLP ({sol.backend}) did not solve: {sol.status}")
+    return sol.value, f.omegas, f.probs
+
+
+def beta_program_solve(p: np.ndarray, draft: object, exact: bool) -> tuple[object, float, np.ndarray, np.ndarray]:
+    """``otlp.formulations.BetaProgram(p, draft)``: ``(LP value by the exact/highs backend, acceptance of its GR
+    Thm 4.1 beta built from a RelaxedOTLP plan, omegas [M, n], probs float [M])``."""
+    from otlp.formulations import BetaProgram
+
+    f = BetaProgram(p, draft)
+    backend = "exact" if exact else "highs"
+    sol = f.solve(backend=backend)
+    if not sol.optimal:
+        raise RuntimeError(f"BetaProgram ({sol.backend}) did not solve: {sol.status}")
+    return sol.value, f.acceptance(f.optimal_beta(backend=backend)), f.omegas, f.probs

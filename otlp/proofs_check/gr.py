@@ -50,7 +50,31 @@ def verify_thm31(inst: Instance, hooks: dict, exact: bool) -> float:
     psi_all = psi_values(list(inst.p), omegas, [float(x) for x in probs])
     t.equal("min_psi value vs psi(its H)", value, psi_all[bits_of(mask)])
     t.equal("min_psi value vs brute-force min", value, best)
+    product_formulation(inst, hooks["relaxed_otlp"], lp, exact, t, "RelaxedOTLP")
     return t.result()
+
+
+def float_data(omegas: np.ndarray, probs: np.ndarray, inst: Instance) -> tuple[list, np.ndarray, list]:
+    """The float data a product formulation solved, read as the exact rationals they are: ``(p, omegas, probs)``."""
+    return [Fraction(float(x)) for x in inst.p], np.asarray(omegas), [Fraction(float(x)) for x in probs]
+
+
+def product_formulation(inst: Instance, solve: object, truth: object, exact: bool, t: Tally, name: str) -> None:
+    """otlp.formulations' ``name`` solved by the product (``exact`` backend in exact mode, else ``highs``) vs the
+    truth. Exact mode: the product reads its float inputs as exact rationals, so its Fraction value must EQUAL this
+    module's sympy simplex on that same rational data (a hard equality), and match the instance's own rational
+    alpha* within float rounding of the data."""
+    value, omegas, probs = solve(inst.p, inst.draft(), exact)
+    backend = "exact" if exact else "highs"
+    t.equal(f"{name} (product, {backend} backend) vs reference alpha*", float(value), float(truth))
+    if exact:
+        p_f, om_f, pr_f = float_data(omegas, probs, inst)
+        reference = relaxed_otlp(p_f, om_f, pr_f, exact=True)[0] if name == "RelaxedOTLP" else \
+            beta_program(p_f, om_f, pr_f, exact=True)[0]
+        if not isinstance(value, Fraction):
+            t.holds(f"{name} exact backend returned {type(value).__name__}, not a Fraction", False)
+        else:
+            t.equal(f"{name} exact backend vs sympy simplex on the same rational data", value, reference)
 
 
 THM31 = Check(
@@ -63,7 +87,8 @@ THM31 = Check(
     counterexample="p = q: psi(H*) = 0 but alpha* = 1",
     generate=_gen_all,
     verify=verify_thm31,
-    hooks={"optimal_acceptance": "otlp.subsets:optimal_acceptance", "min_psi": "otlp.subsets:min_psi"},
+    hooks={"optimal_acceptance": "otlp.subsets:optimal_acceptance", "min_psi": "otlp.subsets:min_psi",
+           "relaxed_otlp": "otlp.proofs_check.adapters:relaxed_otlp_solve"},
     tolerance=TOL,
     exact_supported=True,
 )
@@ -99,6 +124,9 @@ def verify_thm41(inst: Instance, hooks: dict, exact: bool) -> float:
         t.equal(f"sum_i beta(i | w_{m})", sum(beta[i][m] for i in mset), Fraction(1) if exact else 1.0)
     t.equal("beta-program objective of beta(S*) vs alpha*", beta_objective(p, omegas, probs, beta), alpha)
     t.equal("beta program optimum (Thm B.1) vs alpha*", beta_program(p, omegas, probs, exact)[0], alpha)
+    value, acceptance, omegas_f, probs_f = hooks["beta_program"](inst.p, inst.draft(), exact)
+    product_formulation(inst, lambda *_: (value, omegas_f, probs_f), alpha, exact, t, "BetaProgram")
+    t.equal("BetaProgram.acceptance(optimal_beta()) (product's Thm 4.1 map) vs alpha*", acceptance, float(alpha))
     return t.result()
 
 
@@ -111,7 +139,8 @@ THM41 = Check(
     generate=lambda rng, count, exact: scheme_stream(rng, count, exact, ("iid", "independent", "without_replacement",
                                                                           "spechub")),
     verify=verify_thm41,
-    hooks={"relaxed_plan": "otlp.proofs_check.adapters:relaxed_plan"},
+    hooks={"relaxed_plan": "otlp.proofs_check.adapters:relaxed_plan",
+           "beta_program": "otlp.proofs_check.adapters:beta_program_solve"},
     tolerance=TOL,
     exact_supported=True,
 )

@@ -119,3 +119,7 @@ def beta_program_solve(p: np.ndarray, draft: object, exact: bool) -> tuple[objec
     if not sol.optimal:
         raise RuntimeError(f"BetaProgram ({sol.backend}) did not solve: {sol.status}")
     return sol.value, f.acceptance(f.optimal_beta(backend=backend)), f.omegas, f.probs
+
+
+def rrs_wor_verifier() -> object:
+    return verifier("rrs_wor")

@@ -158,4 +158,87 @@ THM4 = Check(
     exact_supported=True,
 )
 
-CHECKS = [THM2, CLOSED_FORM, THM3, THM4]
+
+# -- positional (first / second draft) acceptance, k = 2 ---------------------------------------------------------------
+def positional_spechub(p: list, q: list) -> tuple[object, object]:
+    """(first_SH, second_SH) (notes §3.3 "Positional acceptance", derived):
+    first = sum_{x != a} min(p(x), q(x)) + min(p(a), S2), second = sum_{x != a} min((p(x) - q(x))^+, q(a) q(x) / Z)
+    + (p(a) - S2)^+, with Z = sum_{x != a} q(x), S2 = sum_{x != a} (q(a) q(x) / Z - (p(x) - q(x))^+)^+."""
+    a = _hub(q)
+    z = sum(q[x] for x in range(len(q)) if x != a)
+    others = [x for x in range(len(q)) if x != a]
+    row = {x: q[a] * q[x] / z for x in others}
+    p1 = {x: max(p[x] - q[x], 0 * p[x]) for x in others}
+    s2 = sum((max(row[x] - p1[x], 0 * p[x]) for x in others), start=0 * p[0])
+    first = sum((min(p[x], q[x]) for x in others), start=0 * p[0]) + min(p[a], s2)
+    second = sum((min(p1[x], row[x]) for x in others), start=0 * p[0]) + max(p[a] - s2, 0 * p[0])
+    return first, second
+
+
+def positional_rrs_wor(p: list, q: list) -> tuple[object, object]:
+    """(first, second) of RRS without replacement, k = 2 (notes §4, "RRSw k=2 exact"): first = alpha =
+    sum min(p, q); second = sum_{x1} (q(x1) - p(x1))^+ sum_{x != x1} min(r(x), q(x) / (1 - q(x1))), r = (p - q)^+ /
+    (1 - alpha)."""
+    V = len(p)
+    alpha = sum((min(p[x], q[x]) for x in range(V)), start=0 * p[0])
+    if alpha == 1:
+        return alpha, 0 * alpha
+    r = [max(p[x] - q[x], 0 * p[x]) / (1 - alpha) for x in range(V)]
+    second = sum((max(q[x1] - p[x1], 0 * p[x1]) * sum((min(r[x], q[x] / (1 - q[x1])) for x in range(V) if x != x1),
+                                                       start=0 * p[0])
+                  for x1 in range(V) if q[x1] < 1), start=0 * p[0])
+    return alpha, second
+
+
+def _positional_from_law(verifier: object, inst: Instance, t: Tally, name: str) -> tuple[float, float]:
+    """first / second rates summed over the independent tuple law of ``inst``: P(output = omega_k) per tuple. This
+    equals P(draft k accepted) for these rules because the drafts of a tuple are distinct and the residual puts no
+    mass on a draft that can be rejected (checked here: law(omega_1) + law(omega_2) = the rule's own acceptance)."""
+    omegas, probs = inst.law(False)
+    probs = np.asarray(probs)
+    law, accepts = verifier.conditional(inst.p, inst.draft(), omegas)  # [M, V], [M]
+    rows = np.arange(len(probs))
+    t.holds(f"{name}: the tuples have distinct drafts", bool(np.all(omegas[:, 0] != omegas[:, 1])))
+    t.equal(f"{name}: law(omega_1) + law(omega_2) vs the rule's acceptance (max over tuples)",
+            float(np.abs(law[rows, omegas[:, 0]] + law[rows, omegas[:, 1]] - accepts).max()), 0.0)
+    return float(probs @ law[rows, omegas[:, 0]]), float(probs @ law[rows, omegas[:, 1]])
+
+
+def verify_positional(inst: Instance, hooks: dict, exact: bool) -> float:
+    t = Tally()
+    p = list(inst.p_exact) if exact else list(inst.p)
+    q = list(inst.q_exact) if exact else list(inst.q)
+    for name, closed, verifier, sub in (
+            ("SpecHub", positional_spechub, hooks["spechub_verifier"](), inst),
+            ("RRS w/o replacement", positional_rrs_wor, hooks["rrs_wor_verifier"](),
+             inst.with_scheme("without_replacement"))):
+        first, second = closed(p, q)
+        f_law, s_law = _positional_from_law(verifier, sub, t, name)
+        t.equal(f"{name}: first-draft rate, closed form vs enumeration", f_law, float(first))
+        t.equal(f"{name}: second-draft rate, closed form vs enumeration", s_law, float(second))
+        t.equal(f"{name}: first + second vs the verifier's acceptance", float(first + second),
+                verifier.acceptance(inst.p, sub.draft()))
+    first_sh, _ = positional_spechub(p, q)
+    t.leq("first_SH <= alpha = sum min(p, q) (App. C.4 'rare first-draft decrease')", first_sh,
+          positional_rrs_wor(p, q)[0])
+    return t.result()
+
+
+POSITIONAL = Check(
+    name="spechub.positional",
+    title="first/second-draft acceptance rates of SpecHub and RRS without replacement (k = 2)",
+    source="SpecHub §3.3 'Positional acceptance' (notes, derived), Tables 1-3 rates, App. C.4; RRSw k=2 (notes §4)",
+    statement="P(draft 1 accepted) and P(draft 2 accepted), from enumerating the verifiers' conditional laws over the "
+    "draft tuples, equal the closed forms: SpecHub first = sum_{x != a} min(p, q) + min(p(a), S2), second = "
+    "sum_{x != a} min((p - q)^+, q(a) q / Z) + (p(a) - S2)^+; RRSw first = alpha, second = sum_{x1} (q - p)^+(x1) "
+    "sum_{x != x1} min(r(x), q(x)/(1 - q(x1))); and first_SH <= alpha.",
+    generate=lambda rng, count, exact: scheme_stream(rng, count, exact, ("spechub",), V_range=(2, 6),
+                                                     n_range=(2, 2), exact_V=5),
+    verify=verify_positional,
+    hooks={"spechub_verifier": "otlp.proofs_check.adapters:spechub_verifier",
+           "rrs_wor_verifier": "otlp.proofs_check.adapters:rrs_wor_verifier"},
+    tolerance=1e-9,
+    exact_supported=True,
+)
+
+CHECKS = [THM2, CLOSED_FORM, THM3, THM4, POSITIONAL]

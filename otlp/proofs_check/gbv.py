@@ -109,3 +109,68 @@ GBV = Check(
 )
 
 CHECKS = [BV, GBV]
+
+
+# -- Eqs. 19-23: the greedy skewed draft q^Gamma_g by brute force over K-tuples of paths-----------------------------
+def verify_skewed(inst: BlockInstance, hooks: dict, exact: bool) -> float:
+    import itertools
+
+    from otlp.multistep.armodel import depth_offsets
+
+    t = Tally()
+    target, draft, L = inst.target, inst.draft, inst.L
+    V = target.V
+    off = depth_offsets(V, L)
+    q_pre, p_cond, q_cond = draft.prefix_probabilities(L), target.conditionals, draft.conditionals
+
+    def node(path: tuple[int, ...]) -> int:
+        return int(off[len(path)] + sum(a * V ** (len(path) - 1 - j) for j, a in enumerate(path)))
+
+    def key(path: tuple[int, ...]) -> tuple:  # O(a_{1:L}) of Def. 5.2 with Eq. 21's score, ties by token id
+        out = []
+        for i, a in enumerate(path):
+            n = node(path[:i])
+            qa, pa = q_cond[n, a], p_cond[n, a]
+            out.append((pa / qa if qa > 0 else np.inf, a))
+        return tuple(out)
+
+    paths = sorted(itertools.product(range(V), repeat=L), key=key)  # P_1 < ... < P_M
+    q_path = np.array([q_pre[node(P)] for P in paths])
+    for K in (1, 2, 3):
+        skewed = hooks["greedy_skewed_prefix"](target, draft, L, K)
+        brute = np.zeros_like(skewed)
+        for tup in itertools.product(range(len(paths)), repeat=K):  # the highest-ranked drafted path is selected
+            mass = float(np.prod(q_path[list(tup)]))
+            if mass > 0:
+                P = paths[max(tup)]
+                for i in range(L + 1):
+                    brute[node(P[:i])] += mass
+        t.equal(f"K={K}: q^Gamma_g on every prefix (Eqs. 22-23) vs brute force over K-tuples (max abs)",
+                float(np.abs(skewed - brute).max()), 0.0)
+        cum = np.concatenate([[0.0], np.cumsum(q_path)])
+        eq19 = cum[1:] ** K - cum[:-1] ** K  # corrected Eq. 19: sums over j <= i of q(P_j)
+        leaves = np.array([brute[node(P)] for P in paths])
+        t.equal(f"K={K}: corrected Eq. 19 vs brute force (max abs)", float(np.abs(eq19 - leaves).max()), 0.0)
+        ratio = leaves[q_path > 0] / q_path[q_path > 0]
+        t.leq(f"K={K}: Eq. 20, q^Gamma(P_i)/q(P_i) nondecreasing along the ranking",
+              float(max(np.max(ratio[:-1] - ratio[1:], initial=0.0), 0.0)), 1e-12)
+    return t.result()
+
+
+SKEWED = Check(
+    name="gbv.eq19-23",
+    title="GBV's skewed draft q^Gamma_g (Eqs. 22-23) = brute force over K drafted paths; Eq. 19 (corrected), Eq. 20",
+    source="GBV Def. 5.1-5.2, Eqs. 19-23 (papers/002; notes/gbv.md §2.7, §3.4)",
+    statement="Drafting K i.i.d. paths and keeping the highest-ranked one (ranking: lexicographic in the per-node "
+    "score p/q, ties by token id) gives every prefix the law q^Gamma_g(a_{1:i}) = (q(a_{1:i}) + B)^K - B^K; on leaves "
+    "q^Gamma(P_i) = (sum_{j<=i} q(P_j))^K - (sum_{j<i} q(P_j))^K and q^Gamma(P_i)/q(P_i) is nondecreasing in i.",
+    printed="Eq. 19 prints q(P_i) inside both sums",
+    counterexample="with q(P_i) inside the sums, q^Gamma(P_i) = (i q(P_i))^K - ((i-1) q(P_i))^K does not sum to 1: "
+    "V = 2, L = 1, K = 2, q = (0.2, 0.8) gives 0.04 + 1.92 = 1.96 or 0.64 + 0.12 = 0.76 depending on the ranking",
+    generate=_gen,
+    verify=verify_skewed,
+    hooks={"greedy_skewed_prefix": "otlp.multistep.efficiency:greedy_skewed_prefix"},
+    tolerance=1e-12,
+)
+
+CHECKS = CHECKS + [SKEWED]

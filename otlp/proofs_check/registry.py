@@ -10,10 +10,10 @@ from otlp.proofs_check.core import CheckResult, Registry
 
 def build_registry() -> Registry:
     """All registered checks, paper by paper (imported lazily: no module-level side effects)."""
-    from otlp.proofs_check import cd, gbv, gr, gr_convex, spechub, spectr
+    from otlp.proofs_check import cd, cd_truncation, gbv, gr, gr_convex, spechub, spectr
 
     registry = Registry()
-    for module in (gr, gr_convex, cd, spectr, spechub, gbv):
+    for module in (gr, gr_convex, cd, cd_truncation, spectr, spechub, gbv):
         registry.extend(module.CHECKS)
     return registry
 

@@ -87,6 +87,8 @@ class Tally:
         self.hard = False
 
     def _add(self, what: str, value: float, hard: bool = False) -> None:
+        if value != value:  # NaN: the comparison itself broke down, which must fail the check, not pass it
+            value = float("inf")
         if hard and not self.hard:
             self.hard = True
             self.worst, self.note = max(value, self.worst), f"{what} (exact equality fails, gap {value:.3g})"

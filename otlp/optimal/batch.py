@@ -13,6 +13,7 @@ import numpy as np
 
 from otlp.distributions import check_n
 from otlp.errors import InputError
+from otlp.optimal.rule import evaluate_rule
 from otlp.optimal.solve import prepare, solve_instances
 from otlp.optimal.transport import OptimalTransport, truncate_top_k
 
@@ -29,11 +30,15 @@ class TransportBatch(Sequence):
         B = len(self._items)
         self.alpha = np.array([t.alpha for t in self._items])  # [B]
         self._log_w = np.stack([t._log_w for t in self._items])  # [B, V]
-        self._position = np.stack([t._inst.position for t in self._items])  # [B, V]
-        nblocks = np.array([t._block_inner.size for t in self._items])
-        offsets = np.concatenate([[0], np.cumsum(nblocks)[:-1]])
-        self._token_block = np.stack([t._token_block for t in self._items]) + offsets[:, None]  # [B, V]
-        self._block_inner = np.concatenate([t._block_inner for t in self._items])
+        self._position = np.stack([t._position for t in self._items])  # [B, V]
+        self._token_block = np.stack([t._token_block for t in self._items])  # [B, V]: group per token
+        nleaves = np.array([t._leaf_inner.size for t in self._items])
+        offsets = np.concatenate([[0], np.cumsum(nleaves)[:-1]])
+        leaf = np.stack([t._leaf for t in self._items])  # [B, V]
+        self._leaf = np.where(leaf >= 0, leaf + offsets[:, None], -1)  # global leaf ids
+        self._leaf_inner = np.concatenate([t._leaf_inner for t in self._items])
+        self._fire = np.stack([t._fire for t in self._items])  # [B, V]
+        self._rank = np.stack([t._rank for t in self._items])  # [B, V]
         self.residual = np.stack([t.residual for t in self._items])  # [B, V]
         self._residual_cdf = np.cumsum(self.residual, axis=1)
         self._rows = np.arange(B)
@@ -50,19 +55,8 @@ class TransportBatch(Sequence):
         if w.shape != (len(self), self.n):
             raise InputError(f"omegas must have shape [B, n] = [{len(self)}, {self.n}], got {w.shape}")
         r = self._rows[:, None]
-        blk = self._token_block[r, w]  # [B, n]
-        top_slot = self._position[r, w].argmax(1)  # [B]
-        top = blk[self._rows, top_slot]
-        dup = np.tril(w[:, :, None] == w[:, None, :], -1).any(2)
-        live = (blk == top[:, None]) & ~dup
-        logits = np.where(live, self._log_w[r, w], -np.inf)
-        inner = self._block_inner[top]
-        peak = np.maximum(logits.max(1), np.where(inner, 0.0, -np.inf))
-        peak = np.where(np.isfinite(peak), peak, 0.0)
-        ex = np.exp(logits - peak[:, None])
-        slack = np.where(inner, np.exp(-peak), 0.0)
-        z = ex.sum(1) + slack
-        return ex / z[:, None], slack / z
+        return evaluate_rule(w, self._position[r, w], self._token_block[r, w], self._leaf[r, w], self._log_w[r, w],
+                             self._fire[r, w], self._rank[r, w], self._leaf_inner)
 
     def slices(self, omegas: np.ndarray) -> np.ndarray:
         """pi(· | omega_b) for one tuple per row: ``[B, n]`` -> ``float [B, V]``."""

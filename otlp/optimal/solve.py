@@ -16,24 +16,39 @@ import numpy as np
 from otlp.optimal.blocks import BlockCuts, block_records
 from otlp.optimal.coefficients import block_terms
 from otlp.optimal.newton import PairwiseN2, SubsetTerms, initial_alpha, newton
+from otlp.optimal.peeling import peel_block
 
 
 @dataclass
 class InstanceSolution:
-    """Everything the rule needs for one (p, q, n). Positions are 1-based in ``cuts.order``."""
+    """Everything the rule needs for one (p, q, n). Positions are 1-based in ``cuts.order``.
+
+    The blocks of ``cuts`` are the *groups* of the rule (strict priority by the highest-positioned token). An inner
+    group may be peeled (:mod:`.peeling`): a chain of fire tokens, then the remainder cut into sub-blocks. The
+    softmax programs are solved on the *leaves*: leaf j < K is group j itself (or the first sub-block of a peeled
+    group), leaves >= K are the further sub-blocks of peeled groups.
+    """
 
     p: np.ndarray  # [V]
     q: np.ndarray  # [V]
     n: int
     cuts: BlockCuts
     position: np.ndarray  # [V] 1-based position of each token in the q/p order
-    block_of_position: np.ndarray  # [V + 1] block index of each position (entry 0 unused)
-    null_mass: np.ndarray  # [K] Q_s of each block
+    block_of_position: np.ndarray  # [V + 1] group index of each position (entry 0 unused)
+    null_mass: np.ndarray  # [K] Q_s of each group
     targets: np.ndarray  # [V] t_i (p_i in inner blocks; the GR Thm 6.2 vertex in outer blocks)
-    log_weight: np.ndarray  # [V] alpha_i; -inf for a token the rule never outputs from its block
+    log_weight: np.ndarray  # [V] alpha_i; -inf for a token the rule never outputs from its leaf
     row_sums: np.ndarray  # [V] R_i of the rule
-    gradient_norm: np.ndarray = field(default=None)  # [K] ||R - t||_1 per block (0 for closed forms)
-    iterations: np.ndarray = field(default=None)  # [K] Newton iterations per block (0 for closed forms)
+    leaf_of_token: np.ndarray = field(default=None)  # [V] leaf index (-1 for a peeled token)
+    leaf_null: np.ndarray = field(default=None)  # [L] null mass of each leaf
+    leaf_inner: np.ndarray = field(default=None)  # [L] bool
+    leaf_group: np.ndarray = field(default=None)  # [L] group of each leaf
+    leaf_tokens: dict = field(default_factory=dict)  # leaf -> token ids (q/p order), for leaves of size >= 2
+    fire: np.ndarray = field(default=None)  # [V] fire probability per draw (0 unless peeled)
+    peel_rank: np.ndarray = field(default=None)  # [V] rank in its group's chain (-1 unless peeled)
+    chain_error: np.ndarray = field(default=None)  # [K] sum |R - p| over the group's chain tokens
+    gradient_norm: np.ndarray = field(default=None)  # [L] ||R - t||_1 per leaf (0 for closed forms)
+    iterations: np.ndarray = field(default=None)  # [L] Newton iterations per leaf (0 for closed forms)
 
 
 def positive_block_mass(null_mass: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
@@ -41,8 +56,9 @@ def positive_block_mass(null_mass: np.ndarray, q: np.ndarray, n: int) -> np.ndar
     return sum(comb(n, j) * null_mass ** (n - j) * q**j for j in range(1, n + 1))
 
 
-def prepare(p: np.ndarray, q: np.ndarray, n: int) -> InstanceSolution:
-    """Records, blocks, targets and the closed forms for singleton blocks; non-singleton blocks are left at 0."""
+def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True) -> InstanceSolution:
+    """Records, groups, peeling of inner groups, targets and the closed forms for singleton leaves; leaves of
+    size >= 2 are left at 0 for :func:`solve_instances`."""
     cuts = block_records(p, q, n)
     V = p.size
     order, psi, rec = cuts.order, cuts.psi, cuts.records
@@ -50,8 +66,9 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int) -> InstanceSolution:
     prefix_q = np.concatenate([[0.0], np.cumsum(qs)])  # [V + 1]
     starts, stops = rec[:-1], rec[1:]  # [K]
     sizes = stops - starts
+    K = sizes.size
     null_mass = prefix_q[starts]  # [K]
-    block_of_position = np.concatenate([[-1], np.repeat(np.arange(sizes.size), sizes)])  # [V + 1]
+    block_of_position = np.concatenate([[-1], np.repeat(np.arange(K), sizes)])  # [V + 1]
     position = np.empty(V, dtype=np.int64)
     position[order] = np.arange(1, V + 1)
 
@@ -61,13 +78,52 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int) -> InstanceSolution:
     t_pos[starts[outer]] -= psi[stops[outer]] - psi[starts[outer]]
     t_pos = np.maximum(t_pos, 0.0)
 
-    # closed forms (note §2 "Singleton blocks"): outer {m}: output m; inner {m}: accept w.p. p_m / d_m
-    log_w_pos = np.zeros(V)
+    # leaves: by default leaf j = group j; peeled inner groups replace it by their sub-blocks
+    leaf_of_pos = block_of_position[1:].copy()  # [V]
+    leaf_null = list(null_mass)
+    leaf_inner = list(cuts.inner)
+    leaf_group = list(range(K))
+    leaf_start = list(starts)
+    leaf_stop = list(stops)
+    fire_pos = np.zeros(V)
+    rank_pos = np.full(V, -1, dtype=np.int64)
     rows_pos = np.zeros(V)
-    single = sizes == 1
-    m0 = starts[single]  # 0-based position of each singleton
-    d = positive_block_mass(null_mass[single], qs[m0], n)
-    inner_single = cuts.inner[single]
+    log_w_pos = np.zeros(V)
+    chain_error = np.zeros(K)
+    if peel and n >= 2:
+        for j in np.flatnonzero(cuts.inner & (sizes >= 2)):
+            s = int(starts[j])
+            cut = peel_block(ps[s : stops[j]], qs[s : stops[j]], float(null_mass[j]), n)
+            if cut is None:
+                continue
+            chain = s + cut.chain
+            fire_pos[chain] = cut.fire
+            rank_pos[chain] = np.arange(chain.size)
+            rows_pos[chain] = cut.rows
+            log_w_pos[chain] = -np.inf
+            leaf_of_pos[chain] = -1
+            chain_error[j] = np.abs(cut.rows - ps[chain]).sum()
+            for i, ((a, b), nm) in enumerate(zip(cut.leaves, cut.leaf_null, strict=True)):
+                leaf = int(j) if i == 0 else len(leaf_null)
+                if i > 0:
+                    leaf_null.append(0.0)
+                    leaf_inner.append(True)
+                    leaf_group.append(int(j))
+                    leaf_start.append(0)
+                    leaf_stop.append(0)
+                leaf_null[leaf] = float(nm)
+                leaf_start[leaf], leaf_stop[leaf] = s + a, s + b
+                leaf_of_pos[s + a : s + b] = leaf
+    leaf_null = np.asarray(leaf_null, dtype=np.float64)
+    leaf_inner = np.asarray(leaf_inner, dtype=bool)
+    leaf_start = np.asarray(leaf_start, dtype=np.int64)
+    leaf_size = np.asarray(leaf_stop, dtype=np.int64) - leaf_start
+
+    # closed forms (note §2 "Singleton blocks"): outer {m}: output m; inner {m}: accept w.p. p_m / d_m
+    single = leaf_size == 1
+    m0 = leaf_start[single]  # 0-based position of each singleton leaf
+    d = positive_block_mass(leaf_null[single], qs[m0], n)
+    inner_single = leaf_inner[single]
     with np.errstate(divide="ignore", invalid="ignore"):
         acc_w = np.log(ps[m0]) - np.log(np.maximum(d - ps[m0], 1e-300 * d + 1e-300))
         accept = np.where(d > 0, ps[m0] / np.where(d > 0, d, 1.0), 0.0)
@@ -84,11 +140,18 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int) -> InstanceSolution:
                 rows_pos[m] = ps[m]
             else:
                 rows_pos[m] = qs[m]
+        leaf_tokens = {}
+    else:
+        leaf_tokens = {int(j): order[leaf_start[j] : leaf_start[j] + leaf_size[j]] for j in np.flatnonzero(~single)}
     inv = order
+    L = leaf_null.size
     sol = InstanceSolution(
         p=p, q=q, n=n, cuts=cuts, position=position, block_of_position=block_of_position, null_mass=null_mass,
         targets=_to_tokens(t_pos, inv), log_weight=_to_tokens(log_w_pos, inv), row_sums=_to_tokens(rows_pos, inv),
-        gradient_norm=np.zeros(sizes.size), iterations=np.zeros(sizes.size, dtype=np.int64),
+        leaf_of_token=_to_tokens(leaf_of_pos, inv), leaf_null=leaf_null, leaf_inner=leaf_inner,
+        leaf_group=np.asarray(leaf_group, dtype=np.int64), leaf_tokens=leaf_tokens,
+        fire=_to_tokens(fire_pos, inv), peel_rank=_to_tokens(rank_pos, inv), chain_error=chain_error,
+        gradient_norm=np.zeros(L), iterations=np.zeros(L, dtype=np.int64),
     )
     return sol
 
@@ -101,15 +164,10 @@ def _to_tokens(values_by_position: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 def solve_instances(instances: list[InstanceSolution], tol_scale: float = 1.0) -> None:
     """Run Newton on every non-singleton block of every instance (in place)."""
-    jobs = []  # (instance, block, tokens, sigma)
+    jobs = []  # (instance, leaf, tokens, sigma)
     for inst in instances:
-        if inst.n == 1:
-            continue
-        rec = inst.cuts.records
-        sizes = np.diff(rec)
-        for j in np.flatnonzero(sizes >= 2):
-            tokens = inst.cuts.order[rec[j] : rec[j + 1]]
-            jobs.append((inst, int(j), tokens, 1.0 if inst.cuts.inner[j] else 0.0))
+        for j, tokens in inst.leaf_tokens.items():
+            jobs.append((inst, j, tokens, 1.0 if inst.leaf_inner[j] else 0.0))
     if not jobs:
         return
     n2 = [job for job in jobs if job[0].n == 2]
@@ -147,7 +205,7 @@ def _solve_pairwise(group: list, tol_scale: float) -> None:
         q[b, :k] = inst.q[tokens]
         t[b, :k] = inst.targets[tokens]
         mask[b, :k] = True
-        null[b] = inst.null_mass[j]
+        null[b] = inst.leaf_null[j]
         sigma[b] = sig
     ev = PairwiseN2(q, null, t, sigma)
     alpha0 = np.where(mask, initial_alpha(ev.mass, t, sigma > 0), 0.0)
@@ -171,7 +229,7 @@ def _solve_pairwise(group: list, tol_scale: float) -> None:
 def _solve_subsets(job: tuple, tol_scale: float) -> None:
     inst, j, tokens, sig = job
     k = tokens.size
-    terms = block_terms(inst.q[tokens], float(inst.null_mass[j]), inst.n)
+    terms = block_terms(inst.q[tokens], float(inst.leaf_null[j]), inst.n)
     t = inst.targets[tokens]
     ev = SubsetTerms(terms, t, sig)
     alpha0 = initial_alpha(ev.mass, t[None], np.array([sig > 0]))

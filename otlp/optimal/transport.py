@@ -22,6 +22,7 @@ import numpy as np
 
 from otlp.distributions import check_distribution, check_n
 from otlp.errors import InputError
+from otlp.optimal.rule import evaluate_rule
 from otlp.optimal.solve import InstanceSolution, prepare, solve_instances
 
 #: ||R - t||_1 per block above which a solve counts as failed (a Newton that did not reach machine precision).
@@ -39,8 +40,12 @@ class Block:
     targets : row sums the block must reach (p on inner blocks; GR Thm 6.2 vertex on outer blocks).
     row_sums : the rule's row sums R_i, evaluated from the final weights.
     null_mass : Q_s, the q-mass of the positions below the block.
-    gradient_norm : ||R - t||_1 (0 for singletons, which have closed forms).
-    iterations : Newton iterations (0 for singletons).
+    gradient_norm : ||R - t||_1 over the block (0 for singletons, which have closed forms).
+    iterations : Newton iterations (0 for singletons; the most over the leaves of a peeled block).
+    peeled : token ids of the fire chain of a peeled inner block, in priority order (:mod:`.peeling`).
+    fire_probabilities : the per-draw fire probability a_j of each peeled token.
+    leaves : the softmax sub-blocks of the block after peeling (token ids; one leaf = the block when unpeeled).
+    leaf_null_masses : the null mass of each leaf (unfired peeled draws count as null).
     """
 
     kind: str
@@ -53,6 +58,10 @@ class Block:
     null_mass: float
     gradient_norm: float
     iterations: int
+    peeled: np.ndarray = None
+    fire_probabilities: np.ndarray = None
+    leaves: tuple = ()
+    leaf_null_masses: np.ndarray = None
 
     @property
     def size(self) -> int:
@@ -136,8 +145,13 @@ class OptimalTransport:
         residual = np.where(in_h, 0.0, np.maximum(inst.p - inst.row_sums, 0.0))  # [V]
         total = residual.sum()
         self.residual = residual / total if total > 0 else residual
-        self._token_block = inst.block_of_position[inst.position]  # [V]
+        self._position = inst.position  # [V]
+        self._token_block = inst.block_of_position[inst.position]  # [V]: the group of each token
         self._block_inner = cuts.inner  # [K]
+        self._leaf = inst.leaf_of_token  # [V]
+        self._leaf_inner = inst.leaf_inner  # [L]
+        self._fire = inst.fire  # [V]
+        self._rank = inst.peel_rank  # [V]
         self._log_w = inst.log_weight  # [V]
         self._residual_cdf = np.cumsum(self.residual)
 
@@ -150,14 +164,24 @@ class OptimalTransport:
         inst = self._inst
         rec = inst.cuts.records
         out = []
+        order = inst.cuts.order
         for j in range(rec.size - 1):
-            tokens = inst.cuts.order[rec[j] : rec[j + 1]]
+            tokens = order[rec[j] : rec[j + 1]]
+            chain = tokens[inst.peel_rank[tokens] >= 0]
+            chain = chain[np.argsort(inst.peel_rank[chain])]
+            leaf_ids = np.flatnonzero(inst.leaf_group == j)
+            leaves = tuple(tokens[inst.leaf_of_token[tokens] == leaf] for leaf in leaf_ids)
+            present = np.array([leaf.size > 0 for leaf in leaves], dtype=bool)
+            leaf_ids = leaf_ids[present]
             out.append(Block(
                 kind="inner" if inst.cuts.inner[j] else "outer", start=int(rec[j]), stop=int(rec[j + 1]),
                 tokens=tokens.copy(), log_weights=inst.log_weight[tokens].copy(),
                 targets=inst.targets[tokens].copy(), row_sums=inst.row_sums[tokens].copy(),
-                null_mass=float(inst.null_mass[j]), gradient_norm=float(inst.gradient_norm[j]),
-                iterations=int(inst.iterations[j]),
+                null_mass=float(inst.null_mass[j]),
+                gradient_norm=float(inst.gradient_norm[leaf_ids].sum() + inst.chain_error[j]),
+                iterations=int(inst.iterations[leaf_ids].max(initial=0)),
+                peeled=chain, fire_probabilities=inst.fire[chain].copy(),
+                leaves=tuple(leaf for leaf in leaves if leaf.size), leaf_null_masses=inst.leaf_null[leaf_ids].copy(),
             ))
         return out
 
@@ -166,11 +190,14 @@ class OptimalTransport:
         """Every block program reached machine precision (||R - t||_1 <= 1e-12); the LP route: HiGHS optimal."""
         if self.route != "blocks":
             return True
-        return bool(np.all(self._inst.gradient_norm <= SUCCESS_TOLERANCE))
+        inst = self._inst
+        return bool(np.all(inst.gradient_norm <= SUCCESS_TOLERANCE) and np.all(inst.chain_error <= SUCCESS_TOLERANCE))
 
     @property
     def max_gradient_norm(self) -> float:
-        return float(self._inst.gradient_norm.max(initial=0.0)) if self.route == "blocks" else 0.0
+        if self.route != "blocks":
+            return 0.0
+        return float(max(self._inst.gradient_norm.max(initial=0.0), self._inst.chain_error.max(initial=0.0)))
 
     def acceptance(self) -> float:
         """The rule's own acceptance sum_i R_i (equals alpha* up to rounding; a self-check)."""
@@ -189,18 +216,8 @@ class OptimalTransport:
         w = self._check_omegas(omegas)  # [M, n]
         if self.route != "blocks":
             return self._lp.rule(w)
-        blk = self._token_block[w]  # [M, n]
-        top = self._token_block[np.take_along_axis(w, self._inst.position[w].argmax(1)[:, None], 1)[:, 0]]  # [M]
-        dup = np.tril(w[:, :, None] == w[:, None, :], -1).any(2)  # [M, n] repeated token
-        live = (blk == top[:, None]) & ~dup
-        logits = np.where(live, self._log_w[w], -np.inf)  # [M, n]
-        inner = self._block_inner[top]  # [M]
-        peak = np.maximum(logits.max(1), np.where(inner, 0.0, -np.inf))  # [M]
-        peak = np.where(np.isfinite(peak), peak, 0.0)
-        ex = np.exp(logits - peak[:, None])  # [M, n]
-        slack = np.where(inner, np.exp(-peak), 0.0)  # [M]
-        z = ex.sum(1) + slack
-        return ex / z[:, None], slack / z
+        return evaluate_rule(w, self._position[w], self._token_block[w], self._leaf[w], self._log_w[w],
+                             self._fire[w], self._rank[w], self._leaf_inner)
 
     def slices(self, omegas: np.ndarray) -> np.ndarray:
         """pi(· | omega) for many tuples: ``omegas int [M, n]`` -> ``float [M, V]``."""

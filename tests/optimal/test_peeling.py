@@ -1,0 +1,148 @@
+"""Peeled inner blocks (otlp.optimal.peeling): a fire chain ahead of a smaller softmax block.
+
+Checked against independent routes: the chain's row sums against a direct enumeration of the firing process
+over V^n tuples x 2^n fire patterns; the law and acceptance of the whole rule by enumeration over V^n (1e-12),
+with the greedy search forced onto small blocks, and with peeling switched off (the plain block rule must stay
+exact too, since peeling now hides most inner-block Newton solves from the other tests).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import otlp
+import otlp.optimal.peeling as peeling
+import otlp.optimal.solve as solve_module
+from otlp.optimal import OptimalTransport
+from otlp.optimal.peeling import peel_block
+
+from .instances import FAMILIES
+from .test_exact_enumeration import TOL, check_exact
+
+
+def _peeled_instances(rng, count, V_range=(3, 9), n_range=(2, 4)):
+    """Seeded instances (heavy / dirichlet / skewed) that contain at least one peeled block."""
+    out = []
+    tries = 0
+    while len(out) < count:
+        tries += 1
+        assert tries < 50 * count, "peeling almost never happens"
+        V = int(rng.integers(*V_range))
+        n = int(rng.integers(*n_range))
+        while V**n > 4096:
+            V -= 1
+        family = ("heavy", "dirichlet", "skewed_q", "zeros")[tries % 4]
+        p, q = FAMILIES[family](rng, V)
+        ot = OptimalTransport.from_arrays(p, q, n)
+        if any(b.peeled.size for b in ot.blocks):
+            out.append((p, q, n))
+    return out
+
+
+def test_peeled_rules_are_exact() -> None:
+    """Law = p and acceptance = alpha* (brute force over 2^V) on 300 random instances with peeled blocks."""
+    rng = np.random.default_rng(31)
+    for p, q, n in _peeled_instances(rng, 300):
+        check_exact(p, q, n)
+
+
+def test_greedy_search_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Force the greedy (b, t) search (used for blocks > ALL_PAIRS_MAX) on small blocks: still exact."""
+    monkeypatch.setattr(peeling, "ALL_PAIRS_MAX", 1)
+    rng = np.random.default_rng(32)
+    for p, q, n in _peeled_instances(rng, 120):
+        check_exact(p, q, n)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_unpeeled_rule_still_exact(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """With peeling off, every inner block goes through Newton as before: exact on every family."""
+    monkeypatch.setattr(solve_module, "peel_block", lambda *args: None)
+    rng = np.random.default_rng([33, n])
+    for family in sorted(FAMILIES):
+        for _ in range(12):
+            V = int(rng.integers(2, 9))
+            while V**n > 4096:
+                V -= 1
+            p, q = FAMILIES[family](rng, V, n) if family == "near_ties" else FAMILIES[family](rng, V)
+            ot = check_exact(p, q, n)
+            assert all(b.peeled.size == 0 for b in ot.blocks)
+
+
+def _fire_process_law(ot: OptimalTransport, omega: tuple, blk) -> np.ndarray:
+    """Output law of the chain for one tuple, by enumerating which draws fire (2^n patterns), independent of
+    the vectorised product formula: returns [V] probabilities of outputting each chain token."""
+    rank = {int(t): r for r, t in enumerate(blk.peeled)}
+    fire = dict(zip(blk.peeled.tolist(), blk.fire_probabilities.tolist(), strict=True))
+    out = np.zeros(ot.V)
+    for pattern in itertools.product([0, 1], repeat=len(omega)):
+        prob = 1.0
+        fired = []
+        for x, f in zip(omega, pattern, strict=True):
+            a = fire.get(int(x), 0.0)
+            prob *= a if f else (1.0 - a) if x in fire else (0.0 if f else 1.0)
+            if f and x in fire:
+                fired.append(int(x))
+        if fired and prob > 0:
+            out[min(fired, key=rank.get)] += prob
+    return out
+
+
+def test_chain_matches_fire_process() -> None:
+    """Per tuple, the rule's chain probabilities equal the explicit firing process; chain row sums equal p."""
+    rng = np.random.default_rng(34)
+    checked = 0
+    for p, q, n in _peeled_instances(rng, 40, V_range=(3, 7), n_range=(2, 4)):
+        ot = OptimalTransport.from_arrays(p, q, n)
+        omegas, probs = otlp.IID(q, n).enumerate()
+        accept, _ = ot.rule(omegas)
+        top = ot._token_block[omegas[np.arange(omegas.shape[0]), ot._position[omegas].argmax(1)]]
+        for blk_index, blk in enumerate(ot.blocks):
+            if blk.peeled.size == 0:
+                continue
+            assert np.all((blk.fire_probabilities >= 0) & (blk.fire_probabilities <= 1))
+            rows = np.zeros(ot.V)
+            for m in np.flatnonzero(top == blk_index):
+                law = _fire_process_law(ot, tuple(omegas[m]), blk)
+                got = np.zeros(ot.V)
+                for k, x in enumerate(omegas[m]):
+                    if x in set(blk.peeled.tolist()):
+                        got[x] += accept[m, k]
+                np.testing.assert_allclose(got, law, atol=1e-15)
+                rows += probs[m] * law
+                checked += 1
+            np.testing.assert_allclose(rows[blk.peeled], p[blk.peeled], atol=TOL)
+    assert checked > 100
+
+
+def test_remainder_state_depends_on_the_peeled_set_only() -> None:
+    """After peeling J: Qt'^n = Qt^n - p(J) and Q0' = Q0 + sum (1 - a_j) q_j (the module's identities)."""
+    rng = np.random.default_rng(35)
+    seen = 0
+    for _ in range(400):
+        K, n = int(rng.integers(2, 12)), int(rng.integers(2, 5))
+        q = rng.dirichlet(np.ones(K)) * rng.uniform(0.2, 0.9)
+        null = rng.uniform(0.0, 1.0 - q.sum())
+        Qt = null + q.sum()
+        p = rng.uniform(0.0, 1.0, K)
+        p *= rng.uniform(0.3, 0.99) * (Qt**n - null**n) / p.sum()
+        ratio = q / p
+        order = np.argsort(-ratio)
+        p, q = p[order], q[order]
+        cut = peel_block(p, q, null, n)
+        if cut is None:
+            continue
+        seen += 1
+        assert np.all(cut.fire >= 0) and np.all(cut.fire <= 1)
+        np.testing.assert_allclose(cut.rows, p[cut.chain], rtol=1e-12, atol=1e-16)
+        null_new = null + ((1.0 - cut.fire) * q[cut.chain]).sum()
+        rest = np.setdiff1d(np.arange(K), cut.chain)
+        total_new = null_new + q[rest].sum()
+        assert abs(total_new**n - (Qt**n - p[cut.chain].sum())) < 1e-13
+        assert abs(cut.leaf_null[0] - null_new) < 1e-15
+        covered = np.concatenate([np.arange(a, b) for a, b in cut.leaves])
+        np.testing.assert_array_equal(np.sort(np.concatenate([covered, cut.chain])), np.arange(K))
+    assert seen > 50

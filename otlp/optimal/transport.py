@@ -8,6 +8,10 @@ highest-positioned token of omega (positions in decreasing q/p order) and U = se
 * inner G: output i in U with probability w_i / (1 + w(U)); otherwise reject and draw from the residual
   r ∝ (p - R)_+ on the tokens outside H* (GR eq. (8), (18)).
 
+An inner block may be *peeled* (:mod:`.peeling`): some of its tokens form a fire chain with top priority (each
+draw fires with a closed-form probability), and only the rest goes through the softmax, cut into sub-blocks
+(leaves); :mod:`.rule` evaluates the combined rule. Every choice keeps the row sums equal to p on H*.
+
 The rule transports the draft law to exactly p and accepts with probability alpha* = 1 + min_H psi(H)
 (GR Thm 3.1). Other draft schemes (Independent, WithoutReplacement, Greedy, SpecHub, Joint) go through the
 relaxed OTLP (GR eq. (2)) solved by HiGHS and the residual completion (GR eq. (3)); see :mod:`.generic`.

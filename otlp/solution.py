@@ -160,22 +160,10 @@ def _certify_linear(sol: Solution, model: LinearModel, tol: float) -> Certificat
         reduced = [Fraction(cj) * sign for cj in c.tolist()]
         for r, j, v in zip(A.row.tolist(), A.col.tolist(), A.data.tolist(), strict=True):
             reduced[j] -= ys[r] * Fraction(v)
-        bound, dviol = Fraction(0), Fraction(0)
-        for i, yi in enumerate(ys):
-            side = ru[i] if yi > 0 else rl[i]
-            if yi != 0:
-                if np.isfinite(side):
-                    bound += yi * Fraction(side)
-                else:
-                    dviol = max(dviol, abs(yi))
-        for j, rj in enumerate(reduced):
-            side = ub[j] if rj > 0 else lb[j]
-            if rj != 0:
-                if np.isfinite(side):
-                    bound += rj * Fraction(side)
-                else:
-                    dviol = max(dviol, abs(rj))
-        dual = sign * (bound + sign * Fraction(model.constant))
+        row_bound, row_viol = _exact_side_bound(ys, ru, rl)
+        col_bound, col_viol = _exact_side_bound(reduced, ub, lb)
+        bound, dviol = row_bound + col_bound, max(row_viol, col_viol)
+        dual = sign * bound + Fraction(model.constant)
         gap = sign * (dual - primal)
         return Certificate(primal, dual, gap, viol, dviol, True if exact else False, tol)
     ys = sign * y.astype(np.float64)
@@ -190,6 +178,21 @@ def _certify_linear(sol: Solution, model: LinearModel, tol: float) -> Certificat
     dual = sign * bound + model.constant
     gap = sign * (dual - primal)
     return Certificate(primal, dual, gap, viol, dviol, False, tol)
+
+
+def _exact_side_bound(multipliers: list[Fraction], upper: np.ndarray, lower: np.ndarray) -> tuple[Fraction, Fraction]:
+    """sum_k m_k * (upper_k if m_k > 0 else lower_k) in Fractions, and the largest |m_k| that meets an infinite side
+    (a dual violation)."""
+    bound, violation = Fraction(0), Fraction(0)
+    for k, m in enumerate(multipliers):
+        if m == 0:
+            continue
+        side = upper[k] if m > 0 else lower[k]
+        if np.isfinite(side):
+            bound += m * Fraction(side)
+        else:
+            violation = max(violation, abs(m))
+    return bound, violation
 
 
 def _certify_network(sol: Solution, net: FlowNetwork, tol: float) -> Certificate:

@@ -7,11 +7,15 @@ is exact (closed forms / recursions on the prefix tree), averaged over ``--insta
 
 Families:
 - random: every conditional of target and draft i.i.d. Dirichlet(1), draft mixed 50% towards the target.
-- bigram: a decode-loop-style pair: the target is a bigram (first-order Markov) LM with Dirichlet(0.3)
-  transitions; the draft is the same LM smoothed (temperature 1.6, mixed 20% with a random bigram) --
-  a stand-in for an n-gram draft of a larger model until otlp.decode's models can be tabulated.
+- decode: derived from the decode loop's embedded n-gram pair (otlp.decode.ngram.embedded_models(): a bigram
+  Kneser-Ney draft and a 4-gram Kneser-Ney target over a 2000-word vocabulary).  Instance j takes a real
+  context (a prompt of otlp.decode.cli.DEFAULT_PROMPTS, then shorter prefixes of them), keeps the V tokens with
+  the most target mass there, and tabulates p(. | prefix), q(. | prefix) for every prefix of depth <= L by
+  querying the real models at context + prefix (otlp.multistep.from_lm.projected_pair).  This is a PROJECTION
+  of the real models onto V tokens: each conditional is restricted to those V tokens and renormalised, so mass
+  outside them is dropped; the numbers are not the real models' block efficiencies.
 
-Usage: python benchmarks/block_efficiency.py [--instances 3] [--lp-budget 10] [--V 3]
+Usage: python benchmarks/block_efficiency.py [--instances 4] [--lp-budget 10] [--V 3] [--families random,decode]
 Writes benchmarks/results/block_efficiency.json.
 """
 
@@ -30,39 +34,52 @@ from otlp.multistep import (
     bv_efficiency,
     efficiency_from_law,
     gbv_efficiency,
-    markov_ar_model,
     random_pair,
     sps_efficiency,
-    tempered,
     token_tree_output_law,
 )
+from otlp.multistep.from_lm import projected_pair
 
 KS = (1, 2, 3, 4)
 LS = (2, 3, 4)
 
 
-def bigram_pair(V: int, L: int, rng: np.random.Generator) -> tuple[ARModel, ARModel]:
-    initial = rng.dirichlet(np.full(V, 0.3))
-    transition = rng.dirichlet(np.full(V, 0.3), size=V)
-    target = markov_ar_model(initial, transition, L, name="bigram target")
-    other = markov_ar_model(rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V), size=V), L)
-    smooth = tempered(target, 1.6)
-    draft = ARModel(0.8 * smooth.conditionals + 0.2 * other.conditionals, V, name="bigram draft")
+def decode_contexts(count: int) -> list[list[int]]:
+    """``count`` real contexts: the default prompts (BOS + words), then ever shorter prefixes of them."""
+    from otlp.decode.cli import DEFAULT_PROMPTS
+    from otlp.decode.ngram import embedded_models, prompt_ids
+
+    prompts = prompt_ids(embedded_models().tokenizer, DEFAULT_PROMPTS)
+    contexts: list[list[int]] = []
+    for cut in range(max(map(len, prompts))):  # cut = tokens dropped from the end
+        contexts += [p[: len(p) - cut] for p in prompts if len(p) - cut >= 2 and p[: len(p) - cut] not in contexts]
+    if count > len(contexts):
+        raise SystemExit(f"--instances {count}: only {len(contexts)} distinct decode contexts")
+    return contexts[:count]
+
+
+def decode_pair(V: int, L: int, context: list[int]) -> tuple[ARModel, ARModel]:
+    from otlp.decode.ngram import embedded_models
+
+    models = embedded_models()
+    target, draft, _ = projected_pair(models.target, models.draft, context, V, L)
     return target, draft
 
 
-def instance(family: str, V: int, L: int, rng: np.random.Generator) -> tuple[ARModel, ARModel]:
+def instances_of(family: str, V: int, L: int, count: int, seed: int) -> list[tuple[ARModel, ARModel]]:
     if family == "random":
-        return random_pair(V, L, rng, concentration=1.0, closeness=0.5)
-    return bigram_pair(V, L, rng)
+        rng = np.random.default_rng(seed + L)
+        return [random_pair(V, L, rng, concentration=1.0, closeness=0.5) for _ in range(count)]
+    if family == "decode":
+        return [decode_pair(V, L, c) for c in decode_contexts(count)]
+    raise SystemExit(f"unknown family {family!r} (expected random or decode)")
 
 
-def run(instances: int, lp_budget: float, V: int, seed: int) -> list[dict]:
+def run(instances: int, lp_budget: float, V: int, seed: int, families: list[str]) -> list[dict]:
     rows = []
-    for family in ("random", "bigram"):
+    for family in families:
         for L in LS:
-            rng = np.random.default_rng(seed + L)
-            pairs = [instance(family, V, L, rng) for _ in range(instances)]
+            pairs = instances_of(family, V, L, instances, seed)
             for K in KS:
                 cell = {"family": family, "V": V, "L": L, "K": K, "instances": instances}
                 cell["sps"] = float(np.mean([sps_efficiency(p, q, L) for p, q in pairs]))
@@ -103,16 +120,19 @@ def print_row(c: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--instances", type=int, default=3)
+    parser.add_argument("--instances", type=int, default=4, help="model pairs per cell (decode: contexts)")
     parser.add_argument("--lp-budget", type=float, default=10.0, help="seconds per LP (constraint generation)")
     parser.add_argument("--V", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="random family only")
+    parser.add_argument("--families", default="random,decode", help="comma-separated: random, decode")
     args = parser.parse_args()
     print(HEADER)
-    rows = run(args.instances, args.lp_budget, args.V, args.seed)
+    rows = run(args.instances, args.lp_budget, args.V, args.seed, args.families.split(","))
+    contexts = decode_contexts(args.instances) if "decode" in args.families.split(",") else []
     out = pathlib.Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
-    (out / "block_efficiency.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+    report = {"args": vars(args), "decode_contexts": contexts, "rows": rows}
+    (out / "block_efficiency.json").write_text(json.dumps(report, indent=1))
     print(f"wrote {out / 'block_efficiency.json'}")
 
 

@@ -17,6 +17,11 @@ from math import comb, factorial
 
 import numpy as np
 
+from otlp.errors import ModelTooLargeError
+
+#: Memory allowed for one block's subset terms (index table, coefficients and the Newton work arrays).
+BLOCK_TERMS_LIMIT_BYTES = 4 * 1024**3
+
 
 @lru_cache(maxsize=256)
 def combinations_index(k: int, u: int) -> np.ndarray:
@@ -65,7 +70,23 @@ def subset_coefficients(q_block: np.ndarray, null_mass: float, n: int, subsets: 
 def block_terms(q_block: np.ndarray, null_mass: float, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """The convex program's terms for one block: ``[(subsets int [M_u, u], coef float [M_u]) for u = 1..min(n, k)]``."""
     k = q_block.size
+    check_block_size(k, n)
     return [
         (idx, subset_coefficients(q_block, null_mass, n, idx))
         for idx in (combinations_index(k, u) for u in range(1, min(n, k) + 1))
     ]
+
+
+def block_terms_bytes(k: int, n: int) -> int:
+    """Estimated peak bytes of :func:`block_terms` and one Newton evaluation for a block of k tokens:
+    per u-subset an int64 index row (8u), its coefficient and the (n + 1)-wide series products (about 8 (n + 4))."""
+    return sum(comb(k, u) * (8 * u + 8 * (n + 4)) for u in range(1, min(n, k) + 1))
+
+
+def check_block_size(k: int, n: int, limit_bytes: float = BLOCK_TERMS_LIMIT_BYTES) -> None:
+    """Refuse, before allocating, a block whose sum_{u <= n} C(k, u) subset terms would not fit in memory."""
+    need = block_terms_bytes(k, n)
+    if need > limit_bytes:
+        terms = sum(comb(k, u) for u in range(1, min(n, k) + 1))
+        raise ModelTooLargeError(
+            f"the exact rule's block of {k} tokens at n = {n} ({terms:,} subset terms)", need, limit_bytes)

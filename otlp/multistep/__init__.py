@@ -34,6 +34,8 @@ _MODULES: dict[str, str] = {
     "token_tree": "otlp.multistep.token_wise",
     "token_tree_output_law": "otlp.multistep.token_wise",
     "MultiStepReport": "otlp.multistep.certify",
+    "projected_pair": "otlp.multistep.from_lm",
+    "top_tokens": "otlp.multistep.from_lm",
     "certify_multistep": "otlp.multistep.certify",
 }
 

@@ -186,17 +186,21 @@ def _add_solve(sub: argparse._SubParsersAction) -> None:
 
 
 # -- wiring ------------------------------------------------------------------------------------------------------
-def _add_lazy(sub: argparse._SubParsersAction, name: str, help_text: str, module: str, adder: str, runner: str) -> None:
-    """A subcommand whose arguments and work live in ``module``."""
+def _add_lazy(sub: argparse._SubParsersAction, name: str, help_text: str, module: str, adder: str, runner: str,
+              selected: bool) -> None:
+    """A subcommand whose arguments and work live in ``module``. Only the ``selected`` one imports its module (some
+    import torch), so ``otlp solve`` and ``otlp --help`` start without loading the others."""
     import importlib
 
     parser = sub.add_parser(name, help=help_text, description=help_text)
-    mod = importlib.import_module(module)
-    getattr(mod, adder)(parser)
-    parser.set_defaults(func=lambda args: getattr(mod, runner)(args))
+    if selected:
+        mod = importlib.import_module(module)
+        getattr(mod, adder)(parser)
+        parser.set_defaults(func=lambda args: getattr(mod, runner)(args))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The full parser; with ``argv``, only the subcommand it names loads its module and arguments."""
     from otlp import __version__
 
     parser = argparse.ArgumentParser(
@@ -205,15 +209,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"otlp {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_solve(sub)
+    words = set(sys.argv[1:] if argv is None else argv)
     for name, help_text, module, adder, runner in SUBCOMMANDS:
-        _add_lazy(sub, name, help_text, module, adder, runner)
+        _add_lazy(sub, name, help_text, module, adder, runner, name in words)
     bench = sub.add_parser("bench", help="benchmarks that need the package only (the full comparisons live in "
                                          "benchmarks/ of the source tree)",
                            description="Benchmarks shipped with the package; the side-by-side solver and verifier "
                                        "comparisons are scripts under benchmarks/ in the source tree.")
     bench_sub = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     for name, help_text, module, adder, runner in BENCHMARKS:
-        _add_lazy(bench_sub, name, help_text, module, adder, runner)
+        _add_lazy(bench_sub, name, help_text, module, adder, runner, name in words)
     bench.set_defaults(func=lambda args: _missing_benchmark(bench))
     return parser
 
@@ -244,7 +249,7 @@ BENCHMARKS: list[tuple[str, str, str, str, str]] = [
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

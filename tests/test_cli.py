@@ -61,3 +61,11 @@ def test_help_and_usage_errors_exit_cleanly():
     proc = subprocess.run([sys.executable, "-m", "otlp.cli", "solve", "--scheme", "bogus"], capture_output=True,
                           text=True)
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+def test_solve_does_not_load_the_other_subcommands():
+    # Only the chosen subcommand imports its module: `otlp solve` must not pay for torch.
+    code = ("import sys; from otlp.cli import main; main(['solve', '--example', '--formulation', 'subset']); "
+            "print('torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("False")

@@ -39,6 +39,7 @@ class TransportBatch(Sequence):
         self._leaf_inner = np.concatenate([t._leaf_inner for t in self._items])
         self._fire = np.stack([t._fire for t in self._items])  # [B, V]
         self._rank = np.stack([t._rank for t in self._items])  # [B, V]
+        self._fallback = np.stack([t._fallback for t in self._items])  # [B, V]
         self.residual = np.stack([t.residual for t in self._items])  # [B, V]
         self._residual_cdf = np.cumsum(self.residual, axis=1)
         self._rows = np.arange(B)
@@ -56,7 +57,7 @@ class TransportBatch(Sequence):
             raise InputError(f"omegas must have shape [B, n] = [{len(self)}, {self.n}], got {w.shape}")
         r = self._rows[:, None]
         return evaluate_rule(w, self._position[r, w], self._token_block[r, w], self._leaf[r, w], self._log_w[r, w],
-                             self._fire[r, w], self._rank[r, w], self._leaf_inner)
+                             self._fire[r, w], self._rank[r, w], self._leaf_inner, self._fallback[r, w])
 
     def slices(self, omegas: np.ndarray) -> np.ndarray:
         """pi(· | omega_b) for one tuple per row: ``[B, n]`` -> ``float [B, V]``."""

@@ -1,39 +1,47 @@
-"""Peeling tokens off an inner block: a chain of "fire" tokens ahead of a smaller softmax block.
+r"""Peeling tokens off a block: a chain of priority tokens ahead of a smaller softmax block (or of none).
 
-Design note §7 idea 3 (voluntary priority inside an inner block). Take an inner block G = (s, e] with null mass
-Q0 = Q_s and let Qt = Q0 + q(G). Give token j top priority in G: each draw of j independently "fires" with
-probability a_j, and if any draw fires the rule outputs j. Its row sum is
+Design note §7 idea 3 (voluntary priority inside a block). Take a group G = (s, e] with null mass N = Q_s and
+total T = N + q(G). Give token j top priority in G: each draw of j independently "fires" with probability a_j,
+and if any draw fires the rule outputs j. Draws of j that do not fire act as null for the rest G' = G \ {j},
+which then sees the null mass N' = N + (1 - a_j) q_j and the total T' = T - a_j q_j. Two kinds of chain:
 
-    R_j = Qt^n - (Qt - a_j q_j)^n,   so   R_j = p_j  <=>  a_j q_j = Qt - (Qt^n - p_j)^(1/n)      (a_j <= 1 needed)
+* **fire** (inner groups only): a tuple whose G-tokens are all unfired j-draws is left to G' as null, i.e.
+  rejected. Then R_j = T^n - (T - a_j q_j)^n, and after peeling a set J (in any order) T'^n = T^n - p(J).
+* **fallback** (inner and outer groups): such a tuple outputs j. Then
 
-(all n draws lie in positions <= e, at least one is a fired j). Draws of j that do not fire act as null for
-the rest of the block: the remainder G' = G \\ {j} sees the null mass Q0' = Q0 + (1 - a_j) q_j and the total
-Qt' = Qt - a_j q_j = (Qt^n - p_j)^(1/n). Repeating, after peeling a set J (in any order)
+      R_j = [T^n - (T - a_j q_j)^n] + [(N + (1 - a_j) q_j)^n - N^n],
 
-    Qt'^n = Qt^n - p(J),    Q0' = Q0 + sum_{j in J} (1 - a_j) q_j,
+  monotone in a_j from (N + q_j)^n - N^n (a = 0: j has bottom priority) to T^n - (T - q_j)^n (a = 1: top
+  priority). The capacity T^n - N^n drops by exactly R_j, so the remainder keeps the group's slack
+  S = c(G) - t(G) (0 for an outer group, psi_s - psi_e for an inner one) and after peeling J its state solves
 
-so the remainder's state depends on J only. The remainder is an inner block program again (note §2 (iii)) and it
-has a finite minimiser iff Hall holds strictly on it: with the remainder's own prefix values (q/p order kept)
+      (N' + L)^n - N'^n = t(G \ J) + S,    L = q(G \ J),
 
-    psi'_m = P'_m - ((Q0' + Q'_m)^n - Q0'^n),   psi'_end < min_{m < end} psi'_m
+  again a function of the set J only. Each chain token needs 0 <= a_j <= 1, i.e. N' non-decreasing along the
+  chain. With no fire and no remainder token, the last-peeled chain token present is output.
 
-(Lemma 6.3: the minimum of p(T) - (Q0' + q(T))^n over T is at a prefix). Its strict prefix-minimum records cut
-it into sub-blocks (the note's records with null Q0' + Q'_s). Every such choice gives row sums exactly p on G, so
-the plan stays optimal (note §2: inner blocks only need R = p and column sums <= q^n).
+In both kinds every chain token gets R_j = t_j exactly (closed form), and the remainder is a block program of the
+same kind (note §2 (ii)-(iii)) that must have a finite minimiser, i.e. strict Hall on its prefixes in q/p order
+(Lemma 6.3: the extreme sets are prefixes): with psi'_m = P'_m - ((N' + Q'_m)^n - N'^n), inner remainders need
+psi'_end < min_{m < end} psi'_m and are cut at their strict prefix-minimum records into sub-blocks; an outer
+remainder (psi'_end = 0) needs psi'_m > 0 inside and stays one leaf.
 
 We peel J = (top t positions of G, taken from the top down) then (bottom b positions, from the bottom up) and
-search (b, t) greedily for the largest feasible peel. Each candidate costs O(|G|) and candidates are checked in
-vectorised batches.
+search (b, t) for the largest feasible peel: every pair at once for small blocks, greedily for large ones.
+Each candidate costs O(|G|) and candidates are checked in vectorised batches. The fallback kind peels most of
+the large nearly balanced blocks (alpha* close to 1) that the fire kind cannot touch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import comb
 
 import numpy as np
 
-#: the remainder's Hall gap must exceed this fraction of p(G) (keeps peeled remainders well conditioned).
+#: the remainder's Hall gap must exceed this fraction of t(G) (keeps peeled remainders well conditioned); for
+#: the fallback kind on an inner group it is capped at half the group's slack, which the remainder keeps.
 HALL_MARGIN = 1e-9
 #: blocks up to this size check every (b, t) pair at once; larger ones search greedily.
 ALL_PAIRS_MAX = 24
@@ -41,14 +49,16 @@ ALL_PAIRS_MAX = 24
 
 @dataclass(frozen=True)
 class Peel:
-    """A peeled inner block (indices are local to the block, in q/p order).
+    """A peeled block (indices are local to the block, in q/p order).
 
-    chain : int [c], the peeled positions in firing order (priority order).
+    chain : int [c], the peeled positions in priority order (rank 0 fires first).
     fire_mass : float [c], a_j q_j of each peeled position.
     fire : float [c], the fire probability a_j per draw.
-    rows : float [c], the rule's row sums of the chain tokens, Qt_(i-1)^n - Qt_i^n (positive form).
+    rows : float [c], the rule's row sums of the chain tokens (positive forms).
     leaves : list of (start, stop) local ranges of the remainder's sub-blocks (half-open, increasing).
     leaf_null : float [L], the null mass of each sub-block.
+    fallback : the chain kind (module docstring): True when an unfired chain token is output if no remainder
+        token is drafted, False when such a tuple is rejected.
     """
 
     chain: np.ndarray
@@ -57,6 +67,11 @@ class Peel:
     rows: np.ndarray
     leaves: list
     leaf_null: np.ndarray
+    fallback: bool = False
+
+    @property
+    def largest_leaf(self) -> int:
+        return max((b - a for a, b in self.leaves), default=0)
 
 
 def _power_gap(base: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:
@@ -71,11 +86,44 @@ def _chain(b: int, t: int, K: int) -> np.ndarray:
     return np.concatenate([np.arange(K - 1, K - 1 - t, -1), np.arange(b)]).astype(np.int64)
 
 
-def _feasible(p: np.ndarray, q: np.ndarray, null_mass: float, n: int, bs: np.ndarray, ts: np.ndarray,
-              P: np.ndarray, Q: np.ndarray, margin: float) -> np.ndarray:
+def null_for_capacity(D: np.ndarray, L: np.ndarray, n: int) -> np.ndarray:
+    """The N >= 0 with (N + L)^n - N^n = D (a remainder of q-mass L > 0 and capacity D); NaN where D < L^n.
+
+    Closed forms for n = 2 (linear) and n = 3 (the stable root of 3L N^2 + 3L^2 N + L^3 - D). For n >= 4, in
+    u = N / L: h(u) = (u + 1)^n - u^n = r := D / L^n, h convex increasing, with the upper bounds
+    u <= (r - 1) / n (h(u) >= 1 + n u) and u <= (r / n)^(1/(n-1)) - 1/2 (h(u) >= n (u + 1/2)^(n-1), Jensen);
+    Newton from the smaller bound decreases monotonically to the root (stopped when a step no longer shrinks u).
+    """
+    D = np.asarray(D, dtype=np.float64)
+    L = np.asarray(L, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        excess = D - L**n  # >= 0 iff N >= 0
+        if n == 2:
+            N = excess / (2.0 * L)
+        elif n == 3:
+            N = 2.0 * excess / (3.0 * L * L + np.sqrt(9.0 * L**4 + 12.0 * L * excess))
+        else:
+            r1 = np.maximum(excess / L**n, 0.0)  # r - 1 >= 0
+            u = np.minimum(r1 / n, ((r1 + 1.0) / n) ** (1.0 / (n - 1)) - 0.5)
+            u = np.where(np.isfinite(u), np.maximum(u, 0.0), 0.0)
+            for _ in range(60):
+                # h(u) - 1 = sum_{j=1}^{n-1} C(n, j) u^j (positive form), h'(u) = n ((u + 1)^(n-1) - u^(n-1))
+                f = sum(comb(n, j) * u**j for j in range(1, n)) - r1
+                df = sum(j * comb(n, j) * u ** (j - 1) for j in range(1, n))
+                step = f / df
+                moving = step > 2e-16 * u
+                u = np.where(moving, u - step, u)
+                if not moving.any():
+                    break
+            N = u * L
+    return np.where((excess >= 0) & (L > 0), np.maximum(N, 0.0), np.nan)
+
+
+# -- the fire kind (inner groups) ----------------------------------------------------------------------------
+def _fire_feasible(p: np.ndarray, q: np.ndarray, null_mass: float, n: int, bs: np.ndarray, ts: np.ndarray,
+                   P: np.ndarray, Q: np.ndarray, margin: float) -> np.ndarray:
     """Which candidates (b, t) (``int [C]`` each) give a remainder with strict Hall and fire probabilities <= 1."""
     K = p.size
-    C = bs.size
     total = null_mass + Q[K]
     total_n = total**n
     idx = np.arange(K)
@@ -98,45 +146,105 @@ def _feasible(p: np.ndarray, q: np.ndarray, null_mass: float, n: int, bs: np.nda
         null_new = np.maximum(rest_n, 0.0) ** (1.0 / n) - mid_q  # [C]
     ok &= (K - ts - bs >= 1) & (null_new >= null_mass * (1 - 1e-12))
     null_new = np.maximum(null_new, 0.0)
+    return ok & _remainder_hall(P, Q, n, bs, K - ts, null_new, margin, inner=True)
+
+
+def _remainder_hall(P: np.ndarray, Q: np.ndarray, n: int, lo: np.ndarray, hi: np.ndarray, null: np.ndarray,
+                    margin: float, inner: bool) -> np.ndarray:
+    """Strict Hall on the remainders [lo, hi) with null masses ``null`` (all ``[C]``): psi'_hi is below every
+    psi'_m, m in [lo, hi) for an inner remainder, m in (lo, hi) for an outer one, by more than ``margin``."""
+    C = lo.size
+    K = P.size - 1
     m = np.arange(K + 1)
-    x = np.maximum(Q[None, :] - Q[bs][:, None], 0.0)  # [C, K + 1]
-    psi = (P[None, :] - P[bs][:, None]) - _power_gap(null_new[:, None], x, n)
-    inside = (m[None, :] >= bs[:, None]) & (m[None, :] < (K - ts)[:, None])  # m in [b, end)
-    end_val = psi[np.arange(C), K - ts]
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = np.maximum(Q[None, :] - Q[lo][:, None], 0.0)  # [C, K + 1]
+        psi = (P[None, :] - P[lo][:, None]) - _power_gap(null[:, None], x, n)
+    first = lo if inner else lo + 1
+    inside = (m[None, :] >= first[:, None]) & (m[None, :] < hi[:, None])
+    end_val = psi[np.arange(C), hi]
     lowest = np.where(inside, psi, np.inf).min(1)
-    ok &= end_val < lowest - margin
-    return ok
+    return np.isfinite(end_val) & (end_val < lowest - margin)
 
 
 def peel_block(p: np.ndarray, q: np.ndarray, null_mass: float, n: int) -> Peel | None:
-    """Peel as much of the inner block (``p, q: float [K]`` in q/p order) as Hall allows; None if nothing peels."""
+    """Fire-peel as much of the inner block (``p, q: float [K]`` in q/p order) as Hall allows; None if nothing."""
     K = p.size
     if K < 2 or n < 2 or np.any(q <= 0):
         return None
     P = np.concatenate([[0.0], np.cumsum(p)])  # [K + 1]
     Q = np.concatenate([[0.0], np.cumsum(q)])
     margin = HALL_MARGIN * P[K]
+    b, t = _search(K, lambda bs, ts: _fire_feasible(p, q, null_mass, n, bs, ts, P, Q, margin))
+    if b + t == 0:
+        return None
+    return _finish_fire(p, q, null_mass, n, b, t, P, Q)
+
+
+# -- the fallback kind (inner and outer groups) -----------------------------------------------------------------
+def _fallback_feasible(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float, bs: np.ndarray,
+                       ts: np.ndarray, P: np.ndarray, Q: np.ndarray, margin: float) -> np.ndarray:
+    """Which candidates (b, t) give 0 <= a_j <= 1 along the chain and a remainder with strict Hall."""
+    K = t.size
+    hi = K - ts  # [C]: the remainder is [b, hi)
+    ok = hi - bs >= 1
+    tol = 1e-12
+    # top part (candidate independent): before peeling position i the remainder is [0, i + 1), after [0, i)
+    m = np.arange(1, K + 1)
+    n_top = np.concatenate([[np.nan], null_for_capacity(P[m] + slack, Q[m], n)])  # [K + 1]: state of [0, m)
+    n_top[K] = null_mass
+    y_top = n_top[:-1] - n_top[1:]  # [K]: (1 - a_i) q_i for top element i (i >= 1)
+    bad_top = ~((y_top >= -tol * q) & (y_top <= q * (1 + tol)))  # [K] (NaN -> bad)
+    # bad_top_above[i] = any bad element among positions >= i
+    bad_above = np.concatenate([np.logical_or.accumulate(bad_top[::-1])[::-1], [False]])  # [K + 1]
+    ok &= ~bad_above[hi]
+    # bottom part: before peeling position i (< b) the remainder is [i, hi), after [i + 1, hi)
+    idx = np.arange(K + 1)
+    with np.errstate(invalid="ignore"):
+        states = null_for_capacity(P[hi][:, None] - P[idx][None, :] + slack, Q[hi][:, None] - Q[idx][None, :], n)
+    states[:, 0] = n_top[hi]  # [C, K + 1]: state of [i, hi)
+    y = states[:, 1:] - states[:, :-1]  # [C, K]
+    in_bottom = idx[None, :K] < bs[:, None]
+    good = (y >= -tol * q[None, :]) & (y <= q[None, :] * (1 + tol))
+    ok &= ~(in_bottom & ~good).any(1)
+    null_end = states[np.arange(bs.size), bs]
+    ok &= np.isfinite(null_end)
+    return ok & _remainder_hall(P, Q, n, bs, hi, np.where(np.isfinite(null_end), null_end, 0.0), margin,
+                                inner=slack > 0)
+
+
+def peel_fallback(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float) -> Peel | None:
+    """Fallback-peel a group (``t, q: float [K]`` in q/p order, targets t; ``slack`` = c(G) - t(G), 0 for an
+    outer group) as far as the chain and the remainder's Hall allow; None if nothing peels."""
+    K = t.size
+    if K < 2 or n < 2 or np.any(q <= 0) or slack < 0:
+        return None
+    P = np.concatenate([[0.0], np.cumsum(t)])  # [K + 1]
+    Q = np.concatenate([[0.0], np.cumsum(q)])
+    margin = HALL_MARGIN * P[K] if slack == 0 else min(HALL_MARGIN * P[K], 0.5 * slack)
+    b, top = _search(K, lambda bs, ts: _fallback_feasible(t, q, null_mass, n, slack, bs, ts, P, Q, margin))
+    if b + top == 0:
+        return None
+    return _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q)
+
+
+# -- the (b, t) search ----------------------------------------------------------------------------------------
+def _search(K: int, feasible: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> tuple[int, int]:
+    """The (b, t) with the most peeled positions: all pairs for K <= ALL_PAIRS_MAX, else greedily."""
     if K <= ALL_PAIRS_MAX:
         b, t = np.divmod(np.arange(K * K), K)
         keep = (b + t >= 1) & (b + t <= K - 1)
         b, t = b[keep], t[keep]
-        ok = _feasible(p, q, null_mass, n, b, t, P, Q, margin)
+        ok = feasible(b, t)
         if not ok.any():
-            return None
-        score = np.where(ok, b + t, -1)
-        i = int(np.argmax(score))
-        b, t = int(b[i]), int(t[i])
-    else:
-        b, t = _greedy(p, q, null_mass, n, P, Q, margin)
-        if b + t == 0:
-            return None
-    return _finish(p, q, null_mass, n, b, t, P, Q)
+            return 0, 0
+        i = int(np.argmax(np.where(ok, b + t, -1)))
+        return int(b[i]), int(t[i])
+    return _greedy(K, feasible)
 
 
-def _greedy(p, q, null_mass, n, P, Q, margin) -> tuple[int, int]:
+def _greedy(K: int, feasible: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> tuple[int, int]:
     """Alternately grow t (top peels) and b (bottom peels) to the largest feasible value found by a vectorised
     geometric-then-linear scan (feasibility need not be monotone: any feasible pair is valid)."""
-    K = p.size
     b = t = 0
     for _ in range(4):
         changed = False
@@ -148,7 +256,7 @@ def _greedy(p, q, null_mass, n, P, Q, margin) -> tuple[int, int]:
             for _refine in range(2):
                 cand_b = np.full(steps.size, b) + (steps if side == "b" else 0)
                 cand_t = np.full(steps.size, t) + (steps if side == "t" else 0)
-                ok = _feasible(p, q, null_mass, n, cand_b, cand_t, P, Q, margin)
+                ok = feasible(cand_b, cand_t)
                 if not ok.any():
                     break
                 best = int(steps[np.flatnonzero(ok).max()])
@@ -157,14 +265,12 @@ def _greedy(p, q, null_mass, n, P, Q, margin) -> tuple[int, int]:
                     b_new, t_new = b + best, t
                 else:
                     b_new, t_new = b, t + best
+                b, t = b_new, t_new
+                changed = True
                 if bigger.size == 0:
-                    b, t = b_new, t_new
-                    changed = True
                     break
                 # refine between best and the next (infeasible) step with a linear grid
                 hi = int(bigger.min())
-                b, t = b_new, t_new
-                changed = True
                 steps = np.unique(np.linspace(1, hi - best - 1, num=min(16, max(hi - best - 1, 1))).astype(np.int64))
                 steps = steps[steps >= 1]
                 if steps.size == 0:
@@ -174,7 +280,22 @@ def _greedy(p, q, null_mass, n, P, Q, margin) -> tuple[int, int]:
     return b, t
 
 
-def _finish(p, q, null_mass, n, b, t, P, Q) -> Peel:
+# -- building the chain and the remainder's leaves ------------------------------------------------------------
+def _leaves(t: np.ndarray, q: np.ndarray, n: int, b: int, hi: int, null_new: float, inner: bool) -> tuple:
+    """Sub-blocks of the remainder [b, hi): strict prefix-minimum records for an inner one, one leaf otherwise."""
+    if not inner:
+        return [(b, hi)], np.array([null_new])
+    Pm = np.concatenate([[0.0], np.cumsum(t[b:hi])])
+    Qm = np.concatenate([[0.0], np.cumsum(q[b:hi])])
+    psi = Pm - _power_gap(null_new, Qm, n)  # [hi - b + 1]
+    prefix_min = np.minimum.accumulate(psi)
+    rec = np.flatnonzero(psi[1:] < prefix_min[:-1]) + 1  # strict new prefix minima
+    rec = np.unique(np.concatenate([[0], rec, [hi - b]]))
+    leaves = [(b + int(rec[i]), b + int(rec[i + 1])) for i in range(rec.size - 1)]
+    return leaves, null_new + Qm[rec[:-1]]
+
+
+def _finish_fire(p, q, null_mass, n, b, t, P, Q) -> Peel:
     K = p.size
     chain = _chain(b, t, K)
     pc = p[chain]
@@ -185,14 +306,38 @@ def _finish(p, q, null_mass, n, b, t, P, Q) -> Peel:
     fire = fire_mass / q[chain]
     rows = _power_gap(prev - fire_mass, fire_mass, n)  # R_j = Qt^n - (Qt - a q)^n, positive form
     null_new = null_mass + float((q[chain] - fire_mass).sum())
-    mid = np.arange(b, K - t)
-    pm, qm = p[mid], q[mid]
-    Pm = np.concatenate([[0.0], np.cumsum(pm)])
-    Qm = np.concatenate([[0.0], np.cumsum(qm)])
-    psi = Pm - _power_gap(null_new, Qm, n)  # [|mid| + 1]
-    prefix_min = np.minimum.accumulate(psi)
-    rec = np.flatnonzero(psi[1:] < prefix_min[:-1]) + 1  # strict new prefix minima
-    rec = np.unique(np.concatenate([[0], rec, [mid.size]]))
-    leaves = [(b + int(rec[i]), b + int(rec[i + 1])) for i in range(rec.size - 1)]
-    leaf_null = null_new + Qm[rec[:-1]]
+    leaves, leaf_null = _leaves(p, q, n, b, K - t, null_new, inner=True)
     return Peel(chain=chain, fire_mass=fire_mass, fire=fire, rows=rows, leaves=leaves, leaf_null=leaf_null)
+
+
+def _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q) -> Peel:
+    """States along the chain (each a function of the peeled set), then a_j and R_j from consecutive states."""
+    K = t.size
+    chain = _chain(b, top, K)
+    hi = K - top
+    # remainder before each chain element and after the last: [0, m) for the top part, [i, hi) for the bottom
+    lo_b = np.concatenate([np.zeros(top, dtype=np.int64), np.arange(b + 1)])
+    hi_b = np.concatenate([np.arange(K, hi, -1), np.full(b + 1, hi)])
+    states = null_for_capacity(P[hi_b] - P[lo_b] + slack, Q[hi_b] - Q[lo_b], n)  # [c + 1]
+    states[0] = null_mass
+    qc = q[chain]
+    unfired = np.clip(np.diff(states), 0.0, qc)  # (1 - a_j) q_j
+    fire_mass = qc - unfired
+    before = states[:-1]
+    total_before = before + (Q[hi_b[:-1]] - Q[lo_b[:-1]])  # T = N + L
+    rows = _power_gap(total_before - fire_mass, fire_mass, n) + _power_gap(before, unfired, n)
+    leaves, leaf_null = _leaves(t, q, n, b, hi, float(states[-1]), inner=slack > 0)
+    return Peel(chain=chain, fire_mass=fire_mass, fire=fire_mass / qc, rows=rows, leaves=leaves,
+                leaf_null=leaf_null, fallback=True)
+
+
+def peel_group(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float, inner: bool) -> Peel | None:
+    """The best peel of a group (``t, q: float [K]`` in q/p order): inner groups try both kinds, outer groups the
+    fallback kind; the one with the smallest largest leaf wins (then the longer chain; then the fire kind). None if
+    nothing peels."""
+    options = [peel_block(t, q, null_mass, n)] if inner else []
+    options.append(peel_fallback(t, q, null_mass, n, slack if inner else 0.0))
+    options = [o for o in options if o is not None]
+    if not options:
+        return None
+    return min(options, key=lambda o: (o.largest_leaf, -o.chain.size))

@@ -8,7 +8,8 @@ For a drafted tuple omega (design note §2 and :mod:`.peeling`):
    with probability prod_{y before x} (1 - a_y)^{c_y} * (1 - (1 - a_x)^{c_x});
 3. if nothing fired (probability prod over peeled draws of (1 - a)), the leaf of the highest-positioned
    non-peeled token of omega in G serves the set U of its non-peeled tokens in that leaf: outer leaf w_i / w(U),
-   inner leaf w_i / (1 + w(U)) with the rest rejected; with no such token the tuple is rejected.
+   inner leaf w_i / (1 + w(U)) with the rest rejected; with no such token the tuple is rejected, except in a
+   group with a fallback chain, where the last-ranked chain token of omega is output.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import numpy as np
 
 
 def evaluate_rule(w: np.ndarray, pos: np.ndarray, group: np.ndarray, leaf: np.ndarray, log_w: np.ndarray,
-                  fire: np.ndarray, rank: np.ndarray, leaf_inner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                  fire: np.ndarray, rank: np.ndarray, leaf_inner: np.ndarray,
+                  fallback: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Accept probabilities per slot and the rejection probability.
 
     ``w, pos, group, leaf, log_w, fire, rank: [M, n]`` are the token ids and the per-token data gathered at
-    them (leaf = -1 and rank >= 0 for a peeled token); ``leaf_inner: bool [L]`` (indexed by leaf).
+    them (leaf = -1 and rank >= 0 for a peeled token); ``leaf_inner: bool [L]`` (indexed by leaf);
+    ``fallback: bool [M, n]`` marks peeled tokens of fallback chains (None: no fallback chains).
     Returns ``(accept [M, n], reject [M])``; a repeated token counts on its first slot only.
     """
     M, n = w.shape
@@ -54,6 +57,13 @@ def evaluate_rule(w: np.ndarray, pos: np.ndarray, group: np.ndarray, leaf: np.nd
         own = np.where(same, keep[:, None, :], 1.0).prod(2)  # [M, n]: (1 - a_x)^{c_x}
         chain = np.where(peeled & ~dup, ahead * (1.0 - own), 0.0)
         survive = keep.prod(1)  # [M]
+        if fallback is not None:  # no fire, no leaf token: the last-ranked chain token of a fallback group
+            back = peeled & ~dup & fallback & ~has_leaf[:, None]  # [M, n]
+            last = np.where(back, rank, -1)
+            pick = back & (last == last.max(1, keepdims=True))  # [M, n]: one slot (first occurrences only)
+            taken = pick.any(1)  # [M]
+            accept = np.where(taken[:, None], pick.astype(accept.dtype), accept)
+            reject = np.where(taken, 0.0, reject)
         accept = chain + survive[:, None] * accept
         reject = survive * reject
     return accept, reject

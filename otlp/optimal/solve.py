@@ -16,17 +16,17 @@ import numpy as np
 from otlp.optimal.blocks import BlockCuts, block_records
 from otlp.optimal.coefficients import block_terms
 from otlp.optimal.newton import PairwiseN2, SubsetTerms, initial_alpha, newton
-from otlp.optimal.peeling import peel_block
+from otlp.optimal.peeling import peel_group
 
 
 @dataclass
 class InstanceSolution:
     """Everything the rule needs for one (p, q, n). Positions are 1-based in ``cuts.order``.
 
-    The blocks of ``cuts`` are the *groups* of the rule (strict priority by the highest-positioned token). An inner
-    group may be peeled (:mod:`.peeling`): a chain of fire tokens, then the remainder cut into sub-blocks. The
-    softmax programs are solved on the *leaves*: leaf j < K is group j itself (or the first sub-block of a peeled
-    group), leaves >= K are the further sub-blocks of peeled groups.
+    The blocks of ``cuts`` are the *groups* of the rule (strict priority by the highest-positioned token). A group
+    (inner or outer) may be peeled (:mod:`.peeling`): a chain of priority tokens, then the remainder cut into
+    sub-blocks. The softmax programs are solved on the *leaves*: leaf j < K is group j itself (or the first
+    sub-block of a peeled group), leaves >= K are the further sub-blocks of peeled groups.
     """
 
     p: np.ndarray  # [V]
@@ -45,6 +45,7 @@ class InstanceSolution:
     leaf_group: np.ndarray = field(default=None)  # [L] group of each leaf
     leaf_tokens: dict = field(default_factory=dict)  # leaf -> token ids (q/p order), for leaves of size >= 2
     fire: np.ndarray = field(default=None)  # [V] fire probability per draw (0 unless peeled)
+    fallback: np.ndarray = field(default=None)  # [V] bool: a peeled token of a fallback chain (:mod:`.peeling`)
     peel_rank: np.ndarray = field(default=None)  # [V] rank in its group's chain (-1 unless peeled)
     chain_error: np.ndarray = field(default=None)  # [K] sum |R - p| over the group's chain tokens
     gradient_norm: np.ndarray = field(default=None)  # [L] ||R - t||_1 per leaf (0 for closed forms)
@@ -90,24 +91,28 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True) -> Instance
     rows_pos = np.zeros(V)
     log_w_pos = np.zeros(V)
     chain_error = np.zeros(K)
+    fallback_pos = np.zeros(V, dtype=bool)
     if peel and n >= 2:
-        for j in np.flatnonzero(cuts.inner & (sizes >= 2)):
-            s = int(starts[j])
-            cut = peel_block(ps[s : stops[j]], qs[s : stops[j]], float(null_mass[j]), n)
+        for j in np.flatnonzero(sizes >= 2):
+            s, e = int(starts[j]), int(stops[j])
+            inner_j = bool(cuts.inner[j])
+            slack = float(psi[s] - psi[e]) if inner_j else 0.0  # c(G) - p(G), stable (suffix form of psi)
+            cut = peel_group(t_pos[s:e], qs[s:e], float(null_mass[j]), n, slack, inner_j)
             if cut is None:
                 continue
             chain = s + cut.chain
             fire_pos[chain] = cut.fire
             rank_pos[chain] = np.arange(chain.size)
             rows_pos[chain] = cut.rows
+            fallback_pos[chain] = cut.fallback
             log_w_pos[chain] = -np.inf
             leaf_of_pos[chain] = -1
-            chain_error[j] = np.abs(cut.rows - ps[chain]).sum()
+            chain_error[j] = np.abs(cut.rows - t_pos[chain]).sum()
             for i, ((a, b), nm) in enumerate(zip(cut.leaves, cut.leaf_null, strict=True)):
                 leaf = int(j) if i == 0 else len(leaf_null)
                 if i > 0:
                     leaf_null.append(0.0)
-                    leaf_inner.append(True)
+                    leaf_inner.append(inner_j)
                     leaf_group.append(int(j))
                     leaf_start.append(0)
                     leaf_stop.append(0)
@@ -150,7 +155,8 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True) -> Instance
         targets=_to_tokens(t_pos, inv), log_weight=_to_tokens(log_w_pos, inv), row_sums=_to_tokens(rows_pos, inv),
         leaf_of_token=_to_tokens(leaf_of_pos, inv), leaf_null=leaf_null, leaf_inner=leaf_inner,
         leaf_group=np.asarray(leaf_group, dtype=np.int64), leaf_tokens=leaf_tokens,
-        fire=_to_tokens(fire_pos, inv), peel_rank=_to_tokens(rank_pos, inv), chain_error=chain_error,
+        fire=_to_tokens(fire_pos, inv), fallback=_to_tokens(fallback_pos, inv),
+        peel_rank=_to_tokens(rank_pos, inv), chain_error=chain_error,
         gradient_norm=np.zeros(L), iterations=np.zeros(L, dtype=np.int64),
     )
     return sol

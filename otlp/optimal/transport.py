@@ -46,8 +46,10 @@ class Block:
     null_mass : Q_s, the q-mass of the positions below the block.
     gradient_norm : ||R - t||_1 over the block (0 for singletons, which have closed forms).
     iterations : Newton iterations (0 for singletons; the most over the leaves of a peeled block).
-    peeled : token ids of the fire chain of a peeled inner block, in priority order (:mod:`.peeling`).
+    peeled : token ids of the chain of a peeled block, in priority order (:mod:`.peeling`).
     fire_probabilities : the per-draw fire probability a_j of each peeled token.
+    fallback : the chain's kind: True when, with nothing fired and no leaf token drafted, the last-ranked drafted
+        chain token is output (False: such a tuple is rejected).
     leaves : the softmax sub-blocks of the block after peeling (token ids; one leaf = the block when unpeeled).
     leaf_null_masses : the null mass of each leaf (unfired peeled draws count as null).
     """
@@ -64,6 +66,7 @@ class Block:
     iterations: int
     peeled: np.ndarray = None
     fire_probabilities: np.ndarray = None
+    fallback: bool = False
     leaves: tuple = ()
     leaf_null_masses: np.ndarray = None
 
@@ -156,6 +159,7 @@ class OptimalTransport:
         self._leaf_inner = inst.leaf_inner  # [L]
         self._fire = inst.fire  # [V]
         self._rank = inst.peel_rank  # [V]
+        self._fallback = inst.fallback  # [V]
         self._log_w = inst.log_weight  # [V]
         self._residual_cdf = np.cumsum(self.residual)
 
@@ -184,7 +188,7 @@ class OptimalTransport:
                 null_mass=float(inst.null_mass[j]),
                 gradient_norm=float(inst.gradient_norm[leaf_ids].sum() + inst.chain_error[j]),
                 iterations=int(inst.iterations[leaf_ids].max(initial=0)),
-                peeled=chain, fire_probabilities=inst.fire[chain].copy(),
+                peeled=chain, fire_probabilities=inst.fire[chain].copy(), fallback=bool(inst.fallback[chain].any()),
                 leaves=tuple(leaf for leaf in leaves if leaf.size), leaf_null_masses=inst.leaf_null[leaf_ids].copy(),
             ))
         return out
@@ -221,7 +225,7 @@ class OptimalTransport:
         if self.route != "blocks":
             return self._lp.rule(w)
         return evaluate_rule(w, self._position[w], self._token_block[w], self._leaf[w], self._log_w[w],
-                             self._fire[w], self._rank[w], self._leaf_inner)
+                             self._fire[w], self._rank[w], self._leaf_inner, self._fallback[w])
 
     def slices(self, omegas: np.ndarray) -> np.ndarray:
         """pi(· | omega) for many tuples: ``omegas int [M, n]`` -> ``float [M, V]``."""

@@ -84,15 +84,20 @@ def target_matching_error(rule: str, target: object, draft: object, L: int, K: i
 
 
 def block_log_weights(p: np.ndarray, draft: object) -> tuple[np.ndarray, np.ndarray]:
-    """The production OT's per-token block log-weights alpha_i and block index (blocks in increasing position, so a
-    larger index has priority): ``(log_w float [V], block int [V])`` (exact-ot-design §2)."""
-    ot = optimal_transport(p, draft)
-    V = len(p)
-    log_w, block = np.zeros(V), np.zeros(V, dtype=np.int64)
-    for j, b in enumerate(ot.blocks):
-        log_w[b.tokens] = b.log_weights
-        block[b.tokens] = j
-    return log_w, block
+    """The production solver's per-token block log-weights alpha_i and block index (blocks in increasing position,
+    so a larger index has priority): ``(log_w float [V], block int [V])`` (exact-ot-design §2).
+
+    These are the softmax weights of the *unpeeled* block programs (GR Thm 6.4 / 6.5 speak of the softmax on every
+    block); the production rule may replace part of a block by a priority chain (``otlp.optimal.peeling``), so it is
+    solved here with peeling switched off."""
+    from otlp.distributions import check_distribution
+    from otlp.optimal.solve import prepare, solve_instances
+
+    p = check_distribution(p, "p")
+    inst = prepare(p, check_distribution(draft.q, "q", size=p.size), int(draft.n), peel=False)
+    solve_instances([inst])
+    block = inst.block_of_position[inst.position].astype(np.int64)  # [V]
+    return inst.log_weight.copy(), block
 
 
 def relaxed_otlp_solve(p: np.ndarray, draft: object, exact: bool) -> tuple[object, np.ndarray, np.ndarray]:

@@ -1,4 +1,5 @@
-"""A block whose subset terms would not fit in memory is refused before allocating, with its size."""
+"""A block whose subset terms would not fit in memory is refused before allocating, with its size; peeling
+(otlp.optimal.peeling) shrinks such blocks first, so the refusal only concerns what is left after it."""
 
 from __future__ import annotations
 
@@ -6,14 +7,33 @@ import numpy as np
 import pytest
 
 import otlp
+import otlp.optimal.solve as solve_module
 from otlp.optimal.coefficients import block_terms_bytes, check_block_size
 
 
-def test_large_block_at_n4_is_refused_with_its_size():
+def test_large_block_at_n4_is_refused_with_its_size(monkeypatch: pytest.MonkeyPatch):
     # p = q at V = 300: alpha* = 1 and one outer block of 300 tokens, C(300, 4) = 3.3e8 subset terms (tens of GiB).
+    monkeypatch.setattr(solve_module, "peel_group", lambda *args: None)
     p = np.random.default_rng(0).dirichlet(np.ones(300))
     with pytest.raises(otlp.ModelTooLargeError, match="block of 300 tokens at n = 4"):
         otlp.optimal.OptimalTransport(p, otlp.IID(p, 4))
+
+
+def test_the_same_block_peels_into_closed_forms():
+    # With peeling (the default) the fallback chain takes the whole outer block: no subset terms at all, and the
+    # rule is exact: row sums = p to 1e-12 in L1, and every sampled tuple is accepted.
+    p = np.random.default_rng(0).dirichlet(np.ones(300))
+    ot = otlp.optimal.OptimalTransport(p, otlp.IID(p, 4))
+    assert ot.alpha == 1.0 and ot.success
+    (block,) = ot.blocks
+    assert block.kind == "outer" and block.fallback and max(len(leaf) for leaf in block.leaves) <= 2
+    assert np.abs(ot._inst.row_sums - p).sum() <= 1e-12
+    # the rule on sampled tuples: always accepts, and the slice is a distribution on the drafted tokens
+    rng = np.random.default_rng(1)
+    omegas = rng.choice(300, size=(2000, 4), p=p)
+    accept, reject = ot.rule(omegas)
+    np.testing.assert_allclose(accept.sum(1), 1.0, atol=1e-12)
+    assert np.all(reject <= 1e-12)
 
 
 def test_size_estimate_counts_every_subset_term():

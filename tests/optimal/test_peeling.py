@@ -1,9 +1,11 @@
-"""Peeled inner blocks (otlp.optimal.peeling): a fire chain ahead of a smaller softmax block.
+"""Peeled blocks (otlp.optimal.peeling): a chain of priority tokens (fire or fallback kind) ahead of a smaller
+softmax block.
 
 Checked against independent routes: the chain's row sums against a direct enumeration of the firing process
-over V^n tuples x 2^n fire patterns; the law and acceptance of the whole rule by enumeration over V^n (1e-12),
-with the greedy search forced onto small blocks, and with peeling switched off (the plain block rule must stay
-exact too, since peeling now hides most inner-block Newton solves from the other tests).
+over V^n tuples x 2^n fire patterns (with the fallback output when nothing fires); the law and acceptance of
+the whole rule by enumeration over V^n (1e-12), with the greedy search forced onto small blocks, and with
+peeling switched off (the plain block rule must stay exact too, since peeling now hides most Newton solves
+from the other tests).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def test_greedy_search_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_unpeeled_rule_still_exact(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     """With peeling off, every inner block goes through Newton as before: exact on every family."""
-    monkeypatch.setattr(solve_module, "peel_block", lambda *args: None)
+    monkeypatch.setattr(solve_module, "peel_group", lambda *args: None)
     rng = np.random.default_rng([33, n])
     for family in sorted(FAMILIES):
         for _ in range(12):
@@ -74,8 +76,10 @@ def test_unpeeled_rule_still_exact(monkeypatch: pytest.MonkeyPatch, n: int) -> N
 
 def _fire_process_law(ot: OptimalTransport, omega: tuple, blk) -> np.ndarray:
     """Output law of the chain for one tuple, by enumerating which draws fire (2^n patterns), independent of
-    the vectorised product formula: returns [V] probabilities of outputting each chain token."""
+    the vectorised product formula: returns [V] probabilities of outputting each chain token. A fallback chain
+    outputs its last-ranked drafted token when nothing fired and no other token of the block was drafted."""
     rank = {int(t): r for r, t in enumerate(blk.peeled)}
+    others = set(blk.tokens.tolist()) - set(rank)
     fire = dict(zip(blk.peeled.tolist(), blk.fire_probabilities.tolist(), strict=True))
     out = np.zeros(ot.V)
     for pattern in itertools.product([0, 1], repeat=len(omega)):
@@ -88,13 +92,19 @@ def _fire_process_law(ot: OptimalTransport, omega: tuple, blk) -> np.ndarray:
                 fired.append(int(x))
         if fired and prob > 0:
             out[min(fired, key=rank.get)] += prob
+        elif not fired and blk.fallback and prob > 0 and not others & set(omega):
+            present = [int(x) for x in omega if int(x) in rank]
+            if present:
+                out[max(present, key=rank.get)] += prob
     return out
 
 
 def test_chain_matches_fire_process() -> None:
-    """Per tuple, the rule's chain probabilities equal the explicit firing process; chain row sums equal p."""
+    """Per tuple, the rule's chain probabilities equal the explicit firing process; chain row sums equal the
+    block targets (p on inner blocks, the GR Thm 6.2 vertex on outer ones); both chain kinds are met."""
     rng = np.random.default_rng(34)
     checked = 0
+    kinds = set()
     for p, q, n in _peeled_instances(rng, 40, V_range=(3, 7), n_range=(2, 4)):
         ot = OptimalTransport.from_arrays(p, q, n)
         omegas, probs = otlp.IID(q, n).enumerate()
@@ -104,6 +114,7 @@ def test_chain_matches_fire_process() -> None:
             if blk.peeled.size == 0:
                 continue
             assert np.all((blk.fire_probabilities >= 0) & (blk.fire_probabilities <= 1))
+            kinds.add((blk.kind, blk.fallback))
             rows = np.zeros(ot.V)
             for m in np.flatnonzero(top == blk_index):
                 law = _fire_process_law(ot, tuple(omegas[m]), blk)
@@ -114,8 +125,10 @@ def test_chain_matches_fire_process() -> None:
                 np.testing.assert_allclose(got, law, atol=1e-15)
                 rows += probs[m] * law
                 checked += 1
-            np.testing.assert_allclose(rows[blk.peeled], p[blk.peeled], atol=TOL)
+            targets = dict(zip(blk.tokens.tolist(), blk.targets.tolist(), strict=True))
+            np.testing.assert_allclose(rows[blk.peeled], [targets[x] for x in blk.peeled.tolist()], atol=TOL)
     assert checked > 100
+    assert {("inner", False), ("inner", True), ("outer", True)} <= kinds
 
 
 def test_remainder_state_depends_on_the_peeled_set_only() -> None:

@@ -332,12 +332,13 @@ def _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q) -> Peel:
 
 
 def peel_group(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float, inner: bool) -> Peel | None:
-    """The best peel of a group (``t, q: float [K]`` in q/p order): inner groups try both kinds, outer groups the
-    fallback kind; the one with the smallest largest leaf wins (then the longer chain; then the fire kind). None if
-    nothing peels."""
-    options = [peel_block(t, q, null_mass, n)] if inner else []
-    options.append(peel_fallback(t, q, null_mass, n, slack if inner else 0.0))
-    options = [o for o in options if o is not None]
+    """The best peel of a group (``t, q: float [K]`` in q/p order): outer groups take the fallback kind; inner
+    groups also try the fire kind unless the fallback chain already left no leaf above one token. The smallest
+    largest leaf wins, then the longer chain, then the fire kind. None if nothing peels."""
+    fallback = peel_fallback(t, q, null_mass, n, slack if inner else 0.0)
+    if not inner or (fallback is not None and fallback.largest_leaf <= 1):
+        return fallback
+    options = [o for o in (peel_block(t, q, null_mass, n), fallback) if o is not None]
     if not options:
         return None
     return min(options, key=lambda o: (o.largest_leaf, -o.chain.size))

@@ -202,6 +202,14 @@ class OptimalTransport:
         return bool(np.all(inst.gradient_norm <= SUCCESS_TOLERANCE) and np.all(inst.chain_error <= SUCCESS_TOLERANCE))
 
     @property
+    def row_error(self) -> float:
+        """sum ||R - t||_1 over every leaf program and every priority chain: the rule's row sums miss their targets
+        (p on H*, the GR Thm 6.2 vertex outside) by at most this in L1 (0 on the LP route)."""
+        if self.route != "blocks":
+            return 0.0
+        return float(self._inst.gradient_norm.sum() + self._inst.chain_error.sum())
+
+    @property
     def max_gradient_norm(self) -> float:
         if self.route != "blocks":
             return 0.0

@@ -51,6 +51,14 @@ def test_peeled_rules_are_exact() -> None:
         check_exact(p, q, n)
 
 
+def test_fire_chains_alone_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the fallback kind switched off, inner blocks still peel by fire chains: exact on 120 instances."""
+    monkeypatch.setattr(peeling, "peel_fallback", lambda *args: None)
+    rng = np.random.default_rng(36)
+    for p, q, n in _peeled_instances(rng, 120):
+        check_exact(p, q, n)
+
+
 def test_greedy_search_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     """Force the greedy (b, t) search (used for blocks > ALL_PAIRS_MAX) on small blocks: still exact."""
     monkeypatch.setattr(peeling, "ALL_PAIRS_MAX", 1)
@@ -99,9 +107,13 @@ def _fire_process_law(ot: OptimalTransport, omega: tuple, blk) -> np.ndarray:
     return out
 
 
-def test_chain_matches_fire_process() -> None:
+@pytest.mark.parametrize("kinds_allowed", ["production", "fire only"])
+def test_chain_matches_fire_process(monkeypatch: pytest.MonkeyPatch, kinds_allowed: str) -> None:
     """Per tuple, the rule's chain probabilities equal the explicit firing process; chain row sums equal the
-    block targets (p on inner blocks, the GR Thm 6.2 vertex on outer ones); both chain kinds are met."""
+    block targets (p on inner blocks, the GR Thm 6.2 vertex on outer ones). The production choice meets fallback
+    chains on inner and outer blocks; with the fallback kind switched off, fire chains."""
+    if kinds_allowed == "fire only":
+        monkeypatch.setattr(peeling, "peel_fallback", lambda *args: None)
     rng = np.random.default_rng(34)
     checked = 0
     kinds = set()
@@ -128,7 +140,8 @@ def test_chain_matches_fire_process() -> None:
             targets = dict(zip(blk.tokens.tolist(), blk.targets.tolist(), strict=True))
             np.testing.assert_allclose(rows[blk.peeled], [targets[x] for x in blk.peeled.tolist()], atol=TOL)
     assert checked > 100
-    assert {("inner", False), ("inner", True), ("outer", True)} <= kinds
+    expected = {("inner", True), ("outer", True)} if kinds_allowed == "production" else {("inner", False)}
+    assert expected <= kinds
 
 
 def test_remainder_state_depends_on_the_peeled_set_only() -> None:
@@ -159,3 +172,35 @@ def test_remainder_state_depends_on_the_peeled_set_only() -> None:
         covered = np.concatenate([np.arange(a, b) for a, b in cut.leaves])
         np.testing.assert_array_equal(np.sort(np.concatenate([covered, cut.chain])), np.arange(K))
     assert seen > 50
+
+
+@pytest.mark.parametrize("inner", [True, False])
+def test_fallback_state_keeps_the_slack(inner: bool) -> None:
+    """Fallback kind: R_j = t_j, 0 <= a_j <= 1, and after peeling J the remainder's null N' = N0 + sum (1 - a_j) q_j
+    solves (N' + L)^n - N'^n = t(G minus J) + S (the slack S kept; S = 0 for an outer group)."""
+    rng = np.random.default_rng([37, inner])
+    seen = 0
+    for _ in range(400):
+        K, n = int(rng.integers(2, 12)), int(rng.integers(2, 6))
+        q = rng.dirichlet(np.ones(K)) * rng.uniform(0.2, 0.9)
+        null = rng.uniform(0.0, 1.0 - q.sum())
+        capacity = (null + q.sum()) ** n - null**n
+        t = q**n * rng.uniform(1.0, 3.0, K)  # targets between the bottom and top priority rows, roughly
+        t *= capacity * (rng.uniform(0.5, 0.999) if inner else 1.0) / t.sum()
+        order = np.argsort(-(q / t))
+        t, q = t[order], q[order]
+        slack = capacity - t.sum() if inner else 0.0
+        cut = peeling.peel_fallback(t, q, null, n, slack)
+        if cut is None:
+            continue
+        seen += 1
+        assert cut.fallback and np.all(cut.fire >= 0) and np.all(cut.fire <= 1)
+        np.testing.assert_allclose(cut.rows, t[cut.chain], rtol=1e-11, atol=1e-14)
+        null_new = null + ((1.0 - cut.fire) * q[cut.chain]).sum()
+        assert abs(cut.leaf_null[0] - null_new) <= 1e-13
+        rest = np.setdiff1d(np.arange(K), cut.chain)
+        L = q[rest].sum()
+        assert abs((null_new + L) ** n - null_new**n - (t[rest].sum() + slack)) <= 1e-13
+        covered = np.concatenate([np.arange(a, b) for a, b in cut.leaves])
+        np.testing.assert_array_equal(np.sort(np.concatenate([covered, cut.chain])), np.arange(K))
+    assert seen > (50 if inner else 20)  # random outer targets are often infeasible (Hall), so fewer peel

@@ -20,13 +20,24 @@ Residual completion to the OT (GR eq. (8), with eq. (7): p_res = 0 on H*, P_res 
                 = 0                                                  otherwise,
 
 a coupling of p and P_draft with acceptance alpha* (``sum_j p_res(j) = 1 - alpha*``; nothing to add when alpha* = 1).
+
+Eq. (8) is GR eq. (3), ``C = S + p_res P_res^T / sum_j p_res(j)``, with the zeros of eq. (7) put in by hand. They hold
+for an exact optimum only: a solver leaves each tuple's column short of P_draft(omega) by up to its quantum (OR-Tools
+rounds capacities down to multiples of ``2^-51``; float max flows and LPs lose rounding errors), which the CS check of
+:meth:`OuterInnerNetworks.solve` rightly accepts (an absolute 1e-9: no relative tolerance can hold a tuple lighter
+than the quantum, which a scaled solver cannot saturate at all). Eq. (8) taken literally then drops that shortfall,
+and the slice of a light tuple sums to ``1 - shortfall / P_draft(omega)``, down to 0. So :func:`residual_completion`
+applies eq. (3) to the computed plan with its computed residuals: every column of C then sums to P_draft(omega)
+exactly, every row to p(i), and on an exact optimum it is eq. (8) (the residuals vanish where eq. (7) says).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
@@ -61,20 +72,52 @@ def as_subset(h: object, V: int) -> np.ndarray:
     return mask
 
 
-def complete_coupling(p: np.ndarray, probs: np.ndarray, S: np.ndarray, omegas: np.ndarray,
-                      h_star: np.ndarray) -> np.ndarray:
-    """GR eq. (8): the OT plan ``C [V, M]`` from an optimal relaxed plan ``S [V, M]`` (columns = ``omegas [M, n]``,
-    masses ``probs [M]``) and the minimiser ``h_star: bool [V]``."""
+@dataclass(frozen=True)
+class _Split:
+    """The two halves of GR Thm 5.1 and the map of their "S" arcs onto the support (outer arcs first)."""
+
+    outer: BipartiteNetwork
+    inner: BipartiteNetwork
+    omegas: np.ndarray  # [M, n] int64, the support of P_draft
+    probs: np.ndarray  # [M] float64
+    out_rows: np.ndarray  # [M_out], support rows of the outer tuples (omega not in H*^n)
+    in_rows: np.ndarray  # [M_in], support rows of the inner tuples
+    arc_token: np.ndarray  # [K], token of each "S" arc of the union
+    arc_tuple: np.ndarray  # [K], support row of each "S" arc of the union
+
+
+def residual_completion(p: np.ndarray, probs: np.ndarray, flow_S: np.ndarray, arc_token: np.ndarray,
+                        arc_tuple: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GR eq. (3) on a computed relaxed plan, kept sparse: ``C[i, m] = S[i, m] + w[i] * d_res[m]``.
+
+    ``p [V]``, ``probs [M]`` (P_draft of the columns), the plan as arc flows ``flow_S [K]`` on the pairs
+    ``(arc_token [K], arc_tuple [K])`` -> ``(S [K], w [V], d_res [M])``:
+
+    * ``S``: the flows made exactly feasible for GR eq. (2) (negatives clipped, then a column above P_draft(omega)
+      and a row above p(i) scaled down; a no-op on an exactly feasible plan, e.g. OR-Tools' or an exact solver's);
+    * ``d_res[m] = P_draft(omega_m) - sum_i S[i, m] >= 0`` and ``p_res(i) = p(i) - sum_m S[i, m] >= 0`` (GR eq. (3));
+    * ``w = p_res / sum_j p_res(j)``; when ``sum_j p_res(j) = 0`` (alpha* = 1 to the last bit, so any ``d_res`` left is
+      rounding), ``w = p``.
+
+    Column m of C sums to P_draft(omega_m) (``sum_i w[i] = 1``) whatever the solver left, so every slice
+    ``C[:, m] / P_draft(omega_m)`` is a distribution; row i sums to
+    ``p(i) + p_res(i) (sum_m d_res[m] - sum_j p_res(j)) / sum_j p_res(j) = p(i)`` up to
+    ``|sum_m P_draft - sum_i p|`` (rounding). On an exact optimum with H* a minimiser the residuals are zero where
+    GR eq. (7) says, and C is GR eq. (8).
+    """
     p = np.asarray(p, dtype=np.float64)
-    h = np.asarray(h_star, dtype=bool)
-    inner_tuple = h[omegas].all(axis=1)  # [M], omega in H*^n
-    p_res = np.where(h, 0.0, np.maximum(p - S.sum(axis=1), 0.0))  # [V], eq. (7): 0 on H*
-    d_res = np.where(inner_tuple, np.maximum(probs - S.sum(axis=0), 0.0), 0.0)  # [M], eq. (7): 0 off H*^n
-    total = p_res.sum()  # = 1 - alpha*
-    C = np.array(S, dtype=np.float64, copy=True)
-    if total > 0:
-        C += np.outer(p_res / total, d_res)  # nonzero only on (i not in H*, omega in H*^n)
-    return C
+    probs = np.asarray(probs, dtype=np.float64)
+    V, M = p.size, probs.size
+    S = np.maximum(np.asarray(flow_S, dtype=np.float64), 0.0)  # [K]
+    col = np.bincount(arc_tuple, weights=S, minlength=M)  # [M]
+    S = S * np.where(col > probs, probs / np.where(col > 0, col, 1.0), 1.0)[arc_tuple]
+    row = np.bincount(arc_token, weights=S, minlength=V)  # [V]
+    S = S * np.where(row > p, p / np.where(row > 0, row, 1.0), 1.0)[arc_token]  # rows down: columns stay <= probs
+    p_res = np.maximum(p - np.bincount(arc_token, weights=S, minlength=V), 0.0)  # [V]
+    d_res = np.maximum(probs - np.bincount(arc_tuple, weights=S, minlength=M), 0.0)  # [M]
+    total = p_res.sum()  # = sum_m d_res[m] = 1 - alpha* up to rounding
+    w = p_res / total if total > 0 else p / p.sum()  # [V]
+    return S, w, d_res
 
 
 class OuterInnerNetworks(Formulation):
@@ -87,6 +130,9 @@ class OuterInnerNetworks(Formulation):
     ``solution.info`` holds the two separate solutions ("outer", "inner"), ``h_star``, and whether each side the
     CS system fixes was saturated ("cs_outer", "cs_inner"); if not, h_star was not a minimiser and the status is
     "infeasible" (the system (6) has no solution for it).
+
+    The union is built only by :meth:`build` and :meth:`solve` (the certificate needs it); :meth:`networks`,
+    :attr:`omegas`, :meth:`plan`, :meth:`coupling` and :meth:`slice` work from the two halves.
 
     Examples
     --------
@@ -108,51 +154,64 @@ class OuterInnerNetworks(Formulation):
 
             _, h_star = min_psi(self.p, self.draft)
         self.h_star = as_subset(h_star, self.draft.V)
-        self._built: tuple[BipartiteNetwork, BipartiteNetwork, BipartiteNetwork, np.ndarray, np.ndarray] | None = None
+        self._split: _Split | None = None
+        self._union: BipartiteNetwork | None = None
 
     # -- size and build -------------------------------------------------------------------------------------
     def size(self, kind: str | None = None) -> ModelSize:
         return network_size(self.draft.V, support_size_bound(self.draft), self.draft.n)
 
-    def _networks(self):  # noqa: ANN202
-        if self._built is None:
-            omegas, probs = self.draft.support()
+    def _halves(self) -> _Split:
+        if self._split is None:
+            omegas, probs = self.draft.support()  # [M, n], [M]
             inner_tuple = self.h_star[omegas].all(axis=1)  # [M]
             out_rows, in_rows = np.flatnonzero(~inner_tuple), np.flatnonzero(inner_tuple)
             outer = bipartite_network("outer", self.p, ~self.h_star, omegas[out_rows], probs[out_rows])
             inner = bipartite_network("inner", self.p, self.h_star, omegas[in_rows], probs[in_rows])
-            # the union over all tokens and the whole support, middle arcs outer first, then inner
-            union = assemble_network(
-                self.name, self.p, np.arange(self.draft.V), omegas, probs,
-                np.concatenate([outer.arc_token, inner.arc_token]),
-                np.concatenate([out_rows[outer.arc_tuple], in_rows[inner.arc_tuple]]))
-            self._built = (outer, inner, union, out_rows, in_rows)
-        return self._built
+            # the "S" arcs of the union: outer first, then inner, tuples as rows of the support
+            arc_token = np.concatenate([outer.arc_token, inner.arc_token])  # [K]
+            arc_tuple = np.concatenate([out_rows[outer.arc_tuple], in_rows[inner.arc_tuple]])  # [K]
+            self._split = _Split(outer, inner, omegas, probs, out_rows, in_rows, arc_token, arc_tuple)
+        return self._split
+
+    def _combined(self) -> BipartiteNetwork:
+        """The union over all tokens and the whole support (middle arcs outer first, then inner), built once."""
+        if self._union is None:
+            h = self._halves()
+            self._union = assemble_network(self.name, self.p, np.arange(self.draft.V), h.omegas, h.probs,
+                                           h.arc_token, h.arc_tuple)
+        return self._union
 
     def networks(self) -> tuple[BipartiteNetwork, BipartiteNetwork]:
         """The outer and the inner network (GR Thm 5.1), each with its map back to ``S``."""
-        outer, inner, *_ = self._networks()
-        return outer, inner
+        h = self._halves()
+        return h.outer, h.inner
 
     def build(self, kind: str | None = None) -> FlowNetwork:
-        return self._networks()[2].network
+        return self._combined().network
 
     @property
     def omegas(self) -> np.ndarray:
         """The columns of :meth:`plan` and :meth:`coupling`: the support of P_draft, ``int [M, n]``."""
-        return self._networks()[2].omegas
+        return self._halves().omegas
 
     # -- solve ----------------------------------------------------------------------------------------------
     def solve(self, backend: str = "highs", *, memory_limit: float = MEMORY_LIMIT_BYTES,
               tol: float = 1e-9, **options: object) -> Solution:
-        """Solve the outer and the inner network separately with ``backend`` and combine them (see the class)."""
+        """Solve the outer and the inner network separately with ``backend`` and combine them (see the class).
+
+        The CS check allows each saturated side an absolute shortfall of ``tol + value_bound`` (solver rounding);
+        :meth:`coupling` and :meth:`slice` complete what is left by GR eq. (3) (see :func:`residual_completion`).
+        """
         from otlp.solvers import solve as solve_model
 
         self.kind_for(backend)
         self.size().check(self.name, memory_limit)
         start = time.perf_counter()
-        outer, inner, union, out_rows, in_rows = self._networks()
+        halves = self._halves()
+        union = self._combined()  # the model of the merged solution (its certificate)
         build = time.perf_counter() - start
+        outer, inner, out_rows, in_rows = halves.outer, halves.inner, halves.out_rows, halves.in_rows
         parts = {}
         for label, part in (("outer", outer), ("inner", inner)):
             if part.network.num_arcs == 0:  # nothing on this side (H* empty or everything)
@@ -161,7 +220,7 @@ class OuterInnerNetworks(Formulation):
                 parts[label] = solve_model(part.network, backend, **options)
         sol_out, sol_in = parts["outer"], parts["inner"]
         statuses = {sol_out.status, sol_in.status}
-        V, M = self.draft.V, union.omegas.shape[0]
+        V, M = self.draft.V, halves.omegas.shape[0]
         seconds = {"build": build + sol_out.seconds.get("build", 0.0) + sol_in.seconds.get("build", 0.0),
                    "solve": sol_out.seconds.get("solve", 0.0) + sol_in.seconds.get("solve", 0.0)}
         info = {"outer": sol_out, "inner": sol_in, "h_star": self.h_star.copy()}
@@ -202,23 +261,39 @@ class OuterInnerNetworks(Formulation):
 
     # -- maps back ------------------------------------------------------------------------------------------
     def plan(self, solution: Solution) -> np.ndarray:
-        """The combined relaxed-OTLP plan ``S [V, M]`` (columns = :attr:`omegas`)."""
-        return self._networks()[2].plan(solution.primal["S"])
+        """The combined relaxed-OTLP plan ``S [V, M]`` (columns = :attr:`omegas`), the flows as solved."""
+        h = self._halves()
+        flow = _flows(solution, "S")  # [K]
+        return sp.csr_matrix((flow, (h.arc_token, h.arc_tuple)), shape=(self.draft.V, h.omegas.shape[0])).toarray()
+
+    def _completion(self, solution: Solution) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        h = self._halves()
+        return residual_completion(self.p, h.probs, _flows(solution, "S"), h.arc_token, h.arc_tuple)
 
     def coupling(self, solution: Solution) -> np.ndarray:
-        """The OT plan ``C [V, M]`` of GR eq. (8) from the combined solution."""
-        union = self._networks()[2]
-        return complete_coupling(self.p, union.probs, self.plan(solution), union.omegas, self.h_star)
+        """The OT plan ``C [V, M]`` of GR eq. (8) (eq. (3) with the computed residuals, :func:`residual_completion`)
+        from the combined solution; every column sums to P_draft(omega), every row to p(i)."""
+        h = self._halves()
+        S, w, d_res = self._completion(solution)
+        C = sp.csr_matrix((S, (h.arc_token, h.arc_tuple)), shape=(self.draft.V, h.omegas.shape[0])).toarray()
+        C += np.outer(w, d_res)  # [V, M]
+        return C
 
     def slice(self, solution: Solution, omega: object) -> np.ndarray:
-        """pi(. given omega) = C[:, omega] / P_draft(omega), ``[V]``, for a drafted tuple of positive mass."""
-        union = self._networks()[2]
-        w = np.asarray(omega, dtype=np.int64).reshape(-1)
-        hit = np.flatnonzero((union.omegas == w[None, :]).all(axis=1))
-        if hit.size == 0:
-            raise InputError(f"tuple {tuple(w.tolist())} has no mass under the draft scheme; no slice to give")
+        """pi(. given omega) = C[:, omega] / P_draft(omega), ``[V]``, for a drafted tuple of positive mass: column
+        omega of :meth:`coupling` (the same values), computed without the ``[V, M]`` plan."""
+        h = self._halves()
+        w_ = np.asarray(omega, dtype=np.int64).reshape(-1)
+        hit = np.flatnonzero((h.omegas == w_[None, :]).all(axis=1)) if w_.size == h.omegas.shape[1] else []
+        if len(hit) == 0:
+            raise InputError(f"tuple {tuple(w_.tolist())} has no mass under the draft scheme; no slice to give")
         m = int(hit[0])
-        return self.coupling(solution)[:, m] / union.probs[m]
+        S, w, d_res = self._completion(solution)
+        arcs = np.flatnonzero(h.arc_tuple == m)  # [<= n], the pairs (i, omega) with i in set(omega)
+        column = np.zeros(self.draft.V)
+        column[h.arc_token[arcs]] = S[arcs]
+        column += w * d_res[m]  # [V]
+        return column / h.probs[m]
 
 
 def _flows(sol: Solution, group: str) -> np.ndarray:

@@ -182,36 +182,6 @@ def run_maxflow(p, q, n, omega):
     return time.perf_counter() - t0, status == mf.OPTIMAL, value
 
 
-def outer_inner_slice(model, solution, omega: np.ndarray) -> np.ndarray:  # noqa: ANN001
-    """pi(. | omega) [V] from a solved OuterInnerNetworks, one column of GR eq. (8):
-
-        C[:, omega] = S[:, omega] + P_res(omega) * p_res / sum_j p_res(j),
-        p_res(i) = p(i) - sum_omega' S[i, omega'] off H* (0 on H*), P_res(omega) = P(omega) - sum_i S[i, omega] on
-        H*^n (0 off it; GR eq. (7)),
-
-    then divided by P(omega). S off H* lives in the outer network, S on H* in the inner one (GR eq. (6c)).
-    """
-    outer, inner = model.networks()
-    h = model.h_star  # [V] bool
-    p = model.p
-    V, n = p.size, omega.size
-    powers = V ** np.arange(n - 1, -1, -1)
-    in_inner = bool(h[omega].all())
-    part, sol = (inner, solution.info["inner"]) if in_inner else (outer, solution.info["outer"])
-    m = int(np.flatnonzero(part.omegas @ powers == int(omega @ powers))[0])
-    flow_S = np.asarray(sol.primal["S"], dtype=np.float64)  # [K]
-    column = np.zeros(V)
-    hit = part.arc_tuple == m
-    column[part.arc_token[hit]] = flow_S[hit]
-    if in_inner:
-        p_res = np.zeros(V)
-        p_res[outer.tokens] = np.maximum(p[outer.tokens] - np.asarray(solution.info["outer"].primal["source"]), 0.0)
-        d_res = max(part.probs[m] - float(np.asarray(sol.primal["sink"])[m]), 0.0)
-        if p_res.sum() > 0:
-            column += p_res / p_res.sum() * d_res
-    return column / part.probs[m]
-
-
 def run_outer_inner(p, q, n, omega):
     import otlp
     from otlp.errors import ModelTooLargeError
@@ -226,7 +196,7 @@ def run_outer_inner(p, q, n, omega):
     ok = sol.status == "optimal"
     mass_error = np.nan
     if ok:
-        mass_error = abs(float(outer_inner_slice(model, sol, np.asarray(omega)).sum()) - 1.0)
+        mass_error = abs(float(model.slice(sol, np.asarray(omega)).sum()) - 1.0)  # one column (GR eq. (3))
     return time.perf_counter() - t0, ok, (float(sol.value) if ok else np.nan), {"slice_mass_error": mass_error}
 
 

@@ -204,12 +204,27 @@ class WithoutReplacement(DraftScheme):
                 f"WithoutReplacement(q, n={self.n}) needs at least n tokens with q > 0, "
                 f"q has {np.count_nonzero(self.q)}"
             )
+        order = np.argsort(-self.q, kind="stable")
+        self._rank = np.empty(self.V, dtype=np.int64)
+        self._rank[order] = np.arange(self.V)  # [V]: rank by decreasing q
+        self._sorted_q = self.q[order]  # [V]
+        self._suffix = np.concatenate([np.cumsum(self._sorted_q[::-1])[::-1], [0.0]])  # [V + 1]: ranks >= r
+        # sum_{j != i} q_j: the suffix past rank 0 for the heaviest token (1 - q_i would cancel there), else 1 - q_i
+        self._others = np.where(self._rank == 0, self._suffix[1], self._suffix[0] - self.q)  # [V]
 
     def tuple_probabilities(self, omegas: np.ndarray) -> np.ndarray:
         w = _check_tuples(omegas, self.V, self.n)
         qw = self.q[w]  # [M, n]
-        used = np.cumsum(qw, axis=1) - qw  # mass drawn before step k
-        remaining = 1.0 - used
+        # mass left before step k, sum of q over the undrawn tokens, without the cancellation of 1 - q(drawn): with
+        # tokens ranked by decreasing q and r the number of top-ranked tokens all drawn, it is the suffix sum of the
+        # ranks >= r minus the other drawn tokens, each lighter than the undrawn token of rank r
+        remaining = np.ones_like(qw)  # [M, n]
+        rank_w = self._rank[w]  # [M, n]
+        for k in range(1, self.n):
+            drawn = np.sort(rank_w[:, :k], axis=1)  # [M, k]
+            r = np.cumprod(drawn == np.arange(k)[None, :], axis=1).sum(1)  # [M]
+            later = np.where(drawn >= r[:, None], self._sorted_q[np.minimum(drawn, self.V - 1)], 0.0).sum(1)
+            remaining[:, k] = self._suffix[r] - later
         distinct = np.ones(len(w), dtype=bool)
         for a in range(self.n):
             for b in range(a + 1, self.n):
@@ -225,13 +240,20 @@ class WithoutReplacement(DraftScheme):
             return super().subset_probability(mask)
         masks, single = _as_masks(mask, self.V)
         f = masks.astype(np.float64)
-        q_h = f @ self.q  # [K]
         if self.n == 1:
-            out = q_h
+            out = f @ self.q  # [K]
         else:
+            # sum_{i in H} q_i q(H - i) / (1 - q_i), every factor a positive sum: q(H - i) = q(H) - q_i loses at most
+            # a factor 2 except for the heaviest i of H, whose q(H - i) is summed over the rest of H directly
+            fq = f * self.q[None, :]  # [K, V]
+            rows = np.arange(fq.shape[0])
+            top = np.argmax(fq, axis=1)  # [K]
+            q_top = fq[rows, top]
+            fq[rows, top] = 0.0
+            q_rest = fq.sum(1)  # [K]: q(H) minus its heaviest token
             with np.errstate(divide="ignore", invalid="ignore"):
-                w = np.where(self.q < 1.0, self.q / (1.0 - self.q), 0.0)  # q_i = 1 cannot occur with n = 2
-            out = np.maximum(q_h * (f @ w) - f @ (w * self.q), 0.0)
+                inv = np.where(self._others > 0, 1.0 / self._others, 0.0)  # 1 / (1 - q_i); q_i = 1 cannot occur
+            out = (fq * ((q_top + q_rest)[:, None] - self.q[None, :])) @ inv + q_top * q_rest * inv[top]
         return float(out[0]) if single else out
 
     def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:

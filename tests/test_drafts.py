@@ -121,3 +121,36 @@ def test_subset_probability_by_enumeration_is_refused_when_too_big():
     scheme = otlp.WithoutReplacement(np.ones(400) / 400, 3)  # 6.4e7 tuples x 1000 masks: refused before enumerating
     with pytest.raises(ModelTooLargeError, match="P\\(omega in H\\^n\\)"):
         scheme.subset_probability(np.ones((1000, 400), dtype=bool))
+
+
+def test_without_replacement_is_accurate_near_a_point_mass():
+    """q with one token near 1: P(omega) against exact rationals (Fraction) to 1e-14 relative and the n = 2
+    subset formula against enumeration to 1e-15 (1 - q_i computed naively cancels there: sums were off by 4e-11)."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(41)
+    cases = [np.array([1e-6, 1e-6, 1e-6, 1e-6, 1 - 4e-6])]
+    for _ in range(60):
+        q = rng.dirichlet(np.full(int(rng.integers(3, 7)), 0.2))
+        q = np.maximum(q, 1e-12)
+        cases.append(q / q.sum())
+    for q in cases:
+        qf = [Fraction(x) for x in q]
+        total = sum(qf)
+        for n in range(2, min(q.size, 4) + 1):
+            draft = otlp.WithoutReplacement(q, n)
+            omegas, probs = draft.enumerate()
+            assert abs(probs.sum() - 1.0) <= 1e-14
+            for omega, prob in zip(omegas, probs, strict=True):
+                if len(set(omega.tolist())) < n:
+                    assert prob == 0.0
+                    continue
+                exact, used = Fraction(1), Fraction(0)
+                for x in omega.tolist():
+                    exact *= qf[x] / (total - used)
+                    used += qf[x]
+                assert abs(Fraction(float(prob)) - exact) <= Fraction(1, 10**14) * exact
+            if n == 2:
+                masks = rng.random((6, q.size)) < 0.6
+                inside = np.all(masks[:, omegas], axis=2)  # [6, M]
+                np.testing.assert_allclose(draft.subset_probability(masks), inside @ probs, rtol=0, atol=1e-15)

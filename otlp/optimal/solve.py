@@ -108,11 +108,12 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True) -> Instance
             log_w_pos[chain] = -np.inf
             leaf_of_pos[chain] = -1
             chain_error[j] = np.abs(cut.rows - t_pos[chain]).sum()
+            leaf_inner[j] = inner_j and cut.leaf_inner
             for i, ((a, b), nm) in enumerate(zip(cut.leaves, cut.leaf_null, strict=True)):
                 leaf = int(j) if i == 0 else len(leaf_null)
                 if i > 0:
                     leaf_null.append(0.0)
-                    leaf_inner.append(inner_j)
+                    leaf_inner.append(inner_j and cut.leaf_inner)
                     leaf_group.append(int(j))
                     leaf_start.append(0)
                     leaf_stop.append(0)

@@ -39,7 +39,16 @@ class TransportBatch(Sequence):
         self._leaf_inner = np.concatenate([t._leaf_inner for t in self._items])
         self._fire = np.stack([t._fire for t in self._items])  # [B, V]
         self._rank = np.stack([t._rank for t in self._items])  # [B, V]
-        self._fallback = np.stack([t._fallback for t in self._items])  # [B, V]
+        nnodes = np.array([t._node_fallback.size for t in self._items])
+        node_off = np.concatenate([[0], np.cumsum(nnodes)[:-1]])  # [B]: global node ids
+        self._node_fallback = np.concatenate([t._node_fallback for t in self._items])
+        chain_node = np.stack([t._chain_node for t in self._items])  # [B, V]
+        self._chain_node = np.where(chain_node >= 0, chain_node + node_off[:, None], -1)
+        D = max(t._path.shape[1] for t in self._items)
+        path = np.full((B, self.V, D), -1, dtype=np.int64)  # [B, V, D]
+        for b, t in enumerate(self._items):
+            path[b, :, : t._path.shape[1]] = t._path
+        self._path = np.where(path >= 0, path + node_off[:, None, None], -1)
         self.residual = np.stack([t.residual for t in self._items])  # [B, V]
         self._residual_cdf = np.cumsum(self.residual, axis=1)
         self._rows = np.arange(B)
@@ -56,8 +65,9 @@ class TransportBatch(Sequence):
         if w.shape != (len(self), self.n):
             raise InputError(f"omegas must have shape [B, n] = [{len(self)}, {self.n}], got {w.shape}")
         r = self._rows[:, None]
-        return evaluate_rule(w, self._position[r, w], self._token_block[r, w], self._leaf[r, w], self._log_w[r, w],
-                             self._fire[r, w], self._rank[r, w], self._leaf_inner, self._fallback[r, w])
+        return evaluate_rule(w, self._position[r, w], self._path[r, w], self._chain_node[r, w], self._leaf[r, w],
+                             self._log_w[r, w], self._fire[r, w], self._rank[r, w], self._leaf_inner,
+                             self._node_fallback)
 
     def slices(self, omegas: np.ndarray) -> np.ndarray:
         """pi(· | omega_b) for one tuple per row: ``[B, n]`` -> ``float [B, V]``."""

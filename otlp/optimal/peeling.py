@@ -60,6 +60,7 @@ class Peel:
     fallback : the chain kind (module docstring): True when an unfired chain token is output if no remainder
         token is drafted, False when such a tuple is rejected.
     leaf_inner : whether the remainder's leaves may reject (False for an inner group peeled as balanced).
+    leaf_slack : float [L], c(leaf) - t(leaf) of each sub-block (0 for outer ones), for peeling it again.
     """
 
     chain: np.ndarray
@@ -70,6 +71,7 @@ class Peel:
     leaf_null: np.ndarray
     fallback: bool = False
     leaf_inner: bool = True
+    leaf_slack: np.ndarray = None
 
     @property
     def largest_leaf(self) -> int:
@@ -311,7 +313,7 @@ def _greedy(K: int, feasible: Callable[[np.ndarray, np.ndarray], np.ndarray]) ->
 def _leaves(t: np.ndarray, q: np.ndarray, n: int, b: int, hi: int, null_new: float, inner: bool) -> tuple:
     """Sub-blocks of the remainder [b, hi): strict prefix-minimum records for an inner one, one leaf otherwise."""
     if not inner:
-        return [(b, hi)], np.array([null_new])
+        return [(b, hi)], np.array([null_new]), np.zeros(1)
     Pm = np.concatenate([[0.0], np.cumsum(t[b:hi])])
     Qm = np.concatenate([[0.0], np.cumsum(q[b:hi])])
     psi = Pm - _power_gap(null_new, Qm, n)  # [hi - b + 1]
@@ -319,7 +321,7 @@ def _leaves(t: np.ndarray, q: np.ndarray, n: int, b: int, hi: int, null_new: flo
     rec = np.flatnonzero(psi[1:] < prefix_min[:-1]) + 1  # strict new prefix minima
     rec = np.unique(np.concatenate([[0], rec, [hi - b]]))
     leaves = [(b + int(rec[i]), b + int(rec[i + 1])) for i in range(rec.size - 1)]
-    return leaves, null_new + Qm[rec[:-1]]
+    return leaves, null_new + Qm[rec[:-1]], np.maximum(psi[rec[:-1]] - psi[rec[1:]], 0.0)
 
 
 def _finish_fire(p, q, null_mass, n, b, t, P, Q) -> Peel:
@@ -333,8 +335,9 @@ def _finish_fire(p, q, null_mass, n, b, t, P, Q) -> Peel:
     fire = fire_mass / q[chain]
     rows = _power_gap(prev - fire_mass, fire_mass, n)  # R_j = Qt^n - (Qt - a q)^n, positive form
     null_new = null_mass + float((q[chain] - fire_mass).sum())
-    leaves, leaf_null = _leaves(p, q, n, b, K - t, null_new, inner=True)
-    return Peel(chain=chain, fire_mass=fire_mass, fire=fire, rows=rows, leaves=leaves, leaf_null=leaf_null)
+    leaves, leaf_null, leaf_slack = _leaves(p, q, n, b, K - t, null_new, inner=True)
+    return Peel(chain=chain, fire_mass=fire_mass, fire=fire, rows=rows, leaves=leaves, leaf_null=leaf_null,
+                leaf_slack=leaf_slack)
 
 
 def _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q) -> Peel:
@@ -354,9 +357,9 @@ def _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q) -> Peel:
     before = states[:-1]
     total_before = before + (Q[hi_b[:-1]] - Q[lo_b[:-1]])  # T = N + L
     rows = _power_gap(total_before - fire_mass, fire_mass, n) + _power_gap(before, unfired, n)
-    leaves, leaf_null = _leaves(t, q, n, b, hi, float(states[-1]), inner=slack > 0)
+    leaves, leaf_null, leaf_slack = _leaves(t, q, n, b, hi, float(states[-1]), inner=slack > 0)
     return Peel(chain=chain, fire_mass=fire_mass, fire=fire_mass / qc, rows=rows, leaves=leaves,
-                leaf_null=leaf_null, fallback=True, leaf_inner=slack > 0)
+                leaf_null=leaf_null, fallback=True, leaf_inner=slack > 0, leaf_slack=leaf_slack)
 
 
 #: an inner group whose slack c(G) - p(G) is at most this (absolute) may be peeled as if balanced (outer).

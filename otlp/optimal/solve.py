@@ -18,6 +18,9 @@ from otlp.optimal.coefficients import block_terms
 from otlp.optimal.newton import PairwiseN2, SubsetTerms, initial_alpha, newton
 from otlp.optimal.peeling import peel_group
 
+#: how many times a leaf left by a peel may itself be peeled (nested chains, evaluated level by level).
+MAX_PEEL_DEPTH = 4
+
 
 @dataclass
 class InstanceSolution:
@@ -45,7 +48,10 @@ class InstanceSolution:
     leaf_group: np.ndarray = field(default=None)  # [L] group of each leaf
     leaf_tokens: dict = field(default_factory=dict)  # leaf -> token ids (q/p order), for leaves of size >= 2
     fire: np.ndarray = field(default=None)  # [V] fire probability per draw (0 unless peeled)
-    fallback: np.ndarray = field(default=None)  # [V] bool: a peeled token of a fallback chain (:mod:`.peeling`)
+    chain_node: np.ndarray = field(default=None)  # [V] the peel node whose chain holds the token (-1: a leaf token)
+    path: np.ndarray = field(default=None)  # [V, D] the peel node at each depth (root = the group; -1 below)
+    node_fallback: np.ndarray = field(default=None)  # [nodes] bool: the node's chain is of the fallback kind
+    node_depth: np.ndarray = field(default=None)  # [nodes]
     peel_rank: np.ndarray = field(default=None)  # [V] rank in its group's chain (-1 unless peeled)
     chain_error: np.ndarray = field(default=None)  # [K] sum |R - p| over the group's chain tokens
     gradient_norm: np.ndarray = field(default=None)  # [L] ||R - t||_1 per leaf (0 for closed forms)
@@ -91,35 +97,61 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True) -> Instance
     rows_pos = np.zeros(V)
     log_w_pos = np.zeros(V)
     chain_error = np.zeros(K)
-    fallback_pos = np.zeros(V, dtype=bool)
+    # peel nodes: node j < K is the root of group j; a peeled leaf of size >= 2 may become a child node, peeled again
+    node_fallback = [False] * K
+    node_depth = [0] * K
+    chain_node_pos = np.full(V, -1, dtype=np.int64)  # [V]: the node whose chain holds the position
+    path_pos = np.full((V, MAX_PEEL_DEPTH + 1), -1, dtype=np.int64)  # [V, D]: node at each depth
+    path_pos[:, 0] = block_of_position[1:]
+
+    def visit(node: int, leaf: int, group: int, s: int, e: int, null: float, slack: float, inner: bool,
+              depth: int) -> bool:
+        """Peel positions [s, e) (a group, or a leaf of a peeled node) as ``node``; recurse into its leaves."""
+        cut = peel_group(t_pos[s:e], qs[s:e], null, n, slack, inner)
+        if cut is None:
+            return False
+        chain = s + cut.chain
+        fire_pos[chain] = cut.fire
+        rank_pos[chain] = np.arange(chain.size)
+        rows_pos[chain] = cut.rows
+        chain_node_pos[chain] = node
+        log_w_pos[chain] = -np.inf
+        leaf_of_pos[chain] = -1
+        node_fallback[node] = cut.fallback
+        chain_error[group] += np.abs(cut.rows - t_pos[chain]).sum()
+        inner_here = inner and cut.leaf_inner
+        for i, ((a, b), nm, sl) in enumerate(zip(cut.leaves, cut.leaf_null, cut.leaf_slack, strict=True)):
+            lf = leaf if i == 0 else len(leaf_null)
+            if i > 0:
+                leaf_null.append(0.0)
+                leaf_inner.append(False)
+                leaf_group.append(group)
+                leaf_start.append(0)
+                leaf_stop.append(0)
+            leaf_null[lf], leaf_inner[lf] = float(nm), inner_here
+            leaf_start[lf], leaf_stop[lf] = s + a, s + b
+            leaf_of_pos[s + a : s + b] = lf
+            if b - a >= 2 and depth + 1 <= MAX_PEEL_DEPTH:
+                child = len(node_fallback)
+                node_fallback.append(False)
+                node_depth.append(depth + 1)
+                path_pos[s + a : s + b, depth + 1] = child
+                if not visit(child, lf, group, s + a, s + b, float(nm), float(sl) if inner_here else 0.0,
+                             inner_here, depth + 1):
+                    node_fallback.pop()  # nothing peeled: no node was added below it
+                    node_depth.pop()
+                    path_pos[s + a : s + b, depth + 1] = -1
+        return True
+
     if peel and n >= 2:
         for j in np.flatnonzero(sizes >= 2):
             s, e = int(starts[j]), int(stops[j])
             inner_j = bool(cuts.inner[j])
             slack = float(psi[s] - psi[e]) if inner_j else 0.0  # c(G) - p(G), stable (suffix form of psi)
-            cut = peel_group(t_pos[s:e], qs[s:e], float(null_mass[j]), n, slack, inner_j)
-            if cut is None:
-                continue
-            chain = s + cut.chain
-            fire_pos[chain] = cut.fire
-            rank_pos[chain] = np.arange(chain.size)
-            rows_pos[chain] = cut.rows
-            fallback_pos[chain] = cut.fallback
-            log_w_pos[chain] = -np.inf
-            leaf_of_pos[chain] = -1
-            chain_error[j] = np.abs(cut.rows - t_pos[chain]).sum()
-            leaf_inner[j] = inner_j and cut.leaf_inner
-            for i, ((a, b), nm) in enumerate(zip(cut.leaves, cut.leaf_null, strict=True)):
-                leaf = int(j) if i == 0 else len(leaf_null)
-                if i > 0:
-                    leaf_null.append(0.0)
-                    leaf_inner.append(inner_j and cut.leaf_inner)
-                    leaf_group.append(int(j))
-                    leaf_start.append(0)
-                    leaf_stop.append(0)
-                leaf_null[leaf] = float(nm)
-                leaf_start[leaf], leaf_stop[leaf] = s + a, s + b
-                leaf_of_pos[s + a : s + b] = leaf
+            visit(int(j), int(j), int(j), s, e, float(null_mass[j]), slack, inner_j, 0)
+    depth_used = int((path_pos >= 0).any(0).sum())
+    path_pos = path_pos[:, :depth_used]
+    node_fallback = np.asarray(node_fallback, dtype=bool)
     leaf_null = np.asarray(leaf_null, dtype=np.float64)
     leaf_inner = np.asarray(leaf_inner, dtype=bool)
     leaf_start = np.asarray(leaf_start, dtype=np.int64)
@@ -156,8 +188,9 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True) -> Instance
         targets=_to_tokens(t_pos, inv), log_weight=_to_tokens(log_w_pos, inv), row_sums=_to_tokens(rows_pos, inv),
         leaf_of_token=_to_tokens(leaf_of_pos, inv), leaf_null=leaf_null, leaf_inner=leaf_inner,
         leaf_group=np.asarray(leaf_group, dtype=np.int64), leaf_tokens=leaf_tokens,
-        fire=_to_tokens(fire_pos, inv), fallback=_to_tokens(fallback_pos, inv),
-        peel_rank=_to_tokens(rank_pos, inv), chain_error=chain_error,
+        fire=_to_tokens(fire_pos, inv), peel_rank=_to_tokens(rank_pos, inv), chain_error=chain_error,
+        chain_node=_to_tokens(chain_node_pos, inv), path=_to_tokens(path_pos, inv), node_fallback=node_fallback,
+        node_depth=np.asarray(node_depth, dtype=np.int64),
         gradient_norm=np.zeros(L), iterations=np.zeros(L, dtype=np.int64),
     )
     return sol

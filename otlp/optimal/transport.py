@@ -46,10 +46,12 @@ class Block:
     null_mass : Q_s, the q-mass of the positions below the block.
     gradient_norm : ||R - t||_1 over the block (0 for singletons, which have closed forms).
     iterations : Newton iterations (0 for singletons; the most over the leaves of a peeled block).
-    peeled : token ids of the chain of a peeled block, in priority order (:mod:`.peeling`).
+    peeled : token ids of the priority chains of a peeled block (:mod:`.peeling`): the block's own chain in
+        priority order, then the chains of its peeled leaves (nested peels), by depth.
     fire_probabilities : the per-draw fire probability a_j of each peeled token.
-    fallback : the chain's kind: True when, with nothing fired and no leaf token drafted, the last-ranked drafted
-        chain token is output (False: such a tuple is rejected).
+    fallback : the block's own chain kind: True when, with nothing fired and no remainder token drafted, the
+        last-ranked drafted chain token is output (False: such a tuple is rejected).
+    depth : how many nested chain levels the block has (0: unpeeled).
     leaves : the softmax sub-blocks of the block after peeling (token ids; one leaf = the block when unpeeled).
     leaf_null_masses : the null mass of each leaf (unfired peeled draws count as null).
     """
@@ -67,6 +69,7 @@ class Block:
     peeled: np.ndarray = None
     fire_probabilities: np.ndarray = None
     fallback: bool = False
+    depth: int = 0
     leaves: tuple = ()
     leaf_null_masses: np.ndarray = None
 
@@ -159,7 +162,9 @@ class OptimalTransport:
         self._leaf_inner = inst.leaf_inner  # [L]
         self._fire = inst.fire  # [V]
         self._rank = inst.peel_rank  # [V]
-        self._fallback = inst.fallback  # [V]
+        self._chain_node = inst.chain_node  # [V]
+        self._path = inst.path  # [V, D]
+        self._node_fallback = inst.node_fallback  # [nodes]
         self._log_w = inst.log_weight  # [V]
         self._residual_cdf = np.cumsum(self.residual)
 
@@ -175,8 +180,9 @@ class OptimalTransport:
         order = inst.cuts.order
         for j in range(rec.size - 1):
             tokens = order[rec[j] : rec[j + 1]]
-            chain = tokens[inst.peel_rank[tokens] >= 0]
-            chain = chain[np.argsort(inst.peel_rank[chain])]
+            chain = tokens[inst.chain_node[tokens] >= 0]  # every chain of the group: by node depth, node, rank
+            node = inst.chain_node[chain]
+            chain = chain[np.lexsort((inst.peel_rank[chain], node, inst.node_depth[node]))]
             leaf_ids = np.flatnonzero(inst.leaf_group == j)
             leaves = tuple(tokens[inst.leaf_of_token[tokens] == leaf] for leaf in leaf_ids)
             present = np.array([leaf.size > 0 for leaf in leaves], dtype=bool)
@@ -188,7 +194,8 @@ class OptimalTransport:
                 null_mass=float(inst.null_mass[j]),
                 gradient_norm=float(inst.gradient_norm[leaf_ids].sum() + inst.chain_error[j]),
                 iterations=int(inst.iterations[leaf_ids].max(initial=0)),
-                peeled=chain, fire_probabilities=inst.fire[chain].copy(), fallback=bool(inst.fallback[chain].any()),
+                peeled=chain, fire_probabilities=inst.fire[chain].copy(), fallback=bool(inst.node_fallback[j]),
+                depth=int(inst.node_depth[inst.chain_node[chain]].max(initial=-1)) + 1,
                 leaves=tuple(leaf for leaf in leaves if leaf.size), leaf_null_masses=inst.leaf_null[leaf_ids].copy(),
             ))
         return out
@@ -232,8 +239,8 @@ class OptimalTransport:
         w = self._check_omegas(omegas)  # [M, n]
         if self.route != "blocks":
             return self._lp.rule(w)
-        return evaluate_rule(w, self._position[w], self._token_block[w], self._leaf[w], self._log_w[w],
-                             self._fire[w], self._rank[w], self._leaf_inner, self._fallback[w])
+        return evaluate_rule(w, self._position[w], self._path[w], self._chain_node[w], self._leaf[w], self._log_w[w],
+                             self._fire[w], self._rank[w], self._leaf_inner, self._node_fallback)
 
     def slices(self, omegas: np.ndarray) -> np.ndarray:
         """pi(· | omega) for many tuples: ``omegas int [M, n]`` -> ``float [M, V]``."""

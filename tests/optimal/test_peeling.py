@@ -59,6 +59,31 @@ def test_fire_chains_alone_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
         check_exact(p, q, n)
 
 
+def _one_token_search(K, feasible):
+    """A peel search that takes a single chain token (the bottom one, else the top one) whenever that is
+    feasible: the remainder keeps almost the whole block, so leaves are peeled again, level after level."""
+    ok = feasible(np.array([1, 0]), np.array([0, 1]))
+    return (1, 0) if ok[0] else (0, 1) if ok[1] else (0, 0)
+
+
+def test_nested_peels_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chains inside the leaves of chains (nested peels, up to MAX_PEEL_DEPTH levels), forced by peeling one
+    token per level: law = p and acceptance = alpha* by enumeration on 150 instances, deep nests included."""
+    monkeypatch.setattr(peeling, "_search", _one_token_search)
+    rng = np.random.default_rng(38)
+    depths = []
+    for trial in range(150):
+        n = int(rng.integers(2, 5))
+        V = int(rng.integers(4, 9))
+        while V**n > 4096:
+            V -= 1
+        family = ("heavy", "dirichlet", "skewed_q", "zeros")[trial % 4]
+        p, q = FAMILIES[family](rng, V)
+        ot = check_exact(p, q, n)
+        depths += [b.depth for b in ot.blocks]
+    assert max(depths) >= solve_module.MAX_PEEL_DEPTH and sum(d >= 2 for d in depths) > 25
+
+
 def test_greedy_search_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     """Force the greedy (b, t) search (used for blocks > ALL_PAIRS_MAX) on small blocks: still exact."""
     monkeypatch.setattr(peeling, "ALL_PAIRS_MAX", 1)
@@ -119,6 +144,8 @@ def test_chain_matches_fire_process(monkeypatch: pytest.MonkeyPatch, kinds_allow
     kinds = set()
     for p, q, n in _peeled_instances(rng, 40, V_range=(3, 7), n_range=(2, 4)):
         ot = OptimalTransport.from_arrays(p, q, n)
+        if any(b.depth > 1 for b in ot.blocks):  # nested chains: covered by test_nested_peels_are_exact
+            continue
         omegas, probs = otlp.IID(q, n).enumerate()
         accept, _ = ot.rule(omegas)
         top = ot._token_block[omegas[np.arange(omegas.shape[0]), ot._position[omegas].argmax(1)]]

@@ -79,11 +79,18 @@ class Peel:
 
 
 def _power_gap(base: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:
-    """(base + x)^n - base^n as the positive sum sum_{j>=1} C(n, j) base^(n-j) x^j (no cancellation)."""
-    out = n * base ** (n - 1) * x
-    for j in range(2, n + 1):
-        out = out + comb(n, j) * base ** (n - j) * x**j
-    return out
+    """(base + x)^n - base^n as the positive sum sum_{j>=1} C(n, j) base^(n-j) x^j (no cancellation), by Horner
+    in x: x (C(n, 1) b^(n-1) + x (C(n, 2) b^(n-2) + ... + x))."""
+    if n == 1:
+        return x + 0.0 * base
+    if n == 2:
+        return x * (2.0 * base + x)
+    if n == 3:
+        return x * (3.0 * base * (base + x) + x * x)
+    acc = x + n * base  # the j = n and j = n - 1 coefficients
+    for j in range(n - 2, 0, -1):
+        acc = acc * x + comb(n, j) * base ** (n - j)
+    return acc * x
 
 
 def _chain(b: int, t: int, K: int) -> np.ndarray:
@@ -208,37 +215,52 @@ def peel_block(p: np.ndarray, q: np.ndarray, null_mass: float, n: int) -> Peel |
 
 
 # -- the fallback kind (inner and outer groups) -----------------------------------------------------------------
-def _fallback_feasible(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float, bs: np.ndarray,
-                       ts: np.ndarray, P: np.ndarray, Q: np.ndarray, margin: float) -> np.ndarray:
-    """Which candidates (b, t) give 0 <= a_j <= 1 along the chain and a remainder with strict Hall."""
-    K = t.size
-    hi = K - ts  # [C]: the remainder is [b, hi)
-    ok = hi - bs >= 1
-    tol = 1e-12
-    slop = 1e-15 * (null_mass + Q[K])  # the states carry absolute rounding of order eps * T, T = N + q(G)
-    # top part (candidate independent): before peeling position i the remainder is [0, i + 1), after [0, i)
-    Ps, Qs, e0 = _group_sums(t, q, null_mass, n)
-    m = np.arange(1, K + 1)
-    n_top = np.concatenate([[np.nan], null_for_excess(*_excess(np.zeros_like(m), m, P, Q, Ps, Qs, e0, n), n)])
-    n_top[K] = null_mass  # [K + 1]: state of [0, m)
-    y_top = n_top[:-1] - n_top[1:]  # [K]: (1 - a_i) q_i for top element i (i >= 1)
-    bad_top = ~((y_top >= -tol * q - slop) & (y_top <= q * (1 + tol) + slop))  # [K] (NaN -> bad)
-    # bad_top_above[i] = any bad element among positions >= i
-    bad_above = np.concatenate([np.logical_or.accumulate(bad_top[::-1])[::-1], [False]])  # [K + 1]
-    ok &= ~bad_above[hi]
-    # bottom part: before peeling position i (< b) the remainder is [i, hi), after [i + 1, hi)
-    idx = np.arange(K + 1)
-    with np.errstate(invalid="ignore"):
-        states = null_for_excess(*_excess(idx[None, :], hi[:, None], P, Q, Ps, Qs, e0, n), n)
-    states[:, 0] = n_top[hi]  # [C, K + 1]: state of [i, hi)
-    y = states[:, 1:] - states[:, :-1]  # [C, K]
-    in_bottom = idx[None, :K] < bs[:, None]
-    good = (y >= -tol * q[None, :] - slop) & (y <= q[None, :] * (1 + tol) + slop)
-    ok &= ~(in_bottom & ~good).any(1)
-    null_end = states[np.arange(bs.size), bs]
-    ok &= np.isfinite(null_end)
-    return ok & _remainder_hall(P, Q, n, bs, hi, np.where(np.isfinite(null_end), null_end, 0.0), margin,
-                                inner=slack > 0)
+class _FallbackSearch:
+    """Feasibility of fallback chains (b, t) for one group; the candidate-independent part is built once.
+
+    The top part of every chain peels positions K-1, K-2, ... and its states (remainders [0, m)) do not depend on
+    the candidate: ``bad_above[m]`` says whether any of the positions >= m would need a_j outside [0, 1]. The
+    bottom part depends on hi = K - t only, so its states are computed once per distinct hi.
+    """
+
+    def __init__(self, t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float, P: np.ndarray,
+                 Q: np.ndarray, margin: float):
+        K = t.size
+        self.q, self.n, self.slack, self.P, self.Q, self.margin, self.K = q, n, slack, P, Q, margin, K
+        self.tol = 1e-12
+        self.slop = 1e-15 * (null_mass + Q[K])  # the states carry absolute rounding of order eps * T, T = N + q(G)
+        self.Ps, self.Qs, self.e0 = _group_sums(t, q, null_mass, n)
+        m = np.arange(1, K + 1)
+        n_top = np.concatenate([[np.nan], null_for_excess(*self._excess(np.zeros_like(m), m), n)])
+        n_top[K] = null_mass  # [K + 1]: state of [0, m)
+        self.n_top = n_top
+        bad_top = ~self._good(n_top[:-1] - n_top[1:], q)  # [K]: top element i, y = (1 - a_i) q_i (NaN -> bad)
+        self.bad_above = np.concatenate([np.logical_or.accumulate(bad_top[::-1])[::-1], [False]])  # [K + 1]
+
+    def _excess(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _excess(lo, hi, self.P, self.Q, self.Ps, self.Qs, self.e0, self.n)
+
+    def _good(self, y: np.ndarray, q: np.ndarray) -> np.ndarray:
+        return (y >= -self.tol * q - self.slop) & (y <= q * (1 + self.tol) + self.slop)
+
+    def __call__(self, bs: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Which candidates (b, t) give 0 <= a_j <= 1 along the chain and a remainder with strict Hall."""
+        K = self.K
+        hi = K - ts  # [C]: the remainder is [b, hi)
+        ok = (hi - bs >= 1) & ~self.bad_above[hi]
+        # bottom part: before peeling position i (< b) the remainder is [i, hi), after [i + 1, hi)
+        his, which = np.unique(hi, return_inverse=True)  # [U], [C]
+        idx = np.arange(K + 1)
+        with np.errstate(invalid="ignore"):
+            states = null_for_excess(*self._excess(idx[None, :], his[:, None]), self.n)  # [U, K + 1]
+        states[:, 0] = self.n_top[his]
+        good = self._good(states[:, 1:] - states[:, :-1], self.q[None, :])  # [U, K]
+        first_bad = np.where(good.all(1), K, np.argmin(good, axis=1))  # [U]: bottom elements i < this are good
+        ok &= bs <= first_bad[which]
+        null_end = states[which, bs]
+        ok &= np.isfinite(null_end)
+        return ok & _remainder_hall(self.P, self.Q, self.n, bs, hi, np.where(np.isfinite(null_end), null_end, 0.0),
+                                    self.margin, inner=self.slack > 0)
 
 
 def peel_fallback(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float) -> Peel | None:
@@ -250,7 +272,7 @@ def peel_fallback(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack:
     P = np.concatenate([[0.0], np.cumsum(t)])  # [K + 1]
     Q = np.concatenate([[0.0], np.cumsum(q)])
     margin = HALL_MARGIN * P[K] if slack == 0 else min(HALL_MARGIN * P[K], 0.5 * slack)
-    b, top = _search(K, lambda bs, ts: _fallback_feasible(t, q, null_mass, n, slack, bs, ts, P, Q, margin))
+    b, top = _search(K, _FallbackSearch(t, q, null_mass, n, slack, P, Q, margin))
     if b + top == 0:
         return None
     return _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q)

@@ -11,9 +11,11 @@ fixed at one reference token, the softmax being shift invariant). With s^U_i = e
     Hessian   H = sum_U c_U (diag(s^U) - s^U s^U^T)
 
 H is a (diagonally dominant) M-matrix: its row sums are sum_U c_U s^U_i * sigma / (sigma + w(U)) >= 0.
-The note proves the minimiser is finite (Hall strict), so Newton converges quadratically; the step is capped at
-4 in the max norm (very skewed q start far away) and an Armijo line search with a 1e-13 slack for rounding of f
-keeps it monotone. We stop at ``||g||_1 <= tol`` or when ``||g||_1`` stalls at rounding level.
+The note proves the minimiser is finite (Hall strict), so Newton converges quadratically; the step is capped in
+the max norm (very skewed q start far away; an adaptive trust region) and a line search keeps f monotone: the
+full step is certified from the gradient at the trial point (needed next anyway) where possible, else by Armijo
+backtracking on f with a 1e-13 slack for its rounding (see :func:`newton`). We stop at ``||g||_1 <= tol`` or
+when ``||g||_1`` stalls at rounding level.
 
 Two evaluators share the loop: :class:`PairwiseN2` (n = 2, dense k x k formulas, batched over padded blocks)
 and :class:`SubsetTerms` (any n, one block, terms from :func:`otlp.optimal.coefficients.block_terms`).
@@ -21,18 +23,30 @@ and :class:`SubsetTerms` (any n, one block, terms from :func:`otlp.optimal.coeff
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 #: log-weights are kept in this range so that e^{alpha} and its square stay finite in float64.
 ALPHA_CLIP = 250.0
-#: max-norm cap on one Newton step (design note §3).
+#: full Newton steps in the quadratic region may go up to this bound (e^{2 alpha} and e^{-2 alpha} stay normal).
+ALPHA_LIMIT = 350.0
+#: max-norm cap on one Newton step (design note §3); per block it doubles up to STEP_CAP_MAX (see :func:`newton`).
 STEP_CAP = 4.0
+STEP_CAP_MAX = 64.0
+#: sufficient-decrease constant of the line search (Armijo on f, or its certificate phi'(1) <= ARMIJO phi'(0)).
+ARMIJO = 1e-4
 #: Newton decrement g.H^-1.g (relative to the block mass) below which the full step is taken without line search.
 QUADRATIC_DECREMENT = 1e-4
 #: blocks at least this large solve the Newton system by preconditioned CG instead of a dense factorisation.
 CG_MIN_SIZE = 160
 #: the all-ones shift of inner blocks (in :func:`newton`) is applied when it exceeds this many e-folds.
 SHIFT_MIN = 1.0
+#: an inner block whose slack S is below tol / 4 is shifted to a rejected mass of at least this fraction of
+#: sum_U d_U only (Newton takes the last e-folds with a well-conditioned Hessian).
+UNBOUNDED_FLOOR = 1e-10
+#: tokens whose terms carry less than this fraction of the block's mass do not set the step length.
+MINOR = 2.0**-20
 #: statistics of the last pcg calls (iterations), for benchmarks.
 CG_STATS: list[int] = []
 
@@ -42,6 +56,8 @@ class PairwiseN2:
 
     Terms: singletons d_i = 2 Q0 q_i + q_i^2 and pairs e_ij = 2 q_i q_j (design note §2 (iv) for n = 2).
     ``q, targets, mask: [nb, K]``, ``null_mass, sigma: [nb]``. Padded slots have q = t = 0 and alpha = 0.
+    The pair terms are never stored: every [nb, K, K] pass is a kernel of (sigma + w_i + w_j) with its diagonal
+    (j = i, not a pair) zeroed, contracted with q by one batched BLAS matrix-vector product.
     """
 
     def __init__(self, q: np.ndarray, null_mass: np.ndarray, targets: np.ndarray, sigma: np.ndarray):
@@ -49,19 +65,29 @@ class PairwiseN2:
         self.sigma = sigma  # [nb]
         self.q = q  # [nb, K]
         self.d = 2.0 * null_mass[:, None] * q + q * q  # [nb, K]
-        E = 2.0 * q[:, :, None] * q[:, None, :]  # [nb, K, K]
-        idx = np.arange(q.shape[1])
-        E[:, idx, idx] = 0.0
-        self.E = E
-        self.mass = self.d + E.sum(-1)  # [nb, K]: total mass of the terms containing i
-        self.total = self.d.sum(-1) + 0.5 * E.sum((-1, -2))  # [nb]: sum_U d_U
+        pair_mass = 2.0 * q * (q.sum(-1, keepdims=True) - q)  # [nb, K]: sum_{j != i} e_ij
+        self.mass = self.d + pair_mass  # [nb, K]: total mass of the terms containing i
+        self.total = self.d.sum(-1) + 0.5 * pair_mass.sum(-1)  # [nb]: sum_U d_U
+        self._q_col = q[:, :, None]  # [nb, K, 1]
+        self._sigma_col = sigma[:, None]  # [nb, 1]
+        self._sigma_d = self._sigma_col * self.d  # [nb, K]
+        self._inner = bool(np.any(sigma > 0))
+        self.rejected = np.zeros(q.shape[0])  # [nb]
+        self._cache = None
+
+    def _kernel(self, w: np.ndarray, sw: np.ndarray) -> np.ndarray:
+        """sigma + w_i + w_j as a fresh [nb, K, K] array (one pass)."""
+        return w[:, :, None] + sw[:, None, :]
 
     def value(self, alpha: np.ndarray) -> np.ndarray:
+        """f = sum_i d_i log(sigma + w_i) + sum_{i<j} e_ij log(sigma + w_i + w_j) - t . alpha."""
+        nb, K = alpha.shape
         w = np.exp(alpha)  # [nb, K]
-        sig = self.sigma[:, None]
-        single = self.d * np.log(sig + w)
-        pair = self.E * np.log(sig[:, :, None] + w[:, :, None] + w[:, None, :])  # [nb, K, K]
-        return single.sum(-1) + 0.5 * pair.sum((-1, -2)) - (self.t * alpha).sum(-1)
+        sw = self._sigma_col + w  # [nb, K]
+        log_k = np.log(self._kernel(w, sw))  # [nb, K, K]
+        log_k.reshape(nb, K * K)[:, :: K + 1] = 0.0  # j = i is not a pair
+        pair = np.matmul(log_k, self._q_col)[..., 0]  # [nb, K]: sum_{j != i} q_j log(sigma + w_i + w_j)
+        return (self.d * np.log(sw) + self.q * pair - self.t * alpha).sum(-1)
 
     def row_sums(self, alpha: np.ndarray) -> np.ndarray:
         return self._rows(alpha)
@@ -70,43 +96,46 @@ class PairwiseN2:
         return self._rows(alpha) - self.t
 
     def _rows(self, alpha: np.ndarray) -> np.ndarray:
-        """g = R - t, with R_i = w_i (d_i / (sigma + w_i) + 2 q_i sum_{j != i} q_j / (sigma + w_i + w_j)).
+        """R_i = w_i (d_i / (sigma + w_i) + 2 q_i sum_{j != i} q_j / (sigma + w_i + w_j)).
 
-        The pair sum is one batched matrix-vector product with the reciprocal kernel; the kernel is kept for
-        :meth:`hessian` at the same alpha. Cost: two elementwise passes over [nb, K, K] and one matvec.
+        The pair sum is one batched matrix-vector product with the reciprocal kernel (diagonal zeroed); the kernel
+        is kept for :meth:`hessian` at the same alpha. Cost: two elementwise passes over [nb, K, K] and one matvec.
         """
+        nb, K = alpha.shape
         w = np.exp(alpha)  # [nb, K]
-        sw = self.sigma[:, None] + w  # [nb, K]
-        kernel = w[:, :, None] + sw[:, None, :]  # [nb, K, K]: sigma + w_i + w_j
+        sw = self._sigma_col + w  # [nb, K]
+        kernel = self._kernel(w, sw)  # [nb, K, K]
         np.reciprocal(kernel, out=kernel)
-        kq = np.matmul(kernel, self.q[:, :, None])[..., 0]  # [nb, K]: sum_j q_j / (sigma + w_i + w_j)
-        diag_k = np.einsum("bii->bi", kernel)  # [nb, K]: 1 / (sigma + 2 w_i), the excluded j = i term
-        pair = 2.0 * self.q * (kq - self.q * diag_k)  # [nb, K]
+        kernel.reshape(nb, K * K)[:, :: K + 1] = 0.0  # j = i is not a pair
+        qk = self.q * np.matmul(kernel, self._q_col)[..., 0]  # [nb, K]: q_i sum_{j != i} q_j / (sigma + w_i + w_j)
+        ds = self.d / sw  # [nb, K]
         self._cache = (alpha, w, sw, kernel)
-        # rejected mass sum_U d_U sigma / (sigma + w(U)), a sum of positive terms (no cancellation)
-        self.rejected = self.sigma * ((self.d / sw).sum(-1) + (self.q * (kq - self.q * diag_k)).sum(-1))  # [nb]
-        return w * (self.d / sw + pair)
+        if self._inner:  # rejected mass sum_U d_U sigma / (sigma + w(U)), a sum of positive terms (no cancellation)
+            self.rejected = self.sigma * (ds.sum(-1) + qk.sum(-1))  # [nb]
+        qk += qk
+        qk += ds
+        qk *= w
+        return qk
 
     def hessian(self, alpha: np.ndarray) -> np.ndarray:
         """H_ij = -2 (w_i q_i)(w_j q_j) / (sigma + w_i + w_j)^2 (i != j); the diagonal makes rows sum to
         sum_U c_U s^U_i sigma / (sigma + w(U)): H_ii = d_i sigma w_i / (sigma + w_i)^2 + 2 w_i q_i sum_{j != i}
-        q_j (sigma + w_j) / (sigma + w_i + w_j)^2. Reuses (and overwrites) the kernel of :meth:`gradient`."""
-        cached = getattr(self, "_cache", None)
+        q_j (sigma + w_j) / (sigma + w_i + w_j)^2 (a sum of positive terms). Reuses (and overwrites) the kernel of
+        :meth:`gradient` at the same alpha: the result is that buffer."""
+        cached = self._cache
         if cached is None or cached[0] is not alpha:
             self.gradient(alpha)
-        _, w, sw, kernel = self._cache
+            cached = self._cache
+        _, w, sw, kernel = cached
         self._cache = None
-        K = w.shape[1]
-        sq = np.square(kernel, out=kernel)  # [nb, K, K]: 1 / (sigma + w_i + w_j)^2
-        diag_sq = np.einsum("bii->bi", sq).copy()  # [nb, K]
-        qs = self.q * sw  # [nb, K]
-        rest = np.matmul(sq, qs[:, :, None])[..., 0] - qs * diag_sq  # [nb, K]
-        diag = self.d * self.sigma[:, None] * w / (sw * sw) + 2.0 * w * self.q * rest
+        nb, K = w.shape
+        sq = np.square(kernel, out=kernel)  # [nb, K, K]: 1 / (sigma + w_i + w_j)^2, zero diagonal
         u = w * self.q  # [nb, K]
-        sq *= u[:, :, None]
-        sq *= (-2.0 * u)[:, None, :]
-        idx = np.arange(K)
-        sq[:, idx, idx] = diag
+        rest = np.matmul(sq, (self.q * sw)[:, :, None])[..., 0]  # [nb, K]
+        diag = self._sigma_d * (w / sw) / sw + 2.0 * u * rest  # [nb, K]
+        sq *= (-2.0 * u)[:, :, None]
+        sq *= u[:, None, :]
+        sq.reshape(nb, K * K)[:, :: K + 1] = diag
         return sq
 
     def full(self, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -115,75 +144,97 @@ class PairwiseN2:
 
 
 class SubsetTerms:
-    """One block's program with explicit subset terms (any n). Arrays carry a leading batch axis of size 1."""
+    """One block's program with explicit subset terms (any n). Arrays carry a leading batch axis of size 1.
+
+    Per term U only the scalars W_U = sigma + w(U), c_U / W_U and c_U / W_U^2 are formed; every token and pair
+    statistic is a ``bincount`` of them over precomputed flat indices:
+
+        R_i = w_i sum_{U ni i} c_U / W_U,     H_ij = -w_i w_j sum_{U ni i, j} c_U / W_U^2   (i != j),
+        H_ii = sigma w_i sum_{U ni i} c_U / W_U^2 + sum_{j != i} |H_ij|   (rows sum to the rejection part; positive
+        terms only, so no 1 - s cancellation at large weights).
+    """
 
     def __init__(self, terms: list[tuple[np.ndarray, np.ndarray]], targets: np.ndarray, sigma: float):
-        self.k = targets.size
+        k = self.k = targets.size
         self.t = targets[None, :]  # [1, k]
         self.sigma = float(sigma)
         self.terms = []
-        k = self.k
+        mass = np.zeros(k)
         for idx, coef in terms:
-            u = idx.shape[1]
+            M, u = idx.shape
             a, b = np.triu_indices(u, 1)
-            pair_flat = (idx[:, a] * k + idx[:, b]).ravel()  # [M * u(u-1)/2]
-            self.terms.append((idx, idx.ravel(), coef, a, b, pair_flat))
-        self.mass = sum(np.bincount(flat, np.repeat(coef, idx.shape[1]), k) for idx, flat, coef, *_ in self.terms)[None]
-        self.total = np.array([sum(float(coef.sum()) for _idx, _flat, coef, *_ in self.terms)])
+            cols = idx.T  # [u, M]
+            # flat bins in column-major blocks of M: the members (bins 0..k-1: R and the rejection part of the
+            # diagonal), then the pairs i < j (bin k + i k + j: the off-diagonal sums)
+            bins = np.concatenate([cols.ravel(), (cols[a] * k + cols[b] + k).ravel()])
+            self.terms.append((bins, coef, u, a.size))
+            mass += np.bincount(bins[: u * M], np.tile(coef, u), k)
+        self.mass = mass[None]  # [1, k]
+        self.total = np.array([sum(float(coef.sum()) for _bins, coef, *_ in self.terms)])
+        self._cache = None
+
+    def _weights(self, w: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, int, int]]:
+        """Per term group: (bins, coef, W [M], u, number of pairs), W = sigma + w(U)."""
+        out = []
+        for bins, coef, u, n_pairs in self.terms:
+            M = coef.size
+            W = np.take(w, bins[:M])
+            for c in range(1, u):
+                W += np.take(w, bins[c * M : (c + 1) * M])
+            if self.sigma:
+                W += self.sigma
+            out.append((bins, coef, W, u, n_pairs))
+        return out
 
     def value(self, alpha: np.ndarray) -> np.ndarray:
         w = np.exp(alpha[0])
-        f = -(self.t[0] * alpha[0]).sum()
-        for idx, _flat, coef, *_ in self.terms:
-            f += coef @ np.log(self.sigma + w[idx].sum(1))
+        f = -(self.t[0] @ alpha[0])
+        for _bins, coef, W, _u, _np in self._weights(w):
+            f += coef @ np.log(W)
         return np.array([f])
 
     def row_sums(self, alpha: np.ndarray) -> np.ndarray:
         w = np.exp(alpha[0])
         R = np.zeros(self.k)
-        for idx, flat, coef, *_ in self.terms:
-            wu = w[idx]  # [M, u]
-            R += np.bincount(flat, (coef[:, None] * wu / (self.sigma + wu.sum(1))[:, None]).ravel(), self.k)
-        return R[None]
+        rejected = 0.0
+        groups = []
+        for bins, coef, W, u, n_pairs in self._weights(w):
+            r = coef / W  # [M]: c_U / W_U
+            rejected += r.sum()
+            R += np.bincount(bins[: u * coef.size], np.tile(r, u), self.k)
+            groups.append((bins, W, r, u + n_pairs))
+        self.rejected = np.array([self.sigma * rejected])
+        self._cache = (alpha, w, groups)
+        return (w * R)[None]
 
     def gradient(self, alpha: np.ndarray) -> np.ndarray:
-        """g = R - t; the Hessian at the same alpha is assembled in the same pass and kept for :meth:`hessian`."""
-        _, g, H = self.full(alpha, with_value=False)
-        self._cache = (alpha, H)
-        return g
+        """g = R - t; the per-term weights are kept for :meth:`hessian` at the same alpha."""
+        return self.row_sums(alpha) - self.t
 
     def hessian(self, alpha: np.ndarray) -> np.ndarray:
-        cached = getattr(self, "_cache", None)
+        cached = self._cache
+        if cached is None or cached[0] is not alpha:
+            self.row_sums(alpha)
+            cached = self._cache
         self._cache = None
-        if cached is not None and cached[0] is alpha:
-            return cached[1]
-        return self.full(alpha, with_value=False)[2]
+        _, w, groups = cached
+        k = self.k
+        acc = np.zeros(k + k * k)
+        for bins, W, r, slots in groups:
+            acc += np.bincount(bins, np.tile(r / W, slots), k + k * k)  # c_U / W_U^2 into members and pairs
+        off = acc[k:].reshape(k, k)
+        H = off + off.T  # [k, k]: sum_{U ni i, j} c_U / W_U^2 (zero diagonal)
+        H *= w[:, None]
+        H *= w[None, :]
+        diag = self.sigma * w * acc[:k] + H.sum(1)
+        np.negative(H, out=H)
+        H.reshape(-1)[:: k + 1] = diag
+        return H[None]
 
     def full(self, alpha: np.ndarray, with_value: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        k = self.k
-        w = np.exp(alpha[0])
-        f = -(self.t[0] * alpha[0]).sum()
-        R = np.zeros(k)
-        rejected = 0.0
-        diag = np.zeros(k)
-        off = np.zeros(k * k)
-        for idx, flat, coef, a, b, pair_flat in self.terms:
-            wu = w[idx]  # [M, u]
-            W = self.sigma + wu.sum(1)  # [M]
-            rejected += self.sigma * (coef / W).sum()
-            if with_value:
-                f += coef @ np.log(W)
-            s = wu / W[:, None]  # [M, u]
-            cs = coef[:, None] * s
-            R += np.bincount(flat, cs.ravel(), k)
-            diag += np.bincount(flat, (cs * (1.0 - s)).ravel(), k)
-            if a.size:
-                off += np.bincount(pair_flat, (-cs[:, a] * s[:, b]).ravel(), k * k)
-        H = off.reshape(k, k)
-        H = H + H.T
-        H[np.arange(k), np.arange(k)] = diag
-        self.rejected = np.array([rejected])
-        return np.array([f]), (R - self.t[0])[None], H[None]
+        g = self.gradient(alpha)
+        f = self.value(alpha) if with_value else np.array([np.nan])
+        return f, g, self.hessian(alpha)
 
 
 def initial_alpha(mass: np.ndarray, targets: np.ndarray, inner: np.ndarray) -> np.ndarray:
@@ -199,70 +250,246 @@ def newton(evaluator, alpha: np.ndarray, free: np.ndarray, tol: np.ndarray, stal
            max_iter: int = 100) -> tuple[np.ndarray, np.ndarray, int]:
     """Minimise the batched block programs. ``alpha, free: [nb, K]`` (free = variables Newton may move).
 
-    A block stops when ``||g||_1 <= tol`` or when ``||g||_1 <= stall_level`` (both ``[nb]``) and it has not
-    halved in 3 iterations (rounding floor reached). Returns ``(alpha [nb, K], gradient_norm [nb], iterations)``.
+    A block stops when ``||g||_1 <= tol`` or when ``||g||_1`` stayed below ``stall_level`` (both ``[nb]``)
+    without halving for 3 iterations (rounding floor reached; iterations above the stall level, e.g. the damped
+    ones far from the minimiser, do not count). Returns ``(alpha [nb, K], gradient_norm [nb], iterations)``.
+
+    Step control, per block (design note §3):
+
+    * Newton step s = -H^-1 g, scaled to max-norm ``cap`` (a trust region: the start can be far off when q is
+      very skewed). Tokens whose terms carry less than MINOR of the block's mass (far out on an exponential
+      tail, weakly coupled to the rest) do not set that length: their components are clipped to [-cap, cap]
+      one by one (if the clipped step is still a descent direction). ``cap`` starts at STEP_CAP, doubles (up
+      to STEP_CAP_MAX) after a limited step that still ends descending steeply (phi'(1) <= phi'(0) / 2) and
+      falls back to STEP_CAP after one that overshoots or is shortened.
+    * Line search on phi(lam) = f(alpha + lam s), convex, phi'(0) = g.s < 0. The gradient at the full step is
+      the next iterate's gradient anyway, and phi'(1) = g(alpha + s).s. The full step is taken without
+      evaluating f in the quadratic region (Newton decrement <= QUADRATIC_DECREMENT of the block's mass, s not
+      limited; f's rounding would blur the Armijo test there) or when phi'(1) <= ARMIJO phi'(0), which
+      certifies the Armijo decrease (phi(1) - phi(0) <= phi'(1) by convexity). Otherwise Armijo backtracking on
+      f with a 1e-13 slack for the rounding of f.
+    * Inner blocks with a tiny slack S = sum_U d_U - sum t (= psi_s - psi_e) need all weights ~ 1/S. Along the
+      all-ones shift c the rejected mass rho(c) = sum_U d_U / (1 + e^c w(U)) >= e^-c rho(0) and f' = S - rho(c),
+      so c = log(rho / S) decreases f (f' <= 0 all the way) and removes the e-fold-per-iteration crawl that
+      plain Newton makes on this exponential tail; applied when c > SHIFT_MIN. A slack S <= tol / 4 (S <= 0 by
+      rounding when the block takes all the mass) leaves no minimiser that matters (f decreases along the
+      shift for ever): such a block is shifted to rho = max(tol / 4, UNBOUNDED_FLOOR sum_U d_U) only (further
+      down, the Hessian's smallest eigenvalue ~ rho drowns in the rounding of its rows) and never widens its cap.
     """
+    if alpha.shape[0] == 1:
+        return _newton_one(evaluator, alpha, free, float(tol[0]), float(stall_level[0]), max_iter)
     nb, K = alpha.shape
-    alpha = alpha.copy()
-    best_alpha = alpha.copy()
+    alpha = np.clip(alpha, -ALPHA_CLIP, ALPHA_CLIP)  # [nb, K] (a copy: never modified in place below)
+    best_alpha = alpha
     best_g = np.full(nb, np.inf)
     stall = np.zeros(nb, dtype=np.int64)
     done = np.zeros(nb, dtype=bool)
-    fixed = ~free
-    pinned = free[:, :, None] & free[:, None, :]  # [nb, K, K]
-    eye = np.eye(K)[None] * fixed[:, :, None]
-    scale = np.maximum(np.where(free, evaluator.t, 0.0).sum(-1), 1e-300)  # [nb] block mass
-    # Inner blocks with a tiny slack S = sum_U d_U - sum t (= psi_s - psi_e) need all weights ~ 1/S. Along the
-    # all-ones shift c the rejected mass rho(c) = sum_U d_U / (1 + e^c w(U)) >= e^-c rho(0) and f' = S - rho(c),
-    # so c = log(rho / S) decreases f (f' <= 0 all the way) and removes the e-fold-per-iteration crawl that plain
-    # Newton makes on this exponential tail. Only applied when it is large (c > SHIFT_MIN).
-    inner = np.atleast_1d(np.asarray(evaluator.sigma) > 0)  # [nb]
-    reject_target = evaluator.total - evaluator.t.sum(-1)  # [nb]: S
+    pinned = None if free.all() else np.nonzero(~free)  # (block, slot) of the fixed variables (and padding)
+    scale = np.maximum((evaluator.t * free).sum(-1), 1e-300)  # [nb] block mass
+    minor = free & (evaluator.mass <= MINOR * scale[:, None])  # [nb, K]
+    minor = minor if minor.any() else None
+    cap = np.full(nb, STEP_CAP)
+    inner = np.broadcast_to(np.asarray(evaluator.sigma) > 0, (nb,))  # [nb]
+    any_inner = bool(inner.any())
+    unbounded = np.zeros(nb, dtype=bool)
+    if any_inner:
+        total = evaluator.total  # [nb]
+        slack = total - evaluator.t.sum(-1)  # [nb]: S
+        unbounded = inner & (slack <= 0.25 * tol)
+        reject_target = np.where(unbounded, np.maximum(0.25 * tol, UNBOUNDED_FLOOR * total), slack)  # [nb]
+        shift_level = np.where(inner, np.exp(SHIFT_MIN) * reject_target, np.inf)  # [nb]
+    g = evaluator.gradient(alpha)  # [nb, K], always the gradient at alpha (and the evaluator's cache)
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007 - the count is returned
-        g = evaluator.gradient(alpha)
-        if inner.any():  # weights far too small overall (tiny slack): shift them up in one go (see below)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                shift = np.where(inner & (reject_target > 0), np.log(evaluator.rejected / reject_target), 0.0)
-            shift = np.where(np.isfinite(shift) & (shift > SHIFT_MIN) & ~done, np.minimum(shift, ALPHA_CLIP), 0.0)
-            if shift.any():
-                alpha = np.clip(alpha + shift[:, None] * free, -ALPHA_CLIP, ALPHA_CLIP)
+        if any_inner:  # weights far too small overall (tiny slack): shift them up in one go
+            far = (evaluator.rejected > shift_level) & ~done  # [nb]
+            if far.any():  # (not where alpha already solves the block)
+                far &= np.abs(g if pinned is None else np.where(free, g, 0.0)).sum(-1) > tol
+            if far.any():
+                shift = np.log(np.where(far, evaluator.rejected / reject_target, 1.0))  # [nb], > SHIFT_MIN where far
+                alpha = np.clip(alpha + np.minimum(shift, ALPHA_CLIP)[:, None] * free, -ALPHA_CLIP, ALPHA_CLIP)
                 g = evaluator.gradient(alpha)
-        g = np.where(free, g, 0.0)
+        if pinned is not None:
+            g[pinned] = 0.0
         gn = np.abs(g).sum(-1)  # [nb]
-        improved = gn < best_g
-        stall = np.where(gn < 0.5 * best_g, 0, stall + 1)
-        best_alpha[improved] = alpha[improved]
+        stall = np.where((gn < 0.5 * best_g) | (gn > stall_level), 0, stall + 1)
+        best_alpha = np.where((gn < best_g)[:, None], alpha, best_alpha)
         best_g = np.minimum(best_g, gn)
         done |= (best_g <= tol) | ((stall >= 3) & (best_g <= stall_level))
         if done.all():
             break
-        H = evaluator.hessian(alpha)
-        H = np.where(pinned, H, 0.0) + eye
+        H = evaluator.hessian(alpha)  # [nb, K, K], ours to modify
+        if pinned is not None:  # fixed variables: identity rows and columns (their g is 0, so is their step)
+            b, i = pinned
+            H[b, i, :] = 0.0
+            H[b, :, i] = 0.0
+            H[b, i, i] = 1.0
         step = _solve(H, -g, np.minimum(0.1, gn / scale))  # [nb, K]
         step[done] = 0.0
-        step = np.where(np.isfinite(step), step, 0.0)
-        big = np.abs(step).max(-1)
-        step *= np.minimum(1.0, STEP_CAP / np.maximum(big, 1e-300))[:, None]
-        slope = (g * step).sum(-1)  # [nb], <= 0
-        lam = np.ones(nb)
-        # quadratic region (small Newton decrement relative to the block's mass, step not capped): take the
-        # full step without evaluating f, whose rounding would blur the Armijo test there anyway
-        accepted = done | ((big <= STEP_CAP) & (-slope <= QUADRATIC_DECREMENT * scale))
+        if not np.isfinite(step).all():
+            step = np.where(np.isfinite(step), step, 0.0)
+        big = np.abs(step if minor is None else np.where(minor, 0.0, step)).max(-1)  # [nb]
+        capped = big > cap
+        if capped.any():
+            step *= np.minimum(1.0, cap / np.maximum(big, 1e-300))[:, None]
+        limited = capped  # [nb]: the step is not the Newton step
+        if minor is not None:
+            outside = np.abs(step).max(-1) > cap  # [nb]: minor components beyond cap
+            if outside.any():
+                clipped = np.clip(step, -cap[:, None], cap[:, None])
+                descent = (g * clipped).sum(-1) < 0.0
+                step = np.where(descent[:, None], clipped, step * np.minimum(1.0, cap / np.abs(step).max(-1))[:, None])
+                capped = capped | (outside & ~descent)
+                limited = capped | outside
+        slope = (g * step).sum(-1)  # [nb]: phi'(0)
+        accepted = done | (~limited & (-slope <= QUADRATIC_DECREMENT * scale))
         trial = alpha + step
-        if not accepted.all():  # Armijo backtracking; f is only evaluated here
-            f = evaluator.value(alpha)
-            slack = 1e-13 * (1.0 + np.abs(f))
-            for _ in range(60):
-                trial = np.clip(trial, -ALPHA_CLIP, ALPHA_CLIP)
-                ft = evaluator.value(trial)
-                accepted |= ft <= f + 1e-4 * lam * slope + slack
-                lam = np.where(accepted, lam, 0.5 * lam)
-                trial = alpha + lam[:, None] * step
-                if accepted.all():
-                    break
-        alpha = trial
+        bound = np.where(accepted, ALPHA_LIMIT, ALPHA_CLIP)  # [nb]
+        at_clip = np.abs(trial).max(-1) > bound
+        if at_clip.any():  # keep alpha in range (the step is then no Newton step)
+            trial = np.clip(trial, -bound[:, None], bound[:, None])
+            step = trial - alpha
+            slope = (g * step).sum(-1)
+            limited = limited | at_clip
+            accepted &= ~at_clip
+        g_trial = evaluator.gradient(trial)
+        if not accepted.all():
+            if pinned is not None:
+                g_trial[pinned] = 0.0
+            end_slope = (g_trial * step).sum(-1)  # [nb]: phi'(1)
+            accepted |= end_slope <= ARMIJO * slope
+            grow = limited & (end_slope <= 0.5 * slope) & ~unbounded
+            shrink = limited & (end_slope > 0.0)
+            if not accepted.all():  # Armijo backtracking on f, only here
+                f = evaluator.value(alpha)
+                f_slack = 1e-13 * (1.0 + np.abs(f))
+                lam = np.ones(nb)
+                for _ in range(60):
+                    accepted |= evaluator.value(trial) <= f + ARMIJO * lam * slope + f_slack
+                    if accepted.all():
+                        break
+                    lam = np.where(accepted, lam, 0.5 * lam)
+                    trial = np.clip(alpha + lam[:, None] * step, -ALPHA_CLIP, ALPHA_CLIP)
+                shortened = lam < 1.0
+                if shortened.any():
+                    g_trial = evaluator.gradient(trial)
+                    shrink |= shortened
+            if grow.any() or shrink.any():
+                cap = np.where(shrink, STEP_CAP, np.where(grow, np.minimum(2.0 * cap, STEP_CAP_MAX), cap))
+        alpha, g = trial, g_trial
+    else:  # max_iter reached: account for the last point too
+        if pinned is not None:
+            g[pinned] = 0.0
+        gn = np.abs(g).sum(-1)
+        best_alpha = np.where((gn < best_g)[:, None], alpha, best_alpha)
+        best_g = np.minimum(best_g, gn)
     return best_alpha, best_g, it
+
+
+def _newton_one(evaluator, alpha: np.ndarray, free: np.ndarray, tol: float, stall_level: float,
+                max_iter: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`newton` for a single block (``alpha, free: [1, K]``): the same iteration, with the per-block
+    bookkeeping in Python scalars (a small block's iteration is dominated by per-call overhead)."""
+    alpha = np.clip(alpha, -ALPHA_CLIP, ALPHA_CLIP)  # [1, K]
+    best_alpha = alpha
+    best_g = np.inf
+    stall = 0
+    pinned = None if free.all() else np.nonzero(~free)
+    scale = max(float((evaluator.t * free).sum()), 1e-300)  # block mass
+    minor = free & (evaluator.mass <= MINOR * scale)  # [1, K]
+    minor = minor if minor.any() else None
+    cap = STEP_CAP
+    inner = float(np.asarray(evaluator.sigma).reshape(-1)[0]) > 0.0
+    unbounded = False
+    if inner:  # the all-ones shift (see newton)
+        total = float(evaluator.total[0])
+        reject_target = total - float(evaluator.t.sum())  # S
+        unbounded = reject_target <= 0.25 * tol
+        if unbounded:
+            reject_target = max(0.25 * tol, UNBOUNDED_FLOOR * total)
+        shift_level = math.exp(SHIFT_MIN) * reject_target
+        shift_mask = 1.0 if pinned is None else free.astype(float)
+    g = evaluator.gradient(alpha)
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007 - the count is returned
+        if inner and float(evaluator.rejected[0]) > shift_level:
+            if float(np.abs(g if pinned is None else np.where(free, g, 0.0)).sum()) > tol:
+                shift = min(math.log(float(evaluator.rejected[0]) / reject_target), ALPHA_CLIP)
+                alpha = np.clip(alpha + shift * shift_mask, -ALPHA_CLIP, ALPHA_CLIP)
+                g = evaluator.gradient(alpha)
+        if pinned is not None:
+            g[pinned] = 0.0
+        gn = float(np.abs(g).sum())
+        stall = 0 if gn < 0.5 * best_g or gn > stall_level else stall + 1
+        if gn < best_g:
+            best_alpha, best_g = alpha, gn
+        if best_g <= tol or (stall >= 3 and best_g <= stall_level):
+            break
+        H = evaluator.hessian(alpha)  # [1, K, K]
+        if pinned is not None:
+            _, i = pinned
+            H[0, i, :] = 0.0
+            H[0, :, i] = 0.0
+            H[0, i, i] = 1.0
+        step = _solve_one(H, -g, min(0.1, gn / scale))  # [1, K]
+        big = float(np.abs(step if minor is None else np.where(minor, 0.0, step)).max())
+        if not math.isfinite(big):
+            step = np.where(np.isfinite(step), step, 0.0)
+            big = float(np.abs(step if minor is None else np.where(minor, 0.0, step)).max())
+        capped = big > cap
+        if capped:
+            step *= cap / big
+        limited = capped
+        if minor is not None:
+            top = float(np.abs(step).max())
+            if top > cap:
+                clipped = np.clip(step, -cap, cap)
+                if float(np.vdot(g, clipped)) < 0.0:
+                    step = clipped
+                else:
+                    step *= cap / top
+                    capped = True
+                limited = True
+        slope = float(np.vdot(g, step))
+        accepted = not limited and -slope <= QUADRATIC_DECREMENT * scale
+        trial = alpha + step
+        bound = ALPHA_LIMIT if accepted else ALPHA_CLIP
+        if float(np.abs(trial).max()) > bound:
+            trial = np.clip(trial, -bound, bound)
+            step = trial - alpha
+            slope = float(np.vdot(g, step))
+            limited, accepted = True, False
+        g_trial = evaluator.gradient(trial)
+        if not accepted:
+            if pinned is not None:
+                g_trial[pinned] = 0.0
+            end_slope = float(np.vdot(g_trial, step))
+            grow = limited and end_slope <= 0.5 * slope and not unbounded
+            shrink = limited and end_slope > 0.0
+            if end_slope > ARMIJO * slope:  # Armijo backtracking on f, only here
+                f = float(evaluator.value(alpha)[0])
+                f_slack = 1e-13 * (1.0 + abs(f))
+                lam = 1.0
+                for _ in range(60):
+                    if float(evaluator.value(trial)[0]) <= f + ARMIJO * lam * slope + f_slack:
+                        break
+                    lam *= 0.5
+                    trial = np.clip(alpha + lam * step, -ALPHA_CLIP, ALPHA_CLIP)
+                if lam < 1.0:
+                    g_trial = evaluator.gradient(trial)
+                    shrink = True
+            if shrink:
+                cap = STEP_CAP
+            elif grow:
+                cap = min(2.0 * cap, STEP_CAP_MAX)
+        alpha, g = trial, g_trial
+    else:  # max_iter reached: account for the last point too
+        if pinned is not None:
+            g[pinned] = 0.0
+        gn = float(np.abs(g).sum())
+        if gn < best_g:
+            best_alpha, best_g = alpha, gn
+    return best_alpha, np.array([best_g]), it
 
 
 def _solve(H: np.ndarray, rhs: np.ndarray, forcing: np.ndarray) -> np.ndarray:
@@ -271,45 +498,71 @@ def _solve(H: np.ndarray, rhs: np.ndarray, forcing: np.ndarray) -> np.ndarray:
     Large blocks (K >= CG_MIN_SIZE): Jacobi-preconditioned conjugate gradients to the relative residual
     ``forcing [nb]`` (inexact Newton; the forcing term shrinks with ||g|| so convergence stays superlinear).
     H is a diagonally dominant M-matrix plus a near rank-one coupling, so the Jacobi-scaled spectrum is
-    clustered. Small blocks: batched LU (numpy's gufunc; far less call overhead than scipy's Cholesky).
+    clustered. Small blocks: batched LU (numpy's gufunc, one call). A block whose solution is not a descent
+    direction (x . rhs <= 0 or not finite: H not numerically PD, e.g. diagonal underflow at huge alpha) gets the
+    least-squares step instead.
     """
     if H.shape[-1] >= CG_MIN_SIZE:
         return pcg(H, rhs, forcing)
-    if H.shape[0] == 1:  # one block: a Hessian that is not numerically PD (diagonal underflow at huge alpha)
-        try:  # gets the least-squares step, as the Cholesky route did
-            np.linalg.cholesky(H[0])
-        except np.linalg.LinAlgError:
-            return np.linalg.lstsq(H[0], rhs[0], rcond=None)[0][None]
     try:
-        return np.linalg.solve(H, rhs[..., None])[..., 0]
-    except np.linalg.LinAlgError:
-        return np.stack([np.linalg.lstsq(h, r, rcond=None)[0] for h, r in zip(H, rhs, strict=True)])
+        x = np.linalg.solve(H, rhs[..., None])[..., 0]
+    except np.linalg.LinAlgError:  # an exactly singular block
+        x = np.full_like(rhs, np.nan)
+    bad = ~((x * rhs).sum(-1) > 0.0)  # [nb] (NaN compares False)
+    if bad.any():
+        for b in np.flatnonzero(bad & (rhs != 0.0).any(-1)):
+            try:
+                x[b] = np.linalg.lstsq(H[b], rhs[b], rcond=None)[0]
+            except np.linalg.LinAlgError:  # non-finite H
+                x[b] = 0.0
+    return x
+
+
+def _solve_one(H: np.ndarray, rhs: np.ndarray, forcing: float) -> np.ndarray:
+    """:func:`_solve` for one block (``H [1, K, K], rhs [1, K]``) with less per-call overhead."""
+    if H.shape[-1] >= CG_MIN_SIZE:
+        return pcg(H, rhs, np.array([forcing]))
+    try:
+        x = np.linalg.solve(H[0], rhs[0])  # [K]
+    except np.linalg.LinAlgError:  # an exactly singular H
+        x = None
+    if x is None or not float(x @ rhs[0]) > 0.0:  # not a descent direction (or NaN): least squares
+        if not rhs.any():
+            return np.zeros_like(rhs)
+        try:
+            x = np.linalg.lstsq(H[0], rhs[0], rcond=None)[0]
+        except np.linalg.LinAlgError:  # non-finite H
+            x = np.zeros(rhs.shape[1])
+    return x[None]
 
 
 def pcg(H: np.ndarray, rhs: np.ndarray, forcing: np.ndarray, max_iter: int | None = None) -> np.ndarray:
-    """Batched Jacobi-preconditioned CG for SPD ``H [nb, K, K] x = rhs [nb, K]`` to ``||r|| <= forcing ||rhs||``."""
+    """Batched Jacobi-preconditioned CG for SPD ``H [nb, K, K] x = rhs [nb, K]`` to ``||r|| <= forcing ||rhs||``.
+
+    Blocks that reached their goal keep x (their step length is set to 0); H d is one batched BLAS product."""
     nb, K = rhs.shape
     max_iter = K if max_iter is None else max_iter
-    inv_diag = 1.0 / np.maximum(np.einsum("bii->bi", H), 1e-300)  # [nb, K]
+    inv_diag = 1.0 / np.maximum(H.reshape(nb, K * K)[:, :: K + 1], 1e-300)  # [nb, K]
     x = np.zeros_like(rhs)
     r = rhs.copy()
     z = inv_diag * r
     d = z.copy()
-    rz = (r * z).sum(-1)
-    goal = (forcing * np.sqrt((rhs * rhs).sum(-1))) ** 2  # [nb]
+    rz = (r * z).sum(-1)  # [nb]
+    goal = forcing * forcing * (rhs * rhs).sum(-1)  # [nb]
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007 - recorded below
         active = (r * r).sum(-1) > goal
         if not active.any():
             break
-        Hd = np.einsum("bij,bj->bi", H, d)
+        Hd = np.matmul(H, d[:, :, None])[..., 0]  # [nb, K]
         dHd = (d * Hd).sum(-1)
-        step = np.where(active, rz / np.where(dHd > 0, dHd, 1.0), 0.0)
-        x += step[:, None] * d
-        r -= step[:, None] * Hd
+        step = np.where(active & (dHd > 0), rz / np.where(dHd > 0, dHd, 1.0), 0.0)[:, None]  # [nb, 1]
+        x += step * d
+        r -= step * Hd
         z = inv_diag * r
         rz_new = (r * z).sum(-1)
-        d = z + np.where(active, rz_new / np.where(rz > 0, rz, 1.0), 0.0)[:, None] * d
+        beta = np.where(active & (rz > 0), rz_new / np.where(rz > 0, rz, 1.0), 0.0)[:, None]
+        d = z + beta * d
         rz = rz_new
     CG_STATS.append(it)
     return x

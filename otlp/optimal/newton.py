@@ -57,7 +57,9 @@ class PairwiseN2:
     Terms: singletons d_i = 2 Q0 q_i + q_i^2 and pairs e_ij = 2 q_i q_j (design note §2 (iv) for n = 2).
     ``q, targets, mask: [nb, K]``, ``null_mass, sigma: [nb]``. Padded slots have q = t = 0 and alpha = 0.
     The pair terms are never stored: every [nb, K, K] pass is a kernel of (sigma + w_i + w_j) with its diagonal
-    (j = i, not a pair) zeroed, contracted with q by one batched BLAS matrix-vector product.
+    (j = i, not a pair) zeroed, contracted with q by one batched BLAS matrix-vector product. The kernel of
+    :meth:`gradient` is reused by the next :meth:`hessian` call with the same alpha array object (which must not
+    be modified in place in between).
     """
 
     def __init__(self, q: np.ndarray, null_mass: np.ndarray, targets: np.ndarray, sigma: np.ndarray):
@@ -79,15 +81,19 @@ class PairwiseN2:
         """sigma + w_i + w_j as a fresh [nb, K, K] array (one pass)."""
         return w[:, :, None] + sw[:, None, :]
 
-    def value(self, alpha: np.ndarray) -> np.ndarray:
-        """f = sum_i d_i log(sigma + w_i) + sum_{i<j} e_ij log(sigma + w_i + w_j) - t . alpha."""
+    def value(self, alpha: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """f = sum_i d_i log(sigma + w_i) + sum_{i<j} e_ij log(sigma + w_i + w_j) - t . alpha, per block ``[nb]``
+        (or only for the blocks ``rows``, with ``alpha`` given for those blocks)."""
+        q_col, d, q, t, sig = self._q_col, self.d, self.q, self.t, self._sigma_col
+        if rows is not None:
+            q_col, d, q, t, sig = q_col[rows], d[rows], q[rows], t[rows], sig[rows]
         nb, K = alpha.shape
         w = np.exp(alpha)  # [nb, K]
-        sw = self._sigma_col + w  # [nb, K]
-        log_k = np.log(self._kernel(w, sw))  # [nb, K, K]
+        sw = sig + w  # [nb, K]
+        log_k = np.log(w[:, :, None] + sw[:, None, :])  # [nb, K, K]
         log_k.reshape(nb, K * K)[:, :: K + 1] = 0.0  # j = i is not a pair
-        pair = np.matmul(log_k, self._q_col)[..., 0]  # [nb, K]: sum_{j != i} q_j log(sigma + w_i + w_j)
-        return (self.d * np.log(sw) + self.q * pair - self.t * alpha).sum(-1)
+        pair = np.matmul(log_k, q_col)[..., 0]  # [nb, K]: sum_{j != i} q_j log(sigma + w_i + w_j)
+        return (d * np.log(sw) + q * pair - t * alpha).sum(-1)
 
     def row_sums(self, alpha: np.ndarray) -> np.ndarray:
         return self._rows(alpha)
@@ -122,21 +128,28 @@ class PairwiseN2:
         sum_U c_U s^U_i sigma / (sigma + w(U)): H_ii = d_i sigma w_i / (sigma + w_i)^2 + 2 w_i q_i sum_{j != i}
         q_j (sigma + w_j) / (sigma + w_i + w_j)^2 (a sum of positive terms). Reuses (and overwrites) the kernel of
         :meth:`gradient` at the same alpha: the result is that buffer."""
+        sq, u, diag = self.hessian_parts(alpha)
+        nb, K = u.shape
+        sq *= (-2.0 * u)[:, :, None]
+        sq *= u[:, None, :]
+        sq.reshape(nb, K * K)[:, :: K + 1] = diag
+        return sq
+
+    def hessian_parts(self, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """H = diag(D) - 2 (u u^T) * S with S_ij = 1 / (sigma + w_i + w_j)^2 (zero diagonal), u = w q: returns
+        ``(S [nb, K, K], u [nb, K], D [nb, K])``, all fresh (S is the kernel of :meth:`gradient`). A matrix-free
+        H d costs one pass over S, and H itself two more."""
         cached = self._cache
         if cached is None or cached[0] is not alpha:
             self.gradient(alpha)
             cached = self._cache
         _, w, sw, kernel = cached
         self._cache = None
-        nb, K = w.shape
         sq = np.square(kernel, out=kernel)  # [nb, K, K]: 1 / (sigma + w_i + w_j)^2, zero diagonal
         u = w * self.q  # [nb, K]
         rest = np.matmul(sq, (self.q * sw)[:, :, None])[..., 0]  # [nb, K]
         diag = self._sigma_d * (w / sw) / sw + 2.0 * u * rest  # [nb, K]
-        sq *= (-2.0 * u)[:, :, None]
-        sq *= u[:, None, :]
-        sq.reshape(nb, K * K)[:, :: K + 1] = diag
-        return sq
+        return sq, u, diag
 
     def full(self, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         g = self.gradient(alpha)
@@ -152,6 +165,9 @@ class SubsetTerms:
         R_i = w_i sum_{U ni i} c_U / W_U,     H_ij = -w_i w_j sum_{U ni i, j} c_U / W_U^2   (i != j),
         H_ii = sigma w_i sum_{U ni i} c_U / W_U^2 + sum_{j != i} |H_ij|   (rows sum to the rejection part; positive
         terms only, so no 1 - s cancellation at large weights).
+
+    As with :class:`PairwiseN2`, work at one alpha is reused by the next call with the same array object
+    (gradient -> hessian, gradient -> value): alpha arrays must not be modified in place in between.
     """
 
     def __init__(self, terms: list[tuple[np.ndarray, np.ndarray]], targets: np.ndarray, sigma: float):
@@ -161,48 +177,52 @@ class SubsetTerms:
         self.terms = []
         mass = np.zeros(k)
         for idx, coef in terms:
-            M, u = idx.shape
-            a, b = np.triu_indices(u, 1)
-            cols = idx.T  # [u, M]
-            # flat bins in column-major blocks of M: the members (bins 0..k-1: R and the rejection part of the
-            # diagonal), then the pairs i < j (bin k + i k + j: the off-diagonal sums)
-            bins = np.concatenate([cols.ravel(), (cols[a] * k + cols[b] + k).ravel()])
-            self.terms.append((bins, coef, u, a.size))
-            mass += np.bincount(bins[: u * M], np.tile(coef, u), k)
+            a, b = np.triu_indices(idx.shape[1], 1)
+            members = np.ascontiguousarray(idx.T)  # [u, M]: bins of R and of the rejection part of the diagonal
+            pairs = members[a] * k + members[b]  # [u(u-1)/2, M]: bins i k + j (i < j) of the off-diagonal
+            self.terms.append((members, pairs, coef))
+            for col in members:
+                mass += np.bincount(col, coef, k)
         self.mass = mass[None]  # [1, k]
-        self.total = np.array([sum(float(coef.sum()) for _bins, coef, *_ in self.terms)])
-        self._cache = None
+        self.total = np.array([sum(float(coef.sum()) for *_, coef in self.terms)])
+        self._cache = None  # (alpha, w, [(W, c / W) per term group]) of the last row_sums
+        self._w_cache = None  # (alpha, [W per term group]) of the last evaluation
 
-    def _weights(self, w: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, int, int]]:
-        """Per term group: (bins, coef, W [M], u, number of pairs), W = sigma + w(U)."""
+    def _weights(self, alpha: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """w = e^alpha and, per term group, W_U = sigma + w(U) [M] (kept for the next call at the same alpha)."""
+        cached, self._w_cache = self._w_cache, None
+        if cached is not None and cached[0] is alpha:  # (each cached evaluation is reused once)
+            return cached[1], cached[2]
+        w = np.exp(alpha[0])
         out = []
-        for bins, coef, u, n_pairs in self.terms:
-            M = coef.size
-            W = np.take(w, bins[:M])
-            for c in range(1, u):
-                W += np.take(w, bins[c * M : (c + 1) * M])
+        for members, _pairs, _coef in self.terms:
+            W = np.take(w, members[0])
+            for col in members[1:]:
+                W += np.take(w, col)
             if self.sigma:
                 W += self.sigma
-            out.append((bins, coef, W, u, n_pairs))
-        return out
+            out.append(W)
+        self._w_cache = (alpha, w, out)
+        return w, out
 
     def value(self, alpha: np.ndarray) -> np.ndarray:
-        w = np.exp(alpha[0])
+        _, Ws = self._weights(alpha)
         f = -(self.t[0] @ alpha[0])
-        for _bins, coef, W, _u, _np in self._weights(w):
+        for (_members, _pairs, coef), W in zip(self.terms, Ws, strict=True):
             f += coef @ np.log(W)
         return np.array([f])
 
     def row_sums(self, alpha: np.ndarray) -> np.ndarray:
-        w = np.exp(alpha[0])
+        w, Ws = self._weights(alpha)
         R = np.zeros(self.k)
         rejected = 0.0
         groups = []
-        for bins, coef, W, u, n_pairs in self._weights(w):
+        for (members, _pairs, coef), W in zip(self.terms, Ws, strict=True):
             r = coef / W  # [M]: c_U / W_U
             rejected += r.sum()
-            R += np.bincount(bins[: u * coef.size], np.tile(r, u), self.k)
-            groups.append((bins, W, r, u + n_pairs))
+            for col in members:
+                R += np.bincount(col, r, self.k)
+            groups.append((W, r))
         self.rejected = np.array([self.sigma * rejected])
         self._cache = (alpha, w, groups)
         return (w * R)[None]
@@ -219,14 +239,19 @@ class SubsetTerms:
         self._cache = None
         _, w, groups = cached
         k = self.k
-        acc = np.zeros(k + k * k)
-        for bins, W, r, slots in groups:
-            acc += np.bincount(bins, np.tile(r / W, slots), k + k * k)  # c_U / W_U^2 into members and pairs
-        off = acc[k:].reshape(k, k)
-        H = off + off.T  # [k, k]: sum_{U ni i, j} c_U / W_U^2 (zero diagonal)
+        rej = np.zeros(k)  # sum_{U ni i} c_U / W_U^2
+        off = np.zeros(k * k)  # sum_{U ni i, j} c_U / W_U^2, i < j
+        for (members, pairs, _coef), (W, r) in zip(self.terms, groups, strict=True):
+            v = r / W  # [M]: c_U / W_U^2
+            for col in members:
+                rej += np.bincount(col, v, k)
+            for col in pairs:
+                off += np.bincount(col, v, k * k)
+        off = off.reshape(k, k)
+        H = off + off.T  # [k, k] (zero diagonal)
         H *= w[:, None]
         H *= w[None, :]
-        diag = self.sigma * w * acc[:k] + H.sum(1)
+        diag = self.sigma * w * rej + H.sum(1)
         np.negative(H, out=H)
         H.reshape(-1)[:: k + 1] = diag
         return H[None]
@@ -306,7 +331,7 @@ def newton(evaluator, alpha: np.ndarray, free: np.ndarray, tol: np.ndarray, stal
             if far.any():  # (not where alpha already solves the block)
                 far &= np.abs(g if pinned is None else np.where(free, g, 0.0)).sum(-1) > tol
             if far.any():
-                shift = np.log(np.where(far, evaluator.rejected / reject_target, 1.0))  # [nb], > SHIFT_MIN where far
+                shift = np.log(np.where(far, evaluator.rejected, 1.0) / np.where(far, reject_target, 1.0))  # [nb]
                 alpha = np.clip(alpha + np.minimum(shift, ALPHA_CLIP)[:, None] * free, -ALPHA_CLIP, ALPHA_CLIP)
                 g = evaluator.gradient(alpha)
         if pinned is not None:
@@ -318,13 +343,7 @@ def newton(evaluator, alpha: np.ndarray, free: np.ndarray, tol: np.ndarray, stal
         done |= (best_g <= tol) | ((stall >= 3) & (best_g <= stall_level))
         if done.all():
             break
-        H = evaluator.hessian(alpha)  # [nb, K, K], ours to modify
-        if pinned is not None:  # fixed variables: identity rows and columns (their g is 0, so is their step)
-            b, i = pinned
-            H[b, i, :] = 0.0
-            H[b, :, i] = 0.0
-            H[b, i, i] = 1.0
-        step = _solve(H, -g, np.minimum(0.1, gn / scale))  # [nb, K]
+        step = _newton_step(evaluator, alpha, g, pinned, np.minimum(0.1, gn / scale))  # [nb, K]
         step[done] = 0.0
         if not np.isfinite(step).all():
             step = np.where(np.isfinite(step), step, 0.0)
@@ -338,7 +357,8 @@ def newton(evaluator, alpha: np.ndarray, free: np.ndarray, tol: np.ndarray, stal
             if outside.any():
                 clipped = np.clip(step, -cap[:, None], cap[:, None])
                 descent = (g * clipped).sum(-1) < 0.0
-                step = np.where(descent[:, None], clipped, step * np.minimum(1.0, cap / np.abs(step).max(-1))[:, None])
+                shorten = np.minimum(1.0, cap / np.maximum(np.abs(step).max(-1), 1e-300))[:, None]
+                step = np.where(descent[:, None], clipped, step * shorten)
                 capped = capped | (outside & ~descent)
                 limited = capped | outside
         slope = (g * step).sum(-1)  # [nb]: phi'(0)
@@ -360,15 +380,17 @@ def newton(evaluator, alpha: np.ndarray, free: np.ndarray, tol: np.ndarray, stal
             accepted |= end_slope <= ARMIJO * slope
             grow = limited & (end_slope <= 0.5 * slope) & ~unbounded
             shrink = limited & (end_slope > 0.0)
-            if not accepted.all():  # Armijo backtracking on f, only here
-                f = evaluator.value(alpha)
+            if not accepted.all():  # Armijo backtracking on f (only for these blocks where the evaluator allows)
+                test = np.flatnonzero(~accepted)  # [m]
+                f = _values(evaluator, alpha, test)
                 f_slack = 1e-13 * (1.0 + np.abs(f))
                 lam = np.ones(nb)
+                ok = np.zeros(test.size, dtype=bool)
                 for _ in range(60):
-                    accepted |= evaluator.value(trial) <= f + ARMIJO * lam * slope + f_slack
-                    if accepted.all():
+                    ok |= _values(evaluator, trial, test) <= f + ARMIJO * lam[test] * slope[test] + f_slack
+                    if ok.all():
                         break
-                    lam = np.where(accepted, lam, 0.5 * lam)
+                    lam[test[~ok]] *= 0.5
                     trial = np.clip(alpha + lam[:, None] * step, -ALPHA_CLIP, ALPHA_CLIP)
                 shortened = lam < 1.0
                 if shortened.any():
@@ -384,6 +406,13 @@ def newton(evaluator, alpha: np.ndarray, free: np.ndarray, tol: np.ndarray, stal
         best_alpha = np.where((gn < best_g)[:, None], alpha, best_alpha)
         best_g = np.minimum(best_g, gn)
     return best_alpha, best_g, it
+
+
+def _values(evaluator, alpha: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """f of the blocks ``rows`` only (``[m]``): evaluated for those blocks alone where the evaluator allows."""
+    if isinstance(evaluator, PairwiseN2) and rows.size < alpha.shape[0]:
+        return evaluator.value(alpha[rows], rows)
+    return evaluator.value(alpha)[rows]
 
 
 def _newton_one(evaluator, alpha: np.ndarray, free: np.ndarray, tol: float, stall_level: float,
@@ -425,13 +454,7 @@ def _newton_one(evaluator, alpha: np.ndarray, free: np.ndarray, tol: float, stal
             best_alpha, best_g = alpha, gn
         if best_g <= tol or (stall >= 3 and best_g <= stall_level):
             break
-        H = evaluator.hessian(alpha)  # [1, K, K]
-        if pinned is not None:
-            _, i = pinned
-            H[0, i, :] = 0.0
-            H[0, :, i] = 0.0
-            H[0, i, i] = 1.0
-        step = _solve_one(H, -g, min(0.1, gn / scale))  # [1, K]
+        step = _newton_step(evaluator, alpha, g, pinned, np.array([min(0.1, gn / scale)]))  # [1, K]
         big = float(np.abs(step if minor is None else np.where(minor, 0.0, step)).max())
         if not math.isfinite(big):
             step = np.where(np.isfinite(step), step, 0.0)
@@ -492,6 +515,32 @@ def _newton_one(evaluator, alpha: np.ndarray, free: np.ndarray, tol: float, stal
     return best_alpha, np.array([best_g]), it
 
 
+def _newton_step(evaluator, alpha: np.ndarray, g: np.ndarray, pinned: tuple | None,
+                 forcing: np.ndarray) -> np.ndarray:
+    """s = -H^-1 g with the fixed variables' rows and columns of H replaced by the identity (their g is 0, so is
+    their step). Large n = 2 blocks: matrix-free PCG on H = diag(D) - 2 (u u^T) * S (no pass to assemble H)."""
+    nb, K = g.shape
+    if K >= CG_MIN_SIZE and hasattr(evaluator, "hessian_parts"):
+        S, u, diag = evaluator.hessian_parts(alpha)
+        if pinned is not None:
+            u[pinned] = 0.0
+            diag[pinned] = 1.0
+
+        def matvec(d: np.ndarray) -> np.ndarray:  # H d
+            return diag * d - 2.0 * u * np.matmul(S, (u * d)[:, :, None])[..., 0]
+
+        return _pcg(matvec, diag, -g, forcing)
+    H = evaluator.hessian(alpha)  # [nb, K, K], ours to modify
+    if pinned is not None:
+        b, i = pinned
+        H[b, i, :] = 0.0
+        H[b, :, i] = 0.0
+        H[b, i, i] = 1.0
+    if nb == 1:
+        return _solve_one(H, -g, float(forcing[0]))
+    return _solve(H, -g, forcing)
+
+
 def _solve(H: np.ndarray, rhs: np.ndarray, forcing: np.ndarray) -> np.ndarray:
     """Solve the SPD systems ``H [nb, K, K] x = rhs [nb, K]``.
 
@@ -537,12 +586,19 @@ def _solve_one(H: np.ndarray, rhs: np.ndarray, forcing: float) -> np.ndarray:
 
 
 def pcg(H: np.ndarray, rhs: np.ndarray, forcing: np.ndarray, max_iter: int | None = None) -> np.ndarray:
-    """Batched Jacobi-preconditioned CG for SPD ``H [nb, K, K] x = rhs [nb, K]`` to ``||r|| <= forcing ||rhs||``.
+    """Batched Jacobi-preconditioned CG for SPD ``H [nb, K, K] x = rhs [nb, K]`` to ``||r|| <= forcing ||rhs||``;
+    H d is one batched BLAS product."""
+    nb, K = rhs.shape
+    return _pcg(lambda d: np.matmul(H, d[:, :, None])[..., 0], H.reshape(nb, K * K)[:, :: K + 1], rhs, forcing,
+                max_iter)
 
-    Blocks that reached their goal keep x (their step length is set to 0); H d is one batched BLAS product."""
+
+def _pcg(matvec, diag: np.ndarray, rhs: np.ndarray, forcing: np.ndarray, max_iter: int | None = None) -> np.ndarray:
+    """CG behind :func:`pcg`: ``matvec(d [nb, K]) = H d``, Jacobi preconditioner ``diag [nb, K]`` = diag(H).
+    Blocks that reached their goal keep x (their step length is set to 0)."""
     nb, K = rhs.shape
     max_iter = K if max_iter is None else max_iter
-    inv_diag = 1.0 / np.maximum(H.reshape(nb, K * K)[:, :: K + 1], 1e-300)  # [nb, K]
+    inv_diag = 1.0 / np.maximum(diag, 1e-300)  # [nb, K]
     x = np.zeros_like(rhs)
     r = rhs.copy()
     z = inv_diag * r
@@ -554,7 +610,7 @@ def pcg(H: np.ndarray, rhs: np.ndarray, forcing: np.ndarray, max_iter: int | Non
         active = (r * r).sum(-1) > goal
         if not active.any():
             break
-        Hd = np.matmul(H, d[:, :, None])[..., 0]  # [nb, K]
+        Hd = matvec(d)  # [nb, K]
         dHd = (d * Hd).sum(-1)
         step = np.where(active & (dHd > 0), rz / np.where(dHd > 0, dHd, 1.0), 0.0)[:, None]  # [nb, 1]
         x += step * d

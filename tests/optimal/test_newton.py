@@ -58,7 +58,8 @@ def test_evaluators_match_the_objective_term_by_term(n: int, sigma: float) -> No
 
 
 def test_pairwise_padding_and_batching() -> None:
-    """A padded batch of two blocks gives each block's own row sums, value and Hessian."""
+    """A padded batch of two blocks gives each block's own row sums, value (also for a subset of the blocks)
+    and Hessian."""
     rng = np.random.default_rng(3)
     (q1, n1, t1), (q2, n2, t2) = _block(rng, 4), _block(rng, 6)
     a1, a2 = rng.normal(size=4), rng.normal(size=6)
@@ -77,6 +78,7 @@ def test_pairwise_padding_and_batching() -> None:
         np.testing.assert_allclose(f[b], one.value(aa[None])[0], rtol=1e-14)
         np.testing.assert_allclose(H[b, :k, :k], one.hessian(aa[None])[0], rtol=1e-13, atol=1e-300)
     assert np.all(rows[0, 4:] == 0.0)
+    np.testing.assert_allclose(batch.value(alpha[1:], np.array([1])), f[1:], rtol=1e-14)
 
 
 def test_pcg_matches_a_dense_solve() -> None:

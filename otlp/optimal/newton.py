@@ -386,12 +386,13 @@ def newton(evaluator, alpha: np.ndarray, free: np.ndarray, tol: np.ndarray, stal
                 f_slack = 1e-13 * (1.0 + np.abs(f))
                 lam = np.ones(nb)
                 ok = np.zeros(test.size, dtype=bool)
+                trial = trial.copy()  # (the blocks already accepted keep their trial point)
                 for _ in range(60):
                     ok |= _values(evaluator, trial, test) <= f + ARMIJO * lam[test] * slope[test] + f_slack
                     if ok.all():
                         break
                     lam[test[~ok]] *= 0.5
-                    trial = np.clip(alpha + lam[:, None] * step, -ALPHA_CLIP, ALPHA_CLIP)
+                    trial[test] = np.clip(alpha[test] + lam[test, None] * step[test], -ALPHA_CLIP, ALPHA_CLIP)
                 shortened = lam < 1.0
                 if shortened.any():
                     g_trial = evaluator.gradient(trial)

@@ -63,9 +63,10 @@ def positive_block_mass(null_mass: np.ndarray, q: np.ndarray, n: int) -> np.ndar
     return sum(comb(n, j) * null_mass ** (n - j) * q**j for j in range(1, n + 1))
 
 
-def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True) -> InstanceSolution:
-    """Records, groups, peeling of inner groups, targets and the closed forms for singleton leaves; leaves of
-    size >= 2 are left at 0 for :func:`solve_instances`."""
+def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: int = 2) -> InstanceSolution:
+    """Records, groups, peeling, targets and the closed forms for singleton leaves; leaves of size >= 2 are left
+    at 0 for :func:`solve_instances`. Only groups and leaves of at least ``peel_min`` tokens are peeled (the
+    batched path leaves small ones to the batched Newton, which is cheaper there)."""
     cuts = block_records(p, q, n)
     V = p.size
     order, psi, rec = cuts.order, cuts.psi, cuts.records
@@ -131,7 +132,7 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True) -> Instance
             leaf_null[lf], leaf_inner[lf] = float(nm), inner_here
             leaf_start[lf], leaf_stop[lf] = s + a, s + b
             leaf_of_pos[s + a : s + b] = lf
-            if b - a >= 2 and depth + 1 <= MAX_PEEL_DEPTH:
+            if b - a >= max(peel_min, 2) and depth + 1 <= MAX_PEEL_DEPTH:
                 child = len(node_fallback)
                 node_fallback.append(False)
                 node_depth.append(depth + 1)
@@ -144,7 +145,7 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True) -> Instance
         return True
 
     if peel and n >= 2:
-        for j in np.flatnonzero(sizes >= 2):
+        for j in np.flatnonzero(sizes >= max(peel_min, 2)):
             s, e = int(starts[j]), int(stops[j])
             inner_j = bool(cuts.inner[j])
             slack = float(psi[s] - psi[e]) if inner_j else 0.0  # c(G) - p(G), stable (suffix form of psi)

@@ -60,7 +60,7 @@ def test_conjugate_gradient_route_is_exact(monkeypatch: pytest.MonkeyPatch) -> N
             check_exact(p, q, n)
 
 
-def test_batch_matches_single_solves() -> None:
+def test_batch_rows_are_exact_and_match_their_own_rules() -> None:
     rng = np.random.default_rng(4)
     B, V = 24, 30
     pairs = [FAMILIES["heavy"](rng, V) for _ in range(B)]
@@ -72,9 +72,9 @@ def test_batch_matches_single_solves() -> None:
     for b in range(B):
         single = OptimalTransport.from_arrays(P[b], Q[b], 2)
         assert abs(batch.alpha[b] - single.alpha) == 0.0
-        np.testing.assert_allclose(slices[b], single.slice(omegas[b]), atol=1e-12)
-    # the batch of a few small instances is exact by enumeration too
-    for b in range(3):
+        # the batch may pick another optimal rule (it peels only large blocks): row-wise slices agree with the
+        # batch's own per-row rule, and every row is exact by enumeration
+        np.testing.assert_allclose(slices[b], batch[b].slice(omegas[b]), atol=1e-12)
         law, acc = enumerate_rule(batch[b], otlp.IID(Q[b], 2))
         assert np.abs(law - P[b]).sum() < TOL and abs(acc - batch.alpha[b]) < TOL
 

@@ -15,7 +15,7 @@ from otlp.decode.loop import decode, sample_target
 from otlp.decode.metrics import compare_token_laws
 from otlp.decode.models import LanguageModel
 from otlp.decode.registry import available_verifiers
-from otlp.errors import InputError
+from otlp.errors import InputError, ModelTooLargeError
 
 DEFAULT_PROMPTS = ("return the value of", "this module provides", "if the file does not exist",
                    "raise an exception when")
@@ -133,7 +133,11 @@ def run_decode_cli(args: argparse.Namespace) -> int:
             report["baseline"] = {**info, "token_law": compare_token_laws(result.tokens, plain,
                                                                           pair.target.vocab_size)}
     except InputError as exc:
-        print(f"otlp decode: error: {exc}", file=sys.stderr)
+        hint = ""
+        if isinstance(exc, ModelTooLargeError) and args.top_k is None:
+            # the exact rule's leaves at n >= 3 on a full vocabulary: sampling with --top-k bounds the support
+            hint = " (here: sample with --top-k, e.g. --top-k 100, which bounds the tokens the verifier sees)"
+        print(f"otlp decode: error: {exc}{hint}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report, indent=2))

@@ -48,6 +48,9 @@ class TransportBatch(Sequence):
         nnodes = np.array([t._node_fallback.size for t in self._items])
         node_off = np.concatenate([[0], np.cumsum(nnodes)[:-1]])  # [B]: global node ids
         self._node_fallback = np.concatenate([t._node_fallback for t in self._items])
+        # class chains: per token [B, V] (rank, finite hazard above, certain slots above), per node (concatenated)
+        self._class_tokens = [np.stack([t._class[i] for t in self._items]) for i in range(3)]
+        self._class_nodes = [np.concatenate([t._class[i] for t in self._items]) for i in range(3, 7)]
         chain_node = np.stack([t._chain_node for t in self._items])  # [B, V]
         self._chain_node = np.where(chain_node >= 0, chain_node + node_off[:, None], -1)
         D = max(t._path.shape[1] for t in self._items)
@@ -71,9 +74,12 @@ class TransportBatch(Sequence):
         if w.shape != (len(self), self.n):
             raise InputError(f"omegas must have shape [B, n] = [{len(self)}, {self.n}], got {w.shape}")
         r = self._rows[:, None]
+        class_data = None
+        if self._class_nodes[0].any():
+            class_data = (*(x[r, w] for x in self._class_tokens), *self._class_nodes)
         return evaluate_rule(w, self._position[r, w], self._path[r, w], self._chain_node[r, w], self._leaf[r, w],
                              self._log_w[r, w], self._fire[r, w], self._rank[r, w], self._leaf_inner,
-                             self._node_fallback)
+                             self._node_fallback, class_data)
 
     def slices(self, omegas: np.ndarray) -> np.ndarray:
         """pi(· | omega_b) for one tuple per row: ``[B, n]`` -> ``float [B, V]``."""

@@ -12,7 +12,8 @@ highest-positioned token of omega (strict priority between groups), at each peel
    in it: outer leaf w_i / w(U), inner leaf w_i / (1 + w(U)) with the rest rejected.
 
 An unpeeled group is a root node with an empty chain and one leaf. The loop runs over the nesting depth (at
-most ``MAX_PEEL_DEPTH + 1`` levels), never over tokens.
+most ``MAX_PEEL_DEPTH + 1`` levels), never over tokens. A group solved as one water-filling class chain
+(:mod:`.waterfill`) is evaluated by :func:`class_chain_rule` instead.
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ import numpy as np
 
 def evaluate_rule(w: np.ndarray, pos: np.ndarray, path: np.ndarray, chain_node: np.ndarray, leaf: np.ndarray,
                   log_w: np.ndarray, fire: np.ndarray, rank: np.ndarray, leaf_inner: np.ndarray,
-                  node_fallback: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                  node_fallback: np.ndarray, class_data: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Accept probabilities per slot and the rejection probability.
 
     ``w, pos, chain_node, leaf, log_w, fire, rank: [M, n]`` are the token ids and the per-token data gathered at
     them (leaf = -1 for a chain token, chain_node = -1 for a leaf token); ``path: [M, n, D]`` the peel node of
     each token at each depth (depth 0: the root node of its group, ids unique across groups; -1 below the
     token's deepest node); ``leaf_inner: bool [L]`` by leaf, ``node_fallback: bool [nodes]`` by node.
-    Returns ``(accept [M, n], reject [M])``; a repeated token counts on its first slot only.
+    ``class_data = (class_rank [M, n], class_lam [M, n], node_class, node_beta, node_hazard [nodes])`` for
+    instances with class-chain groups (None: none). Returns ``(accept [M, n], reject [M])``; a repeated token
+    counts on its first slot only.
     """
     M, n = w.shape
     D = path.shape[2]
@@ -83,4 +86,56 @@ def evaluate_rule(w: np.ndarray, pos: np.ndarray, path: np.ndarray, chain_node: 
             reject += np.where(to_leaf, alive * slack / z, 0.0)
             active &= ~to_leaf
         current = np.where(active, child, current)
+    if class_data is not None:
+        class_rank, class_lam, class_certain, node_class, node_beta, node_hazard, node_certain = class_data
+        root = path[rows, pos.argmax(1), 0]  # [M]
+        cls = node_class[root]
+        if cls.any():
+            acc_c, rej_c = class_chain_rule(w, in_group & cls[:, None], class_rank, class_lam, class_certain,
+                                            node_beta[root], node_hazard[root], node_certain[root])
+            accept = np.where(cls[:, None], acc_c, accept)
+            reject = np.where(cls, rej_c, reject)
+    return accept, reject
+
+
+def class_chain_rule(w: np.ndarray, in_group: np.ndarray, class_rank: np.ndarray, class_lam: np.ndarray,
+                     class_certain: np.ndarray, beta: np.ndarray, total: np.ndarray,
+                     total_certain: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The water-filling class chain on tuples (:mod:`.waterfill`): ``w, in_group, class_rank: [M, n]`` (the
+    group's draws and their ranks by ratio), ``class_lam, class_certain: [M, n]`` (finite hazard and number of
+    certain slots above each draw), ``beta, total, total_certain: [M]``.
+
+    With the group's draws sorted by rank d_1 >= ... >= d_c, piece k holds the top k draws with hazard
+    h_k = Lambda(d_{k+1} + 1) - Lambda(d_k + 1) (Lambda(d_{c+1} + 1) = total; infinite if the piece holds a
+    certain slot) and fires with probability reach_k (1 - e^{-k h_k}), shared equally; what is left gives each
+    draw beta / c and rejects 1 - beta. Returns ``(accept [M, n], reject [M])`` with a repeated token's draws
+    summed on its first slot.
+    """
+    M, n = w.shape
+    key = np.where(in_group, class_rank, -1)
+    order = np.argsort(-key, axis=1, kind="stable")  # [M, n]: the group's draws by rank, descending, then the rest
+    c = in_group.sum(1)  # [M]
+    valid = np.arange(1, n + 1)[None, :] <= c[:, None]  # [M, n]: sorted position k is a group draw
+    hazard = []
+    for per_token, whole in ((class_lam, total), (class_certain, total_certain)):
+        at = np.where(valid, np.take_along_axis(per_token, order, axis=1), whole[:, None])  # Lambda(d_k + 1)
+        nxt = np.concatenate([at[:, 1:], whole[:, None]], axis=1)  # Lambda(d_{k+1} + 1)
+        hazard.append(np.where(valid, np.maximum(nxt - at, 0.0), 0.0))
+    h = np.where(hazard[1] > 0, np.inf, hazard[0])  # [M, n]
+    per_draw = np.zeros((M, n))  # by sorted position
+    log_reach = np.zeros(M)
+    for k in range(1, n + 1):  # loop over the n pieces, not tokens
+        hk = h[:, k - 1]
+        fired = np.exp(log_reach) * -np.expm1(-k * hk)  # [M]
+        per_draw[:, :k] += (fired / k)[:, None]
+        log_reach = log_reach - k * hk
+    left = np.exp(log_reach)  # [M]
+    per_draw += np.where(valid, (left * beta / np.maximum(c, 1))[:, None], 0.0)
+    per_draw = np.where(valid, per_draw, 0.0)
+    slot = np.zeros((M, n))
+    np.put_along_axis(slot, order, per_draw, axis=1)  # [M, n] by slot
+    same = w[:, :, None] == w[:, None, :]
+    first = ~np.tril(same, -1).any(2)
+    accept = np.where(first, (same * slot[:, None, :]).sum(2), 0.0)
+    reject = np.where(c > 0, left * (1.0 - beta), 1.0)
     return accept, reject

@@ -165,6 +165,8 @@ class OptimalTransport:
         self._chain_node = inst.chain_node  # [V]
         self._path = inst.path  # [V, D]
         self._node_fallback = inst.node_fallback  # [nodes]
+        self._class = (inst.class_rank, inst.class_lam, inst.class_certain, inst.node_class, inst.node_beta,
+                       inst.node_hazard, inst.node_certain)
         self._log_w = inst.log_weight  # [V]
         self._residual_cdf = np.cumsum(self.residual)
 
@@ -240,7 +242,12 @@ class OptimalTransport:
         if self.route != "blocks":
             return self._lp.rule(w)
         return evaluate_rule(w, self._position[w], self._path[w], self._chain_node[w], self._leaf[w], self._log_w[w],
-                             self._fire[w], self._rank[w], self._leaf_inner, self._node_fallback)
+                             self._fire[w], self._rank[w], self._leaf_inner, self._node_fallback,
+                             self._class_data(w))
+
+    def _class_data(self, w: np.ndarray) -> tuple | None:
+        rank, lam, certain, node_class, beta, hazard, total_certain = self._class
+        return (rank[w], lam[w], certain[w], node_class, beta, hazard, total_certain) if node_class.any() else None
 
     def slices(self, omegas: np.ndarray) -> np.ndarray:
         """pi(· | omega) for many tuples: ``omegas int [M, n]`` -> ``float [M, V]``."""

@@ -1,5 +1,6 @@
-"""A block whose subset terms would not fit in memory is refused before allocating, with its size; peeling
-(otlp.optimal.peeling) shrinks such blocks first, so the refusal only concerns what is left after it."""
+"""A block whose subset terms would not fit in memory: the size guard refuses such terms before allocating, and the
+solver never asks for them: peeling (otlp.optimal.peeling) shrinks such blocks first, and a group whose leaves are
+still too big becomes a water-filling class chain (otlp.optimal.waterfill)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,18 @@ import otlp.optimal.solve as solve_module
 from otlp.optimal.coefficients import block_terms_bytes, check_block_size
 
 
-def test_large_block_at_n4_is_refused_with_its_size(monkeypatch: pytest.MonkeyPatch):
-    # p = q at V = 300: alpha* = 1 and one outer block of 300 tokens, C(300, 4) = 3.3e8 subset terms (tens of GiB).
+def test_large_block_at_n4_takes_the_class_chain_instead_of_subset_terms(monkeypatch: pytest.MonkeyPatch):
+    # p = q at V = 300 with peeling off: one outer block of 300 tokens, C(300, 4) = 3.3e8 subset terms (tens of
+    # GiB). It is not refused: the group becomes a water-filling class chain (no subset terms), exact to 1e-12.
     monkeypatch.setattr(solve_module, "peel_group", lambda *args: None)
     p = np.random.default_rng(0).dirichlet(np.ones(300))
-    with pytest.raises(otlp.ModelTooLargeError, match="block of 300 tokens at n = 4"):
-        otlp.optimal.OptimalTransport(p, otlp.IID(p, 4))
+    ot = otlp.optimal.OptimalTransport(p, otlp.IID(p, 4))
+    assert ot.alpha == 1.0 and ot.success and ot.row_error <= 1e-12
+    assert ot._inst.node_class[0] and not ot._inst.leaf_tokens
+    omegas = np.random.default_rng(1).choice(300, size=(2000, 4), p=p)
+    accept, reject = ot.rule(omegas)
+    np.testing.assert_allclose(accept.sum(1), 1.0, atol=1e-12)  # an outer block accepts every tuple
+    assert np.all(reject <= 1e-12)
 
 
 def test_the_same_block_peels_into_closed_forms():

@@ -1,0 +1,130 @@
+"""The water-filling class chain: a closed-form optimal rule for a whole group, any size, any n.
+
+For a group G (tokens sorted by increasing ratio r_i = t_i / q_i, local ranks 0..K-1, K-1 on top), null mass N,
+T = N + q(G), targets t with Hall's condition (every top set C_j = {j..K-1} has gap_j = T^n - H_j^n - t(C_j) >= 0,
+H_j = N + q(ranks < j)):
+
+* going down from the top, the *class* C_j (all members at the same remaining ratio) owns one priority slot:
+  every draw of a class member fires with the same probability a_j, and a fired slot outputs one of the fired
+  class draws uniformly at random; the slot is as long as it takes the class's remaining ratio to fall to
+  r_{j-1}, then token j-1 joins the class;
+* if nothing fired, one drafted draw of G is output uniformly at random with probability beta (beta = 1 for an
+  outer group), else the tuple is rejected.
+
+Peeling a slot of length x off the class C keeps every Hall gap of a set containing C exactly, and while C has
+the highest ratios every binding set contains it, so feasibility is never lost. The class mass y_j after step j
+solves one scalar equation, independent of the other steps,
+
+    (H_j + y)^n - H_j^n - r_{j-1} y = gap_j,      y in [0, q(C_j)]  (convex in y, unique root),
+
+then x_j = y_{j+1} + q_j - y_j and a_j = x_j / (y_{j+1} + q_j). By exchangeability a member's share of a slot
+is its current mass over the class mass, which gives the row sums. On a tuple whose group draws have ranks
+d_1 >= ... >= d_c, piece k (slots (d_{k+1}, d_k], d_{c+1} = 0) holds the top k draws with hazard
+h_k = Lambda(d_{k+1} + 1) - Lambda(d_k + 1), Lambda(j) = sum_{j' >= j} -log(1 - a_j'): it fires with probability
+reach_k (1 - e^{-k h_k}), shared equally by those k draws (evaluated in :func:`otlp.optimal.rule.evaluate_rule`).
+
+It needs no Newton and no subset terms, so the solver uses it where those fail: leaves whose subset terms would
+not fit in memory (n >= 3 on large vocabularies) and blocks whose Newton cannot reach machine precision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from otlp.optimal.peeling import _power_gap
+
+
+@dataclass(frozen=True)
+class ClassChain:
+    """The class chain of one group, every array in the caller's token order (``[K]``).
+
+    rank : the token's rank by increasing ratio t/q (stable); lam_above : Lambda(rank + 1), the finite hazard of
+    the slots above the token, and certain_above the number of those slots with a = 1 (infinite hazard);
+    total, total_certain : the same over every slot; beta : the final acceptance;
+    rows : the rule's row sums (slot accounting); fire : a_j of the slot at each token's rank (0 for rank 0).
+    """
+
+    rank: np.ndarray
+    lam_above: np.ndarray
+    certain_above: np.ndarray
+    total: float
+    total_certain: float
+    beta: float
+    rows: np.ndarray
+    fire: np.ndarray
+
+
+def class_chain(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float) -> ClassChain:
+    """The water-filling class chain of a group (``t, q: float [K]``, q > 0; ``slack`` = c(G) - t(G) >= 0, 0 for
+    an outer group, for which beta is 1)."""
+    K = t.size
+    r_all = t / q
+    order = np.argsort(r_all, kind="stable")  # [K]: ranks by increasing ratio
+    ts, qs, r = t[order], q[order], r_all[order]
+    Qc = np.concatenate([[0.0], np.cumsum(qs)])  # [K + 1]
+    top_t = np.concatenate([np.cumsum(ts[::-1])[::-1], [0.0]])  # [K + 1]: t(C_j)
+    top_q = np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])  # [K + 1]: q(C_j), summed from the top
+    H = null_mass + Qc[:-1]  # [K]
+    L = top_q[:-1]  # [K]
+    gap = np.maximum(_power_gap(H, L, n) - top_t[:-1], 0.0)  # [K]: T^n - H_j^n - t(C_j)
+    gap[0] = max(slack, 0.0)
+    r_below = np.concatenate([[0.0], r[:-1]])  # r_{j-1}
+    # safeguarded Newton on g(y) = (H + y)^n - H^n - r_below y - gap, g(0) <= 0 <= g(q(C_j)), g convex
+    lo, hi = np.zeros(K), L.copy()
+    y = L.copy()
+    for _ in range(200):
+        g = _power_gap(H, y, n) - r_below * y - gap
+        dg = n * (H + y) ** (n - 1) - r_below
+        lo = np.where(g <= 0, np.maximum(lo, y), lo)
+        hi = np.where(g >= 0, np.minimum(hi, y), hi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            new = y - g / np.where(dg > 0, dg, 1.0)
+        new = np.where((dg > 0) & (new > lo) & (new < hi), new, 0.5 * (lo + hi))
+        done = np.all(np.abs(new - y) <= 4e-17 * np.maximum(L, 1e-300))
+        y = new
+        if done:
+            break
+    y[0] = L[0]  # no slot for the whole group
+    before = np.concatenate([y[1:], [0.0]]) + qs  # class mass entering step j: y_{j+1} + q_j
+    x = np.clip(before - y, 0.0, before)  # slot length
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.where(before > 0, x / before, 0.0)
+    a[0] = 0.0
+    x[0] = 0.0
+    slot = _power_gap(H + y, x, n)  # [K]: the tuple mass a slot serves
+    share = np.where(before > 0, slot / np.where(before > 0, before, 1.0), 0.0)  # per unit of current class mass
+    share[0] = 0.0
+    capacity = float(_power_gap(np.array(null_mass), np.array(before[0]), n))  # the final class, nothing fired
+    left = float(top_t[0] - slot.sum())  # t(G) minus what the slots served
+    beta = min(max(left / capacity, 0.0), 1.0) if capacity > 0 else 0.0
+    if slack == 0:
+        beta = 1.0
+    # a member of rank i fires in the slots j <= i with current mass q_i prod_{j < j' <= i} (1 - a_j'), so
+    # R_i = q_i (S_i + F_i * final) with S_i = share_i + (1 - a_i) S_{i-1} and F_i = prod_{j' <= i} (1 - a_j'):
+    # a first-order recurrence with varying coefficients, run over plain floats
+    keep = (1.0 - a).tolist()
+    sh = share.tolist()
+    acc = [0.0] * K
+    reach = [0.0] * K
+    s_, f_ = 0.0, 1.0
+    for i in range(K):
+        s_ = sh[i] + keep[i] * s_
+        f_ = keep[i] * f_
+        acc[i], reach[i] = s_, f_
+    final = beta * capacity / before[0] if before[0] > 0 else 0.0
+    rows_sorted = qs * (np.asarray(acc) + np.asarray(reach) * final)
+    certain = a >= 1.0  # [K]: slots that fire for sure (infinite hazard), counted apart from the finite hazard
+    lam = -np.log1p(-np.where(certain, 0.0, a))  # [K] finite hazard of slot j
+    Lam = np.concatenate([np.cumsum(lam[::-1])[::-1], [0.0]])  # [K + 1]: Lambda(j), finite part
+    Cnt = np.concatenate([np.cumsum(certain[::-1])[::-1], [0]]).astype(np.float64)  # [K + 1]: certain slots >= j
+    rank = np.empty(K, dtype=np.int64)
+    rank[order] = np.arange(K)
+    rows = np.empty(K)
+    rows[order] = rows_sorted
+    fire = np.empty(K)
+    fire[order] = a
+    top = 1 if K > 1 else 0
+    return ClassChain(rank=rank, lam_above=Lam[rank + 1], certain_above=Cnt[rank + 1], total=float(Lam[top]),
+                      total_certain=float(Cnt[top]), beta=float(beta), rows=rows, fire=fire)

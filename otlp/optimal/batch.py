@@ -1,8 +1,9 @@
 """Batched exact OT: many (p, q) pairs with the same V and n solved together (one drafted tuple per row).
 
-The block programs of all rows are pooled: for n = 2 they are padded into size buckets and one batched Newton
-runs per bucket (``otlp.optimal.solve``), which removes the per-pair Python overhead of a decode loop with a
-batch of sequences; small blocks are left to that pooled Newton rather than peeled (``BATCH_PEEL_MIN``).
+By default (n >= 2) every group of every row is a water-filling class chain computed on ``[B, V]`` arrays
+(:mod:`.class_batch`): no per-pair Python work, 6x less time per pair than looping over
+:class:`OptimalTransport` at B = 64, V = 100, n = 2. ``method="blocks"`` pools the rows' block programs instead:
+peeling per row (blocks of at least ``BATCH_PEEL_MIN`` tokens at n = 2) and one batched Newton per size bucket.
 :class:`TransportBatch` then evaluates or samples the rule for one tuple per row, vectorised.
 """
 
@@ -14,13 +15,13 @@ import numpy as np
 
 from otlp.distributions import check_n
 from otlp.errors import InputError
+from otlp.optimal.class_batch import class_chain_batch
 from otlp.optimal.rule import evaluate_rule
 from otlp.optimal.solve import prepare, solve_instances
 from otlp.optimal.transport import OptimalTransport, truncate_top_k
 
-#: at n = 2 the batched path peels only groups (and leaves) of at least this many tokens: smaller ones cost less in
-#: the pooled Newton than in a per-group peel search (B = 64, V = 100, n = 2: 1.08 -> 0.81 ms per pair). The rule may
-#: then differ from the single path's: both are exact optimal rules (the optimal plan is not unique).
+#: ``method="blocks"`` at n = 2 peels only groups (and leaves) of at least this many tokens: smaller ones cost less
+#: in the pooled Newton than in a per-group peel search (B = 64, V = 100, n = 2: 1.08 -> 0.81 ms per pair).
 BATCH_PEEL_MIN = 33
 
 
@@ -104,10 +105,14 @@ class TransportBatch(Sequence):
         return out
 
 
-def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = None) -> TransportBatch:
-    """Solve ``OptimalTransport(p[b], IID(q[b], n))`` for every row b at once.
+def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = None,
+                method: str = "class_chains") -> TransportBatch:
+    """The exact optimal rule for ``p[b], IID(q[b], n)`` for every row b at once.
 
-    ``p, q: float [B, V]`` (each row a distribution). Returns a :class:`TransportBatch`.
+    ``p, q: float [B, V]`` (each row a distribution). ``method="class_chains"`` (default, n >= 2) makes every group
+    of every row a water-filling class chain, vectorised over the whole batch (:mod:`.class_batch`);
+    ``"blocks"`` solves each row as :class:`OptimalTransport` does (peeling, pooled Newton). Both are exact optimal
+    rules with the same alpha*, but not the same plan. Returns a :class:`TransportBatch`.
     """
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
@@ -116,9 +121,16 @@ def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = Non
     n = check_n(n)
     _check_rows(p, "p")
     _check_rows(q, "q")
-    peel_min = BATCH_PEEL_MIN if n == 2 else 2  # n >= 3 leaves are solved one by one: peel them all
-    insts = [prepare(p[b], truncate_top_k(q[b], top_k), n, peel_min=peel_min) for b in range(p.shape[0])]
-    solve_instances(insts)
+    if top_k is not None:
+        q = np.stack([truncate_top_k(row, top_k) for row in q])
+    if method == "class_chains" and n >= 2:
+        insts = class_chain_batch(p, q, n)
+    elif method in ("class_chains", "blocks"):
+        peel_min = BATCH_PEEL_MIN if n == 2 else 2  # n >= 3 leaves are solved one by one: peel them all
+        insts = [prepare(p[b], q[b], n, peel_min=peel_min) for b in range(p.shape[0])]
+        solve_instances(insts)
+    else:
+        raise InputError(f"method must be 'class_chains' or 'blocks', got {method!r}")
     return TransportBatch([OptimalTransport._from_instance(inst) for inst in insts])
 
 

@@ -72,8 +72,8 @@ def test_batch_rows_are_exact_and_match_their_own_rules() -> None:
     for b in range(B):
         single = OptimalTransport.from_arrays(P[b], Q[b], 2)
         assert abs(batch.alpha[b] - single.alpha) == 0.0
-        # the batch may pick another optimal rule (it peels only large blocks): row-wise slices agree with the
-        # batch's own per-row rule, and every row is exact by enumeration
+        # the batch picks another optimal rule (class chains): row-wise slices agree with the batch's own
+        # per-row rule, and every row is exact by enumeration
         np.testing.assert_allclose(slices[b], batch[b].slice(omegas[b]), atol=1e-12)
         law, acc = enumerate_rule(batch[b], otlp.IID(Q[b], 2))
         assert np.abs(law - P[b]).sum() < TOL and abs(acc - batch.alpha[b]) < TOL

@@ -81,8 +81,10 @@ def class_chain(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: f
         hi = np.where(g >= 0, np.minimum(hi, y), hi)
         with np.errstate(divide="ignore", invalid="ignore"):
             new = y - g / np.where(dg > 0, dg, 1.0)
-        new = np.where((dg > 0) & (new > lo) & (new < hi), new, 0.5 * (lo + hi))
-        done = np.all(np.abs(new - y) <= 4e-17 * np.maximum(L, 1e-300))
+        new = np.where((dg > 0) & (new >= lo) & (new <= hi), new, 0.5 * (lo + hi))
+        # converged: the step is at the rounding of y (or ~0 next to q(C)), or g is zero within its own rounding
+        done = np.all((np.abs(new - y) <= 4.5e-16 * y + 1e-17 * L)
+                      | (np.abs(g) <= 1e-15 * (_power_gap(H, y, n) + r_below * y + gap)))
         y = new
         if done:
             break

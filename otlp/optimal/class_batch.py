@@ -18,6 +18,7 @@ import numpy as np
 from otlp.optimal.blocks import BlockCuts
 from otlp.optimal.peeling import _power_gap
 from otlp.optimal.solve import InstanceSolution
+from otlp.optimal.waterfill import slot_mass
 
 
 def _psi_rows(ps: np.ndarray, qs: np.ndarray, n: int) -> np.ndarray:
@@ -101,22 +102,7 @@ def class_chain_batch(P: np.ndarray, Q: np.ndarray, n: int) -> list[InstanceSolu
     r_below = np.where(first, 0.0, np.concatenate([zeros, r[:, :-1]], axis=1))
     gap = np.where(first, np.where(inner_pos, psi_s - psi_e, 0.0), psi[:, :V] - psi_e)
     gap = np.maximum(gap, 0.0)
-    # class mass y after each step: (H + y)^n - H^n - r_below y = gap, y in [0, L] (safeguarded Newton)
-    lo, hi, y = np.zeros((B, V)), L.copy(), L.copy()
-    for _ in range(200):
-        g = _power_gap(H, y, n) - r_below * y - gap
-        dg = n * (H + y) ** (n - 1) - r_below
-        lo = np.where(g <= 0, np.maximum(lo, y), lo)
-        hi = np.where(g >= 0, np.minimum(hi, y), hi)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            new = y - g / np.where(dg > 0, dg, 1.0)
-        new = np.where((dg > 0) & (new >= lo) & (new <= hi), new, 0.5 * (lo + hi))
-        # converged: the step is at the rounding of y (or ~0 next to q(C)), or g is zero within its own rounding
-        done = np.all((np.abs(new - y) <= 4.5e-16 * y + 1e-17 * L)
-                      | (np.abs(g) <= 1e-15 * (_power_gap(H, y, n) + r_below * y + gap)))
-        y = new
-        if done:
-            break
+    y = slot_mass(H, L, r_below, gap, n)  # class mass after each step (waterfill.slot_mass)
     y = np.where(first, L, y)
     last = np.zeros((B, V), dtype=bool)
     last[:, :-1] = end[:, :-1] == idx[:, :-1] + 1

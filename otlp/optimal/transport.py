@@ -27,10 +27,7 @@ import numpy as np
 from otlp.distributions import check_distribution, check_n
 from otlp.errors import InputError
 from otlp.optimal.rule import evaluate_rule
-from otlp.optimal.solve import InstanceSolution, prepare, solve_instances
-
-#: ||R - t||_1 per block above which a solve counts as failed (a Newton that did not reach machine precision).
-SUCCESS_TOLERANCE = 1e-12
+from otlp.optimal.solve import SUCCESS_TOLERANCE, InstanceSolution, prepare, solve_instances
 
 
 @dataclass(frozen=True)

@@ -71,23 +71,7 @@ def class_chain(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: f
     gap = np.maximum(_power_gap(H, L, n) - top_t[:-1], 0.0)  # [K]: T^n - H_j^n - t(C_j)
     gap[0] = max(slack, 0.0)
     r_below = np.concatenate([[0.0], r[:-1]])  # r_{j-1}
-    # safeguarded Newton on g(y) = (H + y)^n - H^n - r_below y - gap, g(0) <= 0 <= g(q(C_j)), g convex
-    lo, hi = np.zeros(K), L.copy()
-    y = L.copy()
-    for _ in range(200):
-        g = _power_gap(H, y, n) - r_below * y - gap
-        dg = n * (H + y) ** (n - 1) - r_below
-        lo = np.where(g <= 0, np.maximum(lo, y), lo)
-        hi = np.where(g >= 0, np.minimum(hi, y), hi)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            new = y - g / np.where(dg > 0, dg, 1.0)
-        new = np.where((dg > 0) & (new >= lo) & (new <= hi), new, 0.5 * (lo + hi))
-        # converged: the step is at the rounding of y (or ~0 next to q(C)), or g is zero within its own rounding
-        done = np.all((np.abs(new - y) <= 4.5e-16 * y + 1e-17 * L)
-                      | (np.abs(g) <= 1e-15 * (_power_gap(H, y, n) + r_below * y + gap)))
-        y = new
-        if done:
-            break
+    y = slot_mass(H, L, r_below, gap, n)
     y[0] = L[0]  # no slot for the whole group
     before = np.concatenate([y[1:], [0.0]]) + qs  # class mass entering step j: y_{j+1} + q_j
     x = np.clip(before - y, 0.0, before)  # slot length
@@ -130,3 +114,25 @@ def class_chain(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: f
     top = 1 if K > 1 else 0
     return ClassChain(rank=rank, lam_above=Lam[rank + 1], certain_above=Cnt[rank + 1], total=float(Lam[top]),
                       total_certain=float(Cnt[top]), beta=float(beta), rows=rows, fire=fire)
+
+
+def slot_mass(H: np.ndarray, L: np.ndarray, r_below: np.ndarray, gap: np.ndarray, n: int) -> np.ndarray:
+    """The class mass y after each step (arrays of any common shape): the root in [0, L] of the convex
+    g(y) = (H + y)^n - H^n - r_below y - gap (g(0) <= 0 <= g(L)), by Newton from y = L kept in a shrinking bracket
+    (bisection when a step leaves it); stops when every step is at the rounding of y or g is zero within its own
+    rounding."""
+    lo, hi, y = np.zeros_like(L), L.copy(), L.copy()
+    for _ in range(200):
+        g = _power_gap(H, y, n) - r_below * y - gap
+        dg = n * (H + y) ** (n - 1) - r_below
+        lo = np.where(g <= 0, np.maximum(lo, y), lo)
+        hi = np.where(g >= 0, np.minimum(hi, y), hi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            new = y - g / np.where(dg > 0, dg, 1.0)
+        new = np.where((dg > 0) & (new >= lo) & (new <= hi), new, 0.5 * (lo + hi))
+        done = np.all((np.abs(new - y) <= 4.5e-16 * y + 1e-17 * L)
+                      | (np.abs(g) <= 1e-15 * (_power_gap(H, y, n) + r_below * y + gap)))
+        y = new
+        if done:
+            break
+    return y

@@ -249,7 +249,10 @@ class _FallbackSearch:
         hi = K - ts  # [C]: the remainder is [b, hi)
         ok = (hi - bs >= 1) & ~self.bad_above[hi]
         # bottom part: before peeling position i (< b) the remainder is [i, hi), after [i + 1, hi)
-        his, which = np.unique(hi, return_inverse=True)  # [U], [C]
+        if np.all(hi == hi[0]):  # a scan over b at fixed t (the common case): one remainder end
+            his, which = hi[:1], np.zeros(hi.size, dtype=np.int64)
+        else:
+            his, which = np.unique(hi, return_inverse=True)  # [U], [C]
         idx = np.arange(K + 1)
         with np.errstate(invalid="ignore"):
             states = null_for_excess(*self._excess(idx[None, :], his[:, None]), self.n)  # [U, K + 1]
@@ -303,7 +306,7 @@ def _greedy(K: int, feasible: Callable[[np.ndarray, np.ndarray], np.ndarray]) ->
             room = K - 1 - b - t
             if room <= 0:
                 break
-            steps = np.unique(np.minimum(2 ** np.arange(int(np.log2(room)) + 2), room))
+            steps = np.array(sorted({min(1 << i, room) for i in range(int(np.log2(room)) + 2)}), dtype=np.int64)
             for _refine in range(2):
                 cand_b = np.full(steps.size, b) + (steps if side == "b" else 0)
                 cand_t = np.full(steps.size, t) + (steps if side == "t" else 0)
@@ -322,7 +325,9 @@ def _greedy(K: int, feasible: Callable[[np.ndarray, np.ndarray], np.ndarray]) ->
                     break
                 # refine between best and the next (infeasible) step with a linear grid
                 hi = int(bigger.min())
-                steps = np.unique(np.linspace(1, hi - best - 1, num=min(16, max(hi - best - 1, 1))).astype(np.int64))
+                gap_ = hi - best - 1
+                steps = np.array(sorted({int(x) for x in np.linspace(1, gap_, num=min(16, max(gap_, 1)))}),
+                                 dtype=np.int64)
                 steps = steps[steps >= 1]
                 if steps.size == 0:
                     break

@@ -45,6 +45,9 @@ import numpy as np
 HALL_MARGIN = 1e-9
 #: blocks up to this size check every (b, t) pair at once; larger ones search greedily.
 ALL_PAIRS_MAX = 24
+#: blocks up to this size first try every complete peel (b + t = K - 1) in one call before the greedy search
+#: (heavy-tailed (100, 2): median 0.89 -> 0.70 ms; at K ~ 1000 the [K, K] call costs more than it saves).
+COMPLETE_FIRST_MAX = 128
 
 
 @dataclass(frozen=True)
@@ -293,6 +296,12 @@ def _search(K: int, feasible: Callable[[np.ndarray, np.ndarray], np.ndarray]) ->
             return 0, 0
         i = int(np.argmax(np.where(ok, b + t, -1)))
         return int(b[i]), int(t[i])
+    if K <= COMPLETE_FIRST_MAX:  # complete peels first (one token left): every split b + t = K - 1 in one call
+        b = np.arange(K, dtype=np.int64)
+        ok = feasible(b, K - 1 - b)
+        if ok.any():
+            i = int(np.flatnonzero(ok)[0])
+            return int(b[i]), int(K - 1 - b[i])
     return _greedy(K, feasible)
 
 

@@ -49,6 +49,7 @@ class Block:
     fallback : the block's own chain kind: True when, with nothing fired and no remainder token drafted, the
         last-ranked drafted chain token is output (False: such a tuple is rejected).
     depth : how many nested chain levels the block has (0: unpeeled).
+    class_chain : the block is one water-filling class chain (:mod:`.waterfill`; no chains, leaves or weights).
     leaves : the softmax sub-blocks of the block after peeling (token ids; one leaf = the block when unpeeled).
     leaf_null_masses : the null mass of each leaf (unfired peeled draws count as null).
     """
@@ -67,6 +68,7 @@ class Block:
     fire_probabilities: np.ndarray = None
     fallback: bool = False
     depth: int = 0
+    class_chain: bool = False
     leaves: tuple = ()
     leaf_null_masses: np.ndarray = None
 
@@ -193,7 +195,8 @@ class OptimalTransport:
                 null_mass=float(inst.null_mass[j]),
                 gradient_norm=float(inst.gradient_norm[leaf_ids].sum() + inst.chain_error[j]),
                 iterations=int(inst.iterations[leaf_ids].max(initial=0)),
-                peeled=chain, fire_probabilities=inst.fire[chain].copy(), fallback=bool(inst.node_fallback[j]),
+                peeled=chain, fire_probabilities=inst.fire[chain].copy(),
+                fallback=bool(inst.node_fallback[j]) and not inst.node_class[j], class_chain=bool(inst.node_class[j]),
                 depth=int(inst.node_depth[inst.chain_node[chain]].max(initial=-1)) + 1,
                 leaves=tuple(leaf for leaf in leaves if leaf.size), leaf_null_masses=inst.leaf_null[leaf_ids].copy(),
             ))

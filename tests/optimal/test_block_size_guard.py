@@ -20,6 +20,8 @@ def test_large_block_at_n4_takes_the_class_chain_instead_of_subset_terms(monkeyp
     ot = otlp.optimal.OptimalTransport(p, otlp.IID(p, 4))
     assert ot.alpha == 1.0 and ot.success and ot.row_error <= 1e-12
     assert ot._inst.node_class[0] and not ot._inst.leaf_tokens
+    (block,) = ot.blocks
+    assert block.class_chain and not block.fallback and block.leaves == () and block.gradient_norm <= 1e-12
     omegas = np.random.default_rng(1).choice(300, size=(2000, 4), p=p)
     accept, reject = ot.rule(omegas)
     np.testing.assert_allclose(accept.sum(1), 1.0, atol=1e-12)  # an outer block accepts every tuple

@@ -18,7 +18,7 @@ import numpy as np
 from otlp.optimal.blocks import BlockCuts
 from otlp.optimal.peeling import _power_gap
 from otlp.optimal.solve import InstanceSolution
-from otlp.optimal.waterfill import slot_mass
+from otlp.optimal.waterfill import segmented_scan, slot_mass
 
 
 def _psi_rows(ps: np.ndarray, qs: np.ndarray, n: int) -> np.ndarray:
@@ -37,27 +37,6 @@ def _psi_rows(ps: np.ndarray, qs: np.ndarray, n: int) -> np.ndarray:
     out[:, 0] = 0.0
     out[:, -1] = 0.0
     return out
-
-
-def _segmented_scan(share: np.ndarray, keep: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """S_i = share_i + keep_i S_{i-1} and F_i = keep_i F_{i-1} within segments (``first`` marks a segment's first
-    element, where S = share and F = keep), along axis 1, by Hillis-Steele doubling: log2(V) vectorised steps of
-    the associative map (k2, s2) o (k1, s1) = (k2 k1, s2 + k2 s1), products of numbers in [0, 1] only."""
-    S, F = share.copy(), keep.copy()
-    seg = np.cumsum(first, axis=1)  # [B, V] segment index
-    V = share.shape[1]
-    d = 1
-    while d < V:
-        same = np.zeros_like(first)
-        same[:, d:] = seg[:, d:] == seg[:, :-d]  # the element d back is in the same segment
-        S_prev = np.zeros_like(S)
-        F_prev = np.ones_like(F)
-        S_prev[:, d:] = S[:, :-d]
-        F_prev[:, d:] = F[:, :-d]
-        S = np.where(same, S + F * S_prev, S)
-        F = np.where(same, F * F_prev, F)
-        d *= 2
-    return S, F
 
 
 def class_chain_batch(P: np.ndarray, Q: np.ndarray, n: int) -> list[InstanceSolution]:
@@ -125,7 +104,7 @@ def class_chain_batch(P: np.ndarray, Q: np.ndarray, n: int) -> list[InstanceSolu
     beta = np.where(inner_pos, beta, 1.0)
     final = np.where(first, np.where(before > 0, beta * capacity / np.where(before > 0, before, 1.0), 0.0), 0.0)
     final_g = np.take_along_axis(final, start, axis=1)
-    S, F = _segmented_scan(share, np.where(first, 1.0, 1.0 - a), first)
+    S, F = segmented_scan(share, np.where(first, 1.0, 1.0 - a), first)
     row_sums = qs * (S + F * final_g)
     # hazards from the top of each group: Lambda(j + 1) = sum over the group's slots above position j
     certain = (a >= 1.0) & ~first

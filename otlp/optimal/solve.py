@@ -16,7 +16,7 @@ import numpy as np
 from otlp.optimal.blocks import BlockCuts, block_records
 from otlp.optimal.coefficients import block_terms
 from otlp.optimal.newton import PairwiseN2, SubsetTerms, initial_alpha, newton
-from otlp.optimal.peeling import peel_group
+from otlp.optimal.peeling import ALL_PAIRS_MAX, peel_group
 from otlp.optimal.waterfill import class_chain
 
 #: at n >= 3 a group with a leaf of more subset terms than this is solved as a class chain (:mod:`.waterfill`)
@@ -86,9 +86,10 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
             class_chains: bool = False) -> InstanceSolution:
     """Records, groups, peeling, targets and the closed forms for singleton leaves; leaves of size >= 2 are left
     at 0 for :func:`solve_instances`. Only groups and leaves of at least ``peel_min`` tokens are peeled (the
-    batched path leaves small ones to the batched Newton, which is cheaper there). At n >= 3 a group with a leaf of
-    more than ``CLASS_CHAIN_TERMS`` subset terms becomes one water-filling class chain (:mod:`.waterfill`);
-    ``class_chains=True`` does that for every group of two or more tokens."""
+    batched path leaves small ones to the batched Newton, which is cheaper there). A group becomes one water-filling
+    class chain (:mod:`.waterfill`) when, after peeling, it keeps a leaf of more than ``ALL_PAIRS_MAX`` tokens (only
+    with ``peel``), or at n >= 3 one of more than ``CLASS_CHAIN_TERMS`` subset terms; ``class_chains=True`` does that
+    for every group of two or more tokens."""
     cuts = block_records(p, q, n)
     V = p.size
     order, psi, rec = cuts.order, cuts.psi, cuts.records
@@ -221,8 +222,9 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
     )
     if n >= 2:
         for j in np.flatnonzero(sizes >= 2):
-            too_big = n >= 3 and any(subset_terms(len(tokens), n) > CLASS_CHAIN_TERMS
-                                     for leaf, tokens in leaf_tokens.items() if sol.leaf_group[leaf] == j)
+            too_big = any((n >= 3 and subset_terms(len(tokens), n) > CLASS_CHAIN_TERMS)
+                          or (peel and len(tokens) > ALL_PAIRS_MAX)
+                          for leaf, tokens in leaf_tokens.items() if sol.leaf_group[leaf] == j)
             if class_chains or too_big:
                 use_class_chain(sol, int(j))
     return sol

@@ -88,19 +88,13 @@ def class_chain(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: f
     if slack == 0:
         beta = 1.0
     # a member of rank i fires in the slots j <= i with current mass q_i prod_{j < j' <= i} (1 - a_j'), so
-    # R_i = q_i (S_i + F_i * final) with S_i = share_i + (1 - a_i) S_{i-1} and F_i = prod_{j' <= i} (1 - a_j'):
-    # a first-order recurrence with varying coefficients, run over plain floats
-    keep = (1.0 - a).tolist()
-    sh = share.tolist()
-    acc = [0.0] * K
-    reach = [0.0] * K
-    s_, f_ = 0.0, 1.0
-    for i in range(K):
-        s_ = sh[i] + keep[i] * s_
-        f_ = keep[i] * f_
-        acc[i], reach[i] = s_, f_
+    # R_i = q_i (S_i + F_i * final) with S_i = share_i + (1 - a_i) S_{i-1} and F_i = prod_{j' <= i} (1 - a_j')
+    first = np.zeros((1, K), dtype=bool)
+    first[0, 0] = True
+    S, F = segmented_scan(share[None], (1.0 - a)[None], first)
+    acc, reach = S[0], F[0]
     final = beta * capacity / before[0] if before[0] > 0 else 0.0
-    rows_sorted = qs * (np.asarray(acc) + np.asarray(reach) * final)
+    rows_sorted = qs * (acc + reach * final)
     certain = a >= 1.0  # [K]: slots that fire for sure (infinite hazard), counted apart from the finite hazard
     lam = -np.log1p(-np.where(certain, 0.0, a))  # [K] finite hazard of slot j
     Lam = np.concatenate([np.cumsum(lam[::-1])[::-1], [0.0]])  # [K + 1]: Lambda(j), finite part
@@ -136,3 +130,24 @@ def slot_mass(H: np.ndarray, L: np.ndarray, r_below: np.ndarray, gap: np.ndarray
         if done:
             break
     return y
+
+
+def segmented_scan(share: np.ndarray, keep: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """S_i = share_i + keep_i S_{i-1} and F_i = keep_i F_{i-1} within segments (``first`` marks a segment's first
+    element, where S = share and F = keep), along axis 1, by Hillis-Steele doubling: log2(V) vectorised steps of
+    the associative map (k2, s2) o (k1, s1) = (k2 k1, s2 + k2 s1), products of numbers in [0, 1] only."""
+    S, F = share.copy(), keep.copy()
+    seg = np.cumsum(first, axis=1)  # [B, V] segment index
+    V = share.shape[1]
+    d = 1
+    while d < V:
+        same = np.zeros_like(first)
+        same[:, d:] = seg[:, d:] == seg[:, :-d]  # the element d back is in the same segment
+        S_prev = np.zeros_like(S)
+        F_prev = np.ones_like(F)
+        S_prev[:, d:] = S[:, :-d]
+        F_prev[:, d:] = F[:, :-d]
+        S = np.where(same, S + F * S_prev, S)
+        F = np.where(same, F * F_prev, F)
+        d *= 2
+    return S, F

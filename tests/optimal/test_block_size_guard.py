@@ -28,10 +28,11 @@ def test_large_block_at_n4_takes_the_class_chain_instead_of_subset_terms(monkeyp
     assert np.all(reject <= 1e-12)
 
 
-def test_the_same_block_peels_into_closed_forms():
-    # With peeling (the default) the fallback chain takes the whole outer block: no subset terms at all, and the
-    # rule is exact: row sums = p to 1e-12 in L1, and every sampled tuple is accepted.
-    p = np.random.default_rng(0).dirichlet(np.ones(300))
+def test_a_block_of_100_peels_into_closed_forms():
+    # p = q at V = 100, n = 4 (C(100, 4) = 3.9e6 subset terms): with peeling (the default) a complete fallback
+    # chain takes the whole outer block (blocks of more than 128 tokens go to the class chain instead, as above),
+    # and the rule is exact: row sums = p to 1e-12 in L1, and every sampled tuple is accepted.
+    p = np.random.default_rng(0).dirichlet(np.ones(100))
     ot = otlp.optimal.OptimalTransport(p, otlp.IID(p, 4))
     assert ot.alpha == 1.0 and ot.success
     (block,) = ot.blocks
@@ -39,7 +40,7 @@ def test_the_same_block_peels_into_closed_forms():
     assert np.abs(ot._inst.row_sums - p).sum() <= 1e-12
     # the rule on sampled tuples: always accepts, and the slice is a distribution on the drafted tokens
     rng = np.random.default_rng(1)
-    omegas = rng.choice(300, size=(2000, 4), p=p)
+    omegas = rng.choice(100, size=(2000, 4), p=p)
     accept, reject = ot.rule(omegas)
     np.testing.assert_allclose(accept.sum(1), 1.0, atol=1e-12)
     assert np.all(reject <= 1e-12)

@@ -11,7 +11,7 @@ import pytest
 
 import otlp
 from otlp.optimal import OptimalTransport, solve_batch
-from otlp.optimal.class_batch import _segmented_scan
+from otlp.optimal.waterfill import segmented_scan
 
 from .instances import FAMILIES
 from .test_exact_enumeration import TOL, enumerate_rule
@@ -58,7 +58,7 @@ def test_segmented_scan_matches_a_loop() -> None:
     keep[rng.random((5, 37)) < 0.1] = 0.0
     first = rng.random((5, 37)) < 0.2
     first[:, 0] = True
-    S, F = _segmented_scan(share, keep, first)
+    S, F = segmented_scan(share, keep, first)
     for b in range(5):
         s_, f_ = 0.0, 1.0
         for i in range(37):

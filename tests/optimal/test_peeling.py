@@ -3,7 +3,7 @@ softmax block.
 
 Checked against independent routes: the chain's row sums against a direct enumeration of the firing process
 over V^n tuples x 2^n fire patterns (with the fallback output when nothing fires); the law and acceptance of
-the whole rule by enumeration over V^n (1e-12), with the greedy search forced onto small blocks, and with
+the whole rule by enumeration over V^n (1e-12), with one-token peels forced (nested chains), and with
 peeling switched off (the plain block rule must stay exact too, since peeling now hides most Newton solves
 from the other tests).
 """
@@ -83,14 +83,6 @@ def test_nested_peels_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
         ot = check_exact(p, q, n)
         depths += [b.depth for b in ot.blocks]
     assert max(depths) >= solve_module.MAX_PEEL_DEPTH and sum(d >= 2 for d in depths) > 25
-
-
-def test_greedy_search_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Force the greedy (b, t) search (used for blocks > ALL_PAIRS_MAX) on small blocks: still exact."""
-    monkeypatch.setattr(peeling, "ALL_PAIRS_MAX", 1)
-    rng = np.random.default_rng(32)
-    for p, q, n in _peeled_instances(rng, 120):
-        check_exact(p, q, n)
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
@@ -235,10 +227,9 @@ def test_fallback_state_keeps_the_slack(inner: bool) -> None:
 
 
 def test_larger_blocks_every_family_exact() -> None:
-    """V = 12..60 (n = 2) and 12..30 (n = 3): blocks large enough for the greedy (b, t) search and for nested
-    peels, every instance family; law = p and acceptance = alpha* by enumeration over V^n to 1e-12. (Near-ties,
-    psi flat to 1e-13 across a block, defeat Newton at these sizes; those groups take the class chain, see
-    test_waterfill.py.)
+    """V = 12..60 (n = 2) and 12..30 (n = 3): blocks large enough for the complete-peel search and for class
+    chains next to peeled blocks, every instance family; law = p and acceptance = alpha* by enumeration over V^n
+    to 1e-12.
     """
     rng = np.random.default_rng(39)
     for family in sorted(FAMILIES):

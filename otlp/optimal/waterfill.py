@@ -113,23 +113,30 @@ def class_chain(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: f
 def slot_mass(H: np.ndarray, L: np.ndarray, r_below: np.ndarray, gap: np.ndarray, n: int) -> np.ndarray:
     """The class mass y after each step (arrays of any common shape): the root in [0, L] of the convex
     g(y) = (H + y)^n - H^n - r_below y - gap (g(0) <= 0 <= g(L)), by Newton from y = L kept in a shrinking bracket
-    (bisection when a step leaves it); stops when every step is at the rounding of y or g is zero within its own
-    rounding."""
-    lo, hi, y = np.zeros_like(L), L.copy(), L.copy()
+    (bisection when a step leaves it). An entry stops when its step is at the rounding of y or g is zero within its
+    own rounding; only the entries still moving are iterated."""
+    shape = np.shape(L)
+    H, L, r_below, gap = (np.broadcast_to(x, shape).ravel() for x in (H, L, r_below, gap))
+    y = L.copy()
+    act = np.arange(y.size)  # entries still moving
+    h, l_, rb, gp, yy = H, L, r_below, gap, y.copy()
+    lo, hi = np.zeros_like(yy), l_.copy()
     for _ in range(200):
-        g = _power_gap(H, y, n) - r_below * y - gap
-        dg = n * (H + y) ** (n - 1) - r_below
-        lo = np.where(g <= 0, np.maximum(lo, y), lo)
-        hi = np.where(g >= 0, np.minimum(hi, y), hi)
+        g = _power_gap(h, yy, n) - rb * yy - gp
+        dg = n * (h + yy) ** (n - 1) - rb
+        lo = np.where(g <= 0, np.maximum(lo, yy), lo)
+        hi = np.where(g >= 0, np.minimum(hi, yy), hi)
         with np.errstate(divide="ignore", invalid="ignore"):
-            new = y - g / np.where(dg > 0, dg, 1.0)
+            new = yy - g / np.where(dg > 0, dg, 1.0)
         new = np.where((dg > 0) & (new >= lo) & (new <= hi), new, 0.5 * (lo + hi))
-        done = np.all((np.abs(new - y) <= 4.5e-16 * y + 1e-17 * L)
-                      | (np.abs(g) <= 1e-15 * (_power_gap(H, y, n) + r_below * y + gap)))
-        y = new
-        if done:
+        done = ((np.abs(new - yy) <= 4.5e-16 * yy + 1e-17 * l_)
+                | (np.abs(g) <= 1e-15 * (_power_gap(h, yy, n) + rb * yy + gp)))
+        y[act] = new
+        if done.all():
             break
-    return y
+        keep = ~done
+        act, h, l_, rb, gp, yy, lo, hi = act[keep], h[keep], l_[keep], rb[keep], gp[keep], new[keep], lo[keep], hi[keep]
+    return y.reshape(shape)
 
 
 def segmented_scan(share: np.ndarray, keep: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -27,12 +27,13 @@ def psi(p: np.ndarray, draft: DraftScheme, mask: np.ndarray) -> np.ndarray | flo
 
 
 def ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Token ids sorted by decreasing q/p: p = 0 < q first (ratio +inf), p = q = 0 last; stable on ties."""
+    """Token ids sorted by decreasing q/p: p = 0 < q first (ratio +inf), p = q = 0 last; stable on ties.
+    ``p, q: [..., V]`` (each row sorted on its own)."""
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.where(q > 0, np.inf, -1.0))
-    return np.argsort(-ratio, kind="stable")
+    return np.argsort(-ratio, axis=-1, kind="stable")
 
 
 def sorted_prefix_psi(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -41,20 +42,23 @@ def sorted_prefix_psi(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray,
     Returns ``(order [V], psi_prefix [V + 1])`` with ``psi_prefix[m] = P_m - Q_m^n`` over the first m tokens of
     ``order``. Where Q_m > 1/2 the suffix form ``1 - (1 - Qbar_m)^n - Pbar_m`` (with expm1/log1p) is used, so the
     p = q = 0 tail and psi_V = 0 come out exact rather than as 1e-16 rounding noise (design note §3, §4).
+    Rows of ``p, q: [B, V]`` are handled at once (``order [B, V]``, ``psi [B, V + 1]``).
     """
     order = ratio_order(p, q)
-    ps, qs = np.asarray(p, dtype=np.float64)[order], np.asarray(q, dtype=np.float64)[order]
-    V = ps.size
-    prefix_p = np.concatenate([[0.0], np.cumsum(ps)])
-    prefix_q = np.concatenate([[0.0], np.cumsum(qs)])
-    suffix_p = np.concatenate([np.cumsum(ps[::-1])[::-1], [0.0]])  # mass of positions > m
-    suffix_q = np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])
+    ps = np.take_along_axis(np.asarray(p, dtype=np.float64), order, axis=-1)
+    qs = np.take_along_axis(np.asarray(q, dtype=np.float64), order, axis=-1)
+    zero = np.zeros(ps.shape[:-1] + (1,))
+    prefix_p = np.concatenate([zero, np.cumsum(ps, axis=-1)], axis=-1)
+    prefix_q = np.concatenate([zero, np.cumsum(qs, axis=-1)], axis=-1)
+    # mass of the positions > m
+    suffix_p = np.concatenate([np.flip(np.cumsum(np.flip(ps, -1), axis=-1), -1), zero], axis=-1)
+    suffix_q = np.concatenate([np.flip(np.cumsum(np.flip(qs, -1), axis=-1), -1), zero], axis=-1)
     head = prefix_p - prefix_q**n
     with np.errstate(divide="ignore"):
         tail = -np.expm1(n * np.log1p(-np.minimum(suffix_q, 1.0))) - suffix_p
     out = np.where(prefix_q > 0.5, tail, head)
-    out[0] = 0.0
-    out[V] = 0.0
+    out[..., 0] = 0.0
+    out[..., -1] = 0.0
     return order, out
 
 

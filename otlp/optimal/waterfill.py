@@ -58,56 +58,94 @@ class ClassChain:
 
 def class_chain(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float) -> ClassChain:
     """The water-filling class chain of a group (``t, q: float [K]``, q > 0; ``slack`` = c(G) - t(G) >= 0, 0 for
-    an outer group, for which beta is 1)."""
+    an outer group, for which beta is 1): :func:`class_chain_segments` on one segment in ratio order."""
     K = t.size
-    r_all = t / q
-    order = np.argsort(r_all, kind="stable")  # [K]: ranks by increasing ratio
-    ts, qs, r = t[order], q[order], r_all[order]
-    Qc = np.concatenate([[0.0], np.cumsum(qs)])  # [K + 1]
-    top_t = np.concatenate([np.cumsum(ts[::-1])[::-1], [0.0]])  # [K + 1]: t(C_j)
-    top_q = np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])  # [K + 1]: q(C_j), summed from the top
-    H = null_mass + Qc[:-1]  # [K]
-    L = top_q[:-1]  # [K]
-    gap = np.maximum(_power_gap(H, L, n) - top_t[:-1], 0.0)  # [K]: T^n - H_j^n - t(C_j)
+    order = np.argsort(t / q, kind="stable")  # [K]: ranks by increasing ratio
+    ts, qs = t[order], q[order]
+    H = null_mass + np.concatenate([[0.0], np.cumsum(qs)[:-1]])  # [K]
+    L = np.cumsum(qs[::-1])[::-1]  # [K]: q(C_j), summed from the top
+    gap = np.maximum(_power_gap(H, L, n) - np.cumsum(ts[::-1])[::-1], 0.0)  # [K]: T^n - H_j^n - t(C_j)
     gap[0] = max(slack, 0.0)
-    r_below = np.concatenate([[0.0], r[:-1]])  # r_{j-1}
-    y = slot_mass(H, L, r_below, gap, n)
-    y[0] = L[0]  # no slot for the whole group
-    before = np.concatenate([y[1:], [0.0]]) + qs  # class mass entering step j: y_{j+1} + q_j
-    x = np.clip(before - y, 0.0, before)  # slot length
-    with np.errstate(divide="ignore", invalid="ignore"):
-        a = np.where(before > 0, x / before, 0.0)
-    a[0] = 0.0
-    x[0] = 0.0
-    slot = _power_gap(H + y, x, n)  # [K]: the tuple mass a slot serves
-    share = np.where(before > 0, slot / np.where(before > 0, before, 1.0), 0.0)  # per unit of current class mass
-    share[0] = 0.0
-    capacity = float(_power_gap(np.array(null_mass), np.array(before[0]), n))  # the final class, nothing fired
-    left = float(top_t[0] - slot.sum())  # t(G) minus what the slots served
-    beta = min(max(left / capacity, 0.0), 1.0) if capacity > 0 else 0.0
-    if slack == 0:
-        beta = 1.0
-    # a member of rank i fires in the slots j <= i with current mass q_i prod_{j < j' <= i} (1 - a_j'), so
-    # R_i = q_i (S_i + F_i * final) with S_i = share_i + (1 - a_i) S_{i-1} and F_i = prod_{j' <= i} (1 - a_j')
-    first = np.zeros((1, K), dtype=bool)
-    first[0, 0] = True
-    S, F = segmented_scan(share[None], (1.0 - a)[None], first)
-    acc, reach = S[0], F[0]
-    final = beta * capacity / before[0] if before[0] > 0 else 0.0
-    rows_sorted = qs * (acc + reach * final)
-    certain = a >= 1.0  # [K]: slots that fire for sure (infinite hazard), counted apart from the finite hazard
-    lam = -np.log1p(-np.where(certain, 0.0, a))  # [K] finite hazard of slot j
-    Lam = np.concatenate([np.cumsum(lam[::-1])[::-1], [0.0]])  # [K + 1]: Lambda(j), finite part
-    Cnt = np.concatenate([np.cumsum(certain[::-1])[::-1], [0]]).astype(np.float64)  # [K + 1]: certain slots >= j
+    seg = class_chain_segments(ts[None], qs[None], H[None], gap[None], np.full((1, K), slack > 0),
+                               np.zeros((1, K), dtype=np.int64), np.full((1, K), K), n)
     rank = np.empty(K, dtype=np.int64)
     rank[order] = np.arange(K)
     rows = np.empty(K)
-    rows[order] = rows_sorted
+    rows[order] = seg.rows[0]
     fire = np.empty(K)
-    fire[order] = a
-    top = 1 if K > 1 else 0
-    return ClassChain(rank=rank, lam_above=Lam[rank + 1], certain_above=Cnt[rank + 1], total=float(Lam[top]),
-                      total_certain=float(Cnt[top]), beta=float(beta), rows=rows, fire=fire)
+    fire[order] = seg.fire[0]
+    return ClassChain(rank=rank, lam_above=seg.lam_above[0, rank], certain_above=seg.certain_above[0, rank],
+                      total=float(seg.total[0, 0]), total_certain=float(seg.total_certain[0, 0]),
+                      beta=float(seg.beta[0, 0]), rows=rows, fire=fire)
+
+
+@dataclass(frozen=True)
+class SegmentChains:
+    """:func:`class_chain_segments`' output, ``[B, V]`` by position; beta and the totals are read at a segment's
+    first position. fire : a_j; rows : R_j; lam_above / certain_above : the finite hazard and the number of certain
+    slots above the position in its segment; total / total_certain : the same over the whole segment."""
+
+    fire: np.ndarray
+    rows: np.ndarray
+    lam_above: np.ndarray
+    certain_above: np.ndarray
+    beta: np.ndarray
+    total: np.ndarray
+    total_certain: np.ndarray
+
+
+def class_chain_segments(t: np.ndarray, q: np.ndarray, H: np.ndarray, gap: np.ndarray, inner: np.ndarray,
+                         start: np.ndarray, end: np.ndarray, n: int) -> SegmentChains:
+    """Class chains of many groups at once: ``[B, V]`` arrays whose rows are cut into segments (groups) of
+    positions in increasing ratio t/q; per position its target t, draft mass q, H = the null mass below it, gap
+    (the Hall gap of the top set from it; the group's slack at its first position), inner (the group may reject),
+    start / end (the group's first position and one past its last). Module docstring for the equations."""
+    B, V = t.shape
+    idx = np.arange(V)[None, :]
+    first = idx == start
+    zeros = np.zeros((B, 1))
+    Qsuf = np.concatenate([np.cumsum(q[:, ::-1], axis=1)[:, ::-1], zeros], axis=1)  # [B, V + 1]
+    Tsuf = np.concatenate([np.cumsum(t[:, ::-1], axis=1)[:, ::-1], zeros], axis=1)
+    L = Qsuf[:, :V] - np.take_along_axis(Qsuf, end, axis=1)  # q(C_j), from the top
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(q > 0, t / np.where(q > 0, q, 1.0), 0.0)
+    r_below = np.where(first, 0.0, np.concatenate([zeros, r[:, :-1]], axis=1))
+    y = np.where(first, L, slot_mass(H, L, r_below, gap, n))  # class mass after each step
+    last = idx + 1 == end
+    y_above = np.where(last, 0.0, np.concatenate([y[:, 1:], zeros], axis=1))
+    before = y_above + q  # class mass entering the step at this position
+    x = np.where(first, 0.0, np.clip(before - y, 0.0, before))  # slot length
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.where(before > 0, x / np.where(before > 0, before, 1.0), 0.0)
+        slot = _power_gap(H + y, x, n)  # the tuple mass a slot serves
+        share = np.where(before > 0, slot / np.where(before > 0, before, 1.0), 0.0)  # per unit of class mass
+    share = np.where(first, 0.0, share)
+    # per group (at its first position): capacity of the final class (N + y_0)^n - N^n, and beta
+    capacity = _power_gap(H, before, n)
+    slot_cum = np.concatenate([zeros, np.cumsum(np.where(first, 0.0, slot), axis=1)], axis=1)
+    served = np.take_along_axis(slot_cum, end, axis=1) - slot_cum[:, :V]  # slots of the group at/above i
+    left = (Tsuf[:, :V] - np.take_along_axis(Tsuf, end, axis=1)) - served  # at first positions: t(G) - slots
+    with np.errstate(divide="ignore", invalid="ignore"):
+        beta = np.where(capacity > 0, np.clip(left / np.where(capacity > 0, capacity, 1.0), 0.0, 1.0), 0.0)
+    beta = np.where(inner, beta, 1.0)
+    final = np.where(first & (before > 0), beta * capacity / np.where(before > 0, before, 1.0), 0.0)
+    # a member fires in the slots at or below its position with its current mass, so R_i = q_i (S_i + F_i final)
+    # with S_i = share_i + (1 - a_i) S_{i-1} and F_i = prod (1 - a) over the group's positions <= i
+    S, F = segmented_scan(share, np.where(first, 1.0, 1.0 - a), first)
+    rows = q * (S + F * np.take_along_axis(final, start, axis=1))
+    # hazards from the top of each group: Lambda(j + 1) = sum over the group's slots above position j
+    certain = (a >= 1.0) & ~first  # slots that fire for sure (infinite hazard), counted apart
+    lam = np.where(certain | first, 0.0, -np.log1p(-np.where(certain, 0.0, a)))
+    RC = np.concatenate([np.cumsum(lam[:, ::-1], axis=1)[:, ::-1], zeros], axis=1)  # [B, V + 1]
+    CC = np.concatenate([np.cumsum(certain[:, ::-1], axis=1)[:, ::-1], zeros], axis=1).astype(np.float64)
+    s1 = np.minimum(start + 1, end)  # Lambda(1) of the group = the slots above its first position
+    return SegmentChains(
+        fire=a, rows=rows, beta=beta,
+        lam_above=RC[:, 1:] - np.take_along_axis(RC, end, axis=1),
+        certain_above=CC[:, 1:] - np.take_along_axis(CC, end, axis=1),
+        total=np.take_along_axis(RC, s1, axis=1) - np.take_along_axis(RC, end, axis=1),
+        total_certain=np.take_along_axis(CC, s1, axis=1) - np.take_along_axis(CC, end, axis=1),
+    )
 
 
 def slot_mass(H: np.ndarray, L: np.ndarray, r_below: np.ndarray, gap: np.ndarray, n: int) -> np.ndarray:

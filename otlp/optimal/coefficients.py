@@ -83,10 +83,14 @@ def block_terms_bytes(k: int, n: int) -> int:
     return sum(comb(k, u) * (8 * u + 8 * (n + 4)) for u in range(1, min(n, k) + 1))
 
 
+def subset_terms(k: int, n: int) -> int:
+    """sum_{u <= n} C(k, u): the subset terms of a block of k tokens."""
+    return sum(comb(k, u) for u in range(1, min(n, k) + 1))
+
+
 def check_block_size(k: int, n: int, limit_bytes: float = BLOCK_TERMS_LIMIT_BYTES) -> None:
     """Refuse, before allocating, a block whose sum_{u <= n} C(k, u) subset terms would not fit in memory."""
     need = block_terms_bytes(k, n)
     if need > limit_bytes:
-        terms = sum(comb(k, u) for u in range(1, min(n, k) + 1))
         raise ModelTooLargeError(
-            f"the exact rule's block of {k} tokens at n = {n} ({terms:,} subset terms)", need, limit_bytes)
+            f"the exact rule's block of {k} tokens at n = {n} ({subset_terms(k, n):,} subset terms)", need, limit_bytes)

@@ -82,9 +82,9 @@ class Peel:
         return max((b - a for a, b in self.leaves), default=0)
 
 
-def _power_gap(base: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:
-    """(base + x)^n - base^n as the positive sum sum_{j>=1} C(n, j) base^(n-j) x^j (no cancellation), by Horner
-    in x: x (C(n, 1) b^(n-1) + x (C(n, 2) b^(n-2) + ... + x))."""
+def power_gap(base: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:
+    """(base + x)^n - base^n (the tuple mass of a block above a null mass) as the positive sum
+    sum_{j>=1} C(n, j) base^(n-j) x^j (no cancellation), by Horner in x: x (C(n, 1) b^(n-1) + ... + x)."""
     if n == 1:
         return x + 0.0 * base
     if n == 2:
@@ -146,7 +146,7 @@ def _excess(lo: np.ndarray, hi: np.ndarray, P: np.ndarray, Q: np.ndarray, Ps: np
     L = Q[hi] - Q[lo]
     q_out = Q[lo] + Qs[hi]
     t_out = P[lo] + Ps[hi]
-    return e0 + _power_gap(L, q_out, n) - t_out, L
+    return e0 + power_gap(L, q_out, n) - t_out, L
 
 
 def _group_sums(t: np.ndarray, q: np.ndarray, null_mass: float, n: int) -> tuple:
@@ -196,7 +196,7 @@ def _remainder_hall(P: np.ndarray, Q: np.ndarray, n: int, lo: np.ndarray, hi: np
     m = np.arange(K + 1)
     with np.errstate(invalid="ignore", over="ignore"):
         x = np.maximum(Q[None, :] - Q[lo][:, None], 0.0)  # [C, K + 1]
-        psi = (P[None, :] - P[lo][:, None]) - _power_gap(null[:, None], x, n)
+        psi = (P[None, :] - P[lo][:, None]) - power_gap(null[:, None], x, n)
     first = lo if inner else lo + 1
     inside = (m[None, :] >= first[:, None]) & (m[None, :] < hi[:, None])
     end_val = psi[np.arange(C), hi]
@@ -316,7 +316,7 @@ def _leaves(t: np.ndarray, q: np.ndarray, n: int, b: int, hi: int, null_new: flo
         return [(b, hi)], np.array([null_new]), np.zeros(1)
     Pm = np.concatenate([[0.0], np.cumsum(t[b:hi])])
     Qm = np.concatenate([[0.0], np.cumsum(q[b:hi])])
-    psi = Pm - _power_gap(null_new, Qm, n)  # [hi - b + 1]
+    psi = Pm - power_gap(null_new, Qm, n)  # [hi - b + 1]
     prefix_min = np.minimum.accumulate(psi)
     rec = np.flatnonzero(psi[1:] < prefix_min[:-1]) + 1  # strict new prefix minima
     rec = np.unique(np.concatenate([[0], rec, [hi - b]]))
@@ -333,7 +333,7 @@ def _finish_fire(p, q, null_mass, n, b, t, P, Q) -> Peel:
     prev = level ** (1.0 / n)
     fire_mass = np.minimum(-prev * np.expm1(np.log1p(-np.minimum(pc / level, 1.0)) / n), q[chain])
     fire = fire_mass / q[chain]
-    rows = _power_gap(prev - fire_mass, fire_mass, n)  # R_j = Qt^n - (Qt - a q)^n, positive form
+    rows = power_gap(prev - fire_mass, fire_mass, n)  # R_j = Qt^n - (Qt - a q)^n, positive form
     null_new = null_mass + float((q[chain] - fire_mass).sum())
     leaves, leaf_null, leaf_slack = _leaves(p, q, n, b, K - t, null_new, inner=True)
     return Peel(chain=chain, fire_mass=fire_mass, fire=fire, rows=rows, leaves=leaves, leaf_null=leaf_null,
@@ -356,7 +356,7 @@ def _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q) -> Peel:
     fire_mass = qc - unfired
     before = states[:-1]
     total_before = before + (Q[hi_b[:-1]] - Q[lo_b[:-1]])  # T = N + L
-    rows = _power_gap(total_before - fire_mass, fire_mass, n) + _power_gap(before, unfired, n)
+    rows = power_gap(total_before - fire_mass, fire_mass, n) + power_gap(before, unfired, n)
     leaves, leaf_null, leaf_slack = _leaves(t, q, n, b, hi, float(states[-1]), inner=slack > 0)
     return Peel(chain=chain, fire_mass=fire_mass, fire=fire_mass / qc, rows=rows, leaves=leaves,
                 leaf_null=leaf_null, fallback=True, leaf_inner=slack > 0, leaf_slack=leaf_slack)

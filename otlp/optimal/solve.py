@@ -9,25 +9,19 @@ and one batched Newton runs per bucket; for n >= 3 each block gets its own subse
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import comb
 
 import numpy as np
 
 from otlp.optimal.blocks import BlockCuts, block_records
-from otlp.optimal.coefficients import block_terms
+from otlp.optimal.coefficients import block_terms, subset_terms
 from otlp.optimal.newton import PairwiseN2, SubsetTerms, initial_alpha, newton
-from otlp.optimal.peeling import ALL_PAIRS_MAX, peel_group
+from otlp.optimal.peeling import ALL_PAIRS_MAX, peel_group, power_gap
 from otlp.optimal.waterfill import class_chain
 
 #: at n >= 3 a group with a leaf of more subset terms than this is solved as a class chain (:mod:`.waterfill`)
 #: rather than by Newton on the terms (decode pairs, V = 2000: the slowest n = 3 solve 16 s -> 39 ms, n = 4
 #: 0.8 s -> 62 ms); far below the memory limit of :func:`otlp.optimal.coefficients.check_block_size`.
 CLASS_CHAIN_TERMS = 100_000
-
-
-def subset_terms(k: int, n: int) -> int:
-    """sum_{u <= n} C(k, u): the subset terms of a leaf of k tokens."""
-    return sum(comb(k, u) for u in range(1, min(n, k) + 1))
 
 
 #: how many times a leaf left by a peel may itself be peeled (nested chains, evaluated level by level).
@@ -75,11 +69,6 @@ class InstanceSolution:
     node_certain: np.ndarray = field(default=None)  # [nodes] its number of certain slots
     gradient_norm: np.ndarray = field(default=None)  # [L] ||R - t||_1 per leaf (0 for closed forms)
     iterations: np.ndarray = field(default=None)  # [L] Newton iterations per leaf (0 for closed forms)
-
-
-def positive_block_mass(null_mass: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
-    """(Q0 + q)^n - Q0^n as the positive sum sum_{j>=1} C(n, j) Q0^(n-j) q^j (no cancellation when q << Q0)."""
-    return sum(comb(n, j) * null_mass ** (n - j) * q**j for j in range(1, n + 1))
 
 
 def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: int = 2,
@@ -184,7 +173,7 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
     # closed forms (note §2 "Singleton blocks"): outer {m}: output m; inner {m}: accept w.p. p_m / d_m
     single = leaf_size == 1
     m0 = leaf_start[single]  # 0-based position of each singleton leaf
-    d = positive_block_mass(leaf_null[single], qs[m0], n)
+    d = power_gap(leaf_null[single], qs[m0], n)  # (Q0 + q)^n - Q0^n, positive form
     inner_single = leaf_inner[single]
     with np.errstate(divide="ignore", invalid="ignore"):
         acc_w = np.log(ps[m0]) - np.log(np.maximum(d - ps[m0], 1e-300 * d + 1e-300))

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otlp.optimal.peeling import _power_gap
+from otlp.optimal.peeling import power_gap
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def class_chain(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: f
     ts, qs = t[order], q[order]
     H = null_mass + np.concatenate([[0.0], np.cumsum(qs)[:-1]])  # [K]
     L = np.cumsum(qs[::-1])[::-1]  # [K]: q(C_j), summed from the top
-    gap = np.maximum(_power_gap(H, L, n) - np.cumsum(ts[::-1])[::-1], 0.0)  # [K]: T^n - H_j^n - t(C_j)
+    gap = np.maximum(power_gap(H, L, n) - np.cumsum(ts[::-1])[::-1], 0.0)  # [K]: T^n - H_j^n - t(C_j)
     gap[0] = max(slack, 0.0)
     seg = class_chain_segments(ts[None], qs[None], H[None], gap[None], np.full((1, K), slack > 0),
                                np.zeros((1, K), dtype=np.int64), np.full((1, K), K), n)
@@ -117,11 +117,11 @@ def class_chain_segments(t: np.ndarray, q: np.ndarray, H: np.ndarray, gap: np.nd
     x = np.where(first, 0.0, np.clip(before - y, 0.0, before))  # slot length
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.where(before > 0, x / np.where(before > 0, before, 1.0), 0.0)
-        slot = _power_gap(H + y, x, n)  # the tuple mass a slot serves
+        slot = power_gap(H + y, x, n)  # the tuple mass a slot serves
         share = np.where(before > 0, slot / np.where(before > 0, before, 1.0), 0.0)  # per unit of class mass
     share = np.where(first, 0.0, share)
     # per group (at its first position): capacity of the final class (N + y_0)^n - N^n, and beta
-    capacity = _power_gap(H, before, n)
+    capacity = power_gap(H, before, n)
     slot_cum = np.concatenate([zeros, np.cumsum(np.where(first, 0.0, slot), axis=1)], axis=1)
     served = np.take_along_axis(slot_cum, end, axis=1) - slot_cum[:, :V]  # slots of the group at/above i
     left = (Tsuf[:, :V] - np.take_along_axis(Tsuf, end, axis=1)) - served  # at first positions: t(G) - slots
@@ -160,7 +160,7 @@ def slot_mass(H: np.ndarray, L: np.ndarray, r_below: np.ndarray, gap: np.ndarray
     h, l_, rb, gp, yy = H, L, r_below, gap, y.copy()
     lo, hi = np.zeros_like(yy), l_.copy()
     for _ in range(200):
-        g = _power_gap(h, yy, n) - rb * yy - gp
+        g = power_gap(h, yy, n) - rb * yy - gp
         dg = n * (h + yy) ** (n - 1) - rb
         lo = np.where(g <= 0, np.maximum(lo, yy), lo)
         hi = np.where(g >= 0, np.minimum(hi, yy), hi)
@@ -168,7 +168,7 @@ def slot_mass(H: np.ndarray, L: np.ndarray, r_below: np.ndarray, gap: np.ndarray
             new = yy - g / np.where(dg > 0, dg, 1.0)
         new = np.where((dg > 0) & (new >= lo) & (new <= hi), new, 0.5 * (lo + hi))
         done = ((np.abs(new - yy) <= 4.5e-16 * yy + 1e-17 * l_)
-                | (np.abs(g) <= 1e-15 * (_power_gap(h, yy, n) + rb * yy + gp)))
+                | (np.abs(g) <= 1e-15 * (power_gap(h, yy, n) + rb * yy + gp)))
         y[act] = new
         if done.all():
             break

@@ -38,7 +38,6 @@ class TransportBatch(Sequence):
         self.alpha = np.array([t.alpha for t in self._items])  # [B]
         self._log_w = np.stack([t._log_w for t in self._items])  # [B, V]
         self._position = np.stack([t._position for t in self._items])  # [B, V]
-        self._token_block = np.stack([t._token_block for t in self._items])  # [B, V]: group per token
         nleaves = np.array([t._leaf_inner.size for t in self._items])
         offsets = np.concatenate([[0], np.cumsum(nleaves)[:-1]])
         leaf = np.stack([t._leaf for t in self._items])  # [B, V]

@@ -37,8 +37,18 @@ def evaluate_rule(w: np.ndarray, pos: np.ndarray, path: np.ndarray, chain_node: 
     M, n = w.shape
     D = path.shape[2]
     rows = np.arange(M)
-    current = path[rows, pos.argmax(1), 0]  # [M]: the root node of the top group
-    in_group = path[:, :, 0] == current[:, None]  # [M, n]
+    root = path[rows, pos.argmax(1), 0]  # [M]: the root node of the top group
+    in_group = path[:, :, 0] == root[:, None]  # [M, n]
+    cls = None
+    if class_data is not None:  # tuples served by a class-chain group
+        class_rank, class_lam, class_certain, node_class, node_beta, node_hazard, node_certain = class_data
+        cls = node_class[root]  # [M]
+        if cls.any():
+            acc_c, rej_c = class_chain_rule(w, in_group & cls[:, None], class_rank, class_lam, class_certain,
+                                            node_beta[root], node_hazard[root], node_certain[root])
+            if cls.all():
+                return acc_c, rej_c
+    current = root
     first = ~np.tril(w[:, :, None] == w[:, None, :], -1).any(2)  # [M, n] first occurrence of its token
     same = w[:, :, None] == w[:, None, :]  # [M, n, n]
     alive = np.ones(M)  # probability that no decision was taken yet
@@ -86,15 +96,9 @@ def evaluate_rule(w: np.ndarray, pos: np.ndarray, path: np.ndarray, chain_node: 
             reject += np.where(to_leaf, alive * slack / z, 0.0)
             active &= ~to_leaf
         current = np.where(active, child, current)
-    if class_data is not None:
-        class_rank, class_lam, class_certain, node_class, node_beta, node_hazard, node_certain = class_data
-        root = path[rows, pos.argmax(1), 0]  # [M]
-        cls = node_class[root]
-        if cls.any():
-            acc_c, rej_c = class_chain_rule(w, in_group & cls[:, None], class_rank, class_lam, class_certain,
-                                            node_beta[root], node_hazard[root], node_certain[root])
-            accept = np.where(cls[:, None], acc_c, accept)
-            reject = np.where(cls, rej_c, reject)
+    if cls is not None and cls.any():
+        accept = np.where(cls[:, None], acc_c, accept)
+        reject = np.where(cls, rej_c, reject)
     return accept, reject
 
 

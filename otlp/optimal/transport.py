@@ -8,9 +8,10 @@ highest-positioned token of omega (positions in decreasing q/p order) and U = se
 * inner G: output i in U with probability w_i / (1 + w(U)); otherwise reject and draw from the residual
   r ∝ (p - R)_+ on the tokens outside H* (GR eq. (8), (18)).
 
-An inner block may be *peeled* (:mod:`.peeling`): some of its tokens form a fire chain with top priority (each
-draw fires with a closed-form probability), and only the rest goes through the softmax, cut into sub-blocks
-(leaves); :mod:`.rule` evaluates the combined rule. Every choice keeps the row sums equal to p on H*.
+A block may be *peeled* (:mod:`.peeling`): some of its tokens form a priority chain (each draw fires with a
+closed-form probability), possibly nested, and only the rest goes through the softmax, cut into sub-blocks
+(leaves); a block that does not peel well is one water-filling class chain (:mod:`.waterfill`). :mod:`.rule`
+evaluates the combined rule. Every choice keeps the row sums on their targets, so the law and alpha* are exact.
 
 The rule transports the draft law to exactly p and accepts with probability alpha* = 1 + min_H psi(H)
 (GR Thm 3.1). Other draft schemes (Independent, WithoutReplacement, Greedy, SpecHub, Joint) go through the
@@ -155,8 +156,6 @@ class OptimalTransport:
         total = residual.sum()
         self.residual = residual / total if total > 0 else residual
         self._position = inst.position  # [V]
-        self._token_block = inst.block_of_position[inst.position]  # [V]: the group of each token
-        self._block_inner = cuts.inner  # [K]
         self._leaf = inst.leaf_of_token  # [V]
         self._leaf_inner = inst.leaf_inner  # [L]
         self._fire = inst.fire  # [V]

@@ -141,7 +141,7 @@ def test_chain_matches_fire_process(monkeypatch: pytest.MonkeyPatch, kinds_allow
             continue
         omegas, probs = otlp.IID(q, n).enumerate()
         accept, _ = ot.rule(omegas)
-        top = ot._token_block[omegas[np.arange(omegas.shape[0]), ot._position[omegas].argmax(1)]]
+        top = ot._inst.block_of_position[ot._position[omegas].max(1)]  # group of the top token
         for blk_index, blk in enumerate(ot.blocks):
             if blk.peeled.size == 0:
                 continue

@@ -231,3 +231,20 @@ def sequential_law(omegas: np.ndarray, accept: np.ndarray, residual: np.ndarray,
         reach = reach * (1.0 - accept[:, k])
     law += reach[:, None] * np.broadcast_to(residual, (M, V))
     return law, 1.0 - reach
+
+
+def distinct_rows(*arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first [U], inverse [B])`` for rows of ``arrays`` (each ``[B, ...]``, read together): the first row of each
+    distinct row and each row's index among them, by hashing the rows' bytes (np.unique(axis=0) sorts the rows
+    lexicographically: 5 ms per call on [8, 4000] at V = 2000). A loop over batch rows, not tokens."""
+    seen: dict[bytes, int] = {}
+    B = arrays[0].shape[0]
+    inverse = np.empty(B, dtype=np.int64)
+    first = []
+    for b in range(B):
+        key = b"".join(np.ascontiguousarray(x[b]).tobytes() for x in arrays)
+        if key not in seen:
+            seen[key] = len(first)
+            first.append(b)
+        inverse[b] = seen[key]
+    return np.asarray(first, dtype=np.int64), inverse

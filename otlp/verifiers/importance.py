@@ -38,6 +38,7 @@ from otlp.verifiers.base import (
     accept_probability,
     check_tensors,
     coins,
+    distinct_rows,
     gather,
     normalize_or,
     np_normalize_or,
@@ -59,11 +60,12 @@ def solve_omega1_weights(a1: np.ndarray, b1: np.ndarray, p1: np.ndarray, a_rest:
     if s < 2:
         return np.tile(np.triu(np.ones((s, s)), 1), (B, 1, 1))
     data = np.concatenate([a1, b1, p1, a_rest[:, None], b_rest[:, None]], axis=1)  # [B, 3s + 2]
-    unique, inverse = np.unique(data, axis=0, return_inverse=True)
-    if unique.shape[0] < B:  # identical rows (e.g. a batch sharing one context) are solved once
+    first, inverse = distinct_rows(data)
+    if first.size < B:  # identical rows (e.g. a batch sharing one context) are solved once
+        unique = data[first]
         W = solve_omega1_weights(unique[:, :s], unique[:, s:2 * s], unique[:, 2 * s:3 * s], unique[:, 3 * s],
                                  unique[:, 3 * s + 1], symmetric)
-        return W[inverse.reshape(-1)]
+        return W[inverse]
     W = np.tile(np.triu(np.ones((s, s)), 1), (B, 1, 1))  # fallback: the better rank wins
     nv = s * s + s
     ii, jj = np.nonzero(~np.eye(s, dtype=bool))  # ordered pairs i != j

@@ -144,3 +144,24 @@ def test_greedy_is_optimal_for_its_scheme() -> None:
         except otlp.InputError:
             continue
         assert get("greedy").acceptance(p, draft) == pytest.approx(otlp.optimal_acceptance(p, draft), abs=1e-12)
+
+
+def test_distinct_rows_matches_numpy_unique():
+    """verifiers.base.distinct_rows (byte hashing, used by the optimal and IS samplers to solve repeated rows once)
+    against np.unique(axis=0): same partition of the rows, first occurrences as representatives."""
+    import numpy as np
+
+    from otlp.verifiers.base import distinct_rows
+
+    rng = np.random.default_rng(47)
+    a = rng.integers(0, 3, size=(40, 3)).astype(np.float64)
+    b = rng.integers(0, 2, size=(40, 2)).astype(np.float64)
+    first, inverse = distinct_rows(a, b)
+    data = np.concatenate([a, b], axis=1)
+    _, np_first, np_inverse = np.unique(data, axis=0, return_index=True, return_inverse=True)
+    np_inverse = np_inverse.reshape(-1)
+    assert first.size == np_first.size
+    np.testing.assert_array_equal(data[first][inverse], data)  # every row maps to an equal representative
+    assert np.all(np.diff(first) > 0) and np.all(inverse[first] == np.arange(first.size))  # first occurrences
+    same = np_inverse[:, None] == np_inverse[None, :]
+    np.testing.assert_array_equal(inverse[:, None] == inverse[None, :], same)

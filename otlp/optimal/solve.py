@@ -210,12 +210,14 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
         gradient_norm=np.zeros(L), iterations=np.zeros(L, dtype=np.int64),
     )
     if n >= 2:
-        for j in np.flatnonzero(sizes >= 2):
-            too_big = any((n >= 3 and subset_terms(len(tokens), n) > CLASS_CHAIN_TERMS)
-                          or (peel and len(tokens) > ALL_PAIRS_MAX)
-                          for leaf, tokens in leaf_tokens.items() if sol.leaf_group[leaf] == j)
-            if class_chains or too_big:
-                use_class_chain(sol, int(j))
+        if class_chains:
+            chained = set(np.flatnonzero(sizes >= 2).tolist())
+        else:  # groups keeping a leaf too big for Newton
+            chained = {int(sol.leaf_group[leaf]) for leaf, tokens in leaf_tokens.items()
+                       if (n >= 3 and subset_terms(len(tokens), n) > CLASS_CHAIN_TERMS)
+                       or (peel and len(tokens) > ALL_PAIRS_MAX)}
+        for j in sorted(chained):
+            use_class_chain(sol, j)
     return sol
 
 

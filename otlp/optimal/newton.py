@@ -47,8 +47,6 @@ SHIFT_MIN = 1.0
 UNBOUNDED_FLOOR = 1e-10
 #: tokens whose terms carry less than this fraction of the block's mass do not set the step length.
 MINOR = 2.0**-20
-#: statistics of the last pcg calls (iterations), for benchmarks.
-CG_STATS: list[int] = []
 
 
 class PairwiseN2:
@@ -606,8 +604,7 @@ def _pcg(matvec, diag: np.ndarray, rhs: np.ndarray, forcing: np.ndarray, max_ite
     d = z.copy()
     rz = (r * z).sum(-1)  # [nb]
     goal = forcing * forcing * (rhs * rhs).sum(-1)  # [nb]
-    it = 0
-    for it in range(1, max_iter + 1):  # noqa: B007 - recorded below
+    for _ in range(max_iter):
         active = (r * r).sum(-1) > goal
         if not active.any():
             break
@@ -621,5 +618,4 @@ def _pcg(matvec, diag: np.ndarray, rhs: np.ndarray, forcing: np.ndarray, max_ite
         beta = np.where(active & (rz > 0), rz_new / np.where(rz > 0, rz, 1.0), 0.0)[:, None]
         d = z + beta * d
         rz = rz_new
-    CG_STATS.append(it)
     return x

@@ -99,3 +99,19 @@ FAMILIES = {
     "uniform_q": uniform_q,
     "near_ties": near_ties,
 }
+
+
+def draw(family: str, rng, V: int, n: int):
+    """One (p, q) of ``family`` over V tokens (near_ties also needs n, the power its psi is tuned to)."""
+    return FAMILIES[family](rng, V, n) if family == "near_ties" else FAMILIES[family](rng, V)
+
+
+def small_instances(rng, n: int, per_family: int, max_tuples: int = 4096):
+    """``per_family`` seeded (family, p, q) for every family, V in [2, 8] shrunk until V^n <= max_tuples (small
+    enough to enumerate every drafted tuple)."""
+    for family in sorted(FAMILIES):
+        for _ in range(per_family):
+            V = int(rng.integers(2, 9))
+            while V**n > max_tuples:
+                V -= 1
+            yield family, *draw(family, rng, V, n)

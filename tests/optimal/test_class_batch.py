@@ -13,12 +13,12 @@ import otlp
 from otlp.optimal import OptimalTransport, solve_batch
 from otlp.optimal.waterfill import segmented_scan
 
-from .instances import FAMILIES
+from .instances import FAMILIES, draw
 from .test_exact_enumeration import TOL, enumerate_rule
 
 
 def _batch(rng, family, B, V, n):
-    pairs = [FAMILIES[family](rng, V, n) if family == "near_ties" else FAMILIES[family](rng, V) for _ in range(B)]
+    pairs = [draw(family, rng, V, n) for _ in range(B)]
     return np.stack([a for a, _ in pairs]), np.stack([b for _, b in pairs])
 
 

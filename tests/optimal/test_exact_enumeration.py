@@ -15,7 +15,7 @@ import otlp
 from otlp.optimal import OptimalTransport
 from otlp.subsets import brute_force_min_psi
 
-from .instances import FAMILIES
+from .instances import FAMILIES, draw
 
 TOL = 1e-12
 
@@ -51,12 +51,11 @@ def check_exact(p: np.ndarray, q: np.ndarray, n: int, **kwargs) -> OptimalTransp
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_law_and_acceptance_exact(family: str, n: int) -> None:
     rng = np.random.default_rng([sorted(FAMILIES).index(family), n])
-    make = FAMILIES[family]
     for trial in range(45):
         V = int(rng.integers(2, 9))
         while V**n > 4096:
             V -= 1
-        p, q = make(rng, V, n) if family == "near_ties" else make(rng, V)
+        p, q = draw(family, rng, V, n)
         try:
             check_exact(p, q, n)
         except AssertionError as exc:

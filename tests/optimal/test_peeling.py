@@ -22,7 +22,7 @@ from otlp.formulations import RelaxedOTLP
 from otlp.optimal import OptimalTransport
 from otlp.optimal.peeling import peel_block
 
-from .instances import FAMILIES
+from .instances import FAMILIES, draw, small_instances
 from .test_exact_enumeration import TOL, check_exact, enumerate_rule
 
 
@@ -89,15 +89,9 @@ def test_nested_peels_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_unpeeled_rule_still_exact(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     """With peeling off, every inner block goes through Newton as before: exact on every family."""
     monkeypatch.setattr(solve_module, "peel_group", lambda *args: None)
-    rng = np.random.default_rng([33, n])
-    for family in sorted(FAMILIES):
-        for _ in range(12):
-            V = int(rng.integers(2, 9))
-            while V**n > 4096:
-                V -= 1
-            p, q = FAMILIES[family](rng, V, n) if family == "near_ties" else FAMILIES[family](rng, V)
-            ot = check_exact(p, q, n)
-            assert all(b.peeled.size == 0 for b in ot.blocks)
+    for _family, p, q in small_instances(np.random.default_rng([33, n]), n, per_family=12):
+        ot = check_exact(p, q, n)
+        assert all(b.peeled.size == 0 for b in ot.blocks)
 
 
 def _fire_process_law(ot: OptimalTransport, omega: tuple, blk) -> np.ndarray:
@@ -236,7 +230,7 @@ def test_larger_blocks_every_family_exact() -> None:
         for trial in range(6):
             n = 3 if trial % 3 == 2 else 2
             V = int(rng.integers(12, 61 if n == 2 else 31))
-            p, q = FAMILIES[family](rng, V, n) if family == "near_ties" else FAMILIES[family](rng, V)
+            p, q = draw(family, rng, V, n)
             ot = OptimalTransport.from_arrays(p, q, n)
             law, acceptance = enumerate_rule(ot, otlp.IID(q, n))
             where = f"{family} trial {trial} V={V} n={n}"

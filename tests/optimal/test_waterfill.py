@@ -18,7 +18,7 @@ import otlp.optimal.transport as transport_module
 from otlp.optimal import OptimalTransport
 from otlp.optimal.solve import prepare
 
-from .instances import FAMILIES
+from .instances import FAMILIES, draw, small_instances
 from .test_exact_enumeration import TOL, check_exact, enumerate_rule
 
 
@@ -31,16 +31,10 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_forced_class_chains_are_exact(forced: None, n: int) -> None:
     """Law = p, acceptance = alpha* (brute force) on every family, V <= 8, 12 instances each."""
-    rng = np.random.default_rng([40, n])
     seen = 0
-    for family in sorted(FAMILIES):
-        for _ in range(12):
-            V = int(rng.integers(2, 9))
-            while V**n > 4096:
-                V -= 1
-            p, q = FAMILIES[family](rng, V, n) if family == "near_ties" else FAMILIES[family](rng, V)
-            ot = check_exact(p, q, n)
-            seen += int(ot._inst.node_class.any())
+    for _family, p, q in small_instances(np.random.default_rng([40, n]), n, per_family=12):
+        ot = check_exact(p, q, n)
+        seen += int(ot._inst.node_class.any())
     assert seen > 40
 
 
@@ -51,7 +45,7 @@ def test_forced_class_chains_on_larger_groups(forced: None) -> None:
         for trial in range(4):
             n = 3 if trial % 2 else 2
             V = int(rng.integers(12, 26 if n == 3 else 61))
-            p, q = FAMILIES[family](rng, V, n) if family == "near_ties" else FAMILIES[family](rng, V)
+            p, q = draw(family, rng, V, n)
             ot = OptimalTransport.from_arrays(p, q, n)
             law, acceptance = enumerate_rule(ot, otlp.IID(q, n))
             where = f"{family} trial {trial} V={V} n={n}"

@@ -43,6 +43,7 @@ from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
 from otlp.errors import InputError
 from otlp.formulations.base import Formulation
+from otlp.formulations.completion import residual_completion
 from otlp.formulations.maxflow import (
     BipartiteNetwork,
     assemble_network,
@@ -84,40 +85,6 @@ class _Split:
     in_rows: np.ndarray  # [M_in], support rows of the inner tuples
     arc_token: np.ndarray  # [K], token of each "S" arc of the union
     arc_tuple: np.ndarray  # [K], support row of each "S" arc of the union
-
-
-def residual_completion(p: np.ndarray, probs: np.ndarray, flow_S: np.ndarray, arc_token: np.ndarray,
-                        arc_tuple: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GR eq. (3) on a computed relaxed plan, kept sparse: ``C[i, m] = S[i, m] + w[i] * d_res[m]``.
-
-    ``p [V]``, ``probs [M]`` (P_draft of the columns), the plan as arc flows ``flow_S [K]`` on the pairs
-    ``(arc_token [K], arc_tuple [K])`` -> ``(S [K], w [V], d_res [M])``:
-
-    * ``S``: the flows made exactly feasible for GR eq. (2) (negatives clipped, then a column above P_draft(omega)
-      and a row above p(i) scaled down; a no-op on an exactly feasible plan, e.g. OR-Tools' or an exact solver's);
-    * ``d_res[m] = P_draft(omega_m) - sum_i S[i, m] >= 0`` and ``p_res(i) = p(i) - sum_m S[i, m] >= 0`` (GR eq. (3));
-    * ``w = p_res / sum_j p_res(j)``; when ``sum_j p_res(j) = 0`` (alpha* = 1 to the last bit, so any ``d_res`` left is
-      rounding), ``w = p``.
-
-    Column m of C sums to P_draft(omega_m) (``sum_i w[i] = 1``) whatever the solver left, so every slice
-    ``C[:, m] / P_draft(omega_m)`` is a distribution; row i sums to
-    ``p(i) + p_res(i) (sum_m d_res[m] - sum_j p_res(j)) / sum_j p_res(j) = p(i)`` up to
-    ``|sum_m P_draft - sum_i p|`` (rounding). On an exact optimum with H* a minimiser the residuals are zero where
-    GR eq. (7) says, and C is GR eq. (8).
-    """
-    p = np.asarray(p, dtype=np.float64)
-    probs = np.asarray(probs, dtype=np.float64)
-    V, M = p.size, probs.size
-    S = np.maximum(np.asarray(flow_S, dtype=np.float64), 0.0)  # [K]
-    col = np.bincount(arc_tuple, weights=S, minlength=M)  # [M]
-    S = S * np.where(col > probs, probs / np.where(col > 0, col, 1.0), 1.0)[arc_tuple]
-    row = np.bincount(arc_token, weights=S, minlength=V)  # [V]
-    S = S * np.where(row > p, p / np.where(row > 0, row, 1.0), 1.0)[arc_token]  # rows down: columns stay <= probs
-    p_res = np.maximum(p - np.bincount(arc_token, weights=S, minlength=V), 0.0)  # [V]
-    d_res = np.maximum(probs - np.bincount(arc_tuple, weights=S, minlength=M), 0.0)  # [M]
-    total = p_res.sum()  # = sum_m d_res[m] = 1 - alpha* up to rounding
-    w = p_res / total if total > 0 else p / p.sum()  # [V]
-    return S, w, d_res
 
 
 class OuterInnerNetworks(Formulation):

@@ -25,6 +25,7 @@ from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
 from otlp.errors import InputError
 from otlp.formulations.base import Formulation
+from otlp.formulations.completion import residual_completion
 from otlp.formulations.incidence import incidence_pairs
 from otlp.formulations.maxflow import assemble_network
 from otlp.formulations.model import FlowNetwork, LinearModel, ModelSize
@@ -160,13 +161,12 @@ class RelaxedOTLP(DraftFormulation):
             C[i, omega] = S*[i, omega] + p_res(i) * P_res(omega) / sum_j p_res(j),
 
         where sum_j p_res(j) = sum_omega P_res(omega) = 1 - alpha*. When alpha* = 1 the residuals vanish and C = S*.
-        Float residuals are clipped at 0 (solver round-off); the result's marginals are p and P_draft to that
-        precision.
+        Computed by :func:`otlp.formulations.completion.residual_completion` on the incidence pairs: a plan off by
+        the solver's tolerance is first made feasible (negatives clipped, columns above P_draft and rows above p
+        scaled down), and a column left short while sum_j p_res(j) = 0 (rounding, a tuple too light to carry flow)
+        is filled in proportion to p. Every column of C sums to P_draft(omega) (each slice ``C[:, m] / P(omega_m)``
+        is a distribution) and every row to p(i), up to rounding.
         """
-        S = self.plan(solution).astype(np.float64)
-        p_res = np.clip(self.p - S.sum(axis=1), 0.0, None)  # [V]
-        draft_res = np.clip(self.probs - S.sum(axis=0), 0.0, None)  # [M]
-        total = p_res.sum()
-        if total <= 0:
-            return S
-        return S + np.outer(p_res, draft_res) / total
+        tokens, cols = self.pairs
+        S, w, draft_res = residual_completion(self.p, self.probs, solution.primal["S"], tokens, cols)  # [K], [V], [M]
+        return self.dense(S) + np.outer(w, draft_res)  # [V, M]

@@ -8,7 +8,8 @@ import pytest
 
 import otlp
 from otlp.errors import InputError
-from otlp.formulations.outer_inner import OuterInnerNetworks, as_subset, residual_completion
+from otlp.formulations.completion import residual_completion
+from otlp.formulations.outer_inner import OuterInnerNetworks, as_subset
 from otlp.solvers import BACKENDS, capabilities
 from otlp.subsets import brute_force_min_psi, psi
 from tests.formulations.instances import random_instances

@@ -8,9 +8,15 @@ this route: solve
                                S >= 0, S[i, omega] = 0 unless i in set(omega)
 
 with HiGHS (``scipy.optimize.linprog(method="highs")``; otlp.formulations.RelaxedOTLP landed later), then
-complete it (GR eq. (3)): C = S + p_res P_res^T / (1 - alpha*). The slice for omega is C[:, omega] / P(omega):
-accept slot k with probability S[omega_k, omega] / P(omega), reject with probability P_res(omega) / P(omega) and
-draw from r = p_res / sum p_res. Size: sum_omega |set(omega)| variables, so this is for small V^n.
+complete it (GR eq. (3)) with :func:`otlp.formulations.completion.residual_completion`, the package's one
+completion: C = S + w P_res^T with w = p_res / sum_j p_res(j) (= p_res / (1 - alpha*)). HiGHS meets the
+constraints only to its tolerance (~1e-7 absolute: a column above a light tuple's P(omega), a row above p_i, a
+negative entry), so the completion first repairs S (negatives clipped, columns then rows scaled down) and, when
+sum p_res = 0 while a column is short (rounding, or a tuple too light to carry flow), takes w = p. The slice for
+omega is C[:, omega] / P(omega): accept slot k with probability S[omega_k, omega] / P(omega), reject with
+probability P_res(omega) / P(omega) and draw from w. Every slice is then a distribution and the output law is p
+to rounding, whatever HiGHS left; the rule's acceptance is alpha* to HiGHS' tolerance. Size:
+sum_omega |set(omega)| variables, so this is for small V^n.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import scipy.sparse
 from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
 from otlp.errors import InputError
+from otlp.formulations.completion import residual_completion
 
 
 def relaxed_lp_plan(p: np.ndarray, omegas: np.ndarray, probs: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
@@ -32,8 +39,7 @@ def relaxed_lp_plan(p: np.ndarray, omegas: np.ndarray, probs: np.ndarray) -> tup
     """
     M, n = omegas.shape
     V = p.size
-    dup = np.tril(omegas[:, :, None] == omegas[:, None, :], -1).any(2)  # [M, n]
-    m_idx, k_idx = np.nonzero(~dup)
+    m_idx, k_idx = _distinct_slots(omegas)
     nvar = m_idx.size
     var = np.full((M, n), -1, dtype=np.int64)
     var[m_idx, k_idx] = np.arange(nvar)
@@ -60,17 +66,19 @@ class LinearProgramRule:
         omegas, probs = draft.support()  # refuses (ModelTooLargeError) when V^n is too big
         if omegas.shape[0] == 0:
             raise InputError("the draft scheme has an empty support")
-        self.alpha, S, _ = relaxed_lp_plan(self.p, omegas, probs)
-        rows = np.bincount(omegas.ravel(), S.ravel(), self.V)
-        p_res = np.maximum(self.p - rows, 0.0)
-        self.residual = p_res / p_res.sum() if p_res.sum() > 0 else p_res
-        self._row_sums = rows
+        self.alpha, S_slots, _ = relaxed_lp_plan(self.p, omegas, probs)  # S_slots [M, n]
+        m_idx, k_idx = _distinct_slots(omegas)  # the LP's variables: one arc per distinct (token, tuple) pair
+        arc_token = omegas[m_idx, k_idx]  # [K]
+        S_arc, w, d_res = residual_completion(self.p, probs, S_slots[m_idx, k_idx], arc_token, m_idx)  # GR eq. (3)
+        S = np.zeros(omegas.shape)  # [M, n], 0 on repeated slots
+        S[m_idx, k_idx] = S_arc
+        self.residual = w  # [V], sums to 1
+        self._row_sums = np.bincount(arc_token, S_arc, self.V)  # [V], <= p
         self._codes = _encode(omegas, self.V)
         self._sort = np.argsort(self._codes)
         self._probs = probs
-        with np.errstate(divide="ignore", invalid="ignore"):
-            self._accept = np.where(probs[:, None] > 0, S / probs[:, None], 0.0)  # [M, n]
-        self._reject = np.clip(1.0 - self._accept.sum(1), 0.0, 1.0)  # P_res(omega) / P(omega)
+        self._accept = S / probs[:, None]  # [M, n]; support(): probs > 0
+        self._reject = d_res / probs  # [M], P_res(omega) / P(omega)
         try:
             from otlp.subsets import min_psi
 
@@ -92,6 +100,12 @@ class LinearProgramRule:
         reject = np.where(found, self._reject[m], 0.0)
         accept[~found, 0] = 1.0  # a tuple the draft never produces: any law will do; output its first token
         return accept, reject
+
+
+def _distinct_slots(omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The slots (m, k) whose token does not occur earlier in tuple m: ``omegas [M, n]`` -> ``(m [K], k [K])``."""
+    dup = np.tril(omegas[:, :, None] == omegas[:, None, :], -1).any(2)  # [M, n]
+    return np.nonzero(~dup)
 
 
 def _encode(omegas: np.ndarray, V: int) -> np.ndarray:

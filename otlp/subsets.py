@@ -44,15 +44,20 @@ def sorted_prefix_psi(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray,
     p = q = 0 tail and psi_V = 0 come out exact rather than as 1e-16 rounding noise (design note §3, §4).
     Rows of ``p, q: [B, V]`` are handled at once (``order [B, V]``, ``psi [B, V + 1]``).
     """
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
     order = ratio_order(p, q)
-    ps = np.take_along_axis(np.asarray(p, dtype=np.float64), order, axis=-1)
-    qs = np.take_along_axis(np.asarray(q, dtype=np.float64), order, axis=-1)
-    zero = np.zeros(ps.shape[:-1] + (1,))
-    prefix_p = np.concatenate([zero, np.cumsum(ps, axis=-1)], axis=-1)
-    prefix_q = np.concatenate([zero, np.cumsum(qs, axis=-1)], axis=-1)
-    # mass of the positions > m
-    suffix_p = np.concatenate([np.flip(np.cumsum(np.flip(ps, -1), axis=-1), -1), zero], axis=-1)
-    suffix_q = np.concatenate([np.flip(np.cumsum(np.flip(qs, -1), axis=-1), -1), zero], axis=-1)
+    if p.ndim == 1:  # the single path: plain fancy indexing (take_along_axis costs more at small V)
+        ps, qs = p[order], q[order]
+    else:
+        ps, qs = np.take_along_axis(p, order, axis=-1), np.take_along_axis(q, order, axis=-1)
+    shape = ps.shape[:-1] + (ps.shape[-1] + 1,)
+    prefix_p, prefix_q, suffix_p, suffix_q = (np.zeros(shape) for _ in range(4))
+    np.cumsum(ps, axis=-1, out=prefix_p[..., 1:])
+    np.cumsum(qs, axis=-1, out=prefix_q[..., 1:])
+    # mass of the positions > m, summed from the top so the tail is exact
+    np.cumsum(ps[..., ::-1], axis=-1, out=suffix_p[..., -2::-1])
+    np.cumsum(qs[..., ::-1], axis=-1, out=suffix_q[..., -2::-1])
     head = prefix_p - prefix_q**n
     with np.errstate(divide="ignore"):
         tail = -np.expm1(n * np.log1p(-np.minimum(suffix_q, 1.0))) - suffix_p

@@ -52,8 +52,13 @@ def block_records(p: np.ndarray, q: np.ndarray, n: int) -> BlockCuts:
     inner_rec = np.flatnonzero(psi[1 : m_star + 1] < prefix_min[:-1]) + 1
     # outer: suffix minima (ties included) on [m*, V]
     tail = psi[m_star:]
-    suffix_min_after = np.concatenate([np.minimum.accumulate(tail[::-1])[::-1][1:], [np.inf]])
+    suffix_min_after = np.full(tail.size, np.inf)  # [V - m* + 1]: min of psi after each position
+    suffix_min_after[:-1] = np.minimum.accumulate(tail[:0:-1])[::-1]
     outer_rec = np.flatnonzero(tail <= suffix_min_after) + m_star
-    records = np.unique(np.concatenate([[0, m_star, V], inner_rec, outer_rec])).astype(np.int64)
+    is_record = np.zeros(V + 1, dtype=bool)  # [V + 1]
+    is_record[[0, m_star, V]] = True
+    is_record[inner_rec] = True
+    is_record[outer_rec] = True
+    records = np.flatnonzero(is_record)
     inner = records[1:] <= m_star
     return BlockCuts(order=order, psi=psi, m_star=m_star, records=records, inner=inner)

@@ -253,10 +253,10 @@ class _FallbackSearch:
         hi = K - ts  # [C]: the remainder is [b, hi)
         ok = (hi - bs >= 1) & ~self.bad_above[hi]
         # bottom part: before peeling position i (< b) the remainder is [i, hi), after [i + 1, hi)
-        if np.all(hi == hi[0]):  # a scan over b at fixed t (the common case): one remainder end
+        if np.all(hi == hi[0]):  # a scan over b at fixed t: one remainder end
             his, which = hi[:1], np.zeros(hi.size, dtype=np.int64)
-        else:
-            his, which = np.unique(hi, return_inverse=True)  # [U], [C]
+        else:  # every end 1..K (cheaper than finding the distinct ones; the [K, K + 1] states are small)
+            his, which = np.arange(1, K + 1), hi - 1  # [U], [C]
         idx = np.arange(K + 1)
         with np.errstate(invalid="ignore"):
             states = null_for_excess(*self._excess(idx[None, :], his[:, None]), self.n)  # [U, K + 1]
@@ -279,10 +279,11 @@ def peel_fallback(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack:
     P = np.concatenate([[0.0], np.cumsum(t)])  # [K + 1]
     Q = np.concatenate([[0.0], np.cumsum(q)])
     margin = HALL_MARGIN * P[K] if slack == 0 else min(HALL_MARGIN * P[K], 0.5 * slack)
-    b, top = _search(K, _FallbackSearch(t, q, null_mass, n, slack, P, Q, margin))
+    search = _FallbackSearch(t, q, null_mass, n, slack, P, Q, margin)
+    b, top = _search(K, search)
     if b + top == 0:
         return None
-    return _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q)
+    return _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q, search)
 
 
 # -- the (b, t) search ----------------------------------------------------------------------------------------
@@ -340,7 +341,7 @@ def _finish_fire(p, q, null_mass, n, b, t, P, Q) -> Peel:
                 leaf_slack=leaf_slack)
 
 
-def _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q) -> Peel:
+def _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q, search: _FallbackSearch) -> Peel:
     """States along the chain (each a function of the peeled set), then a_j and R_j from consecutive states."""
     K = t.size
     chain = _chain(b, top, K)
@@ -348,8 +349,7 @@ def _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q) -> Peel:
     # remainder before each chain element and after the last: [0, m) for the top part, [i, hi) for the bottom
     lo_b = np.concatenate([np.zeros(top, dtype=np.int64), np.arange(b + 1)])
     hi_b = np.concatenate([np.arange(K, hi, -1), np.full(b + 1, hi)])
-    Ps, Qs, e0 = _group_sums(t, q, null_mass, n)
-    states = null_for_excess(*_excess(lo_b, hi_b, P, Q, Ps, Qs, e0, n), n)  # [c + 1]
+    states = null_for_excess(*search._excess(lo_b, hi_b), n)  # [c + 1]
     states[0] = null_mass
     qc = q[chain]
     unfired = np.clip(np.diff(states), 0.0, qc)  # (1 - a_j) q_j

@@ -96,9 +96,9 @@ def test_lp_route_for_other_drafts(scheme: str) -> None:
         assert ot.route == "lp"
         law, acceptance = enumerate_rule(ot, draft)
         best, _ = brute_force_min_psi(p, draft)
-        assert np.abs(law - p).sum() < 1e-9  # HiGHS feasibility tolerance
-        assert abs(ot.alpha - (1 + best)) < 1e-9
-        assert abs(acceptance - ot.alpha) < 1e-9
+        assert np.abs(law - p).sum() < 1e-12  # the completed plan keeps p exactly (otlp.formulations.completion)
+        assert abs(ot.alpha - (1 + best)) < 1e-9  # HiGHS' optimal value, to its tolerance
+        assert abs(acceptance - ot.alpha) < 1e-7  # the repair may scale down what HiGHS left over a bound
 
 
 def test_blocks_are_consistent() -> None:

@@ -35,6 +35,10 @@ same source, at a grid point whose model (~k^n * n variables) is at least as big
 limit (HiGHS's time limit does not cover building the model, so a (1000, 2) call takes ~7 s whatever the limit).
 Baselines run on the first ``--baseline-pairs`` pairs of each grid point.
 
+Timing: each (method, pair) is called ``--repeat`` times (default 3) and its fastest call is kept (the timeit
+convention: on a shared 2-core machine the slower calls measure other processes, not the code); a call over
+0.25 s is not repeated. Every method gets the same treatment, so the ratios compare like with like.
+
 Columns: median / p95 / max ms per token, success rate (optimal: every block at machine precision; baselines:
 finished within the limit), max law error (optimal, L1 of the enumerated output law vs p where V^n <= 2e5, else
 the certified bound sum ||R - t||_1 over blocks, marked *), the baselines' median ms, speed-up of the median over
@@ -43,7 +47,7 @@ it solved (an agreement check; max-flow's 2^-40 rounding shows there), and for o
 |sum of its slice - 1| (a drafted tuple of mass below the flow's 1e-9 tolerance may be left unsaturated: it shows).
 Also the batched path: time per pair of solve_batch vs a loop at B = 64, V = 100, n = 2 (heavy source).
 
-Usage: python benchmarks/solve_times.py [--pairs 40] [--quick] [--limit 2.0] [--source both]
+Usage: python benchmarks/solve_times.py [--pairs 40] [--quick] [--limit 2.0] [--source both] [--repeat 3]
 Writes benchmarks/results/solve_times.json ({"config", "sources": {name: {"grid": [...]}}, "batch"}).
 """
 
@@ -125,6 +129,19 @@ def decode_pairs(laws: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, count:
 
 
 # -- the methods: each returns (seconds, ok, value) or similar ---------------------------------------------------
+def best_of(method, call_args: tuple, repeat: int, cap: float = 0.25) -> tuple:
+    """The result of the fastest of ``repeat`` calls ``method(*call_args)`` (whose first element is its seconds);
+    a call slower than ``cap`` seconds is not repeated."""
+    best = method(*call_args)
+    for _ in range(repeat - 1):
+        if best[0] > cap:
+            break
+        again = method(*call_args)
+        if again[0] < best[0]:
+            best = again
+    return best
+
+
 def run_optimal(p, q, n, omega):
     from otlp.optimal import OptimalTransport
 
@@ -229,7 +246,7 @@ def grid_point(pairs: list, omegas: list, V: int, n: int, args: argparse.Namespa
         OptimalTransport.from_arrays(p, q, n).slice(np.zeros(n, dtype=np.int64))
     ms, ok, errs, alphas, enumerated = [], 0, [], [], True
     for (p, q), omega in zip(pairs, omegas, strict=True):
-        dt, ot = run_optimal(p, q, n, omega)
+        dt, ot = best_of(run_optimal, (p, q, n, omega), args.repeat)
         ms.append(dt * 1e3)
         ok += ot.success
         alphas.append(float(ot.alpha))
@@ -254,11 +271,11 @@ def grid_point(pairs: list, omegas: list, V: int, n: int, args: argparse.Namespa
         times, solved, slow, value_err, extra = [], 0, False, [], {}
         for j, ((p, q), omega) in enumerate(list(zip(pairs, omegas, strict=True))[: args.baseline_pairs]):
             if name == "highs":
-                dt, good, value = run_highs(p, q, n, omega, args.limit)
+                dt, good, value = best_of(run_highs, (p, q, n, omega, args.limit), args.repeat)
             elif name == "maxflow":
-                dt, good, value = run_maxflow(p, q, n, omega)
+                dt, good, value = best_of(run_maxflow, (p, q, n, omega), args.repeat)
             else:
-                dt, good, value, info = run_outer_inner(p, q, n, omega)
+                dt, good, value, info = best_of(run_outer_inner, (p, q, n, omega), args.repeat)
                 if "reason" in info:
                     extra["reason"] = info["reason"]
                 elif good:
@@ -340,6 +357,7 @@ def main() -> None:
     ap.add_argument("--max-vars", type=float, default=2.5e6, help="skip LP / flow models above this many variables")
     ap.add_argument("--baseline-pairs", type=int, default=5, help="pairs per grid point for the slow baselines")
     ap.add_argument("--source", choices=("heavy", "decode", "both"), default="both", help="instance source(s)")
+    ap.add_argument("--repeat", type=int, default=3, help="calls per (method, pair); the fastest is kept")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "solve_times.json"))
     args = ap.parse_args()
@@ -355,7 +373,10 @@ def main() -> None:
     from otlp.optimal import OptimalTransport, solve_batch
 
     results = {"config": vars(args) | {"threads": os.environ.get("OPENBLAS_NUM_THREADS")}, "sources": {}}
-    print("ms per token = build + one slice; baselines on the first --baseline-pairs pairs, '> limit' past "
+    if args.repeat < 1:
+        ap.error(f"--repeat must be at least 1, got {args.repeat}")
+    print(f"ms per token = build + one slice, fastest of {args.repeat} calls per pair; baselines on the first "
+          "--baseline-pairs pairs, '> limit' past "
           f"{args.limit:g} s per call (or above --max-vars); * = certified bound, not enumerated")
     for source in SOURCES if args.source == "both" else (args.source,):
         results["sources"][source] = run_source(source, args, have_ortools)

@@ -30,7 +30,7 @@ def test_tiny_grid_point_runs_every_method_and_they_agree(st):
     rng = np.random.default_rng(3)
     pairs = [st.heavy_tailed_pair(rng, 6) for _ in range(3)]
     omegas = [rng.choice(6, size=2, p=q) for _, q in pairs]
-    args = argparse.Namespace(limit=60.0, max_vars=1e6, baseline_pairs=3)
+    args = argparse.Namespace(limit=60.0, max_vars=1e6, baseline_pairs=3, repeat=2)
     row = st.grid_point(pairs, omegas, 6, 2, args, True, {})
     assert row["optimal"]["success"] == 1.0 and row["optimal"]["max_law_error"] < 1e-12
     for name in st.BASELINES:
@@ -43,10 +43,23 @@ def test_a_model_over_the_limit_skips_bigger_ones(st):
     rng = np.random.default_rng(4)
     pairs = [st.heavy_tailed_pair(rng, 6) for _ in range(2)]
     omegas = [rng.choice(6, size=2, p=q) for _, q in pairs]
-    args = argparse.Namespace(limit=60.0, max_vars=1e6, baseline_pairs=2)
+    args = argparse.Namespace(limit=60.0, max_vars=1e6, baseline_pairs=2, repeat=1)
     over = {name: (10, 3, 1) for name in st.BASELINES}  # pretend a 10-variable model was over the limit
     row = st.grid_point(pairs, omegas, 6, 2, args, False, over)
     assert row["highs"]["status"] == "> limit" and "not smaller" in row["highs"]["reason"]
+
+
+def test_best_of_keeps_the_fastest_call_and_does_not_repeat_slow_ones(st):
+    times = iter([0.3, 0.1, 0.2])
+    calls = []
+
+    def method(tag):
+        calls.append(tag)
+        return next(times), tag
+
+    assert st.best_of(method, ("a",), 3, cap=0.5) == (0.1, "a") and len(calls) == 3
+    times, calls[:] = iter([0.9, 0.1]), []
+    assert st.best_of(method, ("b",), 3, cap=0.5) == (0.9, "b") and len(calls) == 1  # over the cap: once
 
 
 def test_top_k_projection(st):

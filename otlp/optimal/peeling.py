@@ -261,6 +261,7 @@ class _FallbackSearch:
         with np.errstate(invalid="ignore"):
             states = null_for_excess(*self._excess(idx[None, :], his[:, None]), self.n)  # [U, K + 1]
         states[:, 0] = self.n_top[his]
+        self.last = (his, states)  # for chain_states
         good = self._good(states[:, 1:] - states[:, :-1], self.q[None, :])  # [U, K]
         first_bad = np.where(good.all(1), K, np.argmin(good, axis=1))  # [U]: bottom elements i < this are good
         ok &= bs <= first_bad[which]
@@ -268,6 +269,15 @@ class _FallbackSearch:
         ok &= np.isfinite(null_end)
         return ok & _remainder_hall(self.P, self.Q, self.n, bs, hi, np.where(np.isfinite(null_end), null_end, 0.0),
                                     self.margin, inner=self.slack > 0)
+
+
+    def chain_states(self, b: int, top: int) -> np.ndarray:
+        """The null masses along the chain (b, top) of the last call (which had it as a candidate): before each
+        chain element and after the last, ``[c + 1]``; the top part's from ``n_top``, the bottom part's row."""
+        hi = self.K - top
+        his, states = self.last
+        row = states[0] if his.size == 1 else states[hi - 1]  # [K + 1]: state of [i, hi)
+        return np.concatenate([self.n_top[self.K : hi : -1], row[: b + 1]])
 
 
 def peel_fallback(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float) -> Peel | None:
@@ -315,6 +325,8 @@ def _leaves(t: np.ndarray, q: np.ndarray, n: int, b: int, hi: int, null_new: flo
     """Sub-blocks of the remainder [b, hi): strict prefix-minimum records for an inner one, one leaf otherwise."""
     if not inner:
         return [(b, hi)], np.array([null_new]), np.zeros(1)
+    if hi - b == 1:  # one token left (a complete peel): one leaf, slack c - t of that token
+        return [(b, hi)], np.array([null_new]), np.array([max(power_gap(null_new, q[b], n) - t[b], 0.0)])
     Pm = np.concatenate([[0.0], np.cumsum(t[b:hi])])
     Qm = np.concatenate([[0.0], np.cumsum(q[b:hi])])
     psi = Pm - power_gap(null_new, Qm, n)  # [hi - b + 1]
@@ -349,8 +361,7 @@ def _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q, search: _FallbackS
     # remainder before each chain element and after the last: [0, m) for the top part, [i, hi) for the bottom
     lo_b = np.concatenate([np.zeros(top, dtype=np.int64), np.arange(b + 1)])
     hi_b = np.concatenate([np.arange(K, hi, -1), np.full(b + 1, hi)])
-    states = null_for_excess(*search._excess(lo_b, hi_b), n)  # [c + 1]
-    states[0] = null_mass
+    states = search.chain_states(b, top)  # [c + 1], states[0] = null_mass
     qc = q[chain]
     unfired = np.clip(np.diff(states), 0.0, qc)  # (1 - a_j) q_j
     fire_mass = qc - unfired

@@ -49,8 +49,8 @@ def evaluate_rule(w: np.ndarray, pos: np.ndarray, path: np.ndarray, chain_node: 
             if cls.all():
                 return acc_c, rej_c
     current = root
-    first = ~np.tril(w[:, :, None] == w[:, None, :], -1).any(2)  # [M, n] first occurrence of its token
     same = w[:, :, None] == w[:, None, :]  # [M, n, n]
+    first = ~np.tril(same, -1).any(2)  # [M, n] first occurrence of its token
     alive = np.ones(M)  # probability that no decision was taken yet
     active = np.ones(M, dtype=bool)
     accept = np.zeros((M, n))

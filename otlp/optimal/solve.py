@@ -92,28 +92,29 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
     position = np.empty(V, dtype=np.int64)
     position[order] = np.arange(1, V + 1)
 
+    # per-position working arrays, as rows of one float and one int block: one scatter maps each to tokens
+    fpos = np.zeros((4, V))  # [4, V]
+    t_pos, log_w_pos, rows_pos, fire_pos = fpos
+    ipos = np.full((3, V), -1, dtype=np.int64)  # [3, V]
+    leaf_of_pos, rank_pos, chain_node_pos = ipos  # leaf; rank in its chain; the node whose chain holds it
+
     # targets: inner t = p; outer t = p except t_{s+1} = p_{s+1} - (psi_e - psi_s)   (note §2 (ii), GR Thm 6.2)
-    t_pos = ps.copy()
+    t_pos[:] = ps
     outer = ~cuts.inner
     t_pos[starts[outer]] -= psi[stops[outer]] - psi[starts[outer]]
-    t_pos = np.maximum(t_pos, 0.0)
+    np.maximum(t_pos, 0.0, out=t_pos)
 
     # leaves: by default leaf j = group j; peeled inner groups replace it by their sub-blocks
-    leaf_of_pos = block_of_position[1:].copy()  # [V]
+    leaf_of_pos[:] = block_of_position[1:]
     leaf_null = list(null_mass)
     leaf_inner = list(cuts.inner)
     leaf_group = list(range(K))
     leaf_start = list(starts)
     leaf_stop = list(stops)
-    fire_pos = np.zeros(V)
-    rank_pos = np.full(V, -1, dtype=np.int64)
-    rows_pos = np.zeros(V)
-    log_w_pos = np.zeros(V)
     chain_error = np.zeros(K)
     # peel nodes: node j < K is the root of group j; a peeled leaf of size >= 2 may become a child node, peeled again
     node_fallback = [False] * K
     node_depth = [0] * K
-    chain_node_pos = np.full(V, -1, dtype=np.int64)  # [V]: the node whose chain holds the position
     path_pos = np.full((V, MAX_PEEL_DEPTH + 1), -1, dtype=np.int64)  # [V, D]: node at each depth
     path_pos[:, 0] = block_of_position[1:]
 
@@ -162,7 +163,7 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
             inner_j = bool(cuts.inner[j])
             slack = float(psi[s] - psi[e]) if inner_j else 0.0  # c(G) - p(G), stable (suffix form of psi)
             visit(int(j), int(j), int(j), s, e, float(null_mass[j]), slack, inner_j, 0)
-    depth_used = int((path_pos >= 0).any(0).sum())
+    depth_used = 1 + max(node_depth[K:], default=0)  # nodes below the roots are the kept children
     path_pos = path_pos[:, :depth_used]
     node_fallback = np.asarray(node_fallback, dtype=bool)
     leaf_null = np.asarray(leaf_null, dtype=np.float64)
@@ -174,11 +175,12 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
     single = leaf_size == 1
     m0 = leaf_start[single]  # 0-based position of each singleton leaf
     d = power_gap(leaf_null[single], qs[m0], n)  # (Q0 + q)^n - Q0^n, positive form
+    pm = ps[m0]
     inner_single = leaf_inner[single]
     with np.errstate(divide="ignore", invalid="ignore"):
-        acc_w = np.log(ps[m0]) - np.log(np.maximum(d - ps[m0], 1e-300 * d + 1e-300))
-        accept = np.where(d > 0, ps[m0] / np.where(d > 0, d, 1.0), 0.0)
-    log_w_pos[m0] = np.where(inner_single, np.where(ps[m0] > 0, acc_w, -np.inf), 0.0)
+        acc_w = np.log(pm) - np.log(np.maximum(d - pm, 1e-300 * d + 1e-300))
+        accept = np.where(d > 0, pm / np.where(d > 0, d, 1.0), 0.0)
+    log_w_pos[m0] = np.where(inner_single, np.where(pm > 0, acc_w, -np.inf), 0.0)
     rows_pos[m0] = np.where(inner_single, d * np.minimum(accept, 1.0), d)
 
     if n == 1:  # only singleton terms: every token is its own closed form even inside a larger block
@@ -194,15 +196,18 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
         leaf_tokens = {}
     else:
         leaf_tokens = {int(j): order[leaf_start[j] : leaf_start[j] + leaf_size[j]] for j in np.flatnonzero(~single)}
-    inv = order
+    ftok = np.empty_like(fpos)
+    ftok[:, order] = fpos
+    itok = np.empty_like(ipos)
+    itok[:, order] = ipos
     L = leaf_null.size
     sol = InstanceSolution(
         p=p, q=q, n=n, cuts=cuts, position=position, block_of_position=block_of_position, null_mass=null_mass,
-        targets=_to_tokens(t_pos, inv), log_weight=_to_tokens(log_w_pos, inv), row_sums=_to_tokens(rows_pos, inv),
-        leaf_of_token=_to_tokens(leaf_of_pos, inv), leaf_null=leaf_null, leaf_inner=leaf_inner,
+        targets=ftok[0], log_weight=ftok[1], row_sums=ftok[2], leaf_of_token=itok[0], leaf_null=leaf_null,
+        leaf_inner=leaf_inner,
         leaf_group=np.asarray(leaf_group, dtype=np.int64), leaf_tokens=leaf_tokens,
-        fire=_to_tokens(fire_pos, inv), peel_rank=_to_tokens(rank_pos, inv), chain_error=chain_error,
-        chain_node=_to_tokens(chain_node_pos, inv), path=_to_tokens(path_pos, inv), node_fallback=node_fallback,
+        fire=ftok[3], peel_rank=itok[1], chain_error=chain_error, chain_node=itok[2],
+        path=_to_tokens(path_pos, order), node_fallback=node_fallback,
         node_depth=np.asarray(node_depth, dtype=np.int64),
         class_rank=np.full(V, -1, dtype=np.int64), class_lam=np.zeros(V), class_certain=np.zeros(V),
         node_class=np.zeros(node_fallback.size, bool), node_beta=np.ones(node_fallback.size),

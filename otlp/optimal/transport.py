@@ -239,7 +239,10 @@ class OptimalTransport:
         ``accept[:, k]`` (a repeated token counts on its first slot only), and with probability ``reject`` the
         output is drawn from :attr:`residual`.
         """
-        w = self._check_omegas(omegas)  # [M, n]
+        return self._rule(self._check_omegas(omegas))
+
+    def _rule(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`rule` on checked tuples ``w int64 [M, n]``."""
         if self.route != "blocks":
             return self._lp.rule(w)
         return evaluate_rule(w, self._position[w], self._path[w], self._chain_node[w], self._leaf[w], self._log_w[w],
@@ -253,7 +256,7 @@ class OptimalTransport:
     def slices(self, omegas: np.ndarray) -> np.ndarray:
         """pi(· | omega) for many tuples: ``omegas int [M, n]`` -> ``float [M, V]``."""
         w = self._check_omegas(omegas)
-        accept, reject = self.rule(w)
+        accept, reject = self._rule(w)
         out = reject[:, None] * self.residual[None, :]  # [M, V]
         np.add.at(out, (np.repeat(np.arange(w.shape[0]), self.n), w.ravel()), accept.ravel())
         return out
@@ -268,7 +271,7 @@ class OptimalTransport:
     def sample(self, omegas: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Draw the output token for each drafted tuple: ``omegas int [M, n]`` -> ``int64 [M]`` (vectorised)."""
         w = self._check_omegas(omegas)
-        accept, reject = self.rule(w)
+        accept, reject = self._rule(w)
         M = w.shape[0]
         u = rng.random(M)
         cdf = np.cumsum(accept, axis=1)  # [M, n]

@@ -106,11 +106,14 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
 
     # leaves: by default leaf j = group j; peeled inner groups replace it by their sub-blocks
     leaf_of_pos[:] = block_of_position[1:]
-    leaf_null = list(null_mass)
-    leaf_inner = list(cuts.inner)
-    leaf_group = list(range(K))
-    leaf_start = list(starts)
-    leaf_stop = list(stops)
+    leaf_null, leaf_inner, leaf_start, leaf_stop = null_mass.copy(), cuts.inner.copy(), starts.copy(), stops.copy()
+    extra: list[list] = []  # [null, inner, group, start, stop] of each leaf >= K (further sub-blocks of peels)
+
+    def set_leaf(lf: int, null: float, inner: bool, start: int, stop: int) -> None:
+        if lf < K:
+            leaf_null[lf], leaf_inner[lf], leaf_start[lf], leaf_stop[lf] = null, inner, start, stop
+        else:
+            extra[lf - K][0:2], extra[lf - K][3:5] = (null, inner), (start, stop)
     chain_error = np.zeros(K)
     # peel nodes: node j < K is the root of group j; a peeled leaf of size >= 2 may become a child node, peeled again
     node_fallback = [False] * K
@@ -135,15 +138,11 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
         chain_error[group] += np.abs(cut.rows - t_pos[chain]).sum()
         inner_here = inner and cut.leaf_inner
         for i, ((a, b), nm, sl) in enumerate(zip(cut.leaves, cut.leaf_null, cut.leaf_slack, strict=True)):
-            lf = leaf if i == 0 else len(leaf_null)
+            lf = leaf
             if i > 0:
-                leaf_null.append(0.0)
-                leaf_inner.append(False)
-                leaf_group.append(group)
-                leaf_start.append(0)
-                leaf_stop.append(0)
-            leaf_null[lf], leaf_inner[lf] = float(nm), inner_here
-            leaf_start[lf], leaf_stop[lf] = s + a, s + b
+                lf = K + len(extra)
+                extra.append([0.0, False, group, 0, 0])
+            set_leaf(lf, float(nm), inner_here, s + a, s + b)
             leaf_of_pos[s + a : s + b] = lf
             if b - a >= max(peel_min, 2) and depth + 1 <= MAX_PEEL_DEPTH:
                 child = len(node_fallback)
@@ -166,10 +165,15 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
     depth_used = 1 + max(node_depth[K:], default=0)  # nodes below the roots are the kept children
     path_pos = path_pos[:, :depth_used]
     node_fallback = np.asarray(node_fallback, dtype=bool)
-    leaf_null = np.asarray(leaf_null, dtype=np.float64)
-    leaf_inner = np.asarray(leaf_inner, dtype=bool)
-    leaf_start = np.asarray(leaf_start, dtype=np.int64)
-    leaf_size = np.asarray(leaf_stop, dtype=np.int64) - leaf_start
+    leaf_group = np.arange(K)
+    if extra:
+        null_x, inner_x, group_x, start_x, stop_x = zip(*extra, strict=True)
+        leaf_null = np.concatenate([leaf_null, np.asarray(null_x, dtype=np.float64)])
+        leaf_inner = np.concatenate([leaf_inner, np.asarray(inner_x, dtype=bool)])
+        leaf_group = np.concatenate([leaf_group, np.asarray(group_x, dtype=np.int64)])
+        leaf_start = np.concatenate([leaf_start, np.asarray(start_x, dtype=np.int64)])
+        leaf_stop = np.concatenate([leaf_stop, np.asarray(stop_x, dtype=np.int64)])
+    leaf_size = leaf_stop - leaf_start
 
     # closed forms (note §2 "Singleton blocks"): outer {m}: output m; inner {m}: accept w.p. p_m / d_m
     single = leaf_size == 1
@@ -205,7 +209,7 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
         p=p, q=q, n=n, cuts=cuts, position=position, block_of_position=block_of_position, null_mass=null_mass,
         targets=ftok[0], log_weight=ftok[1], row_sums=ftok[2], leaf_of_token=itok[0], leaf_null=leaf_null,
         leaf_inner=leaf_inner,
-        leaf_group=np.asarray(leaf_group, dtype=np.int64), leaf_tokens=leaf_tokens,
+        leaf_group=leaf_group, leaf_tokens=leaf_tokens,
         fire=ftok[3], peel_rank=itok[1], chain_error=chain_error, chain_node=itok[2],
         path=_to_tokens(path_pos, order), node_fallback=node_fallback,
         node_depth=np.asarray(node_depth, dtype=np.int64),

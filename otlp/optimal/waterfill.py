@@ -152,7 +152,17 @@ def slot_mass(H: np.ndarray, L: np.ndarray, r_below: np.ndarray, gap: np.ndarray
     """The class mass y after each step (arrays of any common shape): the root in [0, L] of the convex
     g(y) = (H + y)^n - H^n - r_below y - gap (g(0) <= 0 <= g(L)), by Newton from y = L kept in a shrinking bracket
     (bisection when a step leaves it). An entry stops when its step is at the rounding of y or g is zero within its
-    own rounding; only the entries still moving are iterated."""
+    own rounding; only the entries still moving are iterated.
+
+    For n = 2, g(y) = y^2 + b y - gap with b = 2H - r_below: the closed form of the root (no Newton) in its stable
+    branch, y = 2 gap / (b + sqrt(b^2 + 4 gap)) for b >= 0 and (sqrt(b^2 + 4 gap) - b) / 2 for b < 0 (no
+    cancellation in either), kept in [0, L]."""
+    if n == 2:
+        b = 2.0 * H - r_below
+        root = np.sqrt(b * b + 4.0 * np.maximum(gap, 0.0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = np.where(b >= 0, 2.0 * gap / np.where(b + root > 0, b + root, 1.0), 0.5 * (root - b))
+        return np.clip(y, 0.0, L)
     shape = np.shape(L)
     H, L, r_below, gap = (np.broadcast_to(x, shape).ravel() for x in (H, L, r_below, gap))
     y = L.copy()

@@ -121,10 +121,16 @@ def null_for_excess(E: np.ndarray, L: np.ndarray, n: int) -> np.ndarray:
             r1 = np.maximum(excess / L**n, 0.0)  # r - 1 >= 0
             u = np.minimum(r1 / n, ((r1 + 1.0) / n) ** (1.0 / (n - 1)) - 0.5)
             u = np.where(np.isfinite(u), np.maximum(u, 0.0), 0.0)
+            coef = [float(comb(n, j)) for j in range(n - 1, 0, -1)]  # C(n, n-1), ..., C(n, 1)
             for _ in range(60):
-                # h(u) - 1 = sum_{j=1}^{n-1} C(n, j) u^j (positive form), h'(u) = n ((u + 1)^(n-1) - u^(n-1))
-                f = sum(comb(n, j) * u**j for j in range(1, n)) - r1
-                df = sum(j * comb(n, j) * u ** (j - 1) for j in range(1, n))
+                # h(u) - 1 = u P(u), P(u) = sum_{j=1}^{n-1} C(n, j) u^(j-1) (positive form): P and P' by one Horner
+                # pass over positive coefficients (no cancellation, no powers); f = u P - (r - 1), f' = P + u P'
+                P, dP = coef[0], 0.0
+                for c in coef[1:]:
+                    dP = dP * u + P
+                    P = P * u + c
+                f = P * u - r1
+                df = P + dP * u
                 step = f / df
                 moving = step > 2e-16 * u
                 u = np.where(moving, u - step, u)
@@ -222,9 +228,11 @@ def peel_block(p: np.ndarray, q: np.ndarray, null_mass: float, n: int) -> Peel |
 class _FallbackSearch:
     """Feasibility of fallback chains (b, t) for one group; the candidate-independent part is built once.
 
-    The top part of every chain peels positions K-1, K-2, ... and its states (remainders [0, m)) do not depend on
-    the candidate: ``bad_above[m]`` says whether any of the positions >= m would need a_j outside [0, 1]. The
-    bottom part depends on hi = K - t only, so its states are computed once per distinct hi.
+    A chain (b, t) peels the top t positions K-1, K-2, ... (remainders [0, m), m = K, ..., hi = K - t) and then the
+    bottom b positions 0, 1, ... (remainders [i, hi), i = 0, ..., b). Every state (the null mass of a remainder
+    [i, m)) is computed once, for all m in 1..K and i in 0..K (``states [K, K + 1]``, one call of
+    :func:`null_for_excess`); ``bad_above[m]`` says whether any top position >= m would need a_j outside [0, 1]
+    and ``first_bad[m - 1]`` is the first bottom position that would, below the end m.
     """
 
     def __init__(self, t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float, P: np.ndarray,
@@ -234,12 +242,16 @@ class _FallbackSearch:
         self.tol = 1e-12
         self.slop = 1e-15 * (null_mass + Q[K])  # the states carry absolute rounding of order eps * T, T = N + q(G)
         self.Ps, self.Qs, self.e0 = _group_sums(t, q, null_mass, n)
-        m = np.arange(1, K + 1)
-        n_top = np.concatenate([[np.nan], null_for_excess(*self._excess(np.zeros_like(m), m), n)])
-        n_top[K] = null_mass  # [K + 1]: state of [0, m)
-        self.n_top = n_top
+        idx = np.arange(K + 1)
+        with np.errstate(invalid="ignore"):
+            states = null_for_excess(*self._excess(idx[None, :], idx[1:, None]), n)  # [K, K + 1]: state of [i, m)
+        states[K - 1, 0] = null_mass  # [0, K): nothing peeled yet
+        n_top = np.concatenate([[np.nan], states[:, 0]])  # [K + 1]: state of [0, m)
+        self.n_top, self.states = n_top, states
         bad_top = ~self._good(n_top[:-1] - n_top[1:], q)  # [K]: top element i, y = (1 - a_i) q_i (NaN -> bad)
         self.bad_above = np.concatenate([np.logical_or.accumulate(bad_top[::-1])[::-1], [False]])  # [K + 1]
+        good = self._good(states[:, 1:] - states[:, :-1], q[None, :])  # [K, K]: bottom element i below end m
+        self.first_bad = np.where(good.all(1), K, np.argmin(good, axis=1))  # [K]: bottom elements i < this are good
 
     def _excess(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return _excess(lo, hi, self.P, self.Q, self.Ps, self.Qs, self.e0, self.n)
@@ -249,35 +261,17 @@ class _FallbackSearch:
 
     def __call__(self, bs: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """Which candidates (b, t) give 0 <= a_j <= 1 along the chain and a remainder with strict Hall."""
-        K = self.K
-        hi = K - ts  # [C]: the remainder is [b, hi)
-        ok = (hi - bs >= 1) & ~self.bad_above[hi]
-        # bottom part: before peeling position i (< b) the remainder is [i, hi), after [i + 1, hi)
-        if np.all(hi == hi[0]):  # a scan over b at fixed t: one remainder end
-            his, which = hi[:1], np.zeros(hi.size, dtype=np.int64)
-        else:  # every end 1..K (cheaper than finding the distinct ones; the [K, K + 1] states are small)
-            his, which = np.arange(1, K + 1), hi - 1  # [U], [C]
-        idx = np.arange(K + 1)
-        with np.errstate(invalid="ignore"):
-            states = null_for_excess(*self._excess(idx[None, :], his[:, None]), self.n)  # [U, K + 1]
-        states[:, 0] = self.n_top[his]
-        self.last = (his, states)  # for chain_states
-        good = self._good(states[:, 1:] - states[:, :-1], self.q[None, :])  # [U, K]
-        first_bad = np.where(good.all(1), K, np.argmin(good, axis=1))  # [U]: bottom elements i < this are good
-        ok &= bs <= first_bad[which]
-        null_end = states[which, bs]
+        hi = self.K - ts  # [C]: the remainder is [b, hi)
+        ok = (hi - bs >= 1) & ~self.bad_above[hi] & (bs <= self.first_bad[hi - 1])
+        null_end = self.states[hi - 1, bs]
         ok &= np.isfinite(null_end)
         return ok & _remainder_hall(self.P, self.Q, self.n, bs, hi, np.where(np.isfinite(null_end), null_end, 0.0),
                                     self.margin, inner=self.slack > 0)
 
-
     def chain_states(self, b: int, top: int) -> np.ndarray:
-        """The null masses along the chain (b, top) of the last call (which had it as a candidate): before each
-        chain element and after the last, ``[c + 1]``; the top part's from ``n_top``, the bottom part's row."""
+        """The null masses along the chain (b, top): before each chain element and after the last, ``[c + 1]``."""
         hi = self.K - top
-        his, states = self.last
-        row = states[0] if his.size == 1 else states[hi - 1]  # [K + 1]: state of [i, hi)
-        return np.concatenate([self.n_top[self.K : hi : -1], row[: b + 1]])
+        return np.concatenate([self.n_top[self.K : hi : -1], self.states[hi - 1, : b + 1]])
 
 
 def peel_fallback(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float) -> Peel | None:

@@ -373,7 +373,8 @@ BALANCED_SLACK = 1e-14
 
 def peel_group(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float, inner: bool) -> Peel | None:
     """The best peel of a group (``t, q: float [K]`` in q/p order): outer groups take the fallback kind; inner
-    groups also try the fire kind unless the fallback chain already left no leaf above one token. The smallest
+    groups of at most ALL_PAIRS_MAX tokens also try the fire kind unless the fallback chain already left no leaf
+    above one token. The smallest
     largest leaf wins, then the longer chain, then the fire kind. None if nothing peels.
 
     An inner group with slack S <= BALANCED_SLACK (alpha* = 1 up to rounding) is also tried as balanced: its
@@ -384,7 +385,12 @@ def peel_group(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: fl
     if not inner or (fallback is not None and fallback.largest_leaf <= 1):
         return fallback
     balanced = peel_fallback(t, q, null_mass, n, 0.0) if slack <= BALANCED_SLACK else None
-    options = [o for o in (peel_block(t, q, null_mass, n), fallback, balanced) if o is not None]
+    # the fire kind only on small groups: above ALL_PAIRS_MAX its complete-peel check ([K, K] arrays) costs more
+    # than the class chain such a group gets otherwise, and it succeeds on few of them (11 of 73 inner groups of
+    # 25..128 tokens whose fallback chain was not complete, heavy + decode grid; heavy (100, 2), K = 92: check
+    # 0.39 ms, class chain 0.25 ms)
+    fire = peel_block(t, q, null_mass, n) if t.size <= ALL_PAIRS_MAX else None
+    options = [o for o in (fire, fallback, balanced) if o is not None]
     if not options:
         return None
     return min(options, key=lambda o: (o.largest_leaf, -o.chain.size))

@@ -102,11 +102,12 @@ def class_chain_segments(t: np.ndarray, q: np.ndarray, H: np.ndarray, gap: np.nd
     start / end (the group's first position and one past its last). Module docstring for the equations."""
     B, V = t.shape
     idx = np.arange(V)[None, :]
+    row = np.arange(B)[:, None]  # X[row, end] gathers along axis 1 (take_along_axis costs more per call)
     first = idx == start
     zeros = np.zeros((B, 1))
     Qsuf = np.concatenate([np.cumsum(q[:, ::-1], axis=1)[:, ::-1], zeros], axis=1)  # [B, V + 1]
     Tsuf = np.concatenate([np.cumsum(t[:, ::-1], axis=1)[:, ::-1], zeros], axis=1)
-    L = Qsuf[:, :V] - np.take_along_axis(Qsuf, end, axis=1)  # q(C_j), from the top
+    L = Qsuf[:, :V] - Qsuf[row, end]  # q(C_j), from the top
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(q > 0, t / np.where(q > 0, q, 1.0), 0.0)
     r_below = np.where(first, 0.0, np.concatenate([zeros, r[:, :-1]], axis=1))
@@ -123,8 +124,8 @@ def class_chain_segments(t: np.ndarray, q: np.ndarray, H: np.ndarray, gap: np.nd
     # per group (at its first position): capacity of the final class (N + y_0)^n - N^n, and beta
     capacity = power_gap(H, before, n)
     slot_cum = np.concatenate([zeros, np.cumsum(np.where(first, 0.0, slot), axis=1)], axis=1)
-    served = np.take_along_axis(slot_cum, end, axis=1) - slot_cum[:, :V]  # slots of the group at/above i
-    left = (Tsuf[:, :V] - np.take_along_axis(Tsuf, end, axis=1)) - served  # at first positions: t(G) - slots
+    served = slot_cum[row, end] - slot_cum[:, :V]  # slots of the group at/above i
+    left = (Tsuf[:, :V] - Tsuf[row, end]) - served  # at first positions: t(G) - slots
     with np.errstate(divide="ignore", invalid="ignore"):
         beta = np.where(capacity > 0, np.clip(left / np.where(capacity > 0, capacity, 1.0), 0.0, 1.0), 0.0)
     beta = np.where(inner, beta, 1.0)
@@ -132,7 +133,7 @@ def class_chain_segments(t: np.ndarray, q: np.ndarray, H: np.ndarray, gap: np.nd
     # a member fires in the slots at or below its position with its current mass, so R_i = q_i (S_i + F_i final)
     # with S_i = share_i + (1 - a_i) S_{i-1} and F_i = prod (1 - a) over the group's positions <= i
     S, F = segmented_scan(share, np.where(first, 1.0, 1.0 - a), first)
-    rows = q * (S + F * np.take_along_axis(final, start, axis=1))
+    rows = q * (S + F * final[row, start])
     # hazards from the top of each group: Lambda(j + 1) = sum over the group's slots above position j
     certain = (a >= 1.0) & ~first  # slots that fire for sure (infinite hazard), counted apart
     lam = np.where(certain | first, 0.0, -np.log1p(-np.where(certain, 0.0, a)))
@@ -141,10 +142,10 @@ def class_chain_segments(t: np.ndarray, q: np.ndarray, H: np.ndarray, gap: np.nd
     s1 = np.minimum(start + 1, end)  # Lambda(1) of the group = the slots above its first position
     return SegmentChains(
         fire=a, rows=rows, beta=beta,
-        lam_above=RC[:, 1:] - np.take_along_axis(RC, end, axis=1),
-        certain_above=CC[:, 1:] - np.take_along_axis(CC, end, axis=1),
-        total=np.take_along_axis(RC, s1, axis=1) - np.take_along_axis(RC, end, axis=1),
-        total_certain=np.take_along_axis(CC, s1, axis=1) - np.take_along_axis(CC, end, axis=1),
+        lam_above=RC[:, 1:] - RC[row, end],
+        certain_above=CC[:, 1:] - CC[row, end],
+        total=RC[row, s1] - RC[row, end],
+        total_certain=CC[row, s1] - CC[row, end],
     )
 
 
@@ -196,13 +197,9 @@ def segmented_scan(share: np.ndarray, keep: np.ndarray, first: np.ndarray) -> tu
     V = share.shape[1]
     d = 1
     while d < V:
-        same = np.zeros_like(first)
-        same[:, d:] = seg[:, d:] == seg[:, :-d]  # the element d back is in the same segment
-        S_prev = np.zeros_like(S)
-        F_prev = np.ones_like(F)
-        S_prev[:, d:] = S[:, :-d]
-        F_prev[:, d:] = F[:, :-d]
-        S = np.where(same, S + F * S_prev, S)
-        F = np.where(same, F * F_prev, F)
+        same = seg[:, d:] == seg[:, :-d]  # [B, V - d]: the element d back is in the same segment
+        # right-hand sides are formed before the assignment, so both read the values of the previous step
+        S[:, d:] = np.where(same, S[:, d:] + F[:, d:] * S[:, :-d], S[:, d:])
+        F[:, d:] = np.where(same, F[:, d:] * F[:, :-d], F[:, d:])
         d *= 2
     return S, F

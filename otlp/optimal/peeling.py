@@ -196,7 +196,12 @@ def _fire_feasible(p: np.ndarray, q: np.ndarray, null_mass: float, n: int, bs: n
 def _remainder_hall(P: np.ndarray, Q: np.ndarray, n: int, lo: np.ndarray, hi: np.ndarray, null: np.ndarray,
                     margin: float, inner: bool) -> np.ndarray:
     """Strict Hall on the remainders [lo, hi) with null masses ``null`` (all ``[C]``): psi'_hi is below every
-    psi'_m, m in [lo, hi) for an inner remainder, m in (lo, hi) for an outer one, by more than ``margin``."""
+    psi'_m, m in [lo, hi) for an inner remainder, m in (lo, hi) for an outer one, by more than ``margin``.
+    One-token remainders (complete peels) need only psi'_hi: below psi'_lo = 0 if inner, any finite value if outer."""
+    if np.all(hi - lo == 1):
+        with np.errstate(invalid="ignore", over="ignore"):
+            end_val = (P[hi] - P[lo]) - power_gap(null, np.maximum(Q[hi] - Q[lo], 0.0), n)  # [C]
+        return np.isfinite(end_val) & (end_val < -margin) if inner else np.isfinite(end_val)
     C = lo.size
     K = P.size - 1
     m = np.arange(K + 1)

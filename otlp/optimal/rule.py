@@ -56,7 +56,8 @@ def evaluate_rule(w: np.ndarray, pos: np.ndarray, path: np.ndarray, chain_node: 
     accept = np.zeros((M, n))
     reject = np.zeros(M)
     for d in range(D):
-        mine = in_group & (path[:, :, d] == current[:, None]) & active[:, None]  # slots in the node's subtree
+        # slots in the node's subtree (node ids are unique across groups, so this implies in_group)
+        mine = (path[:, :, d] == current[:, None]) & active[:, None]
         chain = mine & (chain_node == current[:, None])  # [M, n]
         if chain.any():
             keep = np.where(chain, 1.0 - fire, 1.0)  # [M, n]: per draw, the chance it does not fire
@@ -95,6 +96,8 @@ def evaluate_rule(w: np.ndarray, pos: np.ndarray, path: np.ndarray, chain_node: 
             accept += np.where(to_leaf[:, None], alive[:, None] * ex / z[:, None], 0.0)
             reject += np.where(to_leaf, alive * slack / z, 0.0)
             active &= ~to_leaf
+            if not active.any():
+                break
         current = np.where(active, child, current)
     if cls is not None and cls.any():
         accept = np.where(cls[:, None], acc_c, accept)

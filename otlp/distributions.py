@@ -49,13 +49,16 @@ def check_distribution(
         raise InputError(f"{name} is empty; expected a probability vector of length V >= 1")
     if size is not None and arr.size != size:
         raise InputError(f"{name} has length {arr.size}, expected {size} (the vocabulary size V)")
-    if not np.all(np.isfinite(arr)):
-        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
-        raise InputError(f"{name}[{bad}] = {arr[bad]} is not finite; probabilities must be finite numbers")
-    if np.any(arr < 0):
+    with np.errstate(over="ignore"):  # an overflowing sum is reported below, not warned about
+        total = float(arr.sum())
+    if not (arr.min() >= 0 and np.isfinite(total)):  # two reductions on the valid path; NaN fails the first
+        if not np.all(np.isfinite(arr)):
+            bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+            raise InputError(f"{name}[{bad}] = {arr[bad]} is not finite; probabilities must be finite numbers")
         bad = int(np.argmin(arr))
-        raise InputError(f"{name}[{bad}] = {arr[bad]:.3g} is negative; probabilities must be >= 0")
-    total = float(arr.sum())
+        if arr[bad] < 0:
+            raise InputError(f"{name}[{bad}] = {arr[bad]:.3g} is negative; probabilities must be >= 0")
+        raise InputError(f"{name} sums to {total}: the entries are finite but their sum overflows")
     if renormalize:
         if total <= 0:
             raise InputError(f"{name} sums to {total}; cannot renormalise a vector with no mass")

@@ -26,6 +26,18 @@ def test_renormalise_only_when_asked():
     assert check_distribution([1.0, 1.0], renormalize=True).tolist() == [0.5, 0.5]
 
 
+@pytest.mark.parametrize(("values", "msg"), [
+    ([0.5, float("nan"), 0.5], r"p\[1\] = nan is not finite"),
+    ([0.5, float("inf")], r"p\[1\] = inf is not finite"),
+    ([1.5, -0.5], r"p\[1\] = -0.5 is negative"),
+    ([1e308, 1e308], "sum overflows"),
+])
+def test_each_bad_entry_is_named(values, msg):
+    for renormalize in (False, True):
+        with pytest.raises(InputError, match=msg):
+            check_distribution(values, renormalize=renormalize)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5)), max_size=8))
 def test_fuzzed_vectors_either_validate_or_raise_input_error(values):

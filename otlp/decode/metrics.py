@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
 
 
 def token_counts(streams: Sequence[Sequence[int]], V: int) -> np.ndarray:
@@ -32,5 +31,7 @@ def compare_token_laws(stream_a: Sequence[Sequence[int]], stream_b: Sequence[Seq
     table = table[:, table.sum(axis=0) > 0]
     if table.shape[1] < 2:
         return {"tv": tv, "chi2": 0.0, "dof": 0, "p_value": 1.0, "tokens": [int(na), int(nb)]}
+    from scipy import stats  # here, not at import: scipy.stats costs ~1 s of start-up for every decode run
+
     chi2, p_value, dof, _ = stats.chi2_contingency(table, correction=False)
     return {"tv": tv, "chi2": float(chi2), "dof": int(dof), "p_value": float(p_value), "tokens": [int(na), int(nb)]}

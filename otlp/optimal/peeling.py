@@ -244,8 +244,8 @@ class _FallbackSearch:
                  Q: np.ndarray, margin: float):
         K = t.size
         self.q, self.n, self.slack, self.P, self.Q, self.margin, self.K = q, n, slack, P, Q, margin, K
-        self.tol = 1e-12
-        self.slop = 1e-15 * (null_mass + Q[K])  # the states carry absolute rounding of order eps * T, T = N + q(G)
+        tol, slop = 1e-12, 1e-15 * (null_mass + Q[K])  # states carry absolute rounding of order eps * T, T = N + q(G)
+        self.y_low, self.y_high = -tol * q - slop, q * (1 + tol) + slop  # [K]: allowed (1 - a_j) q_j, with slack
         self.Ps, self.Qs, self.e0 = _group_sums(t, q, null_mass, n)
         idx = np.arange(K + 1)
         with np.errstate(invalid="ignore"):
@@ -253,16 +253,17 @@ class _FallbackSearch:
         states[K - 1, 0] = null_mass  # [0, K): nothing peeled yet
         n_top = np.concatenate([[np.nan], states[:, 0]])  # [K + 1]: state of [0, m)
         self.n_top, self.states = n_top, states
-        bad_top = ~self._good(n_top[:-1] - n_top[1:], q)  # [K]: top element i, y = (1 - a_i) q_i (NaN -> bad)
+        bad_top = ~self._good(n_top[:-1] - n_top[1:])  # [K]: top element i, y = (1 - a_i) q_i (NaN -> bad)
         self.bad_above = np.concatenate([np.logical_or.accumulate(bad_top[::-1])[::-1], [False]])  # [K + 1]
-        good = self._good(states[:, 1:] - states[:, :-1], q[None, :])  # [K, K]: bottom element i below end m
+        good = self._good(states[:, 1:] - states[:, :-1])  # [K, K]: bottom element i below end m
         self.first_bad = np.where(good.all(1), K, np.argmin(good, axis=1))  # [K]: bottom elements i < this are good
 
     def _excess(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return _excess(lo, hi, self.P, self.Q, self.Ps, self.Qs, self.e0, self.n)
 
-    def _good(self, y: np.ndarray, q: np.ndarray) -> np.ndarray:
-        return (y >= -self.tol * q - self.slop) & (y <= q * (1 + self.tol) + self.slop)
+    def _good(self, y: np.ndarray) -> np.ndarray:
+        """0 <= a_j <= 1 for y = (1 - a_j) q_j along the last axis (positions), within the rounding slack."""
+        return (y >= self.y_low) & (y <= self.y_high)
 
     def __call__(self, bs: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """Which candidates (b, t) give 0 <= a_j <= 1 along the chain and a remainder with strict Hall."""
@@ -361,15 +362,13 @@ def _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q, search: _FallbackS
     K = t.size
     chain = _chain(b, top, K)
     hi = K - top
-    # remainder before each chain element and after the last: [0, m) for the top part, [i, hi) for the bottom
-    lo_b = np.concatenate([np.zeros(top, dtype=np.int64), np.arange(b + 1)])
-    hi_b = np.concatenate([np.arange(K, hi, -1), np.full(b + 1, hi)])
+    # the remainder before each chain element is [0, m), m = K..hi + 1, for the top part and [i, hi), i < b, below
     states = search.chain_states(b, top)  # [c + 1], states[0] = null_mass
     qc = q[chain]
     unfired = np.clip(np.diff(states), 0.0, qc)  # (1 - a_j) q_j
     fire_mass = qc - unfired
     before = states[:-1]
-    total_before = before + (Q[hi_b[:-1]] - Q[lo_b[:-1]])  # T = N + L
+    total_before = before + np.concatenate([Q[K:hi:-1], Q[hi] - Q[:b]])  # T = N + L
     rows = power_gap(total_before - fire_mass, fire_mass, n) + power_gap(before, unfired, n)
     leaves, leaf_null, leaf_slack = _leaves(t, q, n, b, hi, float(states[-1]), inner=slack > 0)
     return Peel(chain=chain, fire_mass=fire_mass, fire=fire_mass / qc, rows=rows, leaves=leaves,

@@ -52,7 +52,7 @@ def sorted_prefix_psi(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray,
     else:
         ps, qs = np.take_along_axis(p, order, axis=-1), np.take_along_axis(q, order, axis=-1)
     shape = ps.shape[:-1] + (ps.shape[-1] + 1,)
-    prefix_p, prefix_q, suffix_p, suffix_q = (np.zeros(shape) for _ in range(4))
+    prefix_p, prefix_q, suffix_p, suffix_q = np.zeros((4, *shape))
     np.cumsum(ps, axis=-1, out=prefix_p[..., 1:])
     np.cumsum(qs, axis=-1, out=prefix_q[..., 1:])
     # mass of the positions > m, summed from the top so the tail is exact

@@ -18,7 +18,22 @@ most ``MAX_PEEL_DEPTH + 1`` levels), never over tokens. A group solved as one wa
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
+
+
+@lru_cache(maxsize=16)
+def _earlier(n: int) -> np.ndarray:
+    """``bool [n, n]``, True where slot l comes before slot k (l < k); read-only, shared."""
+    out = np.tri(n, n, -1, dtype=bool)
+    out.flags.writeable = False
+    return out
+
+
+def _first_occurrence(same: np.ndarray) -> np.ndarray:
+    """``same [M, n, n]`` (w_k == w_l) -> ``bool [M, n]``: slot k holds the first occurrence of its token."""
+    return ~(same & _earlier(same.shape[-1])).any(2)
 
 
 def evaluate_rule(w: np.ndarray, pos: np.ndarray, path: np.ndarray, chain_node: np.ndarray, leaf: np.ndarray,
@@ -50,7 +65,7 @@ def evaluate_rule(w: np.ndarray, pos: np.ndarray, path: np.ndarray, chain_node: 
                 return acc_c, rej_c
     current = root
     same = w[:, :, None] == w[:, None, :]  # [M, n, n]
-    first = ~np.tril(same, -1).any(2)  # [M, n] first occurrence of its token
+    first = _first_occurrence(same)  # [M, n]
     alive = np.ones(M)  # probability that no decision was taken yet
     active = np.ones(M, dtype=bool)
     accept = np.zeros((M, n))
@@ -142,7 +157,7 @@ def class_chain_rule(w: np.ndarray, in_group: np.ndarray, class_rank: np.ndarray
     slot = np.zeros((M, n))
     np.put_along_axis(slot, order, per_draw, axis=1)  # [M, n] by slot
     same = w[:, :, None] == w[:, None, :]
-    first = ~np.tril(same, -1).any(2)
+    first = _first_occurrence(same)
     accept = np.where(first, (same * slot[:, None, :]).sum(2), 0.0)
     reject = np.where(c > 0, left * (1.0 - beta), 1.0)
     return accept, reject

@@ -1,6 +1,6 @@
 """Batched exact OT: many (p, q) pairs with the same V and n solved together (one drafted tuple per row).
 
-By default (n >= 2) every group of every row is a water-filling class chain computed on ``[B, V]`` arrays
+By default every group of every row is a water-filling class chain computed on ``[B, V]`` arrays
 (:mod:`.class_batch`): no per-pair Python work, 6x less time per pair than looping over
 :class:`OptimalTransport` at B = 64, V = 100, n = 2. ``method="blocks"`` pools the rows' block programs instead:
 peeling per row (blocks of at least ``BATCH_PEEL_MIN`` tokens at n = 2) and one batched Newton per size bucket.
@@ -108,8 +108,9 @@ def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = Non
                 method: str = "class_chains") -> TransportBatch:
     """The exact optimal rule for ``p[b], IID(q[b], n)`` for every row b at once.
 
-    ``p, q: float [B, V]`` (each row a distribution). ``method="class_chains"`` (default, n >= 2) makes every group
-    of every row a water-filling class chain, vectorised over the whole batch (:mod:`.class_batch`);
+    ``p, q: float [B, V]`` (each row a distribution). ``method="class_chains"`` (default) makes every group of every
+    row a water-filling class chain, vectorised over the whole batch (:mod:`.class_batch`; at n = 1 every group is a
+    single token or a tie, and the chain is classic speculative sampling);
     ``"blocks"`` solves each row as :class:`OptimalTransport` does (peeling, pooled Newton). Both are exact optimal
     rules with the same alpha*, but not the same plan. Returns a :class:`TransportBatch`.
     """
@@ -122,9 +123,9 @@ def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = Non
     _check_rows(q, "q")
     if top_k is not None:
         q = np.stack([truncate_top_k(row, top_k) for row in q])
-    if method == "class_chains" and n >= 2:
+    if method == "class_chains":
         insts = class_chain_batch(p, q, n)
-    elif method in ("class_chains", "blocks"):
+    elif method == "blocks":
         peel_min = BATCH_PEEL_MIN if n == 2 else 2  # n >= 3 leaves are solved one by one: peel them all
         insts = [prepare(p[b], q[b], n, peel_min=peel_min) for b in range(p.shape[0])]
         solve_instances(insts)

@@ -15,7 +15,7 @@ import numpy as np
 
 from otlp.distributions import check_n
 from otlp.errors import InputError
-from otlp.optimal.class_batch import class_chain_batch
+from otlp.optimal.class_batch import ClassChainBatch, class_chain_arrays
 from otlp.optimal.rule import evaluate_rule
 from otlp.optimal.solve import prepare, solve_instances
 from otlp.optimal.transport import OptimalTransport, truncate_top_k
@@ -62,11 +62,59 @@ class TransportBatch(Sequence):
         self._residual_cdf = np.cumsum(self.residual, axis=1)
         self._rows = np.arange(B)
 
+    @classmethod
+    def _from_class_chains(cls, chains: ClassChainBatch) -> TransportBatch:
+        """The batch of :func:`.class_batch.class_chain_arrays`, its stacked arrays built directly from the
+        ``[B, V]`` chains (what :meth:`__init__` would stack from the rows); a row's :class:`OptimalTransport` is
+        built only when indexed."""
+        self = cls.__new__(cls)
+        B, V = chains.P.shape
+        s = chains.seg
+        self.n, self.V = chains.n, V
+        self._chains, self._items = chains, [None] * B
+        self._rows = np.arange(B)
+        r = self._rows[:, None]
+
+        def tok(x: np.ndarray) -> np.ndarray:  # [B, V] by position -> by token
+            out = np.empty_like(x)
+            out[r, chains.order] = x
+            return out
+
+        first = chains.first
+        K = first.sum(1)  # [B] groups per row
+        node_off = np.concatenate([[0], np.cumsum(K)[:-1]])  # [B]: global node (= group) ids
+        group = np.cumsum(first, axis=1) - 1  # [B, V] group of each position
+        start = np.maximum.accumulate(np.where(first, np.arange(V)[None, :], 0), axis=1)  # [B, V]
+        self.alpha = 1.0 + chains.psi[self._rows, chains.m_star]  # [B]
+        self._position = tok(np.broadcast_to(np.arange(1, V + 1), (B, V)).copy())  # [B, V]
+        self._log_w = np.full((B, V), -np.inf)
+        self._leaf = np.full((B, V), -1, dtype=np.int64)
+        self._leaf_inner = chains.inner[first]  # [sum K]: one leaf per group (unused by class chains)
+        self._fire = tok(s.fire)
+        self._rank = np.full((B, V), -1, dtype=np.int64)
+        self._node_fallback = np.zeros(int(K.sum()), dtype=bool)
+        self._class_tokens = [tok(np.arange(V)[None, :] - start), tok(s.lam_above), tok(s.certain_above)]
+        self._class_nodes = [np.ones(int(K.sum()), dtype=bool), s.beta[first], s.total[first], s.total_certain[first]]
+        self._chain_node = np.full((B, V), -1, dtype=np.int64)
+        self._path = tok(group + node_off[:, None])[:, :, None]  # [B, V, 1]
+        # residual (as OptimalTransport): p - R outside H* (the first m* positions), normalised per row
+        outside = np.arange(V)[None, :] >= chains.m_star[:, None]  # [B, V] by position
+        residual = tok(np.where(outside, np.maximum(chains.P[r, chains.order] - s.rows, 0.0), 0.0))
+        total = residual.sum(1, keepdims=True)
+        self.residual = np.where(total > 0, residual / np.where(total > 0, total, 1.0), residual)  # [B, V]
+        self._residual_cdf = np.cumsum(self.residual, axis=1)
+        return self
+
     def __len__(self) -> int:
         return len(self._items)
 
     def __getitem__(self, i):  # noqa: ANN001, ANN204 - Sequence protocol
-        return self._items[i]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        item = self._items[i]  # IndexError past the end, as a list
+        if item is None:
+            item = self._items[i] = OptimalTransport._from_instance(self._chains.instance(range(len(self))[i]))
+        return item
 
     def rule(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``omegas int [B, n]`` (one tuple per row) -> ``(accept [B, n], reject [B])``, as OptimalTransport.rule."""
@@ -124,14 +172,13 @@ def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = Non
     if top_k is not None:
         q = np.stack([truncate_top_k(row, top_k) for row in q])
     if method == "class_chains":
-        insts = class_chain_batch(p, q, n)
-    elif method == "blocks":
+        return TransportBatch._from_class_chains(class_chain_arrays(p, q, n))
+    if method == "blocks":
         peel_min = BATCH_PEEL_MIN if n == 2 else 2  # n >= 3 leaves are solved one by one: peel them all
         insts = [prepare(p[b], q[b], n, peel_min=peel_min) for b in range(p.shape[0])]
         solve_instances(insts)
-    else:
-        raise InputError(f"method must be 'class_chains' or 'blocks', got {method!r}")
-    return TransportBatch([OptimalTransport._from_instance(inst) for inst in insts])
+        return TransportBatch([OptimalTransport._from_instance(inst) for inst in insts])
+    raise InputError(f"method must be 'class_chains' or 'blocks', got {method!r}")
 
 
 def slice_batch(batch: TransportBatch, omegas: np.ndarray) -> np.ndarray:

@@ -13,16 +13,49 @@ give empty slots, clamped; the rows are re-derived from the slots and checked).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from otlp.optimal.blocks import BlockCuts
 from otlp.optimal.solve import InstanceSolution
-from otlp.optimal.waterfill import class_chain_segments
+from otlp.optimal.waterfill import SegmentChains, class_chain_segments
 from otlp.subsets import sorted_prefix_psi
+
+
+@dataclass(frozen=True)
+class ClassChainBatch:
+    """The class chains of every row of a batch, as ``[B, V]`` arrays by position (0-based, decreasing q/p) unless
+    said otherwise; :meth:`instance` builds one row's :class:`InstanceSolution` (token order) on demand."""
+
+    P: np.ndarray  # [B, V] token order
+    Q: np.ndarray  # [B, V] token order
+    n: int
+    order: np.ndarray  # [B, V]: token at each position
+    psi: np.ndarray  # [B, V + 1]
+    m_star: np.ndarray  # [B]
+    rec: np.ndarray  # bool [B, V + 1]: prefix index is a record
+    first: np.ndarray  # bool [B, V]: first position of its group
+    inner: np.ndarray  # bool [B, V]: the position's group is inner
+    t: np.ndarray  # [B, V] targets
+    H: np.ndarray  # [B, V] null mass below the position
+    seg: SegmentChains
+
+    def instance(self, b: int) -> InstanceSolution:
+        s = self.seg
+        return _instance(self.P[b], self.Q[b], self.n, self.order[b], self.psi[b], int(self.m_star[b]), self.rec[b],
+                         self.first[b], self.t[b], s.rows[b], s.fire[b], s.lam_above[b], s.certain_above[b],
+                         s.beta[b], s.total[b], s.total_certain[b], np.abs(s.rows[b] - self.t[b]), self.H[b])
 
 
 def class_chain_batch(P: np.ndarray, Q: np.ndarray, n: int) -> list[InstanceSolution]:
     """Solve every row of ``P, Q: [B, V]`` with one class chain per group; one :class:`InstanceSolution` per row."""
+    chains = class_chain_arrays(P, Q, n)
+    return [chains.instance(b) for b in range(P.shape[0])]
+
+
+def class_chain_arrays(P: np.ndarray, Q: np.ndarray, n: int) -> ClassChainBatch:
+    """The class chains of every group of every row of ``P, Q: [B, V]``, vectorised over the batch."""
     B, V = P.shape
     rows = np.arange(B)[:, None]
     order, psi = sorted_prefix_psi(P, Q, n)  # [B, V], [B, V + 1]
@@ -45,18 +78,16 @@ def class_chain_batch(P: np.ndarray, Q: np.ndarray, n: int) -> list[InstanceSolu
     end = np.minimum.accumulate(ends[:, ::-1], axis=1)[:, ::-1]  # [B, V]
     first = idx == start
     inner_pos = end <= m_star[:, None]  # [B, V]: the position's group is inner
-    psi_s = np.take_along_axis(psi, start, axis=1)
-    psi_e = np.take_along_axis(psi, end, axis=1)
+    psi_s = psi[rows, start]
+    psi_e = psi[rows, end]
     # targets: inner p; outer p except t_{s+1} = p_{s+1} - (psi_e - psi_s)   (note §2 (ii), GR Thm 6.2)
     t = np.maximum(np.where(first & ~inner_pos, ps - (psi_e - psi_s), ps), 0.0)
     H = np.concatenate([np.zeros((B, 1)), np.cumsum(qs, axis=1)[:, :-1]], axis=1)  # [B, V]: null mass below
     # Hall gap of the top set from each position: psi_i - psi_e; at a group's first position its slack
     gap = np.maximum(np.where(first, np.where(inner_pos, psi_s - psi_e, 0.0), psi[:, :V] - psi_e), 0.0)
     seg = class_chain_segments(t, qs, H, gap, inner_pos, start, end, n)
-    error_pos = np.abs(seg.rows - t)
-    return [_instance(P[b], Q[b], n, order[b], psi[b], int(m_star[b]), rec[b], first[b], t[b], seg.rows[b],
-                      seg.fire[b], seg.lam_above[b], seg.certain_above[b], seg.beta[b], seg.total[b],
-                      seg.total_certain[b], error_pos[b], H[b]) for b in range(B)]
+    return ClassChainBatch(P=P, Q=Q, n=n, order=order, psi=psi, m_star=m_star, rec=rec, first=first,
+                           inner=inner_pos, t=t, H=H, seg=seg)
 
 
 def _instance(p, q, n, order, psi, m_star, rec, first, t, rows, a, lam_above, cert_above, beta, total, total_c,

@@ -191,12 +191,17 @@ def slot_mass(H: np.ndarray, L: np.ndarray, r_below: np.ndarray, gap: np.ndarray
 def segmented_scan(share: np.ndarray, keep: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """S_i = share_i + keep_i S_{i-1} and F_i = keep_i F_{i-1} within segments (``first`` marks a segment's first
     element, where S = share and F = keep), along axis 1, by Hillis-Steele doubling: log2(V) vectorised steps of
-    the associative map (k2, s2) o (k1, s1) = (k2 k1, s2 + k2 s1), products of numbers in [0, 1] only."""
+    the associative map (k2, s2) o (k1, s1) = (k2 k1, s2 + k2 s1), products of numbers in [0, 1] only; the steps
+    stop once they span the longest segment (log2 of it, not of V: most groups of a large vocabulary are short)."""
     S, F = share.copy(), keep.copy()
     seg = np.cumsum(first, axis=1)  # [B, V] segment index
-    V = share.shape[1]
+    B, V = share.shape
+    bounds = first.copy()
+    bounds[:, 0] = True  # a row's start bounds a run too
+    starts = np.flatnonzero(bounds)  # flat, row-major
+    longest = int(np.diff(starts, append=B * V).max())  # doubling steps past the longest run change nothing
     d = 1
-    while d < V:
+    while d < longest:
         same = seg[:, d:] == seg[:, :-d]  # [B, V - d]: the element d back is in the same segment
         # right-hand sides are formed before the assignment, so both read the values of the previous step
         S[:, d:] = np.where(same, S[:, d:] + F[:, d:] * S[:, :-d], S[:, d:])

@@ -71,3 +71,27 @@ def test_segmented_scan_matches_a_loop() -> None:
 def test_unknown_method_is_refused() -> None:
     with pytest.raises(otlp.InputError, match="method"):
         solve_batch(np.full((1, 2), 0.5), np.full((1, 2), 0.5), 2, method="nope")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_direct_batch_arrays_equal_the_rows_stacked(n: int) -> None:
+    """solve_batch builds the batch's [B, V] arrays straight from the class chains; they must equal what stacking
+    the rows' OptimalTransport objects gives (TransportBatch.__init__), attribute by attribute, on every family."""
+    from otlp.optimal.batch import TransportBatch
+
+    rng = np.random.default_rng([47, n])
+    for family in sorted(FAMILIES):
+        P, Q = _batch(rng, family, 5, 7, n)
+        direct = solve_batch(P, Q, n)
+        stacked = TransportBatch([direct[b] for b in range(len(direct))])  # the rows, built on demand
+        for name in ("alpha", "_position", "_log_w", "_leaf", "_leaf_inner", "_fire", "_rank", "_node_fallback",
+                     "_chain_node", "_path", "residual", "_residual_cdf"):
+            np.testing.assert_array_equal(getattr(direct, name), getattr(stacked, name), err_msg=f"{family} {name}")
+        for a, b in zip(direct._class_tokens + direct._class_nodes, stacked._class_tokens + stacked._class_nodes,
+                        strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=family)
+        omegas = np.stack([rng.choice(7, size=n, p=q) for q in Q])
+        np.testing.assert_array_equal(direct.slices(omegas), stacked.slices(omegas))
+    assert direct[-1] is direct[len(direct) - 1] and len(direct[1:3]) == 2  # rows are cached; slices are lists
+    with pytest.raises(IndexError):
+        direct[len(direct)]

@@ -155,11 +155,20 @@ def _excess(lo: np.ndarray, hi: np.ndarray, P: np.ndarray, Q: np.ndarray, Ps: np
     return e0 + power_gap(L, q_out, n) - t_out, L
 
 
+def _prefix_sums(x: np.ndarray) -> np.ndarray:
+    """``[K]`` -> ``[K + 1]``: the sums of the first m entries, m = 0..K."""
+    out = np.zeros(x.size + 1)
+    np.cumsum(x, out=out[1:])
+    return out
+
+
 def _group_sums(t: np.ndarray, q: np.ndarray, null_mass: float, n: int) -> tuple:
-    Ps = np.concatenate([np.cumsum(t[::-1])[::-1], [0.0]])  # [K + 1]: t of positions >= m
-    Qs = np.concatenate([np.cumsum(q[::-1])[::-1], [0.0]])
-    L0 = Qs[0]
-    e0 = float(sum(comb(n, j) * null_mass ** (n - j) * L0**j for j in range(1, n)))  # (N0 + L0)^n - N0^n - L0^n
+    Ps = np.zeros(t.size + 1)  # [K + 1]: t of positions >= m, summed from the top
+    np.cumsum(t[::-1], out=Ps[-2::-1])
+    Qs = np.zeros(q.size + 1)
+    np.cumsum(q[::-1], out=Qs[-2::-1])
+    N0, L0 = float(null_mass), float(Qs[0])
+    e0 = sum(comb(n, j) * N0 ** (n - j) * L0**j for j in range(1, n))  # (N0 + L0)^n - N0^n - L0^n
     return Ps, Qs, e0
 
 
@@ -198,7 +207,7 @@ def _remainder_hall(P: np.ndarray, Q: np.ndarray, n: int, lo: np.ndarray, hi: np
     """Strict Hall on the remainders [lo, hi) with null masses ``null`` (all ``[C]``): psi'_hi is below every
     psi'_m, m in [lo, hi) for an inner remainder, m in (lo, hi) for an outer one, by more than ``margin``.
     One-token remainders (complete peels) need only psi'_hi: below psi'_lo = 0 if inner, any finite value if outer."""
-    if np.all(hi - lo == 1):
+    if (hi - lo == 1).all():
         with np.errstate(invalid="ignore", over="ignore"):
             end_val = (P[hi] - P[lo]) - power_gap(null, np.maximum(Q[hi] - Q[lo], 0.0), n)  # [C]
         return np.isfinite(end_val) & (end_val < -margin) if inner else np.isfinite(end_val)
@@ -218,10 +227,9 @@ def _remainder_hall(P: np.ndarray, Q: np.ndarray, n: int, lo: np.ndarray, hi: np
 def peel_block(p: np.ndarray, q: np.ndarray, null_mass: float, n: int) -> Peel | None:
     """Fire-peel as much of the inner block (``p, q: float [K]`` in q/p order) as Hall allows; None if nothing."""
     K = p.size
-    if K < 2 or K > COMPLETE_FIRST_MAX or n < 2 or np.any(q <= 0):
+    if K < 2 or K > COMPLETE_FIRST_MAX or n < 2 or q.min() <= 0:
         return None
-    P = np.concatenate([[0.0], np.cumsum(p)])  # [K + 1]
-    Q = np.concatenate([[0.0], np.cumsum(q)])
+    P, Q = _prefix_sums(p), _prefix_sums(q)  # [K + 1]
     margin = HALL_MARGIN * P[K]
     b, t = _search(K, lambda bs, ts: _fire_feasible(p, q, null_mass, n, bs, ts, P, Q, margin))
     if b + t == 0:
@@ -284,10 +292,9 @@ def peel_fallback(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack:
     """Fallback-peel a group (``t, q: float [K]`` in q/p order, targets t; ``slack`` = c(G) - t(G), 0 for an
     outer group) as far as the chain and the remainder's Hall allow; None if nothing peels."""
     K = t.size
-    if K < 2 or K > COMPLETE_FIRST_MAX or n < 2 or np.any(q <= 0) or slack < 0:
+    if K < 2 or K > COMPLETE_FIRST_MAX or n < 2 or q.min() <= 0 or slack < 0:
         return None
-    P = np.concatenate([[0.0], np.cumsum(t)])  # [K + 1]
-    Q = np.concatenate([[0.0], np.cumsum(q)])
+    P, Q = _prefix_sums(t), _prefix_sums(q)  # [K + 1]
     margin = HALL_MARGIN * P[K] if slack == 0 else min(HALL_MARGIN * P[K], 0.5 * slack)
     search = _FallbackSearch(t, q, null_mass, n, slack, P, Q, margin)
     b, top = _search(K, search)
@@ -365,7 +372,7 @@ def _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q, search: _FallbackS
     # the remainder before each chain element is [0, m), m = K..hi + 1, for the top part and [i, hi), i < b, below
     states = search.chain_states(b, top)  # [c + 1], states[0] = null_mass
     qc = q[chain]
-    unfired = np.clip(np.diff(states), 0.0, qc)  # (1 - a_j) q_j
+    unfired = np.minimum(np.maximum(np.diff(states), 0.0), qc)  # (1 - a_j) q_j (np.clip costs more)
     fire_mass = qc - unfired
     before = states[:-1]
     total_before = before + np.concatenate([Q[K:hi:-1], Q[hi] - Q[:b]])  # T = N + L

@@ -237,7 +237,7 @@ def use_class_chain(inst: InstanceSolution, group: int) -> bool:
     s, e = int(cuts.records[group]), int(cuts.records[group + 1])
     tokens = cuts.order[s:e]
     q = inst.q[tokens]
-    if tokens.size < 2 or inst.n < 2 or np.any(q <= 0):
+    if tokens.size < 2 or inst.n < 2 or q.min() <= 0:
         return False
     t = inst.targets[tokens]
     inner = bool(cuts.inner[group])

@@ -115,7 +115,7 @@ def class_chain_segments(t: np.ndarray, q: np.ndarray, H: np.ndarray, gap: np.nd
     last = idx + 1 == end
     y_above = np.where(last, 0.0, np.concatenate([y[:, 1:], zeros], axis=1))
     before = y_above + q  # class mass entering the step at this position
-    x = np.where(first, 0.0, np.clip(before - y, 0.0, before))  # slot length
+    x = np.where(first, 0.0, np.minimum(np.maximum(before - y, 0.0), before))  # slot length
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.where(before > 0, x / np.where(before > 0, before, 1.0), 0.0)
         slot = power_gap(H + y, x, n)  # the tuple mass a slot serves
@@ -163,7 +163,7 @@ def slot_mass(H: np.ndarray, L: np.ndarray, r_below: np.ndarray, gap: np.ndarray
         root = np.sqrt(b * b + 4.0 * np.maximum(gap, 0.0))
         with np.errstate(divide="ignore", invalid="ignore"):
             y = np.where(b >= 0, 2.0 * gap / np.where(b + root > 0, b + root, 1.0), 0.5 * (root - b))
-        return np.clip(y, 0.0, L)
+        return np.minimum(np.maximum(y, 0.0), L)
     shape = np.shape(L)
     H, L, r_below, gap = (np.broadcast_to(x, shape).ravel() for x in (H, L, r_below, gap))
     y = L.copy()

@@ -83,12 +83,14 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
     V = p.size
     order, psi, rec = cuts.order, cuts.psi, cuts.records
     ps, qs = p[order], q[order]  # [V] in position order
-    prefix_q = np.concatenate([[0.0], np.cumsum(qs)])  # [V + 1]
+    prefix_q = np.zeros(V + 1)  # [V + 1]
+    np.cumsum(qs, out=prefix_q[1:])
     starts, stops = rec[:-1], rec[1:]  # [K]
     sizes = stops - starts
     K = sizes.size
     null_mass = prefix_q[starts]  # [K]
-    block_of_position = np.concatenate([[-1], np.repeat(np.arange(K), sizes)])  # [V + 1]
+    block_of_position = np.full(V + 1, -1, dtype=np.int64)  # [V + 1] (entry 0 unused)
+    block_of_position[1:] = np.repeat(np.arange(K), sizes)
     position = np.empty(V, dtype=np.int64)
     position[order] = np.arange(1, V + 1)
 

@@ -27,9 +27,10 @@ psi'_end < min_{m < end} psi'_m and are cut at their strict prefix-minimum recor
 remainder (psi'_end = 0) needs psi'_m > 0 inside and stays one leaf.
 
 We peel J = (top t positions of G, taken from the top down) then (bottom b positions, from the bottom up) and
-search (b, t) for the largest feasible peel: every pair at once for small blocks, only complete peels (one token
-left) for blocks up to 128 tokens; what is left above ALL_PAIRS_MAX tokens becomes a class chain
-(:mod:`.waterfill`). Each candidate costs O(|G|) and candidates are checked in vectorised batches. The fallback
+search (b, t) for the largest feasible peel: complete peels (one token left) first, for blocks up to 128 tokens,
+then every pair at once for blocks up to ALL_PAIRS_MAX tokens; what is left above ALL_PAIRS_MAX tokens becomes a
+class chain (:mod:`.waterfill`). Every state of every candidate comes from one vectorised call, so a candidate
+costs a few gathers. The fallback
 kind peels most of the large nearly balanced blocks (alpha* close to 1) that the fire kind cannot touch.
 """
 
@@ -251,7 +252,7 @@ class _FallbackSearch:
     def __init__(self, t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float, P: np.ndarray,
                  Q: np.ndarray, margin: float):
         K = t.size
-        self.q, self.n, self.slack, self.P, self.Q, self.margin, self.K = q, n, slack, P, Q, margin, K
+        self.n, self.slack, self.P, self.Q, self.margin, self.K = n, slack, P, Q, margin, K
         tol, slop = 1e-12, 1e-15 * (null_mass + Q[K])  # states carry absolute rounding of order eps * T, T = N + q(G)
         self.y_low, self.y_high = -tol * q - slop, q * (1 + tol) + slop  # [K]: allowed (1 - a_j) q_j, with slack
         self.Ps, self.Qs, self.e0 = _group_sums(t, q, null_mass, n)
@@ -300,7 +301,7 @@ def peel_fallback(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack:
     b, top = _search(K, search)
     if b + top == 0:
         return None
-    return _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q, search)
+    return _finish_fallback(t, q, n, slack, b, top, Q, search)
 
 
 # -- the (b, t) search ----------------------------------------------------------------------------------------
@@ -364,7 +365,7 @@ def _finish_fire(p, q, null_mass, n, b, t, P, Q) -> Peel:
                 leaf_slack=leaf_slack)
 
 
-def _finish_fallback(t, q, null_mass, n, slack, b, top, P, Q, search: _FallbackSearch) -> Peel:
+def _finish_fallback(t, q, n, slack, b, top, Q, search: _FallbackSearch) -> Peel:
     """States along the chain (each a function of the peeled set), then a_j and R_j from consecutive states."""
     K = t.size
     chain = _chain(b, top, K)
@@ -389,8 +390,8 @@ BALANCED_SLACK = 1e-14
 def peel_group(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: float, inner: bool) -> Peel | None:
     """The best peel of a group (``t, q: float [K]`` in q/p order): outer groups take the fallback kind; inner
     groups of at most ALL_PAIRS_MAX tokens also try the fire kind unless the fallback chain already left no leaf
-    above one token. The smallest
-    largest leaf wins, then the longer chain, then the fire kind. None if nothing peels.
+    above one token. The smallest largest leaf wins, then the longer chain, then the fire kind. None if nothing
+    peels.
 
     An inner group with slack S <= BALANCED_SLACK (alpha* = 1 up to rounding) is also tried as balanced: its
     remainder then never rejects, the rows overshoot p by at most S in total (far below the 1e-12 exactness), and

@@ -116,6 +116,7 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
             leaf_null[lf], leaf_inner[lf], leaf_start[lf], leaf_stop[lf] = null, inner, start, stop
         else:
             extra[lf - K][0:2], extra[lf - K][3:5] = (null, inner), (start, stop)
+
     chain_error = np.zeros(K)
     # peel nodes: node j < K is the root of group j; a peeled leaf of size >= 2 may become a child node, peeled again
     node_fallback = [False] * K
@@ -210,10 +211,8 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
     sol = InstanceSolution(
         p=p, q=q, n=n, cuts=cuts, position=position, block_of_position=block_of_position, null_mass=null_mass,
         targets=ftok[0], log_weight=ftok[1], row_sums=ftok[2], leaf_of_token=itok[0], leaf_null=leaf_null,
-        leaf_inner=leaf_inner,
-        leaf_group=leaf_group, leaf_tokens=leaf_tokens,
-        fire=ftok[3], peel_rank=itok[1], chain_error=chain_error, chain_node=itok[2],
-        path=_to_tokens(path_pos, order), node_fallback=node_fallback,
+        leaf_inner=leaf_inner, leaf_group=leaf_group, leaf_tokens=leaf_tokens, fire=ftok[3], peel_rank=itok[1],
+        chain_error=chain_error, chain_node=itok[2], path=_to_tokens(path_pos, order), node_fallback=node_fallback,
         node_depth=np.asarray(node_depth, dtype=np.int64),
         class_rank=np.full(V, -1, dtype=np.int64), class_lam=np.zeros(V), class_certain=np.zeros(V),
         node_class=np.zeros(node_fallback.size, bool), node_beta=np.ones(node_fallback.size),

@@ -239,3 +239,52 @@ def test_larger_blocks_every_family_exact() -> None:
             if n == 2:  # alpha* against the relaxed LP (HiGHS), an independent route
                 lp = RelaxedOTLP(p, otlp.IID(q, n)).solve(backend="highs")
                 assert abs(lp.value - ot.alpha) < 1e-9, where
+
+
+def _remainder_hall_dense(P, Q, n, lo, hi, null, margin, inner):
+    """The Hall test written out over every prefix m of every remainder (no shortcut), for comparison."""
+    ok = np.zeros(lo.size, dtype=bool)
+    for c in range(lo.size):
+        x = np.maximum(Q - Q[lo[c]], 0.0)
+        with np.errstate(invalid="ignore", over="ignore"):
+            psi = (P - P[lo[c]]) - peeling.power_gap(null[c], x, n)
+        inside = psi[(lo[c] if inner else lo[c] + 1) : hi[c]]
+        ok[c] = np.isfinite(psi[hi[c]]) and psi[hi[c]] < (inside.min() if inside.size else np.inf) - margin
+    return ok
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_one_token_remainder_hall_shortcut(n: int) -> None:
+    """Complete peels leave one token; their O(1) Hall test must give the dense test's verdict."""
+    rng = np.random.default_rng([48, n])
+    for _ in range(300):
+        K = int(rng.integers(2, 30))
+        P = np.concatenate([[0.0], np.cumsum(rng.dirichlet(np.ones(K)) * rng.random())])
+        Q = np.concatenate([[0.0], np.cumsum(rng.dirichlet(np.ones(K)) * rng.random())])
+        lo = rng.integers(0, K, size=K)
+        null = rng.random(K) * rng.choice([1.0, 1e-6, 0.0], K)
+        null[rng.random(K) < 0.1] = np.inf  # an infeasible state: never a pass
+        margin = float(rng.choice([0.0, 1e-9]))
+        for inner in (True, False):
+            fast = peeling._remainder_hall(P, Q, n, lo, lo + 1, null, margin, inner)
+            np.testing.assert_array_equal(fast, _remainder_hall_dense(P, Q, n, lo, lo + 1, null, margin, inner))
+
+
+def test_search_takes_the_most_peeled_candidate() -> None:
+    """_search (complete peels first, then every pair) picks what the plain rule "most peeled, then smallest b"
+    picks from every pair at once, on random feasibility tables."""
+    rng = np.random.default_rng(49)
+    for _ in range(500):
+        K = int(rng.integers(2, peeling.ALL_PAIRS_MAX + 1))
+        table = rng.random((K, K)) < rng.choice([0.02, 0.1, 0.5])  # feasible[b, t]
+
+        def feasible(bs, ts, table=table):
+            return table[bs, ts]
+
+        b, t = np.divmod(np.arange(K * K), K)
+        keep = (b + t >= 1) & (b + t <= K - 1)
+        b, t = b[keep], t[keep]
+        ok = table[b, t]
+        expected = (0, 0) if not ok.any() else (int(b[np.argmax(np.where(ok, b + t, -1))]),
+                                                 int(t[np.argmax(np.where(ok, b + t, -1))]))
+        assert peeling._search(K, feasible) == expected

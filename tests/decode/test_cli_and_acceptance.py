@@ -70,6 +70,8 @@ def test_decode_cli_on_the_embedded_default(capsys):
     assert len(m["acceptance_per_position"]) == 3
     assert report["baseline"]["target_calls"] == 24
     assert set(report["baseline"]["token_law"]) >= {"tv", "p_value"}
+    floor = report["baseline"]["token_law_plain_vs_plain"]  # two plain runs of the same law and length
+    assert 0.0 < floor["tv"] < 1.0 and floor["tokens"] == report["baseline"]["token_law"]["tokens"][::-1]
 
 
 def test_decode_cli_text_output_and_bad_input(capsys):

@@ -18,22 +18,13 @@ most ``MAX_PEEL_DEPTH + 1`` levels), never over tokens. A group solved as one wa
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
 
-@lru_cache(maxsize=16)
-def _earlier(n: int) -> np.ndarray:
-    """``bool [n, n]``, True where slot l comes before slot k (l < k); read-only, shared."""
-    out = np.tri(n, n, -1, dtype=bool)
-    out.flags.writeable = False
-    return out
-
-
 def _first_occurrence(same: np.ndarray) -> np.ndarray:
-    """``same [M, n, n]`` (w_k == w_l) -> ``bool [M, n]``: slot k holds the first occurrence of its token."""
-    return ~(same & _earlier(same.shape[-1])).any(2)
+    """``same [M, n, n]`` (w_k == w_l) -> ``bool [M, n]``: slot k holds the first occurrence of its token, i.e. the
+    first l with w_l == w_k (argmax of a bool row; same[k, k] holds, so it is at most k) is k itself."""
+    return same.argmax(2) == np.arange(same.shape[-1])
 
 
 def evaluate_rule(w: np.ndarray, pos: np.ndarray, path: np.ndarray, chain_node: np.ndarray, leaf: np.ndarray,

@@ -150,8 +150,7 @@ class OptimalTransport:
         cuts = inst.cuts
         self.alpha = cuts.alpha_star
         self.h_star = cuts.order[: cuts.m_star].copy()
-        in_h = np.zeros(self.V, dtype=bool)
-        in_h[self.h_star] = True
+        in_h = inst.position <= cuts.m_star  # [V]: the first m* tokens of the q/p order
         residual = np.where(in_h, 0.0, np.maximum(inst.p - inst.row_sums, 0.0))  # [V]
         total = residual.sum()
         self.residual = residual / total if total > 0 else residual
@@ -166,7 +165,11 @@ class OptimalTransport:
         self._class = (inst.class_rank, inst.class_lam, inst.class_certain, inst.node_class, inst.node_beta,
                        inst.node_hazard, inst.node_certain)
         self._log_w = inst.log_weight  # [V]
-        self._residual_cdf = np.cumsum(self.residual)
+
+    @cached_property
+    def _residual_cdf(self) -> np.ndarray:
+        """``[V]`` cumulative residual, for drawing rejected outputs (built on the first :meth:`sample`)."""
+        return np.cumsum(self.residual)
 
     # -- inspection -----------------------------------------------------------------------------------
     @cached_property

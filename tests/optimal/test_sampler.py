@@ -57,3 +57,16 @@ def test_batch_sample_reproduces_slices() -> None:
     big = np.stack([batch.sample(omegas, rng) for _ in range(5_000)])  # [R, B]: 5000 draws per row
     for b in range(B):
         assert _chi_square_ok(np.bincount(big[:, b], minlength=V), slices[b])
+
+
+def test_lp_route_sample_reproduces_target_law() -> None:
+    """Non-i.i.d. drafts (the LP route) with alpha* < 1, so rejected tuples draw from the residual: the output
+    tokens follow p. (Before, a rejection raised AttributeError: the residual CDF was only built on the block route.)"""
+    rng = np.random.default_rng(2026)
+    p = np.array([0.7, 0.2, 0.1])
+    for draft in (otlp.Independent([[0.1, 0.1, 0.8], [0.2, 0.1, 0.7]]), otlp.WithoutReplacement([0.1, 0.2, 0.7], 2)):
+        ot = OptimalTransport(p, draft)
+        assert ot.route == "lp" and ot.alpha < 0.99
+        omegas = draft.sample(200_000, rng)
+        out = ot.sample(omegas, rng)
+        assert _chi_square_ok(np.bincount(out, minlength=3), p)

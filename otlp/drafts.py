@@ -33,7 +33,13 @@ class DraftScheme:
         raise NotImplementedError
 
     def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
-        """Draw ``size`` tuples: ``int [size, n]``."""
+        """Draw ``size`` tuples: ``int [size, n]``.
+
+        ``size`` is a non-negative integer and ``rng`` a ``numpy.random.Generator``; anything else (including
+        ``rng=None``) raises ``InputError``: no scheme draws from an unseeded generator behind the caller's back,
+        so every sample is reproducible from the generator passed in. Subclasses start with
+        ``size = _check_sample_args(size, rng)``.
+        """
         raise NotImplementedError
 
     # -- shared ---------------------------------------------------------------------------------------
@@ -107,6 +113,20 @@ def all_tuples(V: int, n: int) -> np.ndarray:
     return grids.reshape(n, -1).T.copy()
 
 
+def _check_sample_args(size: object, rng: object) -> int:
+    """Validate the arguments of ``DraftScheme.sample``: ``size`` an integer >= 0, ``rng`` a numpy Generator.
+
+    ``rng=None`` is refused rather than replaced by ``numpy.random.default_rng()``, which would make the draws
+    irreproducible without any sign of it at the call site.
+    """
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+        raise InputError(f"size must be a non-negative integer (the number of tuples to draw), got {size!r}")
+    if not isinstance(rng, np.random.Generator):
+        raise InputError(f"rng must be a numpy.random.Generator (e.g. numpy.random.default_rng(seed)), got "
+                         f"{type(rng).__name__}")
+    return int(size)
+
+
 def _as_masks(mask: np.ndarray, V: int) -> tuple[np.ndarray, bool]:
     m = np.asarray(mask)
     single = m.ndim == 1
@@ -147,7 +167,8 @@ class IID(DraftScheme):
         return float(out[0]) if single else out
 
     def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
-        return rng.choice(self.V, size=(int(size), self.n), p=self.q).astype(np.int64)
+        size = _check_sample_args(size, rng)
+        return rng.choice(self.V, size=(size, self.n), p=self.q).astype(np.int64)
 
     def marginals(self) -> np.ndarray:
         return np.tile(self.q, (self.n, 1))
@@ -159,7 +180,13 @@ class Independent(DraftScheme):
     name = "independent"
 
     def __init__(self, qs: object):
-        rows = list(qs) if not isinstance(qs, np.ndarray) else list(qs)
+        try:
+            rows = None if isinstance(qs, (str, bytes)) else list(qs)  # a 0-d array has __iter__ but raises here
+        except TypeError:
+            rows = None
+        if rows is None:
+            raise InputError(f"Independent needs a sequence of draft distributions q_1..q_n (one per draft, e.g. "
+                             f"a list of vectors or an array [n, V]), got {type(qs).__name__}")
         if len(rows) < 1:
             raise InputError("Independent needs at least one draft distribution")
         first = check_distribution(rows[0], "q[0]")
@@ -177,8 +204,9 @@ class Independent(DraftScheme):
         return float(out[0]) if single else out
 
     def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        size = _check_sample_args(size, rng)
         cdf = np.cumsum(self.qs, axis=1)  # [n, V]
-        u = rng.random((int(size), self.n)) * cdf[:, -1]
+        u = rng.random((size, self.n)) * cdf[:, -1]
         return np.stack([np.searchsorted(cdf[k], u[:, k], side="right") for k in range(self.n)], axis=1).clip(
             0, self.V - 1).astype(np.int64)
 
@@ -257,9 +285,10 @@ class WithoutReplacement(DraftScheme):
         return float(out[0]) if single else out
 
     def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        size = _check_sample_args(size, rng)
         # Gumbel-top-n: the order of the n largest log q + Gumbel keys is a successive sample without replacement.
         with np.errstate(divide="ignore"):
-            keys = np.log(self.q)[None, :] + rng.gumbel(size=(int(size), self.V))  # [size, V]
+            keys = np.log(self.q)[None, :] + rng.gumbel(size=(size, self.V))  # [size, V]
         top = np.argpartition(-keys, self.n - 1, axis=1)[:, : self.n]
         order = np.argsort(-np.take_along_axis(keys, top, axis=1), axis=1)
         return np.take_along_axis(top, order, axis=1).astype(np.int64)
@@ -304,9 +333,10 @@ class Greedy(DraftScheme):
         return omegas.astype(np.int64), self.q[last] / self._rest_mass
 
     def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        size = _check_sample_args(size, rng)
         rest_q = np.where(self._rest, self.q, 0.0) / self._rest_mass
-        last = rng.choice(self.V, size=int(size), p=rest_q)
-        return np.concatenate([np.broadcast_to(self.top, (int(size), self.n - 1)), last[:, None]], axis=1).astype(
+        last = rng.choice(self.V, size=size, p=rest_q)
+        return np.concatenate([np.broadcast_to(self.top, (size, self.n - 1)), last[:, None]], axis=1).astype(
             np.int64)
 
 
@@ -355,7 +385,7 @@ class SpecHub(DraftScheme):
         return omegas[keep].astype(np.int64), probs[keep]
 
     def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
-        size = int(size)
+        size = _check_sample_args(size, rng)
         x1 = rng.choice(self.V, size=size, p=self.q)
         x2 = rng.choice(self.V, size=size, p=self._col / self._z)
         is_hub = x1 == self.hub
@@ -387,7 +417,8 @@ class Joint(DraftScheme):
         return all_tuples(self.V, self.n), self.table.reshape(-1).copy()
 
     def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
-        flat = rng.choice(self.table.size, size=int(size), p=self.table.reshape(-1))
+        size = _check_sample_args(size, rng)
+        flat = rng.choice(self.table.size, size=size, p=self.table.reshape(-1))
         return np.stack(np.unravel_index(flat, self.table.shape), axis=1).astype(np.int64)
 
 

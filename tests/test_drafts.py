@@ -154,3 +154,31 @@ def test_without_replacement_is_accurate_near_a_point_mass():
                 masks = rng.random((6, q.size)) < 0.6
                 inside = np.all(masks[:, omegas], axis=2)  # [6, M]
                 np.testing.assert_allclose(draft.subset_probability(masks), inside @ probs, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("qs, message", [(None, "got NoneType"), (3, "got int"), ("abc", "got str"),
+                                            (np.array(3), "got ndarray")])
+def test_independent_refuses_a_non_sequence(qs, message):
+    with pytest.raises(InputError, match=f"Independent needs a sequence of draft distributions.*{message}"):
+        otlp.Independent(qs)
+
+
+@pytest.mark.parametrize("size, message", [(-1, "got -1"), (1.5, "got 1.5"), (True, "got True"), ("3", "got '3'")])
+def test_sample_size_must_be_a_non_negative_integer(size, message):
+    for scheme in schemes(np.random.default_rng(0)):
+        with pytest.raises(InputError, match=f"size must be a non-negative integer.*{message}"):
+            scheme.sample(size, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("rng", [None, 0, np.random.RandomState(0)])
+def test_sample_rng_must_be_a_generator(rng):
+    # None is refused rather than replaced by an unseeded generator: draws stay reproducible by construction.
+    for scheme in schemes(np.random.default_rng(0)):
+        with pytest.raises(InputError, match="rng must be a numpy.random.Generator"):
+            scheme.sample(3, rng)
+
+
+def test_sample_zero_and_numpy_integer_sizes():
+    for scheme in schemes(np.random.default_rng(0)):
+        assert scheme.sample(0, np.random.default_rng(0)).shape == (0, scheme.n)
+        assert scheme.sample(np.int64(2), np.random.default_rng(0)).shape == (2, scheme.n)

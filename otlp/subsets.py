@@ -12,7 +12,7 @@ import numpy as np
 
 from otlp.distributions import check_distribution
 from otlp.drafts import IID, DraftScheme, Greedy, Independent, SpecHub, as_draft
-from otlp.errors import ModelTooLargeError
+from otlp.errors import InputError, ModelTooLargeError
 
 #: Brute force over 2^V subsets is allowed up to this V.
 MAX_BRUTE_FORCE_V = 20
@@ -23,6 +23,8 @@ def psi(p: np.ndarray, draft: DraftScheme, mask: np.ndarray) -> np.ndarray | flo
     draft = as_draft(draft)
     p = check_distribution(p, "p", size=draft.V)
     m = np.asarray(mask, dtype=bool)
+    if m.ndim not in (1, 2) or m.shape[-1] != draft.V:
+        raise InputError(f"mask must have shape [V] or [K, V] with V = {draft.V}, got {m.shape}")
     return m.astype(np.float64) @ p - draft.subset_probability(m)
 
 

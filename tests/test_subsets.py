@@ -94,3 +94,8 @@ def test_large_v_other_schemes_use_subset_selection():
     value, mask = min_psi(p, draft)
     assert value == pytest.approx(RelaxedOTLP(p, draft).solve(backend="highs").value - 1.0, abs=1e-9)
     assert psi(p, draft, mask) == pytest.approx(value, abs=1e-12)
+
+
+def test_psi_refuses_a_mask_of_the_wrong_length() -> None:
+    with pytest.raises(otlp.InputError, match=r"mask must have shape \[V\] or \[K, V\] with V = 2"):
+        psi([0.5, 0.5], otlp.IID([0.5, 0.5], 2), [True, False, True])

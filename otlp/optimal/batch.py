@@ -19,7 +19,7 @@ from otlp.errors import InputError
 from otlp.optimal.class_batch import ClassChainBatch, class_chain_arrays
 from otlp.optimal.rule import evaluate_rule
 from otlp.optimal.solve import prepare, solve_instances
-from otlp.optimal.transport import OptimalTransport, truncate_top_k
+from otlp.optimal.transport import OptimalTransport, check_tuples, truncate_top_k
 
 #: ``method="blocks"`` at n = 2 peels only groups (and leaves) of at least this many tokens: smaller ones cost less
 #: in the pooled Newton than in a per-group peel search (B = 64, V = 100, n = 2: 1.08 -> 0.81 ms per pair).
@@ -102,7 +102,9 @@ class TransportBatch(Sequence):
         outside = np.arange(V)[None, :] >= chains.m_star[:, None]  # [B, V] by position
         residual = tok(np.where(outside, np.maximum(chains.P[r, chains.order] - s.rows, 0.0), 0.0))
         total = residual.sum(1, keepdims=True)
-        self.residual = np.where(total > 0, residual / np.where(total > 0, total, 1.0), residual)  # [B, V]
+        # a row with no residual mass left to rounding draws rejected outputs from p (as OptimalTransport)
+        self.residual = np.where(total > 0, residual / np.where(total > 0, total, 1.0),
+                                 chains.P / chains.P.sum(1, keepdims=True))  # [B, V]
         self._residual_cdf = np.cumsum(self.residual, axis=1)
         return self
 
@@ -119,9 +121,7 @@ class TransportBatch(Sequence):
 
     def rule(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``omegas int [B, n]`` (one tuple per row) -> ``(accept [B, n], reject [B])``, as OptimalTransport.rule."""
-        w = np.asarray(omegas, dtype=np.int64)
-        if w.shape != (len(self), self.n):
-            raise InputError(f"omegas must have shape [B, n] = [{len(self)}, {self.n}], got {w.shape}")
+        w = check_tuples(omegas, len(self), self.n, self.V)  # [B, n]
         r = self._rows[:, None]
         class_data = None
         if self._class_nodes[0].any():
@@ -132,7 +132,7 @@ class TransportBatch(Sequence):
 
     def slices(self, omegas: np.ndarray) -> np.ndarray:
         """pi(· | omega_b) for one tuple per row: ``[B, n]`` -> ``float [B, V]``."""
-        w = np.asarray(omegas, dtype=np.int64)
+        w = check_tuples(omegas, len(self), self.n, self.V)
         accept, reject = self.rule(w)
         out = reject[:, None] * self.residual
         np.add.at(out, (np.repeat(self._rows, self.n), w.ravel()), accept.ravel())
@@ -140,7 +140,7 @@ class TransportBatch(Sequence):
 
     def sample(self, omegas: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One output token per row: ``[B, n]`` -> ``int64 [B]``."""
-        w = np.asarray(omegas, dtype=np.int64)
+        w = check_tuples(omegas, len(self), self.n, self.V)
         accept, reject = self.rule(w)
         u = rng.random(len(self))
         slot = (u[:, None] >= np.cumsum(accept, axis=1)).sum(1)
@@ -168,6 +168,8 @@ def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = Non
     if p.ndim != 2 or p.shape != q.shape:
         raise InputError(f"p and q must both have shape [B, V], got {p.shape} and {q.shape}")
     n = check_n(n)
+    if p.shape[0] == 0:
+        raise InputError("an empty batch: p and q need at least one row")
     _check_rows(p, "p")
     _check_rows(q, "q")
     if top_k is not None:

@@ -153,7 +153,9 @@ class OptimalTransport:
         in_h = inst.position <= cuts.m_star  # [V]: the first m* tokens of the q/p order
         residual = np.where(in_h, 0.0, np.maximum(inst.p - inst.row_sums, 0.0))  # [V]
         total = residual.sum()
-        self.residual = residual / total if total > 0 else residual
+        # no residual mass left to rounding (alpha* = 1, or a rejection whose p - R is below the last bit): draw a
+        # rejected tuple's output from p, as the LP route's completion does (otlp.formulations.completion)
+        self.residual = residual / total if total > 0 else inst.p / inst.p.sum()
         self._position = inst.position  # [V]
         self._leaf = inst.leaf_of_token  # [V]
         self._leaf_inner = inst.leaf_inner  # [L]
@@ -293,16 +295,24 @@ class OptimalTransport:
         w = np.asarray(omegas)
         if w.ndim == 1:
             w = w[None, :]
-        if w.ndim != 2 or w.shape[1] != self.n:
-            raise InputError(f"drafted tuples must have shape [M, n] with n = {self.n}, got {np.shape(omegas)}")
-        if not np.issubdtype(w.dtype, np.integer):
-            raise InputError(f"drafted tuples must be integer token ids, got dtype {w.dtype}")
-        if w.size and (w.min() < 0 or w.max() >= self.V):
-            raise InputError(f"drafted token ids must lie in [0, {self.V}), got range [{w.min()}, {w.max()}]")
-        return w.astype(np.int64, copy=False)
+        return check_tuples(w, None, self.n, self.V)
 
     def __repr__(self) -> str:
         return f"OptimalTransport(V={self.V}, n={self.n}, alpha={self.alpha:.6g}, route={self.route!r})"
+
+
+def check_tuples(omegas: object, M: int | None, n: int, V: int) -> np.ndarray:
+    """Drafted tuples as ``int64 [M, n]`` (``M`` None: any number of rows), token ids in [0, V); InputError
+    otherwise."""
+    w = np.asarray(omegas)
+    if w.ndim != 2 or w.shape[1] != n or (M is not None and w.shape[0] != M):
+        rows = "M" if M is None else str(M)
+        raise InputError(f"drafted tuples must have shape [{rows}, n] with n = {n}, got {w.shape}")
+    if not np.issubdtype(w.dtype, np.integer):
+        raise InputError(f"drafted tuples must be integer token ids, got dtype {w.dtype}")
+    if w.size and (w.min() < 0 or w.max() >= V):
+        raise InputError(f"drafted token ids must lie in [0, {V}), got range [{w.min()}, {w.max()}]")
+    return w.astype(np.int64, copy=False)
 
 
 def truncate_top_k(q: np.ndarray, top_k: int | None) -> np.ndarray:

@@ -139,6 +139,33 @@ def test_bad_input() -> None:
         solve_batch(p[None], np.ones((2, 2)) / 2, 2)
 
 
+def test_batch_checks_its_tuples_like_the_single_path() -> None:
+    """TransportBatch.rule / slices / sample refuse what OptimalTransport refuses (they used to cast, wrap
+    negative ids round and return token -1)."""
+    batch = solve_batch(np.array([[0.1, 0.6, 0.3]]), np.array([[0.5, 0.3, 0.2]]), 2)
+    rng = np.random.default_rng(0)
+    for bad, match in (([[0, -1]], "lie in"), ([[0, 3]], "lie in"), ([[0.9, 1.7]], "integer"), ([[0, 1, 2]], "shape")):
+        for call in (batch.rule, batch.slices, lambda w: batch.sample(w, rng)):
+            with pytest.raises(otlp.InputError, match=match):
+                call(bad)
+    with pytest.raises(otlp.InputError, match="empty batch"):
+        solve_batch(np.zeros((0, 3)), np.zeros((0, 3)), 2)
+
+
+def test_a_rejection_whose_residual_rounds_to_zero_still_draws_a_token() -> None:
+    """p = [1, 0], q = [1 - 2e-6, 2e-6], n = 3: the tuple (1, 1, 1) is rejected and the true residual mass p - R is
+    eps^3 ~ 8e-18, which rounds to 0. The residual then falls back to p (as the LP route's completion does), so
+    the slice is a distribution and no p = 0 token is drawn."""
+    p, q = np.array([1.0, 0.0]), np.array([1 - 2e-6, 2e-6])
+    ot = OptimalTransport.from_arrays(p, q, 3)
+    np.testing.assert_allclose(ot.slice([1, 1, 1]), [1.0, 0.0])
+    assert ot.residual.sum() == 1.0
+    assert (ot.sample(np.array([[1, 1, 1]] * 50), np.random.default_rng(0)) == 0).all()
+    batch = solve_batch(p[None], q[None], 3)
+    np.testing.assert_allclose(batch.slices([[1, 1, 1]]), [[1.0, 0.0]])
+    assert batch.sample([[1, 1, 1]], np.random.default_rng(0)).tolist() == [0]
+
+
 def test_tiny_mass_blocks_stop_at_the_absolute_floor() -> None:
     """A 2-token outer block with targets ~1e-11 and ~1e-18 (benchmark generator, V = 1000, pair 8) used to run
     into the 100-iteration cap chasing a relative tolerance below rounding; the absolute floor (1e-18 in L1)

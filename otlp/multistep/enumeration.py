@@ -52,6 +52,10 @@ def output_law(rule: str, target: ARModel, draft: ARModel, L: int, K: int = 1) -
     if rule == "token_tree":
         return token_tree_output_law(target, draft, L, K)
     tokens, probs = enumerate_drafts(draft, L, K if rule == "gbv" else 1)
+    # A tuple the draft cannot produce carries no mass; its conditional law may be 0/0 (a drafted token with
+    # q = 0, e.g. BV's weight p/q), and 0 * NaN = NaN, so such tuples are dropped, not multiplied by 0.
+    drawn = probs > 0
+    tokens, probs = tokens[drawn], probs[drawn]  # [M', K, L], [M']
     p_paths = target.on_path(tokens, L + 1)  # [M, K, L+1, V]
     q_paths = draft.on_path(tokens, L)  # [M, K, L, V]
     M = tokens.shape[0]

@@ -31,7 +31,9 @@ def sps_path_law(
     tok = drafts.unsqueeze(-1)
     p_tok = p_path[:, :L].gather(-1, tok).squeeze(-1)  # [B, L]
     q_tok = q_path.gather(-1, tok).squeeze(-1)  # [B, L]
-    accept = torch.clamp(p_tok / q_tok, max=1.0)  # [B, L]
+    # min(1, p/q); a token with q = 0 is never drafted, and p >= q = 0 reads as "accept" (no 0/0)
+    ratio = p_tok / torch.where(q_tok > 0, q_tok, torch.ones_like(q_tok))
+    accept = torch.where(p_tok >= q_tok, torch.ones_like(p_tok), ratio)  # [B, L]
     survive = torch.cumprod(torch.cat([torch.ones_like(accept[:, :1]), accept], -1), -1)  # P(tau >= i)
     tau_probs = survive * torch.cat([1.0 - accept, torch.ones_like(accept[:, :1])], -1)  # [B, L+1]
     residual = (p_path[:, :L] - q_path).clamp(min=0.0)  # [B, L, V]

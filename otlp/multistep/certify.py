@@ -288,9 +288,12 @@ def run_multistep_cli(args: argparse.Namespace) -> int:
     K = _positive_int(args.K, "--K", 1)
     if args.rule != "all" and args.rule not in RULES:
         raise InputError(f"unknown --rule {args.rule!r}; expected one of {', '.join(RULES)} or 'all'")
-    if not args.concentration > 0:
-        raise InputError(f"--concentration must be > 0, got {args.concentration}")
-    rng = np.random.default_rng(args.seed)
+    if not 0 < args.concentration < np.inf:  # inf (or nan) would only fail later, as "conditionals must be finite"
+        raise InputError(f"--concentration must be finite and > 0, got {args.concentration}")
+    seed = _positive_int(args.seed, "--seed", 0)  # numpy's SeedSequence refuses negative seeds
+    if not args.time_limit > 0:  # also refuses nan (no limit at all); inf means no limit
+        raise InputError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+    rng = np.random.default_rng(seed)
     target, draft = random_pair(V, L, rng, args.concentration, args.closeness)
     rules = RULES if args.rule == "all" else (args.rule,)
     reports = certify_rules(target, draft, L, K, rules, time_limit=args.time_limit)

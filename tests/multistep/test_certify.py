@@ -223,3 +223,17 @@ def test_too_many_draft_tuples_leaves_the_law_unchecked_not_failed() -> None:
         assert any("LP optimum" in n for n in r.notes) and r.gap is None
     else:
         assert r.gap >= -GAP_TOL
+
+
+@pytest.mark.parametrize("argv", [["--seed", "-1"], ["--time-limit", "-1"], ["--time-limit", "0"],
+                                  ["--time-limit", "nan"], ["--concentration", "inf"]])
+def test_cli_refuses_bad_seed_and_time_limit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # a negative seed used to escape as numpy's ValueError; a negative time limit was accepted silently;
+    # an infinite concentration failed later with a message about the conditionals
+    with pytest.raises(InputError, match=argv[0]):
+        run_multistep_cli(_cli(*argv))
+    from otlp.cli import main
+
+    assert main(["certify-block", "--V", "2", "--L", "1", "--K", "1", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("otlp: error:") and argv[0] in err and "\n" not in err

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -92,32 +92,43 @@ def probabilities_from_logits(
     ``temperature == 0`` gives the one-hot argmax (greedy). Top-k keeps the k largest logits; top-p keeps the
     smallest prefix of tokens, by decreasing probability, whose mass reaches ``top_p`` (at least one token).
     Ties at the top-k boundary keep the lower token ids (stable sort), so the result is deterministic.
+
+    Logits may be ``-inf`` (a masked token) but every row needs one finite logit; NaN and ``+inf`` are refused
+    (``InputError``) rather than turned into NaN probabilities. The softmax is taken of
+    ``(z - max z) / temperature``, which cannot overflow, so a tiny ``temperature > 0`` (even subnormal) gives
+    the T -> 0+ limit: uniform on the argmax set.
     """
-    if temperature < 0 or not np.isfinite(temperature):
-        raise InputError(f"temperature must be a finite number >= 0, got {temperature}")
-    if top_k is not None and (int(top_k) != top_k or top_k < 1):
-        raise InputError(f"top_k must be an integer >= 1, got {top_k}")
-    if top_p is not None and not (0.0 < top_p <= 1.0):
-        raise InputError(f"top_p must be in (0, 1], got {top_p}")
+    temperature = _real_parameter(temperature, "temperature", "a finite number >= 0 (0 = greedy)",
+                                  lambda t: 0.0 <= t < np.inf)
+    if top_k is not None:
+        top_k = int(_real_parameter(top_k, "top_k", "an integer >= 1 or None",
+                                    lambda k: 1.0 <= k < np.inf and k == int(k)))
+    if top_p is not None:
+        top_p = _real_parameter(top_p, "top_p", "a number in (0, 1] or None", lambda t: 0.0 < t <= 1.0)
     if _is_torch(logits):
         return _torch_probabilities(logits, temperature, top_k, top_p)
-    z = np.asarray(logits, dtype=np.float64)  # [..., V]
+    try:
+        z = np.asarray(logits, dtype=np.float64)  # [..., V]
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"logits must be numbers (an array [..., V]), got {type(logits).__name__}: {exc}") from None
     if z.ndim == 0 or z.shape[-1] == 0:
         raise InputError(f"logits must have a non-empty last axis, got shape {z.shape}")
-    if np.isnan(z).any():
-        raise InputError("logits contain NaN")
+    if not np.isfinite(z).all():  # one reduction on the valid path; the diagnosis only when it fails
+        _refuse_non_finite(bool(np.isnan(z).any()), bool(np.isposinf(z).any()), np.isneginf(z).all(axis=-1))
     V = z.shape[-1]
     order = np.argsort(-z, axis=-1, kind="stable")  # [..., V] token ids by decreasing logit
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.broadcast_to(np.arange(V), z.shape), axis=-1)
     keep = np.ones(z.shape, dtype=bool)
     if top_k is not None:
-        keep &= rank < int(top_k)
+        keep &= rank < top_k
     if temperature == 0:
         keep &= rank == 0
         return keep.astype(np.float64)
-    scaled = np.where(keep, z / temperature, -np.inf)
-    scaled = scaled - scaled.max(axis=-1, keepdims=True)
+    kept = np.where(keep, z, -np.inf)  # [..., V]
+    shifted = kept - kept.max(axis=-1, keepdims=True)  # <= 0, and 0 at the maximum, which is finite
+    with np.errstate(over="ignore"):  # shifted / T -> -inf is the right limit (probability 0)
+        scaled = np.where(shifted == 0, 0.0, shifted / temperature)
     probs = np.exp(scaled)
     probs /= probs.sum(axis=-1, keepdims=True)
     if top_p is not None and top_p < 1.0:
@@ -131,6 +142,34 @@ def probabilities_from_logits(
     return probs
 
 
+def _real_parameter(value: object, name: str, expected: str, ok: Callable[[float], bool]) -> float:
+    """``float(value)`` if it is a real number (not a bool or a string) with ``ok(value)``, else ``InputError``."""
+    number = None
+    if not isinstance(value, (bool, np.bool_, str, bytes)):
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            number = None
+    if number is None or not ok(number):
+        raise InputError(f"{name} must be {expected}, got {value!r}")
+    return number
+
+
+def _refuse_non_finite(has_nan: bool, has_posinf: bool, all_neginf: object) -> None:
+    """The message for logits that are not all finite; returns only when every row has a finite logit.
+
+    ``all_neginf``: bool array [...] (numpy or torch), True where a row is all -inf."""
+    if has_nan:
+        raise InputError("logits contain NaN; expected finite numbers (or -inf for a masked token)")
+    if has_posinf:
+        raise InputError("logits contain +inf; expected finite numbers (or -inf for a masked token)")
+    empty_rows = np.asarray(all_neginf)
+    if empty_rows.any():
+        where = "are" if empty_rows.ndim == 0 else f"row {tuple(int(i) for i in np.argwhere(empty_rows)[0])} is"
+        raise InputError(f"logits {where} all -inf: no token can be sampled; expected at least one finite logit "
+                         "per row")
+
+
 def _is_torch(x: object) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "softmax")
 
@@ -139,17 +178,25 @@ def _torch_probabilities(logits, temperature, top_k, top_p):  # noqa: ANN001 - t
     import torch
 
     z = logits.to(torch.float64) if logits.dtype == torch.float64 else logits.float()  # [..., V]
+    if z.ndim == 0 or z.shape[-1] == 0:
+        raise InputError(f"logits must have a non-empty last axis, got shape {tuple(z.shape)}")
+    if not bool(torch.isfinite(z).all()):  # one reduction on the valid path; the diagnosis only when it fails
+        _refuse_non_finite(bool(torch.isnan(z).any()), bool(torch.isposinf(z).any()),
+                           torch.isneginf(z).all(dim=-1).cpu().numpy())
     V = z.shape[-1]
     sorted_z, order = torch.sort(z, dim=-1, descending=True, stable=True)
     rank = torch.empty_like(order)
     rank.scatter_(-1, order, torch.arange(V, device=z.device).expand_as(order))
     keep = torch.ones_like(z, dtype=torch.bool)
     if top_k is not None:
-        keep &= rank < int(top_k)
+        keep &= rank < top_k
     if temperature == 0:
         keep &= rank == 0
         return keep.to(z.dtype)
-    probs = torch.softmax(torch.where(keep, z / temperature, torch.full_like(z, -float("inf"))), dim=-1)
+    kept = torch.where(keep, z, torch.full_like(z, -float("inf")))  # [..., V]
+    shifted = kept - sorted_z[..., :1]  # <= 0, and 0 at the maximum (rank 0 is always kept), which is finite
+    scaled = torch.where(shifted == 0, torch.zeros_like(z), shifted / temperature)  # no overflow to +inf
+    probs = torch.softmax(scaled, dim=-1)
     if top_p is not None and top_p < 1.0:
         sorted_probs = torch.gather(probs, -1, order)
         mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs

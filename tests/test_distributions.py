@@ -85,6 +85,67 @@ def test_bad_sampling_parameters(kw, msg):
         probabilities_from_logits([0.0, 1.0], **kw)
 
 
+@pytest.mark.parametrize("kw, msg", [
+    ({"temperature": None}, "temperature must be a finite number >= 0.*got None"),
+    ({"temperature": "1"}, "temperature must be a finite number >= 0.*got '1'"),
+    ({"temperature": True}, "temperature must be a finite number >= 0.*got True"),
+    ({"temperature": float("nan")}, "temperature must be a finite number >= 0.*got nan"),
+    ({"top_k": "a"}, "top_k must be an integer >= 1.*got 'a'"),
+    ({"top_k": float("inf")}, "top_k must be an integer >= 1.*got inf"),
+    ({"top_k": True}, "top_k must be an integer >= 1.*got True"),
+    ({"top_p": "a"}, r"top_p must be a number in \(0, 1\].*got 'a'"),
+    ({"top_p": float("nan")}, r"top_p must be a number in \(0, 1\].*got nan"),
+])
+def test_wrongly_typed_sampling_parameters_are_input_errors(kw, msg):
+    with pytest.raises(InputError, match=msg):
+        probabilities_from_logits([0.0, 1.0], **kw)
+
+
+def _backends():
+    yield np.asarray
+    try:
+        import torch
+    except ImportError:
+        return
+    yield lambda x: torch.tensor(x, dtype=torch.float64)
+    yield lambda x: torch.tensor(x, dtype=torch.float32)
+
+
+INF = float("inf")
+
+
+@pytest.mark.parametrize("logits, msg", [
+    ([-INF, -INF, -INF], "all -inf"),
+    ([[0.0, 1.0, 2.0], [-INF, -INF, -INF]], r"row \(1,\) is all -inf"),
+    ([0.0, INF, 1.0], r"\+inf"),
+    ([0.0, float("nan"), 1.0], "NaN"),
+])
+@pytest.mark.parametrize("kw", [{}, {"temperature": 0}, {"top_k": 2}, {"top_p": 0.5}])
+def test_non_finite_logits_raise_instead_of_returning_nan(logits, msg, kw):
+    for as_array in _backends():
+        with pytest.raises(InputError, match=msg):
+            probabilities_from_logits(as_array(logits), **kw)
+
+
+def test_non_numeric_logits_are_input_errors():
+    with pytest.raises(InputError, match="logits must be numbers"):
+        probabilities_from_logits(["a", "b"])
+
+
+@pytest.mark.parametrize("temperature", [1e-320, 1e-300, 1e-40])
+def test_tiny_temperature_is_the_greedy_limit(temperature):
+    # softmax(z / T) as T -> 0+ is uniform on the argmax set; z / T overflowing must not turn that into NaN.
+    for as_array in _backends():
+        out = probabilities_from_logits(as_array([1.0, 3.0, 3.0, -INF, 0.0]), temperature=temperature)
+        np.testing.assert_allclose(np.asarray(out, dtype=np.float64), [0, 0.5, 0.5, 0, 0])
+
+
+def test_masked_minus_inf_logits_are_fine():
+    for as_array in _backends():
+        out = probabilities_from_logits(as_array([0.0, -INF, 0.0]))
+        np.testing.assert_allclose(np.asarray(out, dtype=np.float64), [0.5, 0, 0.5])
+
+
 def test_load_inline_json_npy(tmp_path):
     assert load_distribution("0.5, 0.3,0.2").tolist() == [0.5, 0.3, 0.2]
     (tmp_path / "p.json").write_text(json.dumps([0.25, 0.75]))

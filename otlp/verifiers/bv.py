@@ -62,7 +62,9 @@ def block_weights(drafts: torch.Tensor, p_path: torch.Tensor, q_path: torch.Tens
     tok = drafts.unsqueeze(-1)  # [B, L, 1]
     p_tok = p_path[:, :-1].gather(-1, tok).squeeze(-1)  # [B, L]
     q_tok = q_path.gather(-1, tok).squeeze(-1)  # [B, L]
-    log_ratio = torch.log(p_tok) - torch.log(q_tok)  # q_tok > 0: the token was drafted from q
+    # q_tok > 0 for a block drafted from q; a block of draft probability 0 (passed by an enumeration) gets ratio 1
+    # so its weights stay finite: its law carries no mass, but 0/0 would turn it into NaN
+    log_ratio = torch.where(q_tok > 0, torch.log(p_tok) - torch.log(q_tok), torch.zeros_like(q_tok))
     log_P = torch.cat([torch.zeros_like(log_ratio[:, :1]), log_ratio.cumsum(-1)], dim=-1)  # [B, L+1]
     return torch.exp(log_P - log_P.cummax(-1).values)  # w_i = min_{k<=i} prod_{j=k+1..i} p/q
 

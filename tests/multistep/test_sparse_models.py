@@ -145,3 +145,16 @@ def test_samplers_on_a_sparse_pair_match_the_exact_law(rule):
     draft = ARModel(_sparse_rows(V, L, rng, 0.4), V, "draft")
     assert (target.conditionals == 0).any() and (draft.conditionals == 0).any()
     assert sampled_law_pvalue(rule, target, draft, L, 2, size=20_000, seed=1) > ALPHA
+
+
+def test_bv_law_of_a_probability_zero_block_is_finite() -> None:
+    """block_verification_law on a block the draft gives probability 0 (q_tok = 0, as an enumeration passes it):
+    finite tau probabilities and corrections, not 0/0 = NaN (the ratio p/q is taken as 1 there)."""
+    from otlp.verifiers.bv import block_verification_law
+
+    drafts = torch.tensor([[0]])
+    p_path = torch.tensor([[[0.0, 1.0], [0.5, 0.5]]], dtype=torch.float64)
+    q_path = torch.tensor([[[0.0, 1.0]]], dtype=torch.float64)
+    tau, corrections = block_verification_law(drafts, p_path, q_path)
+    assert torch.isfinite(tau).all() and torch.isfinite(corrections).all()
+    assert torch.allclose(tau.sum(-1), torch.ones(1, dtype=torch.float64))

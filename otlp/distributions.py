@@ -49,7 +49,7 @@ def check_distribution(
         raise InputError(f"{name} is empty; expected a probability vector of length V >= 1")
     if size is not None and arr.size != size:
         raise InputError(f"{name} has length {arr.size}, expected {size} (the vocabulary size V)")
-    with np.errstate(over="ignore"):  # an overflowing sum is reported below, not warned about
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing or inf - inf sum is reported below
         total = float(arr.sum())
     if not (arr.min() >= 0 and np.isfinite(total)):  # two reductions on the valid path; NaN fails the first
         if not np.all(np.isfinite(arr)):

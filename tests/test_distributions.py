@@ -160,3 +160,12 @@ def test_load_inline_json_npy(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(InputError, match="JSON"):
         load_distribution(str(tmp_path / "bad.json"))
+
+
+def test_plus_and_minus_inf_entries_raise_without_a_runtime_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # inf + (-inf) in the sum must not warn (or, under -W error, escape as one)
+        with pytest.raises(InputError, match="not finite"):
+            check_distribution([float("inf"), -float("inf")])

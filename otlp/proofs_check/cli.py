@@ -14,7 +14,7 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--theorem", action="append", default=None, metavar="NAME",
                         help="check name or prefix (e.g. gr.thm3.1, spectr.); repeatable; default: all")
     parser.add_argument("--instances", type=int, default=20, metavar="N", help="instances per check (default 20)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the instance generators (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the instance generators, >= 0 (default 0)")
     parser.add_argument("--exact", action="store_true",
                         help="rational arithmetic (V <= 5) for the checks that support it; equalities compared exactly")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -29,6 +29,8 @@ def run_check_cli(args: argparse.Namespace) -> int:
     try:
         if args.instances < 1:
             raise InputError(f"--instances must be >= 1, got {args.instances}")
+        if args.seed < 0:  # numpy seeds are >= 0; caught here it is bad input (2), not an error in every check (1)
+            raise InputError(f"--seed must be an integer >= 0, got {args.seed}")
         if args.list:
             checks = build_registry().select(args.theorem)
             if args.json:

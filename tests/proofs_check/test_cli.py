@@ -82,3 +82,12 @@ def test_unknown_hook_is_refused():
     reg = registry_mod.build_registry()
     with pytest.raises(KeyError):
         reg["gr.thm3.1"].resolve({"no_such_hook": print})
+
+
+@pytest.mark.parametrize("seed", ["-1", "-100"])
+def test_negative_seed_exits_2_before_running(seed, capsys):
+    # a negative seed is bad input (exit 2), not a theorem violation: it used to error inside every check (exit 1)
+    assert run_check_cli(_args("--seed", seed, "--theorem", "gr.thm3.1")) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == f"otlp check: --seed must be an integer >= 0, got {seed}"

@@ -66,13 +66,16 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, example: bool = Tr
 def read_problem(args: argparse.Namespace):  # -> (p, draft)
     from otlp.distributions import load_distribution
 
-    if getattr(args, "example", False):
-        args.p = args.p or EXAMPLE["p"]
-        args.q = args.q or EXAMPLE["q"]
-        args.n = args.n or EXAMPLE["n"]
+    if getattr(args, "example", False):  # fills in only what is absent: an explicit --n 0 is refused below
+        args.p = EXAMPLE["p"] if args.p is None else args.p
+        args.q = EXAMPLE["q"] if args.q is None else args.q
+        args.n = EXAMPLE["n"] if args.n is None else args.n
     missing = [flag for flag, value in (("--p", args.p), ("--q", args.q), ("--n", args.n)) if value is None]
     if missing:
         raise InputError(f"missing {', '.join(missing)} (or pass --example for the built-in example)")
+    if args.q_other and args.scheme != "independent":
+        raise InputError(f"--q-other is only used by --scheme independent (got --scheme {args.scheme}); "
+                         "drop --q-other or pass --scheme independent")
     p = load_distribution(args.p, "p", renormalize=args.renormalize)
     q = load_distribution(args.q, "q", renormalize=args.renormalize)
     others = [load_distribution(x, f"q[{k + 1}]", renormalize=args.renormalize) for k, x in enumerate(args.q_other)]
@@ -83,10 +86,47 @@ def read_problem(args: argparse.Namespace):  # -> (p, draft)
 
 
 # -- otlp solve ------------------------------------------------------------------------------------------------
-def _solve_rows(p: np.ndarray, draft, formulations: list[str], backends: list[str]) -> list[dict]:
+def _solve_rows(p: np.ndarray, draft, formulations: list[str], backends: list[str], *,  # noqa: ANN001 - draft
+                requested: Sequence[str] = (), backends_given: bool = True) -> list[dict]:
+    """One row per (formulation, backend) that can be paired, after the closed form (and the block solver).
+
+    A formulation named in ``requested`` that none of ``backends`` can solve is refused (``InputError`` naming the
+    backends that can), before any solve runs; other formulations simply skip the backends that do not take them
+    (pot takes only FullOTLP). When ``backends_given`` is False the backends are a default, and a formulation none
+    of them takes is solved by the first installed backend, in ``BACKENDS`` order, that takes it (highs cannot
+    return the min cut SubsetSelection reads H* from, so ``--formulation subset`` alone uses ortools or networkx).
+    """
     import otlp
     import otlp.formulations as F
+    from otlp.errors import MissingDependencyError
     from otlp.solvers import BACKENDS
+
+    for backend in backends:
+        if backend not in BACKENDS:
+            raise InputError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+
+    def takes(model, backend: str) -> bool:  # noqa: ANN001
+        try:
+            model.kind_for(backend)
+        except InputError:
+            return False
+        return True
+
+    plans: list[tuple[str, object, list[str], bool]] = []  # (formulation, model, backends, first installed only)
+    for name in formulations:
+        if name == "optimal":
+            continue
+        model = getattr(F, FORMULATIONS[name])(p, draft)
+        able = [b for b in backends if takes(model, b)]
+        if able:
+            plans.append((name, model, able, False))
+            continue
+        others = [b for b in BACKENDS if takes(model, b)]
+        if not backends_given and others:
+            plans.append((name, model, others, True))
+        elif name in requested:
+            route = f"can only be solved by --backend {' or '.join(others)}" if others else "has no backend"
+            raise InputError(f"--formulation {name} {route}; --backend {', '.join(backends)} cannot solve it")
 
     rows: list[dict] = []
     start = time.perf_counter()
@@ -101,23 +141,17 @@ def _solve_rows(p: np.ndarray, draft, formulations: list[str], backends: list[st
         rows.append({"formulation": "optimal", "backend": "otlp.optimal", "value": float(ot.alpha),
                      "status": "optimal", "build_ms": 0.0, "solve_ms": 1e3 * (time.perf_counter() - start),
                      "certificate": "-"})
-    for name in formulations:
-        if name == "optimal":
-            continue
-        cls = getattr(F, FORMULATIONS[name])
-        model = cls(p, draft)
-        for backend in backends:
-            if backend not in BACKENDS:
-                raise InputError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-            try:
-                model.kind_for(backend)
-            except InputError:
-                continue  # this backend does not take this formulation (e.g. pot only takes FullOTLP)
+    for name, model, able, first_installed in plans:
+        for k, backend in enumerate(able):
             try:
                 sol = model.solve(backend=backend)
             except InputError as exc:
+                if first_installed and isinstance(exc, MissingDependencyError) and k + 1 < len(able):
+                    continue  # a default route: try the next backend that takes this formulation
                 rows.append({"formulation": name, "backend": backend, "value": None, "status": f"refused: {exc}",
                              "build_ms": None, "solve_ms": None, "certificate": "-"})
+                if first_installed:
+                    break
                 continue
             cert = "-"
             if getattr(sol, "model", None) is not None:
@@ -131,6 +165,8 @@ def _solve_rows(p: np.ndarray, draft, formulations: list[str], backends: list[st
                          "build_ms": 1e3 * sol.seconds.get("build", 0.0),
                          "solve_ms": 1e3 * sol.seconds.get("solve", 0.0),
                          "certificate": cert, "value_bound": sol.value_bound})
+            if first_installed:
+                break
     return rows
 
 
@@ -158,7 +194,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         formulations = [f for f in formulations if f != "optimal"]
     backends = args.backend or (["highs", "cvxpy", "pulp", "ortools", "networkx", "pot", "exact"] if args.example
                                 else ["highs"])
-    rows = _solve_rows(p, draft, formulations, backends)
+    rows = _solve_rows(p, draft, formulations, backends, requested=args.formulation or (),
+                       backends_given=bool(args.backend))
     if args.json:
         print(json.dumps({"p": p.tolist(), "scheme": draft.name, "n": draft.n, "results": rows}, indent=2))
         return 0
@@ -180,7 +217,9 @@ def _add_solve(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--formulation", action="append", choices=["optimal", *FORMULATIONS],
                         help="formulation to solve (repeat; default: optimal and relaxed)")
     parser.add_argument("--backend", action="append",
-                        help="backend: highs, cvxpy, pulp, ortools, networkx, pot, exact (repeat; default: highs)")
+                        help="backend: highs, cvxpy, pulp, ortools, networkx, pot, exact (repeat; default: highs, "
+                             "and for a formulation highs cannot solve, such as subset, the first installed backend "
+                             "that can); a --formulation none of the given backends can solve is refused")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=cmd_solve)
 

@@ -47,6 +47,17 @@ def test_solve_reads_files(tmp_path, capsys):
     (["solve", "--example", "--backend", "gurobi", "--formulation", "relaxed"], "unknown backend"),
     (["solve", "--p", "0.5,0.5", "--q", "0.5,0.5"], "missing --n"),
     (["solve", "--example", "--scheme", "spechub", "--formulation", "optimal"], "i.i.d."),
+    # an explicit --n 0 is refused, even with --example (which only fills in what is absent)
+    (["solve", "--example", "--n", "0"], "n must be >= 1"),
+    (["solve", "--example", "--n", "-3", "--formulation", "relaxed"], "n must be >= 1"),
+    # --q-other only means something for independent drafts; elsewhere it would be silently ignored
+    (["solve", "--example", "--q-other", "0.2,0.3,0.5"], "--q-other is only used by --scheme independent"),
+    (["solve", "--example", "--scheme", "greedy", "--q-other", "0.2,0.3,0.5"], "got --scheme greedy"),
+    # a formulation none of the requested backends can solve is refused, naming the backends that can
+    (["solve", "--example", "--formulation", "subset", "--backend", "highs"],
+     "--formulation subset can only be solved by --backend ortools or networkx; --backend highs cannot solve it"),
+    (["solve", "--example", "--formulation", "full", "--formulation", "subset", "--backend", "highs",
+      "--backend", "pulp"], "--backend highs, pulp cannot solve it"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):
     code, _, err = run(argv, capsys)
@@ -69,3 +80,29 @@ def test_solve_does_not_load_the_other_subcommands():
             "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("False")
+
+
+def test_subset_formulation_without_backend_uses_a_min_cut_backend(capsys):
+    # highs (the default backend) cannot return a min cut: rather than printing no subset row at all, the first
+    # installed backend that can solve the formulation is used.
+    code, out, _ = run(["solve", "--p", "0.1,0.6,0.3", "--q", "0.5,0.3,0.2", "--n", "2", "--formulation", "subset",
+                        "--json"], capsys)
+    assert code == 0
+    rows = [r for r in json.loads(out)["results"] if r["formulation"] == "subset"]
+    assert len(rows) == 1 and rows[0]["backend"] in ("ortools", "networkx")
+    assert rows[0]["value"] == pytest.approx(0.85)
+
+
+def test_default_formulations_skip_backends_that_cannot_take_them(capsys):
+    # formulations the user did not name are not requested work: pot solves only the full LP, so the defaults
+    # relaxed and maxflow are left out rather than refused
+    pytest.importorskip("ot", reason="POT not installed")
+    code, out, _ = run(["solve", "--example", "--backend", "pot", "--json"], capsys)
+    assert code == 0
+    assert {r["formulation"] for r in json.loads(out)["results"]} == {"closed_form", "optimal", "full"}
+
+
+def test_q_other_with_independent_still_works(capsys):
+    code, out, _ = run(["solve", "--example", "--scheme", "independent", "--q-other", "0.2,0.3,0.5",
+                        "--formulation", "relaxed", "--backend", "highs", "--json"], capsys)
+    assert code == 0 and len(json.loads(out)["results"]) == 2

@@ -106,3 +106,24 @@ def test_q_other_with_independent_still_works(capsys):
     code, out, _ = run(["solve", "--example", "--scheme", "independent", "--q-other", "0.2,0.3,0.5",
                         "--formulation", "relaxed", "--backend", "highs", "--json"], capsys)
     assert code == 0 and len(json.loads(out)["results"]) == 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--pairs", "0"], "--pairs must be an integer >= 1, got 0"),
+    (["--pairs", "-5"], "--pairs must be an integer >= 1, got -5"),
+    (["--out", "/dev/null/x"], "--out '/dev/null/x' is not a writable folder"),
+])
+def test_bench_acceptance_bad_input_exits_2_before_any_work(argv, message, tmp_path, capsys):
+    # checked before the models load or any pair is collected: each case takes milliseconds
+    code, _, err = run(["bench", "acceptance", "--pairs", "4", "--ns", "1", "--top-ks", "all", "--vocab-size", "50",
+                        "--out", str(tmp_path), *argv], capsys)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_acceptance_out_is_a_file(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, err = run(["bench", "acceptance", "--pairs", "4", "--ns", "1", "--out", str(blocker / "sub")], capsys)
+    assert code == 2 and "is not a writable folder" in err and len(err.strip().splitlines()) == 1

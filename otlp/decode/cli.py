@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from dataclasses import dataclass
 
 from otlp.decode.loop import decode, sample_target
@@ -211,13 +213,28 @@ def _int_list(text: str, name: str, allow_all: bool = False) -> list:
     return out
 
 
+def _check_out_dir(out: str) -> None:
+    """Create ``--out`` (as the run would) and check it takes files; ``InputError`` in one line if not."""
+    try:
+        os.makedirs(out, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise InputError(f"--out {out!r} is not a writable folder ({exc.strerror or exc}); pass a folder the JSON "
+                         "and PNG can be written to") from None
+
+
 def run_acceptance_cli(args: argparse.Namespace) -> int:
     """Run ``otlp bench acceptance``: table (or JSON) on stdout, JSON + PNG under ``--out``."""
     from otlp.decode.acceptance import format_sweep, run_acceptance
 
     try:
+        if args.pairs < 1:
+            raise InputError(f"--pairs must be an integer >= 1, got {args.pairs} (the number of (p, q) pairs to "
+                             "collect)")
         ns = _int_list(args.ns, "--ns")
         top_ks = _int_list(args.top_ks, "--top-ks", allow_all=True)
+        _check_out_dir(args.out)  # before the minutes of collection, not after
         pair = load_model_pair(args.draft, args.target, args.vocab_size, args.device)
         prompts = [pair.encode(t) for t in DEFAULT_PROMPTS]
         sweep = run_acceptance(pair.draft, pair.target, prompts, pairs=args.pairs, ns=ns, top_ks=top_ks,

@@ -301,6 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("otlp: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (``otlp solve ... | head``): stop quietly, as cat does
+        sys.stdout = None  # nothing more may be flushed to the closed pipe at exit
+        return 141
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,7 +22,10 @@ def psi(p: np.ndarray, draft: DraftScheme, mask: np.ndarray) -> np.ndarray | flo
     """psi(H) = p(H) - P_draft(omega in H^n) for ``mask: bool [V]`` or ``[K, V]`` (GR eq. (4))."""
     draft = as_draft(draft)
     p = check_distribution(p, "p", size=draft.V)
-    m = np.asarray(mask, dtype=bool)
+    try:
+        m = np.asarray(mask, dtype=bool)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"mask must be a boolean array [V] or [K, V]: {exc}") from None
     if m.ndim not in (1, 2) or m.shape[-1] != draft.V:
         raise InputError(f"mask must have shape [V] or [K, V] with V = {draft.V}, got {m.shape}")
     return m.astype(np.float64) @ p - draft.subset_probability(m)

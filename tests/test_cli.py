@@ -127,3 +127,16 @@ def test_bench_acceptance_out_is_a_file(tmp_path, capsys):
     blocker.write_text("")
     code, _, err = run(["bench", "acceptance", "--pairs", "4", "--ns", "1", "--out", str(blocker / "sub")], capsys)
     assert code == 2 and "is not a writable folder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    """``otlp solve ... | head``: the reader goes away; exit 141 (as SIGPIPE would) with no traceback."""
+    import subprocess
+    import sys
+
+    argv = ["solve", "--p", "0.1,0.6,0.3", "--q", "0.5,0.3,0.2", "--n", "2"]
+    code = f"import sys\nfrom otlp.cli import main\nsys.exit(main({argv!r}))"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 141 and "Traceback" not in err, err

@@ -99,3 +99,8 @@ def test_large_v_other_schemes_use_subset_selection():
 def test_psi_refuses_a_mask_of_the_wrong_length() -> None:
     with pytest.raises(otlp.InputError, match=r"mask must have shape \[V\] or \[K, V\] with V = 2"):
         psi([0.5, 0.5], otlp.IID([0.5, 0.5], 2), [True, False, True])
+
+
+def test_psi_refuses_a_ragged_mask() -> None:
+    with pytest.raises(otlp.InputError, match="mask must be a boolean array"):
+        psi([0.5, 0.5], otlp.IID([0.5, 0.5], 2), [[True, False], [True]])

@@ -91,3 +91,10 @@ def test_negative_seed_exits_2_before_running(seed, capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.strip() == f"otlp check: --seed must be an integer >= 0, got {seed}"
+
+
+def test_run_checks_refuses_a_negative_seed() -> None:
+    from otlp.errors import InputError
+
+    with pytest.raises(InputError, match="seed must be an integer >= 0"):
+        run_checks(["gr.thm3.1"], seed=-1)

@@ -13,7 +13,8 @@
   feasible (y_i + z_omega >= 1 for every i in set(omega)), and a primal plan S (an exact max flow on GR's network
   s -> i -> omega -> t, §5.2) is primal feasible with the same objective: by weak duality both are optimal and
   alpha* = p(H) + P_draft(omega not in H^n) exactly. The inputs are rationalised first (each entry to the nearest
-  fraction with denominator <= 10^9, then renormalised exactly); the largest change is reported.
+  fraction with denominator <= 10^9, except that a positive entry which would become 0 keeps its exact binary value,
+  then renormalised exactly; see ``rationalise``); the largest change is reported.
 """
 
 from __future__ import annotations
@@ -73,8 +74,16 @@ class RationalCertificate:
 
 
 def rationalise(x: np.ndarray) -> tuple[list[Fraction], float]:
-    """Nearest fractions (denominator <= 10^9), renormalised to sum to exactly 1; returns the largest change."""
+    """Nearest fractions (denominator <= 10^9), renormalised to sum to exactly 1; returns the largest change.
+
+    A positive entry below the grid (< 1/(2 * 10^9), which ``limit_denominator`` sends to 0) keeps its exact binary
+    value ``Fraction(float)`` instead: the rationalised law has the same support as the float one, so the certificate
+    is about the same draft scheme (the same tuples of positive probability) and the normalisers of the schemes'
+    rational forms (greedy rest mass, without-replacement 1 - used, SpecHub Z), positive in floats by the schemes'
+    own checks, stay positive. The certificate remains exact (it is checked in Fractions); only its denominators grow.
+    """
     fr = [Fraction(float(v)).limit_denominator(MAX_DENOMINATOR) for v in np.ravel(x)]
+    fr = [Fraction(float(v)) if f == 0 and v > 0 else f for f, v in zip(fr, np.ravel(x), strict=True)]
     total = sum(fr, Fraction(0))
     fr = [v / total for v in fr]
     err = max(abs(float(v) - float(w)) for v, w in zip(fr, np.ravel(x), strict=True)) if fr else 0.0
@@ -101,6 +110,9 @@ def rational_tuple_probabilities(draft: DraftScheme, omegas: np.ndarray) -> tupl
                 continue
             prob, used = Fraction(1), Fraction(0)
             for t in row:
+                if q[t] == 0:  # before dividing: 1 - used >= q[t] > 0 below (distinct tokens, sum q = 1)
+                    prob = Fraction(0)
+                    break
                 prob *= q[t] / (1 - used)
                 used += q[t]
             out.append(prob)
@@ -339,8 +351,8 @@ def certify(name: str, p: object, draft: DraftScheme | None = None, *, q: object
 
     Examples
     --------
-    >>> import otlp
-    >>> from otlp.verifiers import certify, get
+    >>> from otlp.verifiers import get
+    >>> from otlp.verifiers.certify import certify
     >>> r = certify("spechub", [0.1, 0.6, 0.3], get("spechub").make_draft([0.5, 0.3, 0.2], 2))
     >>> round(r.acceptance, 12), round(r.optimum, 12), r.preserves_target, r.certificate.optimal
     (1.0, 1.0, True, True)

@@ -22,6 +22,7 @@ from otlp.verifiers.certify import (
     format_table,
     rational_certificate,
     rational_tuple_probabilities,
+    rationalise,
     run_certify_cli,
 )
 
@@ -146,3 +147,24 @@ def test_bad_input() -> None:
         get("spechub").sample(p, p, torch.zeros(2, 3, dtype=torch.int64))
     with pytest.raises(InputError, match="s"):
         get("is", s=-1)
+
+
+@pytest.mark.parametrize(("name", "n"), [("greedy", 2), ("rrs_wor", 2), ("rrs_wor", 3), ("spechub", 2)])
+def test_certificate_with_entries_below_the_rationalisation_grid(name: str, n: int) -> None:
+    """q entries of 1e-12 are below the 1e-9 grid of limit_denominator; rationalised to 0 they made the greedy rest
+    mass, the without-replacement 1 - used and the SpecHub Z vanish (ZeroDivisionError). Positive entries keep their
+    exact binary value, so the certificate stays exact and agrees with the float alpha*."""
+    p, q = [0.1, 0.6, 0.3], [1 - 2e-12, 1e-12, 1e-12]
+    r = certify(name, p, get(name).make_draft(q, n))
+    assert r.certificate.optimal and r.preserves_target
+    assert abs(float(r.certificate.dual_value) - r.optimum) <= 1e-9
+    assert r.certificate.rationalisation_error <= 1e-15
+    fr, err = rationalise(np.array(q))
+    assert all(x > 0 for x in fr) and sum(fr) == 1 and err <= 1e-15
+
+
+def test_cli_tiny_q_entries_give_a_certificate(capsys: pytest.CaptureFixture[str]) -> None:
+    args = _cli("--verifier", "greedy", "--p", "0.1,0.6,0.3", "--q", "0.999999999998,0.000000000001,0.000000000001",
+                "--n", "2", "--json")
+    assert run_certify_cli(args) == 0
+    assert json.loads(capsys.readouterr().out)["certificate"]["optimal"] is True

@@ -228,6 +228,8 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
     import torch
     from scipy.stats import chi2
 
+    samples = check_samples(samples)
+    seed = check_count(seed, "seed", 0)
     V, n = draft.V, draft.n
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -267,6 +269,18 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
     acc = member / samples
     return SamplerTest(samples, p_value, impossible, acc, math.sqrt(max(acc * (1 - acc), 1e-300) / samples),
                        accepted / samples)
+
+
+def check_count(value: object, name: str, minimum: int) -> int:
+    """``value`` validated: an integer >= ``minimum`` (InputError naming ``name`` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise InputError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_samples(samples: object) -> int:
+    """``samples`` validated: an integer >= 1 (the statistical test divides by it)."""
+    return check_count(samples, "samples", 1)
 
 
 def _merge_small(obs: np.ndarray, exp: np.ndarray, minimum: float = 5.0) -> tuple[np.ndarray, np.ndarray]:
@@ -360,11 +374,18 @@ def certify(name: str, p: object, draft: DraftScheme | None = None, *, q: object
     from otlp.verifiers import get
 
     verifier = get(name, **options)
+    if getattr(verifier, "kind", "token") == "multistep":
+        raise InputError(f"{name!r} is a multi-step (block) rule: it verifies drafted blocks of L tokens, not one "
+                         "token among n drafts; certify it with otlp.multistep.certify_multistep or "
+                         "`otlp certify-block`")
     if draft is None:
         if q is None or n is None:
             raise InputError("certify needs a draft scheme, or q and n to build the verifier's own scheme")
         draft = verifier.make_draft(q, n)
     p, draft = verifier.check_draft(p, draft)
+    if samples is not None:
+        samples = check_samples(samples)
+    seed = check_count(seed, "seed", 0)
     method: dict[str, str] = {}
     notes: list[str] = []
     cells = draft.num_tuples() * draft.V
@@ -430,8 +451,11 @@ def certify_table(p: object, q: object, n: int, *, names: list[str] | None = Non
     ``{"verifier": name, "error": message}``."""
     from otlp.verifiers import NAMES, get
 
+    n = check_count(n, "n", 1)
+    if samples is not None:
+        samples = check_samples(samples)
     rows: list[CertifyReport | dict[str, str]] = []
-    single_token = [n for n in NAMES if getattr(get(n), "kind", "token") != "multistep"]
+    single_token = [k for k in NAMES if getattr(get(k), "kind", "token") != "multistep"]
     for name in names or single_token:
         try:
             draft = get(name).make_draft(q, n)
@@ -473,6 +497,10 @@ def run_certify_cli(args: argparse.Namespace) -> int:
     import sys
 
     try:
+        check_count(args.n, "--n", 1)  # before anything else: the table would list every rule as not applicable
+        if args.samples is not None:
+            check_count(args.samples, "--samples", 1)
+        check_count(args.seed, "--seed", 0)
         p = load_distribution(args.p, "p", renormalize=args.renormalize)
         q = load_distribution(args.q, "q", renormalize=args.renormalize)
         if q.size != p.size:

@@ -168,3 +168,40 @@ def test_cli_tiny_q_entries_give_a_certificate(capsys: pytest.CaptureFixture[str
                 "--n", "2", "--json")
     assert run_certify_cli(args) == 0
     assert json.loads(capsys.readouterr().out)["certificate"]["optimal"] is True
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [("--samples", "0", "samples must be an integer >= 1"),
+                                                        ("--samples", "-1", "samples must be an integer >= 1"),
+                                                        ("--seed", "-1", "--seed must be an integer >= 0"),
+                                                        ("--n", "0", "--n must be an integer >= 1")])
+@pytest.mark.parametrize("verifier", ["rrs", "all"])
+def test_cli_bad_numbers_exit_2(capsys: pytest.CaptureFixture[str], tmp_path, flag: str, value: str,  # noqa: ANN001
+                                message: str, verifier: str) -> None:
+    """Large V (the statistical path, where --samples and --seed are used) and the table: one line, exit 2."""
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "p.npy", rng.dirichlet(np.ones(300)))
+    np.save(tmp_path / "q.npy", rng.dirichlet(np.ones(300)))
+    args = _cli("--verifier", verifier, "--p", str(tmp_path / "p.npy"), "--q", str(tmp_path / "q.npy"), "--n", "3",
+                flag, value)
+    assert run_certify_cli(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_samples_and_seed_checked_in_the_library() -> None:
+    with pytest.raises(InputError, match="samples must be an integer >= 1"):
+        certify("rrs", [0.1, 0.6, 0.3], q=[0.5, 0.3, 0.2], n=2, samples=0)
+    with pytest.raises(InputError, match="n must be an integer >= 1"):
+        certify_table([0.1, 0.6, 0.3], [0.5, 0.3, 0.2], 0)
+    with pytest.raises(InputError, match="seed must be an integer >= 0"):
+        certify("rrs", [0.1, 0.6, 0.3], q=[0.5, 0.3, 0.2], n=2, seed=-1)
+    with pytest.raises(InputError, match="samples must be an integer >= 1"):
+        certify_table([0.1, 0.6, 0.3], [0.5, 0.3, 0.2], 2, samples=0)
+
+
+@pytest.mark.parametrize("name", ["bv", "gbv"])
+def test_multistep_rule_refused_with_a_pointer(name: str) -> None:
+    with pytest.raises(InputError, match="certify-block"):
+        certify(name, [0.1, 0.6, 0.3], otlp.IID([0.5, 0.3, 0.2], 2))
+    with pytest.raises(InputError, match="certify_multistep"):
+        certify(name, [0.1, 0.6, 0.3], q=[0.5, 0.3, 0.2], n=2)

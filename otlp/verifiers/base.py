@@ -36,6 +36,11 @@ class Verifier:
     compatible_schemes: tuple[str, ...] = ()
     #: Whether ``sample`` takes a per-draft ``q: [B, n, V]`` (otherwise ``[B, V]``).
     per_draft_q: bool = False
+    #: Draft-scheme names whose law the torch ``sample`` implements; ``None`` means all of ``scheme`` and
+    #: ``compatible_schemes``. The torch interface carries no scheme, so a rule whose exact numpy route covers more
+    #: schemes than its torch sampler (the optimal rule: i.i.d. only) names the narrower set here; see
+    #: :meth:`torch_sampler_schemes` and :meth:`sample_exact`.
+    torch_schemes: tuple[str, ...] | None = None
     #: The number of drafts the rule is defined for, when fixed (SpecHub: 2).
     fixed_n: int | None = None
 
@@ -53,6 +58,36 @@ class Verifier:
         """Exact pi(. | omega) for ``omegas [M, n]``: ``(law float64 [M, V], rule_accepts float64 [M])`` where
         ``rule_accepts[m]`` is P(the rule accepts one of the drafts | omega_m)."""
         raise NotImplementedError
+
+    def torch_sampler_schemes(self) -> tuple[str, ...]:
+        """The draft schemes :meth:`sample` is exact for: ``torch_schemes``, else ``(scheme, *compatible_schemes)``."""
+        return (self.scheme, *self.compatible_schemes) if self.torch_schemes is None else tuple(self.torch_schemes)
+
+    def sample_exact(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray, rng: np.random.Generator,
+                     max_cells: int = 1 << 23) -> tuple[np.ndarray, np.ndarray]:
+        """Exact numpy sampler for any scheme the rule is exact for: one output token per drafted tuple, drawn from
+        pi(. | omega) of :meth:`conditional`, and P(the rule accepts a draft | omega).
+
+        ``omegas int [M, n]`` -> ``(tokens int64 [M], rule_accepts float64 [M])``. Inverse CDF with one uniform per
+        row, in chunks of ``max_cells // V`` rows (``conditional`` returns ``[chunk, V]``). The stand-in for
+        :meth:`sample` on schemes outside :meth:`torch_sampler_schemes`; subclasses with a cheaper exact sampler
+        override it (``Optimal``: ``OptimalTransport(p, draft).sample``).
+        """
+        omegas = np.asarray(omegas, dtype=np.int64)
+        M, V = omegas.shape[0], draft.V
+        tokens = np.empty(M, dtype=np.int64)
+        accepts = np.empty(M)
+        chunk = max(1, max_cells // V)
+        for start in range(0, M, chunk):
+            stop = min(M, start + chunk)
+            law, accepts[start:stop] = self.conditional(p, draft, omegas[start:stop])  # [m, V], [m]
+            law = np.maximum(law, 0.0)
+            cdf = np.cumsum(law, axis=1)  # [m, V]
+            u = rng.random(stop - start) * cdf[:, -1]  # [m]
+            idx = (cdf <= u[:, None]).sum(axis=1)  # first index whose cumulative mass exceeds u
+            last_positive = (V - 1) - np.argmax(law[:, ::-1] > 0, axis=1)  # [m]; guards u rounded up to the total
+            tokens[start:stop] = np.minimum(idx, last_positive)
+        return tokens, accepts
 
     # -- exact quantities (enumeration by default) -------------------------------------------------------------------
     def acceptance(self, p: object, draft: DraftScheme) -> float:

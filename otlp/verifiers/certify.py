@@ -7,7 +7,8 @@
 - ``optimum``: alpha* = 1 + min_H psi(H) for the same draft scheme (``otlp.optimal_acceptance``, GR Thm 3.1);
 - ``gap = optimum - acceptance``;
 - ``preserves_target``: exact enumeration of the induced coupling for small V^n; otherwise a seeded chi-square test of
-  the torch sampler's output against p with false-alarm rate ``FALSE_ALARM`` (1e-6);
+  a sampler's output against p with false-alarm rate ``FALSE_ALARM`` (1e-6): the rule's torch sampler for the draft
+  schemes it implements, else its exact numpy sampler (``method["target_law"]`` says which; see ``sampler_test``);
 - ``certificate`` (small V^n): an exact rational proof that alpha* is optimal, checked in ``fractions.Fraction``:
   the dual solution y_i = 1[i in H], z_omega = 1[omega not in H^n] of the relaxed OTLP (GR eqs. (35)-(36)) is dual
   feasible (y_i + z_omega >= 1 for every i in set(omega)), and a primal plan S (an exact max flow on GR's network
@@ -203,7 +204,7 @@ def rational_certificate(p: object, draft: DraftScheme, max_tuples: int = CERTIF
 
 @dataclass
 class SamplerTest:
-    """Result of running the torch sampler on drafts from the scheme."""
+    """Result of running a sampler of the rule on drafts from the scheme (``sampler`` says which)."""
 
     samples: int
     p_value: float
@@ -211,46 +212,74 @@ class SamplerTest:
     acceptance: float
     acceptance_se: float
     verifier_acceptance: float
+    sampler: str = "torch sampler"
 
     @property
     def passed(self) -> bool:
         return self.impossible_tokens == 0 and self.p_value >= FALSE_ALARM
 
 
+def _torch_q(verifier, draft: DraftScheme) -> np.ndarray | None:  # noqa: ANN001
+    """The ``q`` argument of ``verifier.sample`` for drafts of ``draft`` (``[V]`` or ``[n, V]``), or None when the
+    torch sampler does not implement this scheme or the scheme carries no q (Joint; Independent for a [B, V] rule)."""
+    if draft.name not in verifier.torch_sampler_schemes():
+        return None
+    if verifier.per_draft_q:
+        if isinstance(draft, Independent):
+            return draft.qs
+        return np.tile(draft.q, (draft.n, 1)) if hasattr(draft, "q") else None
+    return draft.q if hasattr(draft, "q") and not isinstance(draft, Independent) else None
+
+
 def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed: int = 0,  # noqa: ANN001
                  max_cells: int = 1 << 23) -> SamplerTest:
-    """Chi-square test (false-alarm rate ``FALSE_ALARM``) of the torch sampler's output law against p.
+    """Chi-square test (false-alarm rate ``FALSE_ALARM``) of the rule's output law against p.
 
-    Tokens are sorted by p and grouped into at most 64 bins of about equal mass (each with expected count >= 5);
-    outputs on p = 0 tokens fail outright. Drafts come from ``draft.sample`` (numpy, seeded), coins from a seeded
-    ``torch.Generator``; rows are processed in chunks of ``max_cells // V``.
+    The sampler is the torch ``verifier.sample`` when it implements the scheme (``verifier.torch_sampler_schemes()``)
+    and the scheme carries the ``q`` it takes; otherwise the exact numpy sampler ``verifier.sample_exact`` (e.g. the
+    optimal rule on non-i.i.d. drafts: its torch sampler is the i.i.d. rule only). ``SamplerTest.sampler`` names the
+    one used. Tokens are sorted by p and grouped into at most 64 bins of about equal mass (each with expected count
+    >= 5); outputs on p = 0 tokens fail outright. Drafts come from ``draft.sample`` (numpy, seeded), coins from a
+    seeded ``torch.Generator`` (torch) or the same numpy generator (numpy); rows are processed in chunks of
+    ``max_cells // V``. On the numpy path the verifier acceptance is the mean of P(rule accepts | omega).
     """
-    import torch
     from scipy.stats import chi2
 
+    p, draft = verifier.check_draft(p, draft)
     samples = check_samples(samples)
     seed = check_count(seed, "seed", 0)
-    V, n = draft.V, draft.n
+    V = draft.V
     rng = np.random.default_rng(seed)
-    gen = torch.Generator().manual_seed(seed)
     omegas = draft.sample(samples, rng)  # [N, n]
-    p_t = torch.as_tensor(p, dtype=torch.float64)
-    if verifier.per_draft_q:
-        q_np = draft.qs if isinstance(draft, Independent) else np.tile(draft.q, (n, 1))
+    cls = type(verifier).__name__
+    q_np = _torch_q(verifier, draft)
+    if q_np is None:
+        tokens, rule_accepts = verifier.sample_exact(p, draft, omegas, rng, max_cells)  # [N], [N]
+        counts = np.bincount(tokens, minlength=V).astype(np.float64)
+        member = int((omegas == tokens[:, None]).any(1).sum())
+        accepted = float(rule_accepts.sum())
+        implemented = verifier.torch_sampler_schemes()
+        why = (f"the {draft.name} scheme carries no q for {cls}.sample" if draft.name in implemented
+               else f"{cls}.sample implements {', '.join(implemented) or 'no scheme'}, not {draft.name}")
+        sampler = f"exact numpy sampler {cls}.sample_exact ({why})"
     else:
-        q_np = draft.q
-    q_t = torch.as_tensor(q_np, dtype=torch.float64)
-    chunk = max(1, max_cells // V)
-    counts = np.zeros(V)
-    member = 0
-    accepted = 0
-    for start in range(0, samples, chunk):
-        w = torch.as_tensor(omegas[start:start + chunk])
-        m = w.shape[0]
-        tokens, index = verifier.sample(p_t.expand(m, V), q_t.expand(m, *q_t.shape), w, gen)
-        counts += np.bincount(tokens.numpy(), minlength=V)
-        member += int((w == tokens.unsqueeze(1)).any(1).sum())
-        accepted += int((index >= 0).sum())
+        import torch
+
+        gen = torch.Generator().manual_seed(seed)
+        p_t = torch.as_tensor(p, dtype=torch.float64)
+        q_t = torch.as_tensor(q_np, dtype=torch.float64)
+        chunk = max(1, max_cells // V)
+        counts = np.zeros(V)
+        member = 0
+        accepted = 0.0
+        for start in range(0, samples, chunk):
+            w = torch.as_tensor(omegas[start:start + chunk])
+            m = w.shape[0]
+            tokens, index = verifier.sample(p_t.expand(m, V), q_t.expand(m, *q_t.shape), w, gen)
+            counts += np.bincount(tokens.numpy(), minlength=V)
+            member += int((w == tokens.unsqueeze(1)).any(1).sum())
+            accepted += int((index >= 0).sum())
+        sampler = f"torch sampler {cls}.sample"
     impossible = int(counts[p == 0].sum())
     order = np.argsort(-p, kind="stable")
     order = order[p[order] > 0]
@@ -268,7 +297,7 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
         p_value = 1.0
     acc = member / samples
     return SamplerTest(samples, p_value, impossible, acc, math.sqrt(max(acc * (1 - acc), 1e-300) / samples),
-                       accepted / samples)
+                       accepted / samples, sampler)
 
 
 def check_count(value: object, name: str, minimum: int) -> int:
@@ -400,11 +429,13 @@ def certify(name: str, p: object, draft: DraftScheme | None = None, *, q: object
         target = f"exact enumeration of {draft.num_tuples()} tuples: max |law - p| = {law_err:.2e}"
         acc, vacc = float(s["acceptance"]), float(s["verifier_acceptance"])
         method["acceptance"] = method["verifier_acceptance"] = "exact enumeration"
+        method["target_law"] = "exact enumeration"
     else:
         n_samples = samples if samples is not None else int(min(100_000, max(2_000, (1 << 25) // draft.V)))
         test = sampler_test(verifier, p, draft, n_samples, seed)
         ok = test.passed
-        target = (f"chi-square on {n_samples} seeded samples: p-value {test.p_value:.3g} "
+        method["target_law"] = test.sampler
+        target = (f"chi-square on {n_samples} seeded samples of the {test.sampler}: p-value {test.p_value:.3g} "
                   f"(false-alarm rate {FALSE_ALARM:g}), {test.impossible_tokens} outputs on p = 0 tokens")
         try:
             acc = float(verifier.acceptance(p, draft))

@@ -2,8 +2,13 @@
 note): pi(. | omega) reaches alpha* = 1 + min_H psi(H) for its draft scheme.
 
 i.i.d. drafts take ``otlp.optimal``'s block route (``solve_batch`` for a batch); any other enumerable scheme takes its
-relaxed-LP route (small V) for the exact quantities. The torch sampler solves the batch on the host (numpy), then
-draws the slot / residual with the torch generator on the tensors' device.
+relaxed-LP route (small V) for the exact quantities (``conditional``, ``acceptance``) and for ``sample_exact``.
+
+The torch sampler implements the i.i.d. rule only (``torch_schemes = ("iid",)``): it solves ``solve_batch(p, q, n)`` on
+the host (numpy), then draws the slot / residual with the torch generator on the tensors' device. The torch interface
+carries no scheme, so drafts from another scheme (independent, without replacement, greedy, SpecHub, joint) would get
+the i.i.d. plan and a wrong output law; it refuses what it can see (a per-draft ``q [B, n, V]``), and for other schemes
+use ``sample_exact`` / ``OptimalTransport(p, draft).sample``.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from otlp.drafts import IID, DraftScheme
+from otlp.errors import InputError
 from otlp.verifiers.base import Verifier, check_tensors, distinct_rows, sample_categorical
 
 
@@ -20,16 +26,26 @@ class Optimal(Verifier):
     name = "optimal"
     scheme = "iid"
     compatible_schemes = ("independent", "without_replacement", "greedy", "spechub", "joint")
+    torch_schemes = ("iid",)  # sample() solves the i.i.d. instance (p, q, n) whatever scheme drew the drafts
 
     def make_draft(self, q: object, n: int) -> DraftScheme:
         return IID(q, n)
 
     def transport(self, p: object, draft: DraftScheme):  # noqa: ANN201
-        """``otlp.optimal.OptimalTransport(p, draft)`` after the verifier's input checks."""
+        """``otlp.optimal.OptimalTransport(p, draft)`` after the verifier's input checks.
+
+        The last one is kept on the instance and reused for the same draft object and an equal p: ``conditional``
+        is called chunk by chunk over the support and ``certify`` also asks for ``acceptance`` and
+        ``sample_exact``, and the LP route costs seconds per build at a few thousand tuples."""
         from otlp.optimal import OptimalTransport
 
         p, draft = self.check_draft(p, draft)
-        return OptimalTransport(p, draft)
+        last = getattr(self, "_last_transport", None)
+        if last is not None and last[1] is draft and np.array_equal(last[0], p):
+            return last[2]
+        ot = OptimalTransport(p, draft)
+        self._last_transport = (p.copy(), draft, ot)
+        return ot
 
     def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ot = self.transport(p, draft)
@@ -43,11 +59,29 @@ class Optimal(Verifier):
     def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
         return self.acceptance(p, draft)
 
+    def sample_exact(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray, rng: np.random.Generator,
+                     max_cells: int = 1 << 23) -> tuple[np.ndarray, np.ndarray]:
+        """Exact numpy sampler for every compatible scheme: one ``OptimalTransport(p, draft)`` for all tuples,
+        ``tokens = ot.sample(omegas, rng)``, ``rule_accepts = 1 - reject`` of ``ot.rule(omegas)``. ``omegas int
+        [M, n]`` -> ``(tokens int64 [M], rule_accepts float64 [M])``; ``max_cells`` is unused (no [M, V] array)."""
+        ot = self.transport(p, draft)
+        tokens = ot.sample(omegas, rng)  # [M]
+        _, reject = ot.rule(omegas)  # [M]
+        return tokens, 1.0 - reject
+
     def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+        """The i.i.d. optimal rule on a batch: ``p [B, V]``, ``q [B, V]``, ``drafts [B, n]`` drawn i.i.d. from q ->
+        ``(tokens [B], accepted_index [B])``. Exact only for i.i.d. drafts (see the module docstring); a per-draft
+        ``q [B, n, V]`` is refused."""
         import torch
 
         from otlp.optimal import solve_batch
 
+        if isinstance(q, torch.Tensor) and q.ndim == 3:
+            raise InputError(
+                f"the optimal torch sampler implements the i.i.d. rule only (q of shape [B, V]), got q of shape "
+                f"{tuple(q.shape)}; for other draft schemes use get('optimal').sample_exact(p, draft, omegas, rng) "
+                "or otlp.optimal.OptimalTransport(p, draft).sample(omegas, rng)")
         B, n, V = check_tensors(p, q, drafts)
         p_np, q_np, w_np = p.double().cpu().numpy(), q.double().cpu().numpy(), drafts.cpu().numpy()
         first, inverse = distinct_rows(p_np, q_np)  # identical rows are solved once

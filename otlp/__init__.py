@@ -35,12 +35,12 @@ __all__ = [
 
 
 def certify(name: str, p: object, draft: object = None, **kwargs: object):  # noqa: ANN201 - CertifyReport
-    """How far verifier ``name`` is from the optimum for ``draft``: see :func:`otlp.verifiers.certify.certify`.
+    """How far verifier ``name`` is from the optimum for ``draft``: see :func:`otlp.verifiers.certification.certify`.
 
     The report has ``.acceptance`` (P(output in set(omega))), ``.verifier_acceptance``, ``.optimum`` (alpha*),
     ``.gap`` and ``.preserves_target``.
     """
-    from otlp.verifiers.certify import certify as _certify
+    from otlp.verifiers.certification import certify as _certify
 
     return _certify(name, p, draft, **kwargs)
 

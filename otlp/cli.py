@@ -270,7 +270,7 @@ def _missing_benchmark(parser: argparse.ArgumentParser) -> int:
 #: (name, help, module, argument adder, runner) of the subcommands that live in their packages.
 SUBCOMMANDS: list[tuple[str, str, str, str, str]] = [
     ("certify", "how far a verifier is from the optimum: acceptance, alpha*, gap, target law, exact certificate",
-     "otlp.verifiers.certify", "add_certify_arguments", "run_certify_cli"),
+     "otlp.verifiers.certification", "add_certify_arguments", "run_certify_cli"),
     ("certify-block", "multi-step rules (sps, bv, gbv, token_tree) on random small AR models: block efficiency, "
      "multi-path LP optimum, gap, target law", "otlp.multistep.certify", "add_multistep_arguments",
      "run_multistep_cli"),

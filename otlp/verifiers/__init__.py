@@ -60,8 +60,8 @@ def get(name: str, **options: object) -> Verifier:
 
 
 def certify(name: str, p: object, draft: object, **kwargs: object):  # noqa: ANN201
-    """See :func:`otlp.verifiers.certify.certify`."""
-    from otlp.verifiers.certify import certify as _certify
+    """See :func:`otlp.verifiers.certification.certify`."""
+    from otlp.verifiers.certification import certify as _certify
 
     return _certify(name, p, draft, **kwargs)
 

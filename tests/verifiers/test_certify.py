@@ -15,7 +15,7 @@ import torch
 import otlp
 from otlp.errors import InputError
 from otlp.verifiers import get
-from otlp.verifiers.certify import (
+from otlp.verifiers.certification import (
     add_certify_arguments,
     certify,
     certify_table,
@@ -97,7 +97,7 @@ def test_large_vocabulary_uses_the_seeded_statistical_test() -> None:
 def test_statistical_test_catches_a_biased_sampler() -> None:
     """Negative control for the large-V path: a rule that skips the residual correction (emits the first draft
     always) must fail the chi-square test."""
-    from otlp.verifiers.certify import sampler_test
+    from otlp.verifiers.certification import sampler_test
     from otlp.verifiers.sps import SingleDraft
 
     class AlwaysAccept(SingleDraft):
@@ -205,3 +205,12 @@ def test_multistep_rule_refused_with_a_pointer(name: str) -> None:
         certify(name, [0.1, 0.6, 0.3], otlp.IID([0.5, 0.3, 0.2], 2))
     with pytest.raises(InputError, match="certify_multistep"):
         certify(name, [0.1, 0.6, 0.3], q=[0.5, 0.3, 0.2], n=2)
+
+
+def test_the_package_certify_stays_a_function_after_its_module_is_imported() -> None:
+    """``otlp.verifiers.certify`` was both a function and a submodule name; importing the submodule replaced the
+    function with the module (the submodule is now ``certification``)."""
+    import otlp.verifiers.certification  # noqa: F401
+    from otlp.verifiers import certify as certify_function
+
+    assert callable(certify_function) and certify_function.__module__ == "otlp.verifiers"

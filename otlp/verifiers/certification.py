@@ -395,7 +395,7 @@ def certify(name: str, p: object, draft: DraftScheme | None = None, *, q: object
     Examples
     --------
     >>> from otlp.verifiers import get
-    >>> from otlp.verifiers.certify import certify
+    >>> from otlp.verifiers.certification import certify
     >>> r = certify("spechub", [0.1, 0.6, 0.3], get("spechub").make_draft([0.5, 0.3, 0.2], 2))
     >>> round(r.acceptance, 12), round(r.optimum, 12), r.preserves_target, r.certificate.optimal
     (1.0, 1.0, True, True)

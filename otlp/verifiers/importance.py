@@ -57,7 +57,7 @@ def solve_omega1_weights(a1: np.ndarray, b1: np.ndarray, p1: np.ndarray, a_rest:
     Variables per row: W (s*s, the diagonal fixed at 0 and unused) then t (s). One HiGHS call for all rows.
     """
     B, s = a1.shape
-    if s < 2:
+    if s < 2 or B == 0:  # nothing to choose between (or no rows): no LP
         return np.tile(np.triu(np.ones((s, s)), 1), (B, 1, 1))
     data = np.concatenate([a1, b1, p1, a_rest[:, None], b_rest[:, None]], axis=1)  # [B, 3s + 2]
     first, inverse = distinct_rows(data)

@@ -83,6 +83,9 @@ class Optimal(Verifier):
                 f"{tuple(q.shape)}; for other draft schemes use get('optimal').sample_exact(p, draft, omegas, rng) "
                 "or otlp.optimal.OptimalTransport(p, draft).sample(omegas, rng)")
         B, n, V = check_tensors(p, q, drafts)
+        if B == 0:  # an empty batch: nothing to verify (solve_batch refuses zero rows)
+            empty = torch.zeros(0, dtype=torch.long, device=p.device)
+            return empty, empty.clone()
         p_np, q_np, w_np = p.double().cpu().numpy(), q.double().cpu().numpy(), drafts.cpu().numpy()
         first, inverse = distinct_rows(p_np, q_np)  # identical rows are solved once
         batch = solve_batch(p_np[first], q_np[first], n)  # host solve, one instance per distinct row

@@ -16,18 +16,16 @@ import torch
 from otlp.multistep import (
     RULES,
     ARModel,
-    bv_efficiency,
     certify_multistep,
     efficiency_from_law,
-    gbv_efficiency,
     output_law,
-    sps_efficiency,
     target_matching_error,
 )
 from otlp.multistep.armodel import num_nodes
 from otlp.multistep.token_wise import sps_path_law
 
 from .stats import ALPHA, sampled_law_pvalue
+from .test_target_law import _closed_form
 
 EXACT = 1e-12
 
@@ -55,15 +53,6 @@ def _sparse_instances(seed: int, count: int):
         q = p if kind == "equal" else _sparse_rows(V, L, rng, zf if kind in ("draft", "both") else 0.0)
         yield V, L, K, ARModel(p, V, "target"), ARModel(q, V, "draft"), kind
 
-
-def _closed_form(rule, target, draft, L, K):
-    if rule == "sps":
-        return sps_efficiency(target, draft, L)
-    if rule == "bv":
-        return bv_efficiency(target, draft, L)
-    if rule == "gbv":
-        return gbv_efficiency(target, draft, L, K)
-    return None
 
 
 def _check_law(R, rule, target, draft, L, K, where):

@@ -48,12 +48,6 @@ class ClassChainBatch:
                          s.beta[b], s.total[b], s.total_certain[b], np.abs(s.rows[b] - self.t[b]), self.H[b])
 
 
-def class_chain_batch(P: np.ndarray, Q: np.ndarray, n: int) -> list[InstanceSolution]:
-    """Solve every row of ``P, Q: [B, V]`` with one class chain per group; one :class:`InstanceSolution` per row."""
-    chains = class_chain_arrays(P, Q, n)
-    return [chains.instance(b) for b in range(P.shape[0])]
-
-
 def class_chain_arrays(P: np.ndarray, Q: np.ndarray, n: int) -> ClassChainBatch:
     """The class chains of every group of every row of ``P, Q: [B, V]``, vectorised over the batch."""
     B, V = P.shape

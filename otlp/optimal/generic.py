@@ -29,13 +29,15 @@ from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
 from otlp.errors import InputError
 from otlp.formulations.completion import residual_completion
+from otlp.optimal.rule import _first_occurrence
 
 
 def relaxed_lp_plan(p: np.ndarray, omegas: np.ndarray, probs: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     """Solve the relaxed OTLP on the given support with scipy's HiGHS.
 
-    ``omegas int [M, n]``, ``probs float [M]``. Returns ``(alpha, S float [M, n], cols)`` where ``S[m, k]`` is
-    the mass sent from token ``omegas[m, k]`` to tuple m (0 on repeated slots).
+    ``omegas int [M, n]``, ``probs float [M]``. Returns ``(alpha, S float [M, n], var int [M, n])`` where ``S[m, k]``
+    is the mass sent from token ``omegas[m, k]`` to tuple m (0 on repeated slots) and ``var[m, k]`` the LP variable
+    of that slot (-1 on repeated slots).
     """
     M, n = omegas.shape
     V = p.size
@@ -66,8 +68,8 @@ class LinearProgramRule:
         omegas, probs = draft.support()  # refuses (ModelTooLargeError) when V^n is too big
         if omegas.shape[0] == 0:
             raise InputError("the draft scheme has an empty support")
-        self.alpha, S_slots, _ = relaxed_lp_plan(self.p, omegas, probs)  # S_slots [M, n]
-        m_idx, k_idx = _distinct_slots(omegas)  # the LP's variables: one arc per distinct (token, tuple) pair
+        self.alpha, S_slots, var = relaxed_lp_plan(self.p, omegas, probs)  # S_slots, var [M, n]
+        m_idx, k_idx = np.nonzero(var >= 0)  # the LP's variables: one arc per distinct (token, tuple) pair
         arc_token = omegas[m_idx, k_idx]  # [K]
         S_arc, w, d_res = residual_completion(self.p, probs, S_slots[m_idx, k_idx], arc_token, m_idx)  # GR eq. (3)
         S = np.zeros(omegas.shape)  # [M, n], 0 on repeated slots
@@ -104,8 +106,7 @@ class LinearProgramRule:
 
 def _distinct_slots(omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The slots (m, k) whose token does not occur earlier in tuple m: ``omegas [M, n]`` -> ``(m [K], k [K])``."""
-    dup = np.tril(omegas[:, :, None] == omegas[:, None, :], -1).any(2)  # [M, n]
-    return np.nonzero(~dup)
+    return np.nonzero(_first_occurrence(omegas[:, :, None] == omegas[:, None, :]))
 
 
 def _encode(omegas: np.ndarray, V: int) -> np.ndarray:

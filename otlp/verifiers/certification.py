@@ -437,18 +437,17 @@ def certify(name: str, p: object, draft: DraftScheme | None = None, *, q: object
         method["target_law"] = test.sampler
         target = (f"chi-square on {n_samples} seeded samples of the {test.sampler}: p-value {test.p_value:.3g} "
                   f"(false-alarm rate {FALSE_ALARM:g}), {test.impossible_tokens} outputs on p = 0 tokens")
-        try:
-            acc = float(verifier.acceptance(p, draft))
-            method["acceptance"] = "closed form"
-        except (ModelTooLargeError, InputError):
-            acc = test.acceptance
-            method["acceptance"] = f"Monte Carlo, s.e. {test.acceptance_se:.2g}"
-        try:
-            vacc = float(verifier.verifier_acceptance(p, draft))
-            method["verifier_acceptance"] = "closed form"
-        except (ModelTooLargeError, InputError):
-            vacc = test.verifier_acceptance
-            method["verifier_acceptance"] = f"Monte Carlo, s.e. {test.acceptance_se:.2g}"
+        estimates = {"acceptance": (verifier.acceptance, test.acceptance),
+                     "verifier_acceptance": (verifier.verifier_acceptance, test.verifier_acceptance)}
+        values = {}
+        for key, (closed_form, sampled) in estimates.items():  # the closed form where one exists, else the sample's
+            try:
+                values[key] = float(closed_form(p, draft))
+                method[key] = "closed form"
+            except (ModelTooLargeError, InputError):
+                values[key] = sampled
+                method[key] = f"Monte Carlo, s.e. {test.acceptance_se:.2g}"
+        acc, vacc = values["acceptance"], values["verifier_acceptance"]
     try:
         if draft.name not in ("iid", "greedy", "spechub") and draft.num_tuples() > OPTIMUM_TUPLES:
             raise ModelTooLargeError(f"alpha* for a {draft.name!r} scheme over V^n = {draft.num_tuples()} tuples",

@@ -19,7 +19,10 @@ Instance sources (``--source heavy|decode|both``, default both; one table per so
   would verify if both models were truncated to the target's top k, not the loop's V = 2000 pair itself.
 
 Methods
-* ``optimal``: otlp.optimal.OptimalTransport (exact block route).
+* ``optimal``: otlp.optimal.OptimalTransport with its default ``method="auto"``: for V <= 128 every group a
+  water-filling class chain computed in plain Python floats (otlp.optimal.scalar), above that the peeled blocks.
+  The ``blocks ms`` column times ``method="blocks"`` (peeling + Newton, the design note's rule) on the same pairs
+  where the default differs from it, for the ratio.
 * ``highs``: the relaxed OTLP (GR eq. (2)) with scipy's HiGHS (``linprog(method="highs")``), model building
   included, then the slice by the residual completion (GR eq. (3)).
 * ``maxflow``: OR-Tools SimpleMaxFlow on s -> i -> omega -> t (GR §5.2), int64 capacities scaled by 2^40.
@@ -42,11 +45,13 @@ a pair); a baseline repeats each call at once, and not past 0.25 s. Every method
 ``--repeat``, so the ratios compare like with like.
 
 Columns: median / p95 / max ms per token, success rate (optimal: every block at machine precision; baselines:
-finished within the limit), max law error (optimal, L1 of the enumerated output law vs p where V^n <= 2e5, else
-the certified bound sum ||R - t||_1 over blocks, marked *), the baselines' median ms, speed-up of the median over
-HiGHS. The JSON also has, per baseline, ``max_value_error`` = max |baseline value - optimal alpha*| over the pairs
-it solved (an agreement check; max-flow's 2^-40 rounding shows there), and for outer/inner the largest
-|sum of its slice - 1| (a drafted tuple of mass below the flow's 1e-9 tolerance may be left unsaturated: it shows).
+finished within the limit), max law error (optimal, L1 of the enumerated output law vs p where V^n <= 2e5, else the
+certified bound sum ||R - t||_1 over blocks, marked *; the law is summed from the timed ``slice`` itself where V^n
+<= 1e4, else from ``slices``, the vectorised evaluation of the same rule; success and law error cover both methods
+timed), the baselines' median ms, speed-up of the median over HiGHS. The JSON also has, per baseline,
+``max_value_error`` = max |baseline value - optimal alpha*| over the pairs it solved (an agreement check; max-flow's
+2^-40 rounding shows there), and for outer/inner the largest |sum of its slice - 1| (a drafted tuple of mass below
+the flow's 1e-9 tolerance may be left unsaturated: it shows).
 Also the batched path: time per pair of solve_batch vs a loop at B = 64, V = 100, n = 2 (heavy source).
 
 Usage: python benchmarks/solve_times.py [--pairs 40] [--quick] [--limit 2.0] [--source both] [--repeat 3]
@@ -144,11 +149,11 @@ def best_of(method, call_args: tuple, repeat: int, cap: float = 0.25) -> tuple:
     return best
 
 
-def run_optimal(p, q, n, omega):
+def run_optimal(p, q, n, omega, method="auto"):
     from otlp.optimal import OptimalTransport
 
     t0 = time.perf_counter()
-    ot = OptimalTransport.from_arrays(p, q, n)
+    ot = OptimalTransport.from_arrays(p, q, n, method=method)
     ot.slice(omega)
     return time.perf_counter() - t0, ot
 
@@ -223,6 +228,10 @@ def law_error(ot, p, q, n) -> tuple[float, bool]:
     """L1 error of the enumerated output law (exact route), or the certified row-sum bound when V^n is big."""
     import otlp
 
+    if p.size**n <= 10_000:  # through the timed single slice (per tuple)
+        omegas, probs = otlp.IID(q, n).enumerate()
+        law = probs @ np.stack([ot.slice(w) for w in omegas])
+        return float(np.abs(law - p).sum()), True
     if p.size**n <= 200_000:
         omegas, probs = otlp.IID(q, n).enumerate()
         law = np.zeros(p.size)
@@ -243,24 +252,31 @@ def grid_point(pairs: list, omegas: list, V: int, n: int, args: argparse.Namespa
     """One row of the table. ``over[name] = (nvars, k, n)``: the smallest model of that baseline found over the
     limit so far in this source; a model at least as big is not run (reported "> limit", with that reason)."""
     from otlp.optimal import OptimalTransport
+    from otlp.optimal.scalar import SCALAR_MAX_V
 
-    for p, q in pairs[:5]:  # warm caches (combination tables) and the interpreter's first calls; not timed
-        OptimalTransport.from_arrays(p, q, n).slice(np.zeros(n, dtype=np.int64))
+    methods = ("auto", "blocks") if V <= SCALAR_MAX_V else ("auto",)  # "auto" is "blocks" above SCALAR_MAX_V
+    for method in methods:  # warm caches (combination tables) and the interpreter's first calls; not timed
+        for p, q in pairs[:5]:
+            OptimalTransport.from_arrays(p, q, n, method=method).slice(np.zeros(n, dtype=np.int64))
     ok, errs, alphas, enumerated = 0, [], [], True
-    seconds = np.full((args.repeat, len(pairs)), np.inf)  # [pass, pair]
+    seconds = np.full((len(methods), args.repeat, len(pairs)), np.inf)  # [method, pass, pair]
     for r in range(args.repeat):  # passes over all pairs, so a slow spell of the machine hits one pass, not a pair
-        for j, ((p, q), omega) in enumerate(zip(pairs, omegas, strict=True)):
-            seconds[r, j], ot = run_optimal(p, q, n, omega)
-            if r == 0:
-                ok += ot.success
-                alphas.append(float(ot.alpha))
-                err, enum = law_error(ot, p, q, n)
-                errs.append(err)
-                enumerated &= enum
-    ms = list(seconds.min(0) * 1e3)
+        for m, method in enumerate(methods):
+            for j, ((p, q), omega) in enumerate(zip(pairs, omegas, strict=True)):
+                seconds[m, r, j], ot = run_optimal(p, q, n, omega, method)
+                if r == 0:
+                    ok += ot.success
+                    if m == 0:
+                        alphas.append(float(ot.alpha))
+                    err, enum = law_error(ot, p, q, n)
+                    errs.append(err)
+                    enumerated &= enum
+    ms = seconds.min(1) * 1e3  # [method, pair]
     row = {"k": V, "n": n, "pairs": len(pairs),
-           "optimal": stats(ms) | {"success": ok / len(pairs), "max_law_error": max(errs),
-                                   "law_error_enumerated": enumerated}}
+           "optimal": stats(list(ms[0])) | {"success": ok / (len(pairs) * len(methods)), "max_law_error": max(errs),
+                                            "law_error_enumerated": enumerated, "method": "auto"}}
+    if len(methods) > 1:
+        row["blocks"] = stats(list(ms[1])) | {"status": "ok"}
     nvars = V**n * n
     for name in BASELINES:
         if name != "highs" and not have_ortools:
@@ -312,7 +328,8 @@ def print_row(row: dict, limit: float) -> None:
     else:
         speed = f"> {limit * 1e3 / o['median']:.0f}x"
     star = "*" if not o["law_error_enumerated"] else " "
-    print(f"{str((row['k'], row['n'])):>9} | {o['median']:7.2f} / {o['p95']:6.2f} / {o['max']:6.1f} | "
+    blocks = f"{row['blocks']['median']:.2f}" if "blocks" in row else "(same)"
+    print(f"{str((row['k'], row['n'])):>9} | {o['median']:7.2f} / {o['p95']:6.2f} / {o['max']:6.1f} | {blocks:>9} | "
           f"{o['success']:4.0%} | {o['max_law_error']:8.1e}{star} | {cell(h):>8} | {cell(row['maxflow']):>8} | "
           f"{cell(row['outer_inner']):>11} | {speed}")
 
@@ -329,7 +346,7 @@ def run_source(source: str, args: argparse.Namespace, have_ortools: bool) -> dic
     what = {"heavy": "heavy-tailed generator (z = 2 t_3, q = softmax(z + N(0,1)))",
             "decode": "embedded KN 4-gram target / bigram draft at corpus contexts, top-k of p, renormalised"}[source]
     print(f"\nsource: {source} -- {what}")
-    header = (f"{'(k,n)':>9} | {'optimal med/p95/max ms':>24} | succ | {'law err':>9} | {'HiGHS ms':>8} | "
+    header = (f"{'(k,n)':>9} | {'optimal med/p95/max ms':>24} | blocks ms | succ | {'law err':>9} | {'HiGHS ms':>8} | "
               f"{'flow ms':>8} | {'out/inn ms':>11} | speed-up vs HiGHS")
     print(header)
     print("-" * len(header))

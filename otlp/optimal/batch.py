@@ -116,7 +116,8 @@ class TransportBatch(Sequence):
             return [self[j] for j in range(*i.indices(len(self)))]
         item = self._items[i]  # IndexError past the end, as a list
         if item is None:
-            item = self._items[i] = OptimalTransport._from_instance(self._chains.instance(range(len(self))[i]))
+            item = self._items[i] = OptimalTransport._from_instance(self._chains.instance(range(len(self))[i]),
+                                                                   method="class_chains")
         return item
 
     def rule(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -13,6 +13,11 @@ closed-form probability), possibly nested, and only the rest goes through the so
 (leaves); a block that does not peel well is one water-filling class chain (:mod:`.waterfill`). :mod:`.rule`
 evaluates the combined rule. Every choice keeps the row sums on their targets, so the law and alpha* are exact.
 
+``method="class_chains"`` makes every group one water-filling class chain instead (the rule of
+:func:`otlp.optimal.solve_batch`); ``method="auto"`` (the default) takes it for V <= SCALAR_MAX_V = 128, computed
+in plain Python floats (:mod:`.scalar`: there numpy's per-call overhead, not the arithmetic, is the cost), and the
+peel/softmax blocks above. Both are exact optimal rules (the optimal plan is not unique).
+
 The rule transports the draft law to exactly p and accepts with probability alpha* = 1 + min_H psi(H)
 (GR Thm 3.1). Other draft schemes (Independent, WithoutReplacement, Greedy, SpecHub, Joint) go through the
 relaxed OTLP (GR eq. (2)) solved by HiGHS and the residual completion (GR eq. (3)); see :mod:`.generic`.
@@ -27,8 +32,17 @@ import numpy as np
 
 from otlp.distributions import check_distribution, check_n
 from otlp.errors import InputError
+from otlp.optimal.class_batch import class_chain_arrays
 from otlp.optimal.rule import evaluate_rule
+from otlp.optimal.scalar import SCALAR_MAX_V, ScalarChains, scalar_chains, scalar_rule, to_instance
 from otlp.optimal.solve import SUCCESS_TOLERANCE, InstanceSolution, prepare, solve_instances
+
+#: the rules OptimalTransport can build for i.i.d. drafts (class docstring).
+METHODS = ("auto", "blocks", "class_chains")
+
+#: what a scalar-path instance builds on first use (its numpy arrays; :meth:`OptimalTransport.__getattr__`).
+_LAZY_ARRAYS = frozenset({"_inst", "_position", "_leaf", "_leaf_inner", "_fire", "_rank", "_chain_node", "_path",
+                          "_node_fallback", "_class", "_log_w"})
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,10 @@ class OptimalTransport:
     draft : a draft scheme. ``otlp.IID(q, n)`` (or any object with ``.q`` and ``.n`` that is not another
         scheme) takes the fast block route; other schemes take the relaxed-LP route (small V).
     top_k : keep only the top-k tokens of q (renormalised) as in GR App. N; p is NOT renormalised.
+    method : IID drafts only. ``"blocks"``: the design note's blocks (peeled priority chains, softmax leaves solved by
+        Newton); ``"class_chains"``: every group one water-filling class chain (:mod:`.waterfill`), the rule of
+        :func:`~otlp.optimal.solve_batch`; ``"auto"`` (default): class chains for V <= 128 (plain Python floats,
+        the fastest there), blocks above. All are exact optimal rules with the same alpha*.
 
     Attributes
     ----------
@@ -95,6 +113,7 @@ class OptimalTransport:
     blocks : list of :class:`Block` (block route only).
     residual : the law r the rule draws from after a rejection, float [V].
     route : "blocks" or "lp".
+    method : the rule built on the block route, "blocks" or "class_chains" ("lp" on the LP route).
 
     Examples
     --------
@@ -107,24 +126,37 @@ class OptimalTransport:
     """
 
     route = "blocks"
+    method = "blocks"
 
-    def __init__(self, p: object, draft: object, *, top_k: int | None = None):
+    def __init__(self, p: object, draft: object, *, top_k: int | None = None, method: str = "auto"):
+        if method not in METHODS:
+            raise InputError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
         if _is_iid(draft):
             q, n = draft.q, draft.n
             p_arr = check_distribution(p, "p")
             q_arr = check_distribution(q, "q", size=p_arr.size)
             n = check_n(n)
             q_arr = truncate_top_k(q_arr, top_k)
-            inst = prepare(p_arr, q_arr, n)
-            solve_instances([inst])
-            self._init_from_instance(inst)
+            small = p_arr.size <= SCALAR_MAX_V
+            if method == "blocks" or (method == "auto" and not small):
+                inst = prepare(p_arr, q_arr, n)
+                solve_instances([inst])
+                self._init_from_instance(inst)
+            elif small:
+                self._init_scalar(scalar_chains(p_arr.tolist(), q_arr.tolist(), n), p_arr, q_arr)
+            else:
+                self._init_from_instance(class_chain_arrays(p_arr[None], q_arr[None], n).instance(0))
+                self.method = "class_chains"
         else:
             from otlp.optimal.generic import LinearProgramRule
 
             if top_k is not None:
                 raise InputError("top_k truncation is only defined here for IID drafts (GR App. N)")
+            if method != "auto":
+                raise InputError(f"method={method!r} chooses among the IID rules; {type(draft).__name__} drafts "
+                                 "take the relaxed-LP route")
             self._lp = LinearProgramRule(p, draft)
-            self.route = "lp"
+            self.route = self.method = "lp"
             self.p, self.n, self.V = self._lp.p, self._lp.n, self._lp.V
             self.q = None
             self.alpha = self._lp.alpha
@@ -133,15 +165,32 @@ class OptimalTransport:
 
     # -- construction ---------------------------------------------------------------------------------
     @classmethod
-    def from_arrays(cls, p: object, q: object, n: int, *, top_k: int | None = None) -> OptimalTransport:
+    def from_arrays(cls, p: object, q: object, n: int, *, top_k: int | None = None,
+                    method: str = "auto") -> OptimalTransport:
         """The block route for ``IID(q, n)`` without building a draft object."""
-        return cls(p, _PlainIID(q, n), top_k=top_k)
+        return cls(p, _PlainIID(q, n), top_k=top_k, method=method)
 
     @classmethod
-    def _from_instance(cls, inst: InstanceSolution) -> OptimalTransport:
+    def _from_instance(cls, inst: InstanceSolution, method: str = "blocks") -> OptimalTransport:
         self = cls.__new__(cls)
         self._init_from_instance(inst)
+        self.method = method
         return self
+
+    def _init_scalar(self, chains: ScalarChains, p: np.ndarray, q: np.ndarray) -> None:
+        """A class-chain instance from :func:`.scalar.scalar_chains`; its numpy arrays wait for their first use."""
+        self._scalar = chains
+        self.method = "class_chains"
+        self.p, self.q, self.n, self.V = p, q, chains.n, p.size
+        self.alpha = chains.alpha
+        self.h_star = np.asarray(chains.order[: chains.m_star], dtype=np.int64)
+
+    def __getattr__(self, name: str) -> object:
+        # only for attributes not set yet: a scalar-path instance builds its numpy arrays on first use
+        if name in _LAZY_ARRAYS and self.__dict__.get("_scalar") is not None:
+            self._init_from_instance(to_instance(self._scalar, self.p, self.q))
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _init_from_instance(self, inst: InstanceSolution) -> None:
         self._inst = inst
@@ -150,12 +199,6 @@ class OptimalTransport:
         cuts = inst.cuts
         self.alpha = cuts.alpha_star
         self.h_star = cuts.order[: cuts.m_star].copy()
-        in_h = inst.position <= cuts.m_star  # [V]: the first m* tokens of the q/p order
-        residual = np.where(in_h, 0.0, np.maximum(inst.p - inst.row_sums, 0.0))  # [V]
-        total = residual.sum()
-        # no residual mass left to rounding (alpha* = 1, or a rejection whose p - R is below the last bit): draw a
-        # rejected tuple's output from p, as the LP route's completion does (otlp.formulations.completion)
-        self.residual = residual / total if total > 0 else inst.p / inst.p.sum()
         self._position = inst.position  # [V]
         self._leaf = inst.leaf_of_token  # [V]
         self._leaf_inner = inst.leaf_inner  # [L]
@@ -167,6 +210,24 @@ class OptimalTransport:
         self._class = (inst.class_rank, inst.class_lam, inst.class_certain, inst.node_class, inst.node_beta,
                        inst.node_hazard, inst.node_certain)
         self._log_w = inst.log_weight  # [V]
+
+    @cached_property
+    def residual(self) -> np.ndarray:
+        """``[V]`` the law r a rejected tuple's output is drawn from: (p - R)_+ outside H*, normalised (GR eq. (8))."""
+        chains = self.__dict__.get("_scalar")
+        if chains is None:
+            rows, in_h = self._inst.row_sums, self._inst.position <= self._inst.cuts.m_star
+        else:  # the same arrays as the instance would hold, from the lists
+            order = np.asarray(chains.order, dtype=np.int64)
+            rows = np.empty(self.V)
+            rows[order] = chains.rows
+            in_h = np.zeros(self.V, dtype=bool)
+            in_h[order[: chains.m_star]] = True
+        residual = np.where(in_h, 0.0, np.maximum(self.p - rows, 0.0))  # [V]
+        total = residual.sum()
+        # no residual mass left to rounding (alpha* = 1, or a rejection whose p - R is below the last bit): draw a
+        # rejected tuple's output from p, as the LP route's completion does (otlp.formulations.completion)
+        return residual / total if total > 0 else self.p / self.p.sum()
 
     @cached_property
     def _residual_cdf(self) -> np.ndarray:
@@ -271,7 +332,15 @@ class OptimalTransport:
         w = np.asarray(omega)
         if w.ndim != 1:
             raise InputError(f"slice takes one drafted tuple of shape [n] = [{self.n}], got shape {w.shape}")
-        return self.slices(w[None, :])[0]
+        chains = self.__dict__.get("_scalar")
+        if chains is None:
+            return self.slices(w[None, :])[0]
+        ids = check_tuples(w[None, :], 1, self.n, self.V)[0].tolist()
+        accept, reject = scalar_rule(chains, ids)
+        out = reject * self.residual if reject > 0 else np.zeros(self.V)
+        for token, a in zip(ids, accept, strict=True):
+            out[token] += a
+        return out
 
     def sample(self, omegas: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Draw the output token for each drafted tuple: ``omegas int [M, n]`` -> ``int64 [M]`` (vectorised)."""
@@ -298,7 +367,8 @@ class OptimalTransport:
         return check_tuples(w, None, self.n, self.V)
 
     def __repr__(self) -> str:
-        return f"OptimalTransport(V={self.V}, n={self.n}, alpha={self.alpha:.6g}, route={self.route!r})"
+        method = f", method={self.method!r}" if self.route == "blocks" else ""
+        return f"OptimalTransport(V={self.V}, n={self.n}, alpha={self.alpha:.6g}, route={self.route!r}{method})"
 
 
 def check_tuples(omegas: object, M: int | None, n: int, V: int) -> np.ndarray:

@@ -33,7 +33,7 @@ def test_a_block_of_100_peels_into_closed_forms():
     # chain takes the whole outer block (blocks of more than 128 tokens go to the class chain instead, as above),
     # and the rule is exact: row sums = p to 1e-12 in L1, and every sampled tuple is accepted.
     p = np.random.default_rng(0).dirichlet(np.ones(100))
-    ot = otlp.optimal.OptimalTransport(p, otlp.IID(p, 4))
+    ot = otlp.optimal.OptimalTransport(p, otlp.IID(p, 4), method="blocks")
     assert ot.alpha == 1.0 and ot.success
     (block,) = ot.blocks
     assert block.kind == "outer" and block.fallback and max(len(leaf) for leaf in block.leaves) <= 2

@@ -39,7 +39,7 @@ def _peeled_instances(rng, count, V_range=(3, 9), n_range=(2, 4)):
             V -= 1
         family = ("heavy", "dirichlet", "skewed_q", "zeros")[tries % 4]
         p, q = FAMILIES[family](rng, V)
-        ot = OptimalTransport.from_arrays(p, q, n)
+        ot = OptimalTransport.from_arrays(p, q, n, method="blocks")
         if any(b.peeled.size for b in ot.blocks):
             out.append((p, q, n))
     return out
@@ -49,7 +49,7 @@ def test_peeled_rules_are_exact() -> None:
     """Law = p and acceptance = alpha* (brute force over 2^V) on 300 random instances with peeled blocks."""
     rng = np.random.default_rng(31)
     for p, q, n in _peeled_instances(rng, 300):
-        check_exact(p, q, n)
+        check_exact(p, q, n, method="blocks")
 
 
 def test_fire_chains_alone_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,7 +57,7 @@ def test_fire_chains_alone_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(peeling, "peel_fallback", lambda *args: None)
     rng = np.random.default_rng(36)
     for p, q, n in _peeled_instances(rng, 120):
-        check_exact(p, q, n)
+        check_exact(p, q, n, method="blocks")
 
 
 def _one_token_search(K, feasible):
@@ -80,7 +80,7 @@ def test_nested_peels_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
             V -= 1
         family = ("heavy", "dirichlet", "skewed_q", "zeros")[trial % 4]
         p, q = FAMILIES[family](rng, V)
-        ot = check_exact(p, q, n)
+        ot = check_exact(p, q, n, method="blocks")
         depths += [b.depth for b in ot.blocks]
     assert max(depths) >= solve_module.MAX_PEEL_DEPTH and sum(d >= 2 for d in depths) > 25
 
@@ -90,7 +90,7 @@ def test_unpeeled_rule_still_exact(monkeypatch: pytest.MonkeyPatch, n: int) -> N
     """With peeling off, every inner block goes through Newton as before: exact on every family."""
     monkeypatch.setattr(solve_module, "peel_group", lambda *args: None)
     for _family, p, q in small_instances(np.random.default_rng([33, n]), n, per_family=12):
-        ot = check_exact(p, q, n)
+        ot = check_exact(p, q, n, method="blocks")
         assert all(b.peeled.size == 0 for b in ot.blocks)
 
 
@@ -130,7 +130,7 @@ def test_chain_matches_fire_process(monkeypatch: pytest.MonkeyPatch, kinds_allow
     checked = 0
     kinds = set()
     for p, q, n in _peeled_instances(rng, 40, V_range=(3, 7), n_range=(2, 4)):
-        ot = OptimalTransport.from_arrays(p, q, n)
+        ot = OptimalTransport.from_arrays(p, q, n, method="blocks")
         if any(b.depth > 1 for b in ot.blocks):  # nested chains: covered by test_nested_peels_are_exact
             continue
         omegas, probs = otlp.IID(q, n).enumerate()
@@ -231,7 +231,7 @@ def test_larger_blocks_every_family_exact() -> None:
             n = 3 if trial % 3 == 2 else 2
             V = int(rng.integers(12, 61 if n == 2 else 31))
             p, q = draw(family, rng, V, n)
-            ot = OptimalTransport.from_arrays(p, q, n)
+            ot = OptimalTransport.from_arrays(p, q, n, method="blocks")
             law, acceptance = enumerate_rule(ot, otlp.IID(q, n))
             where = f"{family} trial {trial} V={V} n={n}"
             assert ot.success and np.abs(law - p).sum() < TOL, where

@@ -15,11 +15,12 @@ from otlp.optimal.newton import PairwiseN2, SubsetTerms
 from otlp.subsets import brute_force_min_psi
 
 from .instances import FAMILIES
-from .test_exact_enumeration import TOL, check_exact, enumerate_rule
+from .test_exact_enumeration import METHODS, TOL, check_exact, enumerate_rule
 
 
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("V", [20, 50, 100])
-def test_against_relaxed_lp(V: int) -> None:
+def test_against_relaxed_lp(V: int, method: str) -> None:
     """alpha* vs the relaxed OTLP (GR eq. (2)) solved by HiGHS, n = 2, to the LP's own tolerance (1e-7).
     The rule's row sums must also form a feasible relaxed-LP point: R <= p and total = alpha*."""
     rng = np.random.default_rng(V)
@@ -27,7 +28,7 @@ def test_against_relaxed_lp(V: int) -> None:
         p, q = FAMILIES["heavy"](rng, V)
         draft = otlp.IID(q, 2)
         value, _, _ = relaxed_lp_plan(p, *draft.support())
-        ot = OptimalTransport(p, draft)
+        ot = OptimalTransport(p, draft, method=method)
         assert abs(ot.alpha - value) < 1e-7
         assert np.all(ot._inst.row_sums <= p + 1e-14)
         assert abs(ot.acceptance() - ot.alpha) < TOL
@@ -57,7 +58,7 @@ def test_conjugate_gradient_route_is_exact(monkeypatch: pytest.MonkeyPatch) -> N
             V = int(rng.integers(3, 9))
             n = int(rng.integers(2, 4))
             p, q = FAMILIES[family](rng, V)
-            check_exact(p, q, n)
+            check_exact(p, q, n, method="blocks")
 
 
 def test_batch_rows_are_exact_and_match_their_own_rules() -> None:
@@ -72,6 +73,8 @@ def test_batch_rows_are_exact_and_match_their_own_rules() -> None:
     for b in range(B):
         single = OptimalTransport.from_arrays(P[b], Q[b], 2)
         assert abs(batch.alpha[b] - single.alpha) == 0.0
+        # at V = 30 the single path builds the same class chains (scalar path): the same slices
+        np.testing.assert_allclose(single.slice(omegas[b]), slices[b], rtol=0, atol=1e-14)
         # the batch picks another optimal rule (class chains): row-wise slices agree with the batch's own
         # per-row rule, and every row is exact by enumeration
         np.testing.assert_allclose(slices[b], batch[b].slice(omegas[b]), atol=1e-12)
@@ -101,13 +104,14 @@ def test_lp_route_for_other_drafts(scheme: str) -> None:
         assert abs(acceptance - ot.alpha) < 1e-7  # the repair may scale down what HiGHS left over a bound
 
 
-def test_blocks_are_consistent() -> None:
+@pytest.mark.parametrize("method", METHODS)
+def test_blocks_are_consistent(method: str) -> None:
     """Block records: inner blocks tile H*, outer blocks the rest; row sums meet the targets; outer R <= p."""
     rng = np.random.default_rng(12)
     for _ in range(30):
         V, n = int(rng.integers(5, 40)), int(rng.integers(2, 4))
         p, q = FAMILIES["heavy"](rng, V)
-        ot = OptimalTransport.from_arrays(p, q, n)
+        ot = OptimalTransport.from_arrays(p, q, n, method=method)
         inner = [b for b in ot.blocks if b.kind == "inner"]
         covered = np.concatenate([b.tokens for b in inner]) if inner else np.array([], dtype=int)
         assert sorted(covered.tolist()) == sorted(ot.h_star.tolist())

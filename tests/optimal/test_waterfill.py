@@ -24,7 +24,9 @@ from .test_exact_enumeration import TOL, check_exact, enumerate_rule
 
 @pytest.fixture
 def forced(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every group of two or more tokens becomes a class chain."""
+    """Every group of two or more tokens becomes a class chain on the blocks route (prepare's class_chains=True: the
+    numpy class chain of each group, :func:`otlp.optimal.waterfill.class_chain`); the tests then ask for
+    method="blocks", since method="auto" below V = 129 builds the class chains by the scalar path instead."""
     monkeypatch.setattr(transport_module, "prepare", functools.partial(prepare, class_chains=True))
 
 
@@ -33,7 +35,7 @@ def test_forced_class_chains_are_exact(forced: None, n: int) -> None:
     """Law = p, acceptance = alpha* (brute force) on every family, V <= 8, 12 instances each."""
     seen = 0
     for _family, p, q in small_instances(np.random.default_rng([40, n]), n, per_family=12):
-        ot = check_exact(p, q, n)
+        ot = check_exact(p, q, n, method="blocks")
         seen += int(ot._inst.node_class.any())
     assert seen > 40
 
@@ -46,7 +48,7 @@ def test_forced_class_chains_on_larger_groups(forced: None) -> None:
             n = 3 if trial % 2 else 2
             V = int(rng.integers(12, 26 if n == 3 else 61))
             p, q = draw(family, rng, V, n)
-            ot = OptimalTransport.from_arrays(p, q, n)
+            ot = OptimalTransport.from_arrays(p, q, n, method="blocks")
             law, acceptance = enumerate_rule(ot, otlp.IID(q, n))
             where = f"{family} trial {trial} V={V} n={n}"
             assert ot.success and np.abs(law - p).sum() < TOL and abs(acceptance - ot.alpha) < TOL, where
@@ -78,12 +80,18 @@ def _slot_by_slot(ot: OptimalTransport, omega: np.ndarray) -> tuple[np.ndarray, 
     return out, alive * (1.0 - beta)
 
 
-def test_vectorised_rule_matches_the_slot_by_slot_definition(forced: None) -> None:
+@pytest.mark.parametrize("route", ["blocks, forced", "scalar"])
+def test_vectorised_rule_matches_the_slot_by_slot_definition(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
+    """The class chain's rule, evaluated (numpy slices, and the scalar path's own single slice) against its
+    definition slot by slot: per-group class chains on the blocks route, whole-instance ones on the scalar path."""
+    if route != "scalar":
+        monkeypatch.setattr(transport_module, "prepare", functools.partial(prepare, class_chains=True))
     rng = np.random.default_rng(42)
     for _ in range(30):
         V, n = int(rng.integers(3, 30)), int(rng.integers(2, 6))
         p, q = FAMILIES["heavy"](rng, V)
-        ot = OptimalTransport.from_arrays(p, q, n)
+        ot = OptimalTransport.from_arrays(p, q, n, method="blocks" if route != "scalar" else "auto")
+        assert ot.method == ("blocks" if route != "scalar" else "class_chains")
         omegas = np.stack([rng.choice(V, size=n, p=q) for _ in range(40)])
         slices = ot.slices(omegas)
         _, reject = ot.rule(omegas)
@@ -93,6 +101,7 @@ def test_vectorised_rule_matches_the_slot_by_slot_definition(forced: None) -> No
                 continue
             law, rej = _slot_by_slot(ot, omega)
             np.testing.assert_allclose(slices[m], law + rej * ot.residual, atol=1e-14)
+            np.testing.assert_allclose(ot.slice(omega), law + rej * ot.residual, atol=1e-14)
             assert abs(reject[m] - rej) <= 1e-14
 
 
@@ -104,7 +113,7 @@ def test_near_tie_blocks_that_newton_cannot_finish_take_the_class_chain() -> Non
     for _ in range(30):
         V = int(rng.integers(20, 61))
         p, q = FAMILIES["near_ties"](rng, V, 2)
-        ot = OptimalTransport.from_arrays(p, q, 2)
+        ot = OptimalTransport.from_arrays(p, q, 2, method="blocks")
         law, acceptance = enumerate_rule(ot, otlp.IID(q, 2))
         assert ot.success and np.abs(law - p).sum() < TOL and abs(acceptance - ot.alpha) < TOL
         rescued += int(ot._inst.node_class.any())

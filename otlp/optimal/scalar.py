@@ -25,7 +25,9 @@ The lists here are by position; :func:`to_instance` turns them into the solver's
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import accumulate
 from math import comb, expm1, inf, log1p, sqrt
 
 import numpy as np
@@ -124,25 +126,14 @@ def _psi(ps: list, qs: list, n: int) -> tuple[list, list]:
     """psi on the prefixes (GR Lemma 6.3; the suffix form where Q_m > 1/2, as
     :func:`otlp.subsets.sorted_prefix_psi`) and the prefix sums Q_m of q, both ``[V + 1]``."""
     V = len(ps)
-    Pp, Pq = [0.0] * (V + 1), [0.0] * (V + 1)
-    a = b = 0.0
-    for i in range(V):
-        a += ps[i]
-        b += qs[i]
-        Pp[i + 1], Pq[i + 1] = a, b
-    Sp, Sq = [0.0] * (V + 1), [0.0] * (V + 1)  # mass of the positions >= m, summed from the top
-    a = b = 0.0
-    for i in range(V - 1, -1, -1):
-        a += ps[i]
-        b += qs[i]
-        Sp[i], Sq[i] = a, b
-    psi = [0.0] * (V + 1)
-    for m in range(1, V):
-        if Pq[m] > 0.5:
-            psi[m] = (1.0 - Sp[m]) if Sq[m] >= 1.0 else -expm1(n * log1p(-Sq[m])) - Sp[m]
-        else:
-            psi[m] = Pp[m] - Pq[m] ** n
-    return psi, Pq
+    Pp, Pq = list(accumulate(ps, initial=0.0)), list(accumulate(qs, initial=0.0))  # sequential sums, as np.cumsum
+    Sp = list(accumulate(reversed(ps), initial=0.0))[::-1]  # [V + 1]: mass of the positions >= m, from the top
+    Sq = list(accumulate(reversed(qs), initial=0.0))[::-1]
+    cut = bisect_right(Pq, 0.5, 1, V)  # the prefixes 1 <= m < cut have Q_m <= 1/2 (Q_m is non-decreasing)
+    head = [a - b**n for a, b in zip(Pp[1:cut], Pq[1:cut], strict=True)]
+    tail = [(1.0 - sp) if sq >= 1.0 else -expm1(n * log1p(-sq)) - sp
+            for sp, sq in zip(Sp[cut:V], Sq[cut:V], strict=True)]
+    return [0.0, *head, *tail, 0.0], Pq
 
 
 def _records(psi: list, m_star: int) -> list:
@@ -186,6 +177,16 @@ def scalar_chains(p: list, q: list, n: int) -> ScalarChains:
         if not inner_g:  # GR Thm 6.2 vertex: the outer group's first token gives up psi_e - psi_s
             t[s] = max(ps[s] - (psi_e - psi[s]), 0.0)
         K = e - s
+        inner.append(inner_g)
+        if K == 1:  # a singleton group (most of them): no slot; the final class is the token, beta of its capacity
+            group_of[s] = g
+            capacity = power_gap(H[s], qs[s], n)
+            beta = (min(max(t[s] / capacity, 0.0), 1.0) if capacity > 0 else 0.0) if inner_g else 1.0
+            rows[s] = qs[s] * (beta * capacity / qs[s]) if qs[s] > 0 else 0.0
+            betas.append(beta)
+            totals.append(0.0)
+            certains.append(0)
+            continue
         group_of[s:e] = [g] * K
         # class mass y after each step, from the top: y_s = L_s = q(G); below it the root of one scalar equation
         L = [0.0] * K
@@ -239,7 +240,6 @@ def scalar_chains(p: list, q: list, n: int) -> ScalarChains:
                     certain += 1
                 else:
                     lam -= log1p(-a[k])
-        inner.append(inner_g)
         betas.append(beta)
         totals.append(lam)
         certains.append(certain)

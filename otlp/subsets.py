@@ -49,13 +49,21 @@ def sorted_prefix_psi(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray,
     p = q = 0 tail and psi_V = 0 come out exact rather than as 1e-16 rounding noise (design note §3, §4).
     Rows of ``p, q: [B, V]`` are handled at once (``order [B, V]``, ``psi [B, V + 1]``).
     """
+    order, psi, _, _, _ = sorted_prefix_arrays(p, q, n)
+    return order, psi
+
+
+def sorted_prefix_arrays(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """:func:`sorted_prefix_psi` plus what it computes on the way: ``(order, psi, ps, qs, prefix_q)`` with
+    ``ps, qs [..., V]`` the laws in that order and ``prefix_q [..., V + 1]`` the sums of their first m entries."""
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
     order = ratio_order(p, q)
-    if p.ndim == 1:  # the single path: plain fancy indexing (take_along_axis costs more at small V)
+    if p.ndim == 1:  # plain fancy indexing (take_along_axis costs more)
         ps, qs = p[order], q[order]
     else:
-        ps, qs = np.take_along_axis(p, order, axis=-1), np.take_along_axis(q, order, axis=-1)
+        rows = np.arange(p.shape[0])[:, None]
+        ps, qs = p[rows, order], q[rows, order]
     shape = ps.shape[:-1] + (ps.shape[-1] + 1,)
     prefix_p, prefix_q, suffix_p, suffix_q = np.zeros((4, *shape))
     np.cumsum(ps, axis=-1, out=prefix_p[..., 1:])
@@ -69,7 +77,7 @@ def sorted_prefix_psi(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray,
     out = np.where(prefix_q > 0.5, tail, head)
     out[..., 0] = 0.0
     out[..., -1] = 0.0
-    return order, out
+    return order, out, ps, qs, prefix_q
 
 
 def brute_force_min_psi(p: np.ndarray, draft: DraftScheme, chunk: int = 1 << 14) -> tuple[float, np.ndarray]:

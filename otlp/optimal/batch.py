@@ -11,6 +11,7 @@ tokens at n = 2) and one batched Newton per size bucket.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 
 import numpy as np
 
@@ -60,7 +61,6 @@ class TransportBatch(Sequence):
             path[b, :, : t._path.shape[1]] = t._path
         self._path = np.where(path >= 0, path + node_off[:, None, None], -1)
         self.residual = np.stack([t.residual for t in self._items])  # [B, V]
-        self._residual_cdf = np.cumsum(self.residual, axis=1)
         self._rows = np.arange(B)
 
     @classmethod
@@ -74,39 +74,46 @@ class TransportBatch(Sequence):
         self.n, self.V = chains.n, V
         self._chains, self._items = chains, [None] * B
         self._rows = np.arange(B)
-        r = self._rows[:, None]
-
-        def tok(x: np.ndarray) -> np.ndarray:  # [B, V] by position -> by token
-            out = np.empty_like(x)
-            out[r, chains.order] = x
-            return out
-
         first = chains.first
         K = first.sum(1)  # [B] groups per row
         node_off = np.concatenate([[0], np.cumsum(K)[:-1]])  # [B]: global node (= group) ids
         group = np.cumsum(first, axis=1) - 1  # [B, V] group of each position
         start = np.maximum.accumulate(np.where(first, np.arange(V)[None, :], 0), axis=1)  # [B, V]
         self.alpha = 1.0 + chains.psi[self._rows, chains.m_star]  # [B]
-        self._position = tok(np.broadcast_to(np.arange(1, V + 1), (B, V)).copy())  # [B, V]
+        # by position -> by token: one scatter for the inverse permutation, then flat gathers (a scatter per array
+        # costs several gathers)
+        inv = np.empty((B, V), dtype=np.int64)  # [B, V]: position (0-based) of each token
+        inv[self._rows[:, None], chains.order] = np.arange(V)
+        flat = (inv + V * self._rows[:, None]).ravel()
+
+        def tok(x: np.ndarray) -> np.ndarray:
+            return np.take(x, flat).reshape(B, V)
+
+        self._position = inv + 1
         self._log_w = np.full((B, V), -np.inf)
         self._leaf = np.full((B, V), -1, dtype=np.int64)
         self._leaf_inner = chains.inner[first]  # [sum K]: one leaf per group (unused by class chains)
         self._fire = tok(s.fire)
         self._rank = np.full((B, V), -1, dtype=np.int64)
         self._node_fallback = np.zeros(int(K.sum()), dtype=bool)
-        self._class_tokens = [tok(np.arange(V)[None, :] - start), tok(s.lam_above), tok(s.certain_above)]
+        self._class_tokens = [inv - tok(start), tok(s.lam_above), tok(s.certain_above)]
         self._class_nodes = [np.ones(int(K.sum()), dtype=bool), s.beta[first], s.total[first], s.total_certain[first]]
         self._chain_node = np.full((B, V), -1, dtype=np.int64)
         self._path = tok(group + node_off[:, None])[:, :, None]  # [B, V, 1]
         # residual (as OptimalTransport): p - R outside H* (the first m* positions), normalised per row
         outside = np.arange(V)[None, :] >= chains.m_star[:, None]  # [B, V] by position
-        residual = tok(np.where(outside, np.maximum(chains.P[r, chains.order] - s.rows, 0.0), 0.0))
-        total = residual.sum(1, keepdims=True)
-        # a row with no residual mass left to rounding draws rejected outputs from p (as OptimalTransport)
-        self.residual = np.where(total > 0, residual / np.where(total > 0, total, 1.0),
-                                 chains.P / chains.P.sum(1, keepdims=True))  # [B, V]
-        self._residual_cdf = np.cumsum(self.residual, axis=1)
+        residual = tok(np.where(outside, np.maximum(chains.ps - s.rows, 0.0), 0.0))
+        total = residual.sum(1, keepdims=True)  # [B, 1]
+        empty = total[:, 0] <= 0
+        if empty.any():  # no residual mass left to rounding: rejected outputs are drawn from p (as OptimalTransport)
+            residual[empty], total[empty] = chains.P[empty], chains.P[empty].sum(1, keepdims=True)
+        self.residual = residual / total  # [B, V]
         return self
+
+    @cached_property
+    def _residual_cdf(self) -> np.ndarray:
+        """``[B, V]`` cumulative residual per row, for drawing rejected outputs (built on the first :meth:`sample`)."""
+        return np.cumsum(self.residual, axis=1)
 
     def __len__(self) -> int:
         return len(self._items)

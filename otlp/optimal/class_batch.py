@@ -20,7 +20,7 @@ import numpy as np
 from otlp.optimal.blocks import BlockCuts
 from otlp.optimal.solve import InstanceSolution
 from otlp.optimal.waterfill import SegmentChains, class_chain_segments
-from otlp.subsets import sorted_prefix_psi
+from otlp.subsets import sorted_prefix_arrays
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class ClassChainBatch:
     P: np.ndarray  # [B, V] token order
     Q: np.ndarray  # [B, V] token order
     n: int
+    ps: np.ndarray  # [B, V] P by position
     order: np.ndarray  # [B, V]: token at each position
     psi: np.ndarray  # [B, V + 1]
     m_star: np.ndarray  # [B]
@@ -52,8 +53,7 @@ def class_chain_arrays(P: np.ndarray, Q: np.ndarray, n: int) -> ClassChainBatch:
     """The class chains of every group of every row of ``P, Q: [B, V]``, vectorised over the batch."""
     B, V = P.shape
     rows = np.arange(B)[:, None]
-    order, psi = sorted_prefix_psi(P, Q, n)  # [B, V], [B, V + 1]
-    ps, qs = P[rows, order], Q[rows, order]  # [B, V]
+    order, psi, ps, qs, prefix_q = sorted_prefix_arrays(P, Q, n)  # [B, V], [B, V + 1], [B, V] x 2, [B, V + 1]
     m_star = np.argmin(psi, axis=1)  # [B], first exact argmin
     m = np.arange(V + 1)[None, :]
     prefix_min = np.minimum.accumulate(psi, axis=1)
@@ -76,11 +76,11 @@ def class_chain_arrays(P: np.ndarray, Q: np.ndarray, n: int) -> ClassChainBatch:
     psi_e = psi[rows, end]
     # targets: inner p; outer p except t_{s+1} = p_{s+1} - (psi_e - psi_s)   (note §2 (ii), GR Thm 6.2)
     t = np.maximum(np.where(first & ~inner_pos, ps - (psi_e - psi_s), ps), 0.0)
-    H = np.concatenate([np.zeros((B, 1)), np.cumsum(qs, axis=1)[:, :-1]], axis=1)  # [B, V]: null mass below
+    H = prefix_q[:, :V]  # [B, V]: null mass below
     # Hall gap of the top set from each position: psi_i - psi_e; at a group's first position its slack
     gap = np.maximum(np.where(first, np.where(inner_pos, psi_s - psi_e, 0.0), psi[:, :V] - psi_e), 0.0)
     seg = class_chain_segments(t, qs, H, gap, inner_pos, start, end, n)
-    return ClassChainBatch(P=P, Q=Q, n=n, order=order, psi=psi, m_star=m_star, rec=rec, first=first,
+    return ClassChainBatch(P=P, Q=Q, n=n, ps=ps, order=order, psi=psi, m_star=m_star, rec=rec, first=first,
                            inner=inner_pos, t=t, H=H, seg=seg)
 
 

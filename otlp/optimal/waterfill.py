@@ -82,8 +82,9 @@ def class_chain(t: np.ndarray, q: np.ndarray, null_mass: float, n: int, slack: f
 @dataclass(frozen=True)
 class SegmentChains:
     """:func:`class_chain_segments`' output, ``[B, V]`` by position; beta and the totals are read at a segment's
-    first position. fire : a_j; rows : R_j; lam_above / certain_above : the finite hazard and the number of certain
-    slots above the position in its segment; total / total_certain : the same over the whole segment."""
+    first position only (elsewhere they hold other values: the totals are lam_above / certain_above there).
+    fire : a_j; rows : R_j; lam_above / certain_above : the finite hazard and the number of certain slots above the
+    position in its segment; total / total_certain : the same over the whole segment."""
 
     fire: np.ndarray
     rows: np.ndarray
@@ -104,17 +105,15 @@ def class_chain_segments(t: np.ndarray, q: np.ndarray, H: np.ndarray, gap: np.nd
     idx = np.arange(V)[None, :]
     row = np.arange(B)[:, None]  # X[row, end] gathers along axis 1 (take_along_axis costs more per call)
     first = idx == start
-    zeros = np.zeros((B, 1))
-    Qsuf = np.concatenate([np.cumsum(q[:, ::-1], axis=1)[:, ::-1], zeros], axis=1)  # [B, V + 1]
-    Tsuf = np.concatenate([np.cumsum(t[:, ::-1], axis=1)[:, ::-1], zeros], axis=1)
-    L = Qsuf[:, :V] - Qsuf[row, end]  # q(C_j), from the top
+    L = _in_segment_from(q, row, end)  # q(C_j), from the top
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(q > 0, t / np.where(q > 0, q, 1.0), 0.0)
-    r_below = np.where(first, 0.0, np.concatenate([zeros, r[:, :-1]], axis=1))
-    y = np.where(first, L, slot_mass(H, L, r_below, gap, n))  # class mass after each step
-    last = idx + 1 == end
-    y_above = np.where(last, 0.0, np.concatenate([y[:, 1:], zeros], axis=1))
-    before = y_above + q  # class mass entering the step at this position
+    r_below = np.zeros((B, V))
+    r_below[:, 1:] = r[:, :-1]
+    y = np.where(first, L, slot_mass(H, L, np.where(first, 0.0, r_below), gap, n))  # class mass after each step
+    y_above = np.zeros((B, V))
+    y_above[:, :-1] = y[:, 1:]
+    before = np.where(idx + 1 == end, 0.0, y_above) + q  # class mass entering the step at this position
     x = np.where(first, 0.0, np.minimum(np.maximum(before - y, 0.0), before))  # slot length
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.where(before > 0, x / np.where(before > 0, before, 1.0), 0.0)
@@ -123,9 +122,7 @@ def class_chain_segments(t: np.ndarray, q: np.ndarray, H: np.ndarray, gap: np.nd
     share = np.where(first, 0.0, share)
     # per group (at its first position): capacity of the final class (N + y_0)^n - N^n, and beta
     capacity = power_gap(H, before, n)
-    slot_cum = np.concatenate([zeros, np.cumsum(np.where(first, 0.0, slot), axis=1)], axis=1)
-    served = slot_cum[row, end] - slot_cum[:, :V]  # slots of the group at/above i
-    left = (Tsuf[:, :V] - Tsuf[row, end]) - served  # at first positions: t(G) - slots
+    left = _in_segment_from(t - np.where(first, 0.0, slot), row, end)  # at first positions: t(G) - its slots
     with np.errstate(divide="ignore", invalid="ignore"):
         beta = np.where(capacity > 0, np.clip(left / np.where(capacity > 0, capacity, 1.0), 0.0, 1.0), 0.0)
     beta = np.where(inner, beta, 1.0)
@@ -134,19 +131,23 @@ def class_chain_segments(t: np.ndarray, q: np.ndarray, H: np.ndarray, gap: np.nd
     # with S_i = share_i + (1 - a_i) S_{i-1} and F_i = prod (1 - a) over the group's positions <= i
     S, F = segmented_scan(share, np.where(first, 1.0, 1.0 - a), first)
     rows = q * (S + F * final[row, start])
-    # hazards from the top of each group: Lambda(j + 1) = sum over the group's slots above position j
+    # hazards from the top of each group: Lambda(j + 1) = sum over the group's slots above position j; at a group's
+    # first position that is every slot of the group (the first position has none), i.e. the totals
     certain = (a >= 1.0) & ~first  # slots that fire for sure (infinite hazard), counted apart
     lam = np.where(certain | first, 0.0, -np.log1p(-np.where(certain, 0.0, a)))
-    RC = np.concatenate([np.cumsum(lam[:, ::-1], axis=1)[:, ::-1], zeros], axis=1)  # [B, V + 1]
-    CC = np.concatenate([np.cumsum(certain[:, ::-1], axis=1)[:, ::-1], zeros], axis=1).astype(np.float64)
-    s1 = np.minimum(start + 1, end)  # Lambda(1) of the group = the slots above its first position
-    return SegmentChains(
-        fire=a, rows=rows, beta=beta,
-        lam_above=RC[:, 1:] - RC[row, end],
-        certain_above=CC[:, 1:] - CC[row, end],
-        total=RC[row, s1] - RC[row, end],
-        total_certain=CC[row, s1] - CC[row, end],
-    )
+    lam_above = _in_segment_from(lam, row, end, shift=1)
+    certain_above = _in_segment_from(certain.astype(np.float64), row, end, shift=1) if certain.any() else 0.0 * lam
+    return SegmentChains(fire=a, rows=rows, beta=beta, lam_above=lam_above, certain_above=certain_above,
+                         total=lam_above, total_certain=certain_above)
+
+
+def _in_segment_from(x: np.ndarray, row: np.ndarray, end: np.ndarray, shift: int = 0) -> np.ndarray:
+    """``[B, V]``: the sum of x over the positions from each one (shift = 1: after each one) to the end of its
+    segment (``end``: one past its last position), as a difference of suffix sums from the top of the row."""
+    B, V = x.shape
+    suffix = np.zeros((B, V + 1))
+    np.cumsum(x[:, ::-1], axis=1, out=suffix[:, -2::-1])
+    return suffix[:, shift : V + shift] - suffix[row, end]
 
 
 def slot_mass(H: np.ndarray, L: np.ndarray, r_below: np.ndarray, gap: np.ndarray, n: int) -> np.ndarray:
@@ -190,21 +191,30 @@ def slot_mass(H: np.ndarray, L: np.ndarray, r_below: np.ndarray, gap: np.ndarray
 
 def segmented_scan(share: np.ndarray, keep: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """S_i = share_i + keep_i S_{i-1} and F_i = keep_i F_{i-1} within segments (``first`` marks a segment's first
-    element, where S = share and F = keep), along axis 1, by Hillis-Steele doubling: log2(V) vectorised steps of
-    the associative map (k2, s2) o (k1, s1) = (k2 k1, s2 + k2 s1), products of numbers in [0, 1] only; the steps
-    stop once they span the longest segment (log2 of it, not of V: most groups of a large vocabulary are short)."""
-    S, F = share.copy(), keep.copy()
-    seg = np.cumsum(first, axis=1)  # [B, V] segment index
+    element, where S = share and F = keep), along axis 1, by Hillis-Steele doubling of the affine maps
+    x -> b_i + k_i x: both are X_i = b_i + k_i X_{i-1} with k_i = keep_i inside a segment and k_i = 0 at its first
+    element (so nothing crosses a boundary: a product with that 0 adds exactly 0), b = share for S and b = keep at
+    first elements, 0 elsewhere, for F. Step d composes (k2, b2) o (k1, b1) = (k2 k1, b2 + k2 b1) with the element
+    d back (products of numbers in [0, 1] only); the steps stop once they span the longest segment (log2 of it, not
+    of V: most groups of a large vocabulary are short)."""
     B, V = share.shape
     bounds = first.copy()
     bounds[:, 0] = True  # a row's start bounds a run too
     starts = np.flatnonzero(bounds)  # flat, row-major
-    longest = int(np.diff(starts, append=B * V).max())  # doubling steps past the longest run change nothing
+    # doubling steps past the longest run change nothing
+    longest = max(int(np.diff(starts).max(initial=0)), B * V - int(starts[-1]))
+    # [V, B] layout: a step's shifted operands are then contiguous blocks of rows (half the time of [B, V] views)
+    K = np.where(bounds, 0.0, keep).T.copy()
+    S, F = share.T.copy(), np.where(bounds, keep, 0.0).T.copy()
+    tmp = np.empty_like(K)
     d = 1
     while d < longest:
-        same = seg[:, d:] == seg[:, :-d]  # [B, V - d]: the element d back is in the same segment
-        # right-hand sides are formed before the assignment, so both read the values of the previous step
-        S[:, d:] = np.where(same, S[:, d:] + F[:, d:] * S[:, :-d], S[:, d:])
-        F[:, d:] = np.where(same, F[:, d:] * F[:, :-d], F[:, d:])
+        # each product is formed (into tmp) before it is added / assigned: it reads the previous step's values
+        np.multiply(K[d:], S[:-d], out=tmp[d:])
+        S[d:] += tmp[d:]
+        np.multiply(K[d:], F[:-d], out=tmp[d:])
+        F[d:] += tmp[d:]
+        np.multiply(K[d:], K[:-d], out=tmp[d:])
+        K[d:] = tmp[d:]
         d *= 2
-    return S, F
+    return S.T, F.T

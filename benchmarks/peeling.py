@@ -10,7 +10,8 @@ Grid: the GR Table 1 grid (k, n) in {(10,2), (10,3), (10,4), (10,5), (100,2), (1
 z = 2 t_3 over V tokens, p = softmax(z), q = softmax(z + N(0, 1))), seeded by (--seed, k, n) exactly as there, so
 the instances are the solve-times table's "heavy" ones.
 
-Per instance and mode, the timed work is what OptimalTransport.from_arrays does for IID drafts:
+Per instance and mode, the timed work is what OptimalTransport.from_arrays(..., method="blocks") does for IID
+drafts (the default method="auto" builds class chains instead for V <= 128, otlp/optimal/scalar.py):
 ``inst = prepare(p, q, n, peel=...)`` then ``solve_instances([inst])`` (otlp.optimal.solve), one instance at a time.
 ON is the production setting (peel=True, peel_min=2); OFF is prepare(..., peel=False): every block of >= 2 tokens
 goes to Newton whole. The two modes alternate pair by pair (same conditions for both); one untimed solve of the
@@ -61,7 +62,8 @@ def load_generator():
 
 
 def solve_once(p: np.ndarray, q: np.ndarray, n: int, peel: bool) -> tuple[float, object]:
-    """Seconds for prepare + solve_instances (the work of OptimalTransport.from_arrays), and the instance."""
+    """Seconds for prepare + solve_instances (the work of OptimalTransport.from_arrays(method="blocks")), and the
+    instance."""
     from otlp.optimal.solve import prepare, solve_instances
 
     t0 = time.perf_counter()

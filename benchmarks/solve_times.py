@@ -329,7 +329,7 @@ def print_row(row: dict, limit: float) -> None:
         speed = f"> {limit * 1e3 / o['median']:.0f}x"
     star = "*" if not o["law_error_enumerated"] else " "
     blocks = f"{row['blocks']['median']:.2f}" if "blocks" in row else "(same)"
-    print(f"{str((row['k'], row['n'])):>9} | {o['median']:7.2f} / {o['p95']:6.2f} / {o['max']:6.1f} | {blocks:>9} | "
+    print(f"{str((row['k'], row['n'])):>9} | {o['median']:7.2f} / {o['p95']:6.2f} / {o['max']:6.2f} | {blocks:>9} | "
           f"{o['success']:4.0%} | {o['max_law_error']:8.1e}{star} | {cell(h):>8} | {cell(row['maxflow']):>8} | "
           f"{cell(row['outer_inner']):>11} | {speed}")
 

@@ -271,7 +271,7 @@ class OptimalTransport:
     def success(self) -> bool:
         """Every block program reached machine precision (||R - t||_1 <= 1e-12); the LP route: HiGHS optimal (its
         plan is repaired to exact feasibility, so the law is p to rounding and the acceptance is alpha* to HiGHS'
-        tolerance, about 1e-7; :mod:`otlp.optimal.generic`)."""
+        tolerance, about 1e-12; :mod:`otlp.optimal.generic`)."""
         if self.route != "blocks":
             return True
         inst = self._inst

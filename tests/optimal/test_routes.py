@@ -21,7 +21,8 @@ from .test_exact_enumeration import METHODS, TOL, check_exact, enumerate_rule
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("V", [20, 50, 100])
 def test_against_relaxed_lp(V: int, method: str) -> None:
-    """alpha* vs the relaxed OTLP (GR eq. (2)) solved by HiGHS, n = 2, to the LP's own tolerance (1e-7).
+    """alpha* vs the relaxed OTLP (GR eq. (2)) solved by HiGHS, n = 2, to the LP's own tolerance (its feasibility
+    tolerances are 1e-10 in otlp.optimal.generic; 9e-13 was seen).
     The rule's row sums must also form a feasible relaxed-LP point: R <= p and total = alpha*."""
     rng = np.random.default_rng(V)
     for _ in range(4 if V == 100 else 6):
@@ -29,7 +30,7 @@ def test_against_relaxed_lp(V: int, method: str) -> None:
         draft = otlp.IID(q, 2)
         value, _, _ = relaxed_lp_plan(p, *draft.support())
         ot = OptimalTransport(p, draft, method=method)
-        assert abs(ot.alpha - value) < 1e-7
+        assert abs(ot.alpha - value) < 1e-10
         assert np.all(ot._inst.row_sums <= p + 1e-14)
         assert abs(ot.acceptance() - ot.alpha) < TOL
         assert ot.success
@@ -100,8 +101,8 @@ def test_lp_route_for_other_drafts(scheme: str) -> None:
         law, acceptance = enumerate_rule(ot, draft)
         best, _ = brute_force_min_psi(p, draft)
         assert np.abs(law - p).sum() < 1e-12  # the completed plan keeps p exactly (otlp.formulations.completion)
-        assert abs(ot.alpha - (1 + best)) < 1e-9  # HiGHS' optimal value, to its tolerance
-        assert abs(acceptance - ot.alpha) < 1e-7  # the repair may scale down what HiGHS left over a bound
+        assert abs(ot.alpha - (1 + best)) < 1e-10  # HiGHS' optimal value, to its tolerance
+        assert abs(acceptance - ot.alpha) < 1e-10  # the repair may scale down what HiGHS left over a bound
 
 
 @pytest.mark.parametrize("method", METHODS)

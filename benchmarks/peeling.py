@@ -11,7 +11,7 @@ z = 2 t_3 over V tokens, p = softmax(z), q = softmax(z + N(0, 1))), seeded by (-
 the instances are the solve-times table's "heavy" ones.
 
 Per instance and mode, the timed work is what OptimalTransport.from_arrays(..., method="blocks") does for IID
-drafts (the default method="auto" builds class chains instead for V <= 128, otlp/optimal/scalar.py):
+drafts (the default method="auto" builds class chains instead for V <= 256, otlp/optimal/scalar.py):
 ``inst = prepare(p, q, n, peel=...)`` then ``solve_instances([inst])`` (otlp.optimal.solve), one instance at a time.
 ON is the production setting (peel=True, peel_min=2); OFF is prepare(..., peel=False): every block of >= 2 tokens
 goes to Newton whole. The two modes alternate pair by pair (same conditions for both); one untimed solve of the

@@ -19,7 +19,7 @@ Instance sources (``--source heavy|decode|both``, default both; one table per so
   would verify if both models were truncated to the target's top k, not the loop's V = 2000 pair itself.
 
 Methods
-* ``optimal``: otlp.optimal.OptimalTransport with its default ``method="auto"``: for V <= 128 every group a
+* ``optimal``: otlp.optimal.OptimalTransport with its default ``method="auto"``: for V <= 256 every group a
   water-filling class chain computed in plain Python floats (otlp.optimal.scalar), above that the peeled blocks.
   The ``blocks ms`` column times ``method="blocks"`` (peeling + Newton, the design note's rule) on the same pairs
   where the default differs from it, for the ratio.

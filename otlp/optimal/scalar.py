@@ -3,10 +3,11 @@
 The same rule as :func:`otlp.optimal.class_batch.class_chain_arrays` (every group of the psi records a water-filling
 class chain, :mod:`.waterfill`), computed position by position with Python floats instead of ``[1, V]`` numpy
 arrays. Below a few hundred tokens the numpy path's cost is its per-call overhead (some hundred array operations of
-about a microsecond each, whatever V is), and the scalar loops cost about 3 us per position: heavy-tailed pairs,
-build + one slice, median (numpy blocks / this): V = 10: 389 / 42 us at n = 2, 441 / 55 us at n = 3; V = 64: 446 /
-204 us (n = 2); V = 128: 681 / 442 us (n = 2), 3017 / 875 us (n = 5); V = 200: 725 / 886 us (n = 2), where the
-scalar loops start to lose.
+about a microsecond each, whatever V is), while the scalar loops cost about 1.5 us per position (most groups are
+single tokens, which skip the slot loops). OptimalTransport build + one slice, heavy-tailed pairs, median of 20
+(method="blocks" / this): V = 10: 373 / 100 us at n = 2, 396 / 80 us at n = 3; V = 128: 546 / 222 us (n = 2),
+3282 / 918 us (n = 5); V = 200: 510 / 341 us (n = 2); V = 300: 650 / 464 us (n = 2), 1103 / 1122 us (n = 3);
+V = 500: 643 / 759 us (n = 2), where the scalar loops lose.
 
 Quantities (design note §2, :mod:`.waterfill`), positions i = 0..V-1 in decreasing q/p order, prefix index m:
 
@@ -35,8 +36,8 @@ import numpy as np
 from otlp.optimal.class_batch import _instance
 from otlp.optimal.solve import InstanceSolution
 
-#: the largest vocabulary that takes the scalar path by default (above it the numpy block route is faster).
-SCALAR_MAX_V = 128
+#: the largest vocabulary that takes the scalar path by default (module docstring: the two routes cross near V = 300).
+SCALAR_MAX_V = 256
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ def scalar_chains(p: list, q: list, n: int) -> ScalarChains:
             group_of[s] = g
             capacity = power_gap(H[s], qs[s], n)
             beta = (min(max(t[s] / capacity, 0.0), 1.0) if capacity > 0 else 0.0) if inner_g else 1.0
-            rows[s] = qs[s] * (beta * capacity / qs[s]) if qs[s] > 0 else 0.0
+            rows[s] = qs[s] * (beta * capacity / qs[s]) if qs[s] > 0 else 0.0  # q * final, as the numpy route
             betas.append(beta)
             totals.append(0.0)
             certains.append(0)
@@ -214,7 +215,7 @@ def scalar_chains(p: list, q: list, n: int) -> ScalarChains:
                 slot = power_gap(H[i] + y[k], x, n)
                 share[k] = slot / before
                 served += slot
-        before0 = (y[1] if K > 1 else 0.0) + qs[s]
+        before0 = y[1] + qs[s]
         capacity = power_gap(H[s], before0, n)
         if inner_g:
             slack_left = sum(t[s:e]) - served

@@ -14,7 +14,7 @@ closed-form probability), possibly nested, and only the rest goes through the so
 evaluates the combined rule. Every choice keeps the row sums on their targets, so the law and alpha* are exact.
 
 ``method="class_chains"`` makes every group one water-filling class chain instead (the rule of
-:func:`otlp.optimal.solve_batch`); ``method="auto"`` (the default) takes it for V <= SCALAR_MAX_V = 128, computed
+:func:`otlp.optimal.solve_batch`); ``method="auto"`` (the default) takes it for V <= SCALAR_MAX_V = 256, computed
 in plain Python floats (:mod:`.scalar`: there numpy's per-call overhead, not the arithmetic, is the cost), and the
 peel/softmax blocks above. Both are exact optimal rules (the optimal plan is not unique).
 
@@ -103,7 +103,7 @@ class OptimalTransport:
     top_k : keep only the top-k tokens of q (renormalised) as in GR App. N; p is NOT renormalised.
     method : IID drafts only. ``"blocks"``: the design note's blocks (peeled priority chains, softmax leaves solved by
         Newton); ``"class_chains"``: every group one water-filling class chain (:mod:`.waterfill`), the rule of
-        :func:`~otlp.optimal.solve_batch`; ``"auto"`` (default): class chains for V <= 128 (plain Python floats,
+        :func:`~otlp.optimal.solve_batch`; ``"auto"`` (default): class chains for V <= 256 (plain Python floats,
         the fastest there), blocks above. All are exact optimal rules with the same alpha*.
 
     Attributes

@@ -21,7 +21,7 @@ from .instances import FAMILIES, draw
 
 TOL = 1e-12
 
-#: the two i.i.d. rules (method="auto" is "class_chains" up to V = 128, "blocks" above)
+#: the two i.i.d. rules (method="auto" is "class_chains" up to V = SCALAR_MAX_V = 256, "blocks" above)
 METHODS = ("blocks", "class_chains")
 
 

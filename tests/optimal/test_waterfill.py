@@ -26,7 +26,7 @@ from .test_exact_enumeration import TOL, check_exact, enumerate_rule
 def forced(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every group of two or more tokens becomes a class chain on the blocks route (prepare's class_chains=True: the
     numpy class chain of each group, :func:`otlp.optimal.waterfill.class_chain`); the tests then ask for
-    method="blocks", since method="auto" below V = 129 builds the class chains by the scalar path instead."""
+    method="blocks", since method="auto" up to V = 256 builds the class chains by the scalar path instead."""
     monkeypatch.setattr(transport_module, "prepare", functools.partial(prepare, class_chains=True))
 
 

@@ -122,7 +122,11 @@ def class_chain_segments(t: np.ndarray, q: np.ndarray, H: np.ndarray, gap: np.nd
     share = np.where(first, 0.0, share)
     # per group (at its first position): capacity of the final class (N + y_0)^n - N^n, and beta
     capacity = power_gap(H, before, n)
-    left = _in_segment_from(t - np.where(first, 0.0, slot), row, end)  # at first positions: t(G) - its slots
+    # t(G) - its slots, at each group's first position, summed within the group (a difference of row-wide suffix sums
+    # put ~1e-16 absolute rounding on it, i.e. ~1e-8 relative on the beta of a group of capacity ~1e-8)
+    starts = np.flatnonzero(first)  # row-major; every row starts a group, so no group crosses a row
+    left = np.zeros((B, V))
+    left.flat[starts] = np.add.reduceat((t - np.where(first, 0.0, slot)).ravel(), starts)
     with np.errstate(divide="ignore", invalid="ignore"):
         beta = np.where(capacity > 0, np.clip(left / np.where(capacity > 0, capacity, 1.0), 0.0, 1.0), 0.0)
     beta = np.where(inner, beta, 1.0)

@@ -27,9 +27,7 @@ UNTIED = ("dirichlet", "heavy", "point_mass_p", "point_mass_q", "skewed_q", "uni
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
 def test_same_chains_as_the_numpy_class_chains(n: int) -> None:
-    """Per-position quantities against class_chain_arrays on every family, V = 1..60. (beta is not compared: the
-    numpy route forms t(G) from row-wide suffix sums, which for a group of tiny capacity puts ~1e-8 relative
-    rounding on it; the row sums, which carry beta * capacity, agree to 1e-14.)"""
+    """Per-position quantities against class_chain_arrays on every family, V = 1..60."""
     rng = np.random.default_rng([50, n])
     same_records = 0
     for family in sorted(FAMILIES):
@@ -53,6 +51,11 @@ def test_same_chains_as_the_numpy_class_chains(n: int) -> None:
             np.testing.assert_allclose(s.fire, b.seg.fire[0], rtol=1e-9, atol=1e-13, err_msg=where)
             np.testing.assert_allclose(s.lam_above, b.seg.lam_above[0], rtol=1e-9, atol=1e-13, err_msg=where)
             np.testing.assert_array_equal(s.certain_above, b.seg.certain_above[0], err_msg=where)
+            # beta = (t(G) - its slots) / capacity: both routes sum within the group (2.9e-12 relative was seen;
+            # row-wide suffix differences used to put 1e-8 on groups of capacity ~1e-8)
+            first = b.first[0]
+            np.testing.assert_allclose(s.beta, b.seg.beta[0][first], rtol=1e-9, atol=1e-15, err_msg=where)
+            np.testing.assert_allclose(s.total, b.seg.total[0][first], rtol=1e-9, atol=1e-13, err_msg=where)
     assert same_records >= 50  # of 66 (ties at n = 1 with p = q flatten psi: records may split differently)
 
 

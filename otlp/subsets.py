@@ -61,9 +61,11 @@ def sorted_prefix_arrays(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarr
     order = ratio_order(p, q)
     if p.ndim == 1:  # plain fancy indexing (take_along_axis costs more)
         ps, qs = p[order], q[order]
-    else:
+    elif p.ndim == 2:
         rows = np.arange(p.shape[0])[:, None]
         ps, qs = p[rows, order], q[rows, order]
+    else:
+        ps, qs = np.take_along_axis(p, order, axis=-1), np.take_along_axis(q, order, axis=-1)
     shape = ps.shape[:-1] + (ps.shape[-1] + 1,)
     prefix_p, prefix_q, suffix_p, suffix_q = np.zeros((4, *shape))
     np.cumsum(ps, axis=-1, out=prefix_p[..., 1:])

@@ -29,11 +29,12 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
-from math import comb, expm1, inf, log1p, sqrt
+from math import expm1, inf, log1p, sqrt
 
 import numpy as np
 
 from otlp.optimal.class_batch import _instance
+from otlp.optimal.peeling import power_gap  # (base + x)^n - base^n; on floats as on arrays
 from otlp.optimal.solve import InstanceSolution
 
 #: the largest vocabulary that takes the scalar path by default (module docstring: the two routes cross near V = 300).
@@ -75,21 +76,6 @@ class ScalarChains:
     def alpha(self) -> float:
         """alpha* = 1 + psi_{m*} (GR Thm 3.1)."""
         return 1.0 + self.psi[self.m_star]
-
-
-def power_gap(base: float, x: float, n: int) -> float:
-    """(base + x)^n - base^n as the positive sum of its binomial terms (scalar twin of
-    :func:`otlp.optimal.peeling.power_gap`)."""
-    if n == 1:
-        return x
-    if n == 2:
-        return x * (2.0 * base + x)
-    if n == 3:
-        return x * (3.0 * base * (base + x) + x * x)
-    acc = x + n * base
-    for j in range(n - 2, 0, -1):
-        acc = acc * x + comb(n, j) * base ** (n - j)
-    return acc * x
 
 
 def slot_mass(H: float, L: float, r_below: float, gap: float, n: int) -> float:

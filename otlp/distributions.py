@@ -71,6 +71,13 @@ def check_distribution(
     return arr
 
 
+def check_int(value: object, name: str, minimum: int) -> int:
+    """``value`` validated: an integer (not a bool) >= ``minimum``; ``InputError`` naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise InputError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
 def check_n(n: object, name: str = "n") -> int:
     """Validate a number of drafts: an integer >= 1."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):

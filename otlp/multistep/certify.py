@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from otlp.distributions import check_int
 from otlp.errors import InputError
 from otlp.multistep.armodel import ARModel, depth_offsets, num_nodes, random_pair
 from otlp.multistep.efficiency import _check_pair, bv_efficiency, check_K, gbv_efficiency, sps_efficiency
@@ -274,23 +275,17 @@ def add_multistep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _positive_int(value: object, flag: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise InputError(f"{flag} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def run_multistep_cli(args: argparse.Namespace) -> int:
     """Run ``otlp certify-block``: 0 when every certified rule preserves the target, 1 otherwise.
     Bad input raises InputError (the ``otlp`` CLI prints it and exits 2)."""
-    V = _positive_int(args.V, "--V", 2)
-    L = _positive_int(args.L, "--L", 1)
-    K = _positive_int(args.K, "--K", 1)
+    V = check_int(args.V, "--V", 2)
+    L = check_int(args.L, "--L", 1)
+    K = check_int(args.K, "--K", 1)
     if args.rule != "all" and args.rule not in RULES:
         raise InputError(f"unknown --rule {args.rule!r}; expected one of {', '.join(RULES)} or 'all'")
     if not 0 < args.concentration < np.inf:  # inf (or nan) would only fail later, as "conditionals must be finite"
         raise InputError(f"--concentration must be finite and > 0, got {args.concentration}")
-    seed = _positive_int(args.seed, "--seed", 0)  # numpy's SeedSequence refuses negative seeds
+    seed = check_int(args.seed, "--seed", 0)  # numpy's SeedSequence refuses negative seeds
     if not args.time_limit > 0:  # also refuses nan (no limit at all); inf means no limit
         raise InputError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
     rng = np.random.default_rng(seed)

@@ -29,7 +29,7 @@ def run_check_cli(args: argparse.Namespace) -> int:
     try:
         if args.instances < 1:
             raise InputError(f"--instances must be >= 1, got {args.instances}")
-        if args.seed < 0:  # numpy seeds are >= 0; caught here it is bad input (2), not an error in every check (1)
+        if args.seed < 0:  # numpy seeds are >= 0 (run_checks refuses it too; here it also covers --list)
             raise InputError(f"--seed must be an integer >= 0, got {args.seed}")
         if args.list:
             checks = build_registry().select(args.theorem)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-import numpy as np
-
-from otlp.errors import InputError
+from otlp.distributions import check_int
 from otlp.proofs_check.core import CheckResult, Registry
 
 
@@ -27,8 +25,7 @@ def run_checks(names: Iterable[str] | None = None, instances: int = 20, seed: in
 
     ``impl`` maps a hook name to an implementation injected into every selected check that has that hook.
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InputError(f"seed must be an integer >= 0, got {seed!r}")
+    check_int(seed, "seed", 0)
     registry = build_registry()
     results = []
     for check in registry.select(None if names is None else list(names)):

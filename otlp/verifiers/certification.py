@@ -28,7 +28,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from otlp.distributions import check_distribution, load_distribution
+from otlp.distributions import check_distribution, check_int, load_distribution
 from otlp.drafts import DraftScheme, Greedy, Independent, Joint, SpecHub, WithoutReplacement, all_tuples
 from otlp.errors import InputError, ModelTooLargeError
 from otlp.subsets import optimal_acceptance
@@ -246,8 +246,8 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
     from scipy.stats import chi2
 
     p, draft = verifier.check_draft(p, draft)
-    samples = check_samples(samples)
-    seed = check_count(seed, "seed", 0)
+    samples = check_int(samples, "samples", 1)
+    seed = check_int(seed, "seed", 0)
     V = draft.V
     rng = np.random.default_rng(seed)
     omegas = draft.sample(samples, rng)  # [N, n]
@@ -298,18 +298,6 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
     acc = member / samples
     return SamplerTest(samples, p_value, impossible, acc, math.sqrt(max(acc * (1 - acc), 1e-300) / samples),
                        accepted / samples, sampler)
-
-
-def check_count(value: object, name: str, minimum: int) -> int:
-    """``value`` validated: an integer >= ``minimum`` (InputError naming ``name`` otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise InputError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def check_samples(samples: object) -> int:
-    """``samples`` validated: an integer >= 1 (the statistical test divides by it)."""
-    return check_count(samples, "samples", 1)
 
 
 def _merge_small(obs: np.ndarray, exp: np.ndarray, minimum: float = 5.0) -> tuple[np.ndarray, np.ndarray]:
@@ -413,8 +401,8 @@ def certify(name: str, p: object, draft: DraftScheme | None = None, *, q: object
         draft = verifier.make_draft(q, n)
     p, draft = verifier.check_draft(p, draft)
     if samples is not None:
-        samples = check_samples(samples)
-    seed = check_count(seed, "seed", 0)
+        samples = check_int(samples, "samples", 1)
+    seed = check_int(seed, "seed", 0)
     method: dict[str, str] = {}
     notes: list[str] = []
     cells = draft.num_tuples() * draft.V
@@ -481,9 +469,9 @@ def certify_table(p: object, q: object, n: int, *, names: list[str] | None = Non
     ``{"verifier": name, "error": message}``."""
     from otlp.verifiers import NAMES, get
 
-    n = check_count(n, "n", 1)
+    n = check_int(n, "n", 1)
     if samples is not None:
-        samples = check_samples(samples)
+        samples = check_int(samples, "samples", 1)
     rows: list[CertifyReport | dict[str, str]] = []
     single_token = [k for k in NAMES if getattr(get(k), "kind", "token") != "multistep"]
     for name in names or single_token:
@@ -527,10 +515,10 @@ def run_certify_cli(args: argparse.Namespace) -> int:
     import sys
 
     try:
-        check_count(args.n, "--n", 1)  # before anything else: the table would list every rule as not applicable
+        check_int(args.n, "--n", 1)  # before anything else: the table would list every rule as not applicable
         if args.samples is not None:
-            check_count(args.samples, "--samples", 1)
-        check_count(args.seed, "--seed", 0)
+            check_int(args.samples, "--samples", 1)
+        check_int(args.seed, "--seed", 0)
         p = load_distribution(args.p, "p", renormalize=args.renormalize)
         q = load_distribution(args.q, "q", renormalize=args.renormalize)
         if q.size != p.size:

@@ -55,6 +55,17 @@ def residual_completion(p: np.ndarray, probs: np.ndarray, flow_S: np.ndarray, ar
     S = S * np.where(row > p, p / np.where(row > 0, row, 1.0), 1.0)[arc_token]  # rows down: columns stay <= probs
     p_res = np.maximum(p - np.bincount(arc_token, weights=S, minlength=V), 0.0)  # [V]
     d_res = np.maximum(probs - np.bincount(arc_tuple, weights=S, minlength=M), 0.0)  # [M]
-    total = p_res.sum()  # = sum_m d_res[m] = 1 - alpha* up to rounding
-    w = p_res / total if total > 0 else p / p.sum()  # [V]
-    return S, w, d_res
+    return S, residual_law(p_res, p), d_res  # sum_j p_res(j) = sum_m d_res[m] = 1 - alpha* up to rounding
+
+
+def residual_law(p_res: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """The law a rejected tuple's output is drawn from: ``p_res [..., V]`` normalised along its last axis, and where it
+    carries no mass (alpha* = 1 to the last bit, or a rejection whose p - R rounds to 0) ``p`` normalised instead, so
+    the draw stays a distribution on tokens of positive p. The rule of :func:`residual_completion`, of
+    ``OptimalTransport.residual`` and of ``TransportBatch.residual``."""
+    total = p_res.sum(-1, keepdims=True)  # [..., 1]
+    empty = total <= 0
+    if not empty.any():
+        return p_res / total
+    p = np.asarray(p, dtype=np.float64)
+    return np.where(empty, p / p.sum(-1, keepdims=True), p_res / np.where(empty, 1.0, total))

@@ -17,6 +17,7 @@ import numpy as np
 
 from otlp.distributions import check_n
 from otlp.errors import InputError
+from otlp.formulations.completion import residual_law
 from otlp.optimal.class_batch import ClassChainBatch, class_chain_arrays
 from otlp.optimal.rule import evaluate_rule
 from otlp.optimal.solve import prepare, solve_instances
@@ -102,12 +103,7 @@ class TransportBatch(Sequence):
         self._path = tok(group + node_off[:, None])[:, :, None]  # [B, V, 1]
         # residual (as OptimalTransport): p - R outside H* (the first m* positions), normalised per row
         outside = np.arange(V)[None, :] >= chains.m_star[:, None]  # [B, V] by position
-        residual = tok(np.where(outside, np.maximum(chains.ps - s.rows, 0.0), 0.0))
-        total = residual.sum(1, keepdims=True)  # [B, 1]
-        empty = total[:, 0] <= 0
-        if empty.any():  # no residual mass left to rounding: rejected outputs are drawn from p (as OptimalTransport)
-            residual[empty], total[empty] = chains.P[empty], chains.P[empty].sum(1, keepdims=True)
-        self.residual = residual / total  # [B, V]
+        self.residual = residual_law(tok(np.where(outside, np.maximum(chains.ps - s.rows, 0.0), 0.0)), chains.P)
         return self
 
     @cached_property

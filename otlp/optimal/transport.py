@@ -32,6 +32,7 @@ import numpy as np
 
 from otlp.distributions import check_distribution, check_n
 from otlp.errors import InputError
+from otlp.formulations.completion import residual_law
 from otlp.optimal.class_batch import class_chain_arrays
 from otlp.optimal.rule import evaluate_rule
 from otlp.optimal.scalar import SCALAR_MAX_V, ScalarChains, scalar_chains, scalar_rule, to_instance
@@ -223,11 +224,7 @@ class OptimalTransport:
             rows[order] = chains.rows
             in_h = np.zeros(self.V, dtype=bool)
             in_h[order[: chains.m_star]] = True
-        residual = np.where(in_h, 0.0, np.maximum(self.p - rows, 0.0))  # [V]
-        total = residual.sum()
-        # no residual mass left to rounding (alpha* = 1, or a rejection whose p - R is below the last bit): draw a
-        # rejected tuple's output from p, as the LP route's completion does (otlp.formulations.completion)
-        return residual / total if total > 0 else self.p / self.p.sum()
+        return residual_law(np.where(in_h, 0.0, np.maximum(self.p - rows, 0.0)), self.p)  # [V]
 
     @cached_property
     def _residual_cdf(self) -> np.ndarray:

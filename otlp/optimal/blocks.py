@@ -44,7 +44,11 @@ class BlockCuts:
 
 def block_records(p: np.ndarray, q: np.ndarray, n: int) -> BlockCuts:
     """Sort by q/p, compute psi stably (suffix form near Q = 1) and cut at the records of psi (note §2)."""
-    order, psi = sorted_prefix_psi(p, q, n)  # [V], [V + 1]
+    return cut_at_records(*sorted_prefix_psi(p, q, n))
+
+
+def cut_at_records(order: np.ndarray, psi: np.ndarray) -> BlockCuts:
+    """The cuts of the sorted order ``[V]`` at the records of ``psi [V + 1]`` (:func:`block_records` from psi)."""
     V = order.size
     m_star = int(np.argmin(psi))  # first exact argmin
     # inner: strict new prefix minima on [1, m*]

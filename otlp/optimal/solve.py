@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from otlp.optimal.blocks import BlockCuts, block_records
+from otlp.optimal.blocks import BlockCuts, cut_at_records
 from otlp.optimal.coefficients import block_terms, subset_terms
 from otlp.optimal.newton import PairwiseN2, SubsetTerms, initial_alpha, newton
 from otlp.optimal.peeling import ALL_PAIRS_MAX, peel_group, power_gap
 from otlp.optimal.waterfill import class_chain
+from otlp.subsets import sorted_prefix_arrays
 
 #: at n >= 3 a group with a leaf of more subset terms than this is solved as a class chain (:mod:`.waterfill`)
 #: rather than by Newton on the terms (decode pairs, V = 2000: the slowest n = 3 solve 16 s -> 39 ms, n = 4
@@ -79,12 +80,10 @@ def prepare(p: np.ndarray, q: np.ndarray, n: int, peel: bool = True, peel_min: i
     class chain (:mod:`.waterfill`) when, after peeling, it keeps a leaf of more than ``ALL_PAIRS_MAX`` tokens (only
     with ``peel``), or at n >= 3 one of more than ``CLASS_CHAIN_TERMS`` subset terms; ``class_chains=True`` does that
     for every group of two or more tokens."""
-    cuts = block_records(p, q, n)
+    order, psi, ps, qs, prefix_q = sorted_prefix_arrays(p, q, n)  # [V], [V + 1], [V] x 2 in position order, [V + 1]
+    cuts = cut_at_records(order, psi)
     V = p.size
-    order, psi, rec = cuts.order, cuts.psi, cuts.records
-    ps, qs = p[order], q[order]  # [V] in position order
-    prefix_q = np.zeros(V + 1)  # [V + 1]
-    np.cumsum(qs, out=prefix_q[1:])
+    rec = cuts.records
     starts, stops = rec[:-1], rec[1:]  # [K]
     sizes = stops - starts
     K = sizes.size

@@ -2,7 +2,8 @@
 
 By default every group of every row is a water-filling class chain computed on ``[B, V]`` arrays
 (:mod:`.class_batch`): no per-pair Python work (a row's :class:`OptimalTransport` is built only when indexed),
-about 14x less time per pair than looping over :class:`OptimalTransport` at B = 64, V = 100, n = 2.
+about 6x less time per pair than looping over :class:`OptimalTransport` (itself the scalar class chains at this
+size) at B = 64, V = 100, n = 2 (benchmarks/solve_times.py).
 ``method="blocks"`` pools the rows' block programs instead: peeling per row (blocks of at least ``BATCH_PEEL_MIN``
 tokens at n = 2) and one batched Newton per size bucket.
 :class:`TransportBatch` then evaluates or samples the rule for one tuple per row, vectorised.

@@ -30,8 +30,8 @@ We peel J = (top t positions of G, taken from the top down) then (bottom b posit
 search (b, t) for the largest feasible peel: complete peels (one token left) first, for blocks up to 128 tokens,
 then every pair at once for blocks up to ALL_PAIRS_MAX tokens; what is left above ALL_PAIRS_MAX tokens becomes a
 class chain (:mod:`.waterfill`). Every state of every candidate comes from one vectorised call, so a candidate
-costs a few gathers. The fallback
-kind peels most of the large nearly balanced blocks (alpha* close to 1) that the fire kind cannot touch.
+costs a few gathers. The fallback kind peels most of the large nearly balanced blocks (alpha* close to 1) that the
+fire kind cannot touch.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import numpy as np
 #: the remainder's Hall gap must exceed this fraction of t(G) (keeps peeled remainders well conditioned); for
 #: the fallback kind on an inner group it is capped at half the group's slack, which the remainder keeps.
 HALL_MARGIN = 1e-9
-#: blocks up to this size check every (b, t) pair at once; larger ones search greedily.
+#: blocks up to this size check every (b, t) pair at once; larger ones try complete peels only (:func:`_search`).
 ALL_PAIRS_MAX = 24
 #: larger blocks up to this size try every complete peel (b + t = K - 1) in one call; beyond it the [K, K] call
 #: costs more than the class chain that takes such a block otherwise.
@@ -339,8 +339,7 @@ def _leaves(t: np.ndarray, q: np.ndarray, n: int, b: int, hi: int, null_new: flo
         return [(b, hi)], np.array([null_new]), np.zeros(1)
     if hi - b == 1:  # one token left (a complete peel): one leaf, slack c - t of that token
         return [(b, hi)], np.array([null_new]), np.array([max(power_gap(null_new, q[b], n) - t[b], 0.0)])
-    Pm = np.concatenate([[0.0], np.cumsum(t[b:hi])])
-    Qm = np.concatenate([[0.0], np.cumsum(q[b:hi])])
+    Pm, Qm = _prefix_sums(t[b:hi]), _prefix_sums(q[b:hi])  # [hi - b + 1]
     psi = Pm - power_gap(null_new, Qm, n)  # [hi - b + 1]
     prefix_min = np.minimum.accumulate(psi)
     rec = np.flatnonzero(psi[1:] < prefix_min[:-1]) + 1  # strict new prefix minima

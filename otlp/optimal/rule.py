@@ -36,9 +36,9 @@ def evaluate_rule(w: np.ndarray, pos: np.ndarray, path: np.ndarray, chain_node: 
     them (leaf = -1 for a chain token, chain_node = -1 for a leaf token); ``path: [M, n, D]`` the peel node of
     each token at each depth (depth 0: the root node of its group, ids unique across groups; -1 below the
     token's deepest node); ``leaf_inner: bool [L]`` by leaf, ``node_fallback: bool [nodes]`` by node.
-    ``class_data = (class_rank [M, n], class_lam [M, n], node_class, node_beta, node_hazard [nodes])`` for
-    instances with class-chain groups (None: none). Returns ``(accept [M, n], reject [M])``; a repeated token
-    counts on its first slot only.
+    ``class_data = (class_rank, class_lam, class_certain [M, n], node_class, node_beta, node_hazard, node_certain
+    [nodes])`` for instances with class-chain groups (None: none; :func:`class_chain_rule` for their meaning).
+    Returns ``(accept [M, n], reject [M])``; a repeated token counts on its first slot only.
     """
     M, n = w.shape
     D = path.shape[2]

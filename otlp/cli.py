@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from otlp._cli_util import CLIParser, as_missing_dependency, report_error, wants_json
 from otlp.errors import InputError
 
 #: --formulation name -> (attribute of otlp.formulations, draft schemes it accepts or None for all)
@@ -242,7 +243,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The full parser; with ``argv``, only the subcommand it names loads its module and arguments."""
     from otlp import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = CLIParser(
         prog="otlp", description="Optimal multi-draft speculative sampling: solve the OTLP, certify verifiers, "
                                  "check the papers' theorems, run a decode loop.")
     parser.add_argument("--version", action="version", version=f"otlp {__version__}")
@@ -263,8 +264,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _missing_benchmark(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return 2
+    names = ", ".join(name for name, *_ in BENCHMARKS)
+    raise InputError(f"missing BENCHMARK after 'otlp bench'; expected one of {names} (see 'otlp bench --help')")
 
 
 #: (name, help, module, argument adder, runner) of the subcommands that live in their packages.
@@ -280,6 +281,9 @@ SUBCOMMANDS: list[tuple[str, str, str, str, str]] = [
      "otlp.decode.cli", "add_decode_arguments", "run_decode_cli"),
 ]
 
+#: the extra of pyproject.toml that installs everything a command needs (named when a package is missing)
+COMMAND_EXTRAS = {"otlp decode": "decode", "otlp bench acceptance": "decode"}
+
 #: (name, help, module, argument adder, runner) of the ``otlp bench`` benchmarks.
 BENCHMARKS: list[tuple[str, str, str, str, str]] = [
     ("acceptance", "alpha* over (n, top-k) on distributions collected from the decode loop: table, JSON and PNG "
@@ -288,16 +292,28 @@ BENCHMARKS: list[tuple[str, str, str, str, str]] = [
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    """Run the ``otlp`` command. Bad input (argparse's refusals included) and a missing optional dependency print
+    one line ``otlp: error: ...`` and return 2; with ``--json`` the error is also a JSON object on stdout."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    json_output = wants_json(argv)
     try:
-        return int(args.func(args) or 0)
+        try:
+            parser = build_parser(argv)  # imports the chosen subcommand's module (torch for decode)
+            args = parser.parse_args(argv)
+            json_output = bool(getattr(args, "json", json_output))
+            if not getattr(args, "func", None):
+                names = ", ".join(["solve", *(name for name, *_ in SUBCOMMANDS), "bench"])
+                raise InputError(f"missing COMMAND; expected one of {names} (see 'otlp --help')")
+            return int(args.func(args) or 0)
+        except ImportError as exc:
+            words = [w for w in argv if not w.startswith("-")][:2]
+            command = " ".join(["otlp", *words[:2 if words[:1] == ["bench"] else 1]])
+            missing = as_missing_dependency(exc, f"'{command}'", COMMAND_EXTRAS.get(command))
+            if missing is None:
+                raise
+            raise missing from None
     except InputError as exc:
-        print(f"otlp: error: {exc}", file=sys.stderr)
-        return 2
+        return report_error(exc, json_output=json_output)
     except KeyboardInterrupt:
         print("otlp: interrupted", file=sys.stderr)
         return 130

@@ -140,3 +140,63 @@ def test_a_closed_pipe_ends_quietly() -> None:
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait() == 141 and "Traceback" not in err, err
+
+
+# -- the one-line contract ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, message", [
+    (["solve", "--n", "2.5"], "argument --n: invalid int value: '2.5'"),
+    (["solve", "--scheme", "bogus"], "invalid choice: 'bogus'"),
+    (["solve", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["nope"], "invalid choice: 'nope'"),
+    ([], "missing COMMAND"),
+    (["bench"], "missing BENCHMARK"),
+    (["check", "--instances", "x"], "argument --instances: invalid int value"),
+    (["certify-block", "--V", "1.5"], "argument --V: invalid int value"),
+])
+def test_argparse_errors_are_one_line_with_exit_2(argv, message, capsys):
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("otlp: error: ") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["solve", "--p", "0.5,0.6", "--q", "0.5,0.5", "--n", "2", "--json"],
+    ["solve", "--n", "2.5", "--json"],
+    ["check", "--theorem", "no.such", "--json"],
+    ["certify-block", "--V", "1", "--json"],
+])
+def test_json_errors_are_a_json_object_on_stdout(argv, capsys):
+    code, out, err = run(argv, capsys)
+    assert code == 2 and err.startswith("otlp: error: ") and err.count("\n") == 1
+    data = json.loads(out)
+    assert data["error"]["exit_code"] == 2 and data["error"]["message"] == err[len("otlp: error: "):].strip()
+
+
+BLOCK_OPTIONAL = """
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "tqdm", "matplotlib", "transformers"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, _Block())
+from otlp.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("argv, extra", [
+    (["decode"], "decode"), (["bench", "acceptance"], "decode"), (["decode", "--help"], "decode"),
+])
+def test_a_missing_optional_dependency_is_one_line_naming_the_extra(argv, extra):
+    proc = subprocess.run([sys.executable, "-c", BLOCK_OPTIONAL, *argv], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("otlp: error: ") and proc.stderr.count("\n") == 1
+    assert "needs the optional package 'torch'" in proc.stderr and f"otlp[{extra}]" in proc.stderr
+
+
+def test_check_without_torch_skips_and_exits_0():
+    proc = subprocess.run([sys.executable, "-c", BLOCK_OPTIONAL, "check", "--theorem", "gbv.", "--instances", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("skipped: needs the optional package 'torch'") == 3

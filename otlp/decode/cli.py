@@ -110,14 +110,53 @@ def _progress(total: int, enabled: bool, desc: str):  # noqa: ANN202
     return tqdm(total=total, desc=desc, unit="tok", file=sys.stderr, leave=False)
 
 
+def check_device(device: object, flag: str = "--device") -> str:
+    """``device`` if torch can place tensors there (``cpu``, ``cuda``, ``cuda:1``, ``mps``); else ``InputError``."""
+    import torch
+
+    try:
+        dev = torch.device(str(device))
+    except (RuntimeError, ValueError):
+        raise InputError(f"{flag} {device!r} is not a torch device; expected cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"{flag} {device!r}: CUDA is not available in this torch build or machine; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise InputError(f"{flag} {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return str(dev)
+
+
+def check_decode_arguments(args: argparse.Namespace) -> None:
+    """Every argument of ``otlp decode`` checked before a model is built (milliseconds, not seconds)."""
+    from otlp.distributions import check_int
+
+    check_int(args.n, "--n", 1)
+    check_int(args.L, "--L", 1)
+    check_int(args.max_new_tokens, "--max-new-tokens", 1)
+    check_int(args.batch, "--batch", 1)
+    check_int(args.seed, "--seed", 0)
+    check_int(args.vocab_size, "--vocab-size", 2)
+    if args.verifier not in available_verifiers():
+        raise InputError(f"unknown --verifier {args.verifier!r}; expected one of {', '.join(available_verifiers())}")
+    from otlp.distributions import probabilities_from_logits
+
+    try:
+        probabilities_from_logits([0.0, 0.0], args.temperature, args.top_k, args.top_p)
+    except InputError as exc:  # name the flag: "temperature must be ..." -> "--temperature must be ..."
+        raise InputError("--" + str(exc).replace("top_k", "top-k").replace("top_p", "top-p")) from None
+    check_device(args.device)
+
+
 def run_decode_cli(args: argparse.Namespace) -> int:
-    """Run ``otlp decode``; prints metrics (or JSON). Returns the exit code (2 on bad input)."""
+    """Run ``otlp decode``; prints metrics (or JSON). Bad input raises ``InputError`` before any model is built
+    (``otlp.cli.main`` prints the one line and exits 2)."""
+    check_decode_arguments(args)
+    bar = None
     try:
         pair = load_model_pair(args.draft, args.target, args.vocab_size, args.device)
         texts = args.prompt or [DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)] for i in range(max(1, args.batch))]
         prompts = [pair.encode(t) for t in texts]
         total = len(prompts) * args.max_new_tokens
-        bar = _progress(total, not args.no_progress, f"decode {args.verifier} n={args.n} L={args.L}")
+        bar = _progress(total, not (args.no_progress or args.json), f"decode {args.verifier} n={args.n} L={args.L}")
         result = decode(pair.draft, pair.target, args.verifier, args.n, args.L, prompts=prompts,
                         max_new_tokens=args.max_new_tokens, scheme=args.scheme, temperature=args.temperature,
                         top_k=args.top_k, top_p=args.top_p, seed=args.seed,
@@ -129,7 +168,7 @@ def run_decode_cli(args: argparse.Namespace) -> int:
         if not args.no_baseline:  # two plain runs: the second gives the token-law comparison its noise floor
             runs = []
             for k in (1, 2):
-                bar = _progress(total, not args.no_progress, f"plain target sampling ({k}/2)")
+                bar = _progress(total, not (args.no_progress or args.json), f"plain target sampling ({k}/2)")
                 runs.append(sample_target(pair.target, prompts=prompts, max_new_tokens=args.max_new_tokens,
                                           temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                           seed=args.seed + k, progress=bar.update if bar is not None else None))
@@ -140,12 +179,13 @@ def run_decode_cli(args: argparse.Namespace) -> int:
             report["baseline"] = {**info, "token_law": compare_token_laws(result.tokens, plain, V),
                                   "token_law_plain_vs_plain": compare_token_laws(plain_again, plain, V)}
     except InputError as exc:
-        hint = ""
+        if bar is not None:
+            bar.close()  # the error line starts on a clean line, not on the progress bar
         if isinstance(exc, ModelTooLargeError) and args.top_k is None:
             # the exact rule's leaves at n >= 3 on a full vocabulary: sampling with --top-k bounds the support
-            hint = " (here: sample with --top-k, e.g. --top-k 100, which bounds the tokens the verifier sees)"
-        print(f"otlp decode: error: {exc}{hint}", file=sys.stderr)
-        return 2
+            raise InputError(f"{exc} (here: sample with --top-k, e.g. --top-k 100, which bounds the tokens the "
+                             "verifier sees)") from None
+        raise
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -191,7 +231,9 @@ def add_acceptance_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
     parser.add_argument("--vocab-size", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", default="benchmarks/results", help="folder for the JSON and PNG")
+    parser.add_argument("--out", default="benchmarks/results",
+                        help="folder for the JSON and PNG, relative to the current directory (default "
+                             "benchmarks/results); the paths written are printed at the end")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
@@ -225,26 +267,28 @@ def _check_out_dir(out: str) -> None:
 
 
 def run_acceptance_cli(args: argparse.Namespace) -> int:
-    """Run ``otlp bench acceptance``: table (or JSON) on stdout, JSON + PNG under ``--out``."""
+    """Run ``otlp bench acceptance``: table (or JSON) on stdout, JSON + PNG under ``--out`` (their absolute paths
+    printed). Bad input raises ``InputError`` before the models load."""
     from otlp.decode.acceptance import format_sweep, run_acceptance
+    from otlp.distributions import check_int
 
-    try:
-        if args.pairs < 1:
-            raise InputError(f"--pairs must be an integer >= 1, got {args.pairs} (the number of (p, q) pairs to "
-                             "collect)")
-        ns = _int_list(args.ns, "--ns")
-        top_ks = _int_list(args.top_ks, "--top-ks", allow_all=True)
-        _check_out_dir(args.out)  # before the minutes of collection, not after
-        pair = load_model_pair(args.draft, args.target, args.vocab_size, args.device)
-        prompts = [pair.encode(t) for t in DEFAULT_PROMPTS]
-        sweep = run_acceptance(pair.draft, pair.target, prompts, pairs=args.pairs, ns=ns, top_ks=top_ks,
-                               temperature=args.temperature, seed=args.seed, out_dir=args.out)
-    except InputError as exc:
-        print(f"otlp bench acceptance: error: {exc}", file=sys.stderr)
-        return 2
+    check_device(args.device)
+    if isinstance(args.pairs, bool) or not isinstance(args.pairs, int) or args.pairs < 1:
+        raise InputError(f"--pairs must be an integer >= 1, got {args.pairs} (the number of (p, q) pairs to "
+                         "collect)")
+    check_int(args.seed, "--seed", 0)
+    check_int(args.vocab_size, "--vocab-size", 2)
+    ns = _int_list(args.ns, "--ns")
+    top_ks = _int_list(args.top_ks, "--top-ks", allow_all=True)
+    _check_out_dir(args.out)  # before the minutes of collection, not after
+    pair = load_model_pair(args.draft, args.target, args.vocab_size, args.device)
+    prompts = [pair.encode(t) for t in DEFAULT_PROMPTS]
+    sweep = run_acceptance(pair.draft, pair.target, prompts, pairs=args.pairs, ns=ns, top_ks=top_ks,
+                           temperature=args.temperature, seed=args.seed, out_dir=args.out)
     if args.json:
         print(json.dumps(sweep, indent=2))
     else:
         print(format_sweep(sweep, sweep["V"]))
-        print(f"wrote {sweep['png']} and its JSON ({sweep['seconds']:.1f} s)")
+        print(f"wrote {os.path.abspath(sweep['png'])} and its JSON, in {os.path.abspath(args.out)} "
+              f"({sweep['seconds']:.1f} s)")
     return 0

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
-
-from otlp.errors import InputError
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -23,38 +20,72 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
 
 
 def run_check_cli(args: argparse.Namespace) -> int:
-    """Run ``otlp check``; returns the exit code: 0 all passed, 1 a violation or error, 2 bad input."""
+    """Run ``otlp check``; returns the exit code: 0 all passed (checks whose optional package is not installed are
+    skipped and named), 1 a violation or error. Bad input raises InputError (``otlp.cli.main`` prints it, exit 2)."""
+    from otlp.distributions import check_int
     from otlp.proofs_check.registry import build_registry, format_table, results_json, run_checks
 
-    try:
-        if args.instances < 1:
-            raise InputError(f"--instances must be >= 1, got {args.instances}")
-        if args.seed < 0:  # numpy seeds are >= 0 (run_checks refuses it too; here it also covers --list)
-            raise InputError(f"--seed must be an integer >= 0, got {args.seed}")
-        if args.list:
-            checks = build_registry().select(args.theorem)
-            if args.json:
-                import json
+    check_int(args.instances, "--instances", 1)
+    check_int(args.seed, "--seed", 0)  # numpy seeds are >= 0 (run_checks refuses it too; here it also covers --list)
+    if args.list:
+        checks = build_registry().select(args.theorem)
+        if args.json:
+            import json
 
-                print(json.dumps([{"name": c.name, "title": c.title, "source": c.source, "statement": c.statement,
-                                   "printed": c.printed, "counterexample": c.counterexample,
-                                   "conditions": c.conditions, "exact_supported": c.exact_supported}
-                                  for c in checks], indent=2))
-            else:
-                for c in checks:
-                    print(f"{c.name:24s} {c.source}\n{'':24s} {c.statement}")
-            return 0
-        results = run_checks(args.theorem, instances=args.instances, seed=args.seed, exact=args.exact)
-    except InputError as exc:
-        print(f"otlp check: {exc}", file=sys.stderr)
-        return 2
-    print(results_json(results) if args.json else format_table(results))
-    return 0 if all(r.ok for r in results) else 1
+            print(json.dumps([{"name": c.name, "title": c.title, "source": c.source, "statement": c.statement,
+                               "printed": c.printed, "counterexample": c.counterexample,
+                               "conditions": c.conditions, "exact_supported": c.exact_supported}
+                              for c in checks], indent=2))
+        else:
+            for c in checks:
+                print(f"{c.name:24s} {c.source}\n{'':24s} {c.statement}")
+        return 0
+    from otlp._cli_util import Progress
+
+    names = [c.name for c in build_registry().select(args.theorem)]
+    results = []
+    with Progress("otlp check", total=len(names), enabled=not args.json) as bar:
+        for name in names:  # one at a time, for the progress line; run_checks validates and seeds each the same
+            bar.set_note(name)
+            results.extend(_skip_missing(r) for r in run_checks([name], instances=args.instances, seed=args.seed,
+                                                                 exact=args.exact))
+            bar.update(1)
+    skipped = [r for r in results if r.status == SKIP]
+    if args.json:
+        print(results_json(results))
+    else:
+        ran = [r for r in results if r.status != SKIP]
+        table = format_table(ran) if ran else "no check ran"
+        print(table)
+        for r in skipped:
+            print(f"{r.name}: skipped: {r.details}")
+    return 0 if all(r.ok or r.status == SKIP for r in results) else 1
+
+
+SKIP = "skip"
+
+
+def _skip_missing(result):  # noqa: ANN001, ANN202 - CheckResult
+    """A check that errored only because an optional package is missing becomes a named skip (not a violation)."""
+    import dataclasses
+    import re
+
+    from otlp._cli_util import OPTIONAL_MODULES
+    from otlp.proofs_check.core import ERROR
+
+    match = re.match(r"ModuleNotFoundError: No module named '([\w.]+)'", result.details or "")
+    if result.status != ERROR or not match or match.group(1).split(".")[0] not in OPTIONAL_MODULES:
+        return result
+    package, extra = OPTIONAL_MODULES[match.group(1).split(".")[0]]
+    return dataclasses.replace(result, status=SKIP,
+                               details=f"needs the optional package '{package}' (pip install 'otlp[{extra}]')")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = add_check_arguments(argparse.ArgumentParser(prog="otlp check", description="theorems as runnable checks"))
-    return run_check_cli(parser.parse_args(argv))
+    """``python -m otlp.proofs_check.cli ...`` = ``otlp check ...``."""
+    from otlp.cli import main as otlp_main
+
+    return otlp_main(["check", *(argv or [])])
 
 
 if __name__ == "__main__":  # pragma: no cover

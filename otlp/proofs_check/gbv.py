@@ -160,7 +160,7 @@ def verify_skewed(inst: BlockInstance, hooks: dict, exact: bool) -> float:
 SKEWED = Check(
     name="gbv.eq19-23",
     title="GBV's skewed draft q^Gamma_g (Eqs. 22-23) = brute force over K drafted paths; Eq. 19 (corrected), Eq. 20",
-    source="GBV Def. 5.1-5.2, Eqs. 19-23 (papers/002; notes/gbv.md §2.7, §3.4)",
+    source="GBV Def. 5.1-5.2, Eqs. 19-23 (GBV design note §2.7, §3.4)",
     statement="Drafting K i.i.d. paths and keeping the highest-ranked one (ranking: lexicographic in the per-node "
     "score p/q, ties by token id) gives every prefix the law q^Gamma_g(a_{1:i}) = (q(a_{1:i}) + B)^K - B^K; on leaves "
     "q^Gamma(P_i) = (sum_{j<=i} q(P_j))^K - (sum_{j<i} q(P_j))^K and q^Gamma(P_i)/q(P_i) is nondecreasing in i.",

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import otlp
+from otlp.cli import main
 from otlp.decode.acceptance import acceptance_sweep, iid_optimal_acceptance, top_k_draft
 from otlp.decode.cli import add_acceptance_arguments, add_decode_arguments, run_acceptance_cli, run_decode_cli
 from otlp.decode.metrics import compare_token_laws
@@ -80,11 +81,9 @@ def test_decode_cli_text_output_and_bad_input(capsys):
     assert run_decode_cli(args) == 0
     out = capsys.readouterr().out
     assert "block efficiency" in out and "spechub" in out
-    bad = _parse(add_decode_arguments, ["--verifier", "nope", "--no-progress"])
-    assert run_decode_cli(bad) == 2
-    assert "unknown verifier" in capsys.readouterr().err
-    bad = _parse(add_decode_arguments, ["--draft", "ngram:2", "--target", "/no/such/dir", "--no-progress"])
-    assert run_decode_cli(bad) == 2
+    assert main(["decode", "--verifier", "nope", "--no-progress"]) == 2  # bad input: InputError -> one line, 2
+    assert "unknown --verifier" in capsys.readouterr().err
+    assert main(["decode", "--draft", "ngram:2", "--target", "/no/such/dir", "--no-progress"]) == 2
 
 
 def test_bench_acceptance_writes_table_and_png(tmp_path, capsys):
@@ -98,10 +97,31 @@ def test_bench_acceptance_writes_table_and_png(tmp_path, capsys):
     assert (tmp_path / "acceptance_sweep.png").read_bytes()[:4] == b"\x89PNG"
     alpha = np.array(sweep["alpha"])
     assert (np.diff(alpha, axis=1) >= -1e-12).all()  # more drafts never hurt; top-k has no such guarantee
-    assert run_acceptance_cli(_parse(add_acceptance_arguments, ["--ns", "0"])) == 2
+    assert main(["bench", "acceptance", "--ns", "0"]) == 2
 
 
 @pytest.mark.parametrize("spec", ["ngram:x", "ngram:0"])
 def test_bad_model_specs(spec, capsys):
-    assert run_decode_cli(_parse(add_decode_arguments, ["--draft", spec, "--target", "ngram:3",
-                                                        "--no-progress"])) == 2
+    assert main(["decode", "--draft", spec, "--target", "ngram:3", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("otlp: error:") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch", "0"], "--batch must be an integer >= 1, got 0"),
+    (["--batch", "-1"], "--batch must be an integer >= 1, got -1"),
+    (["--device", "bogus"], "--device 'bogus' is not a torch device"),
+    (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),
+    (["--top-p", "0"], "--top-p must be"),
+    (["--n", "0"], "--n must be an integer >= 1"),
+])
+def test_decode_arguments_are_checked_before_any_model_is_built(argv, message, capsys, monkeypatch):
+    import otlp.decode.cli as cli
+
+    def no_models(*a, **k):
+        raise AssertionError("a model was built before the arguments were checked")
+
+    monkeypatch.setattr(cli, "load_model_pair", no_models)
+    assert main(["decode", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("otlp: error: ") and message in err and err.count("\n") == 1

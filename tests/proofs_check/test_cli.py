@@ -36,8 +36,11 @@ def test_list(capsys):
 
 
 def test_unknown_theorem_exits_2(capsys):
-    assert run_check_cli(_args("--theorem", "no.such.theorem")) == 2
-    assert "unknown theorem" in capsys.readouterr().err
+    from otlp.cli import main
+
+    assert main(["check", "--theorem", "no.such.theorem"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("otlp: error: unknown theorem") and err.count("\n") == 1
 
 
 def _fake_registry(verify):
@@ -87,10 +90,42 @@ def test_unknown_hook_is_refused():
 @pytest.mark.parametrize("seed", ["-1", "-100"])
 def test_negative_seed_exits_2_before_running(seed, capsys):
     # a negative seed is bad input (exit 2), not a theorem violation: it used to error inside every check (exit 1)
-    assert run_check_cli(_args("--seed", seed, "--theorem", "gr.thm3.1")) == 2
+    from otlp.cli import main
+
+    assert main(["check", "--seed", seed, "--theorem", "gr.thm3.1"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.strip() == f"otlp check: --seed must be an integer >= 0, got {seed}"
+    assert captured.err.strip() == f"otlp: error: --seed must be an integer >= 0, got {seed}"
+
+
+def test_a_missing_optional_package_is_a_named_skip(monkeypatch, capsys):
+    # a check whose hook needs torch in a core-only install is skipped (exit 0), not an ERROR (exit 1)
+    def needs_torch(inst, hooks, exact):
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
+
+    monkeypatch.setattr(registry_mod, "build_registry", _fake_registry(needs_torch))
+    assert run_check_cli(_args("--instances", "2")) == 0
+    out = capsys.readouterr().out
+    assert "fake.always: skipped: needs the optional package 'torch' (pip install 'otlp[torch]')" in out
+
+
+def test_a_missing_non_optional_module_is_still_an_error(monkeypatch, capsys):
+    def broken(inst, hooks, exact):
+        raise ModuleNotFoundError("No module named 'otlp.nothing'", name="otlp.nothing")
+
+    monkeypatch.setattr(registry_mod, "build_registry", _fake_registry(broken))
+    assert run_check_cli(_args("--instances", "2")) == 1
+
+
+def test_list_cites_only_files_in_the_repository(capsys):
+    import re
+    from pathlib import Path
+
+    assert run_check_cli(_args("--list", "--json")) == 0
+    text = capsys.readouterr().out
+    root = Path(__file__).resolve().parents[2]
+    cited = set(re.findall(r"[\w./-]+\.(?:md|py|txt|json)\b|\b(?:papers|notes)/[\w.-]+", text))
+    assert [c for c in cited if not (root / c).exists()] == []
 
 
 def test_run_checks_refuses_a_negative_seed() -> None:

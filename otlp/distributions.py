@@ -37,12 +37,10 @@ def check_distribution(
 
     Raises
     ------
-    InputError : not 1-D, empty, non-finite, negative, wrong length, or not summing to 1 within ``atol``.
+    InputError : not numbers (booleans, strings, a ``range`` or a generator included), ragged, not 1-D, empty,
+        non-finite, negative, wrong length, or not summing to 1 within ``atol``.
     """
-    try:
-        arr = np.array(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be a vector of numbers, got {type(x).__name__}: {exc}") from None
+    arr = as_real_array(x, name, "a probability vector")
     if arr.ndim != 1:
         raise InputError(f"{name} must be a 1-D probability vector, got shape {arr.shape}")
     if arr.size == 0:
@@ -69,6 +67,78 @@ def check_distribution(
             "to divide by the sum)"
         )
     return arr
+
+
+#: numpy dtype kinds that hold real numbers (bool 'b', strings 'U'/'S', objects 'O', complex 'c' are refused)
+_REAL_KINDS = "iuf"
+
+
+def as_real_array(x: object, name: str, expected: str = "an array of numbers") -> np.ndarray:
+    """``x`` as a float64 array, if it holds real numbers only; ``InputError`` naming ``name`` otherwise.
+
+    Accepted: numpy arrays of integer or float dtype, lists / tuples (nested for more axes) of ints and floats,
+    and objects with ``__array__`` (torch tensors). Refused, with what was expected: booleans (``[True, False]``
+    would otherwise read as 1, 0), strings (``["0.5", "0.5"]`` would otherwise be parsed), complex numbers,
+    ragged lists, and other iterables (``range``, generators, sets, dicts), which are not vectors of values.
+    """
+    if isinstance(x, (bool, np.bool_, str, bytes)) or (not isinstance(x, (np.ndarray, list, tuple, np.generic))
+            and not hasattr(x, "__array__")):
+        raise InputError(f"{name} must be {expected} (a list or array of numbers), got {type(x).__name__}")
+    if isinstance(x, (list, tuple)) and _has_non_real(x):
+        raise InputError(f"{name} must be {expected} of numbers; it holds a boolean, string or other non-number")
+    try:
+        raw = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} must be {expected} of numbers with equal-length rows: "
+                         f"{' '.join(str(exc).split())[:120]}") from None
+    if raw.dtype.kind not in _REAL_KINDS:
+        raise InputError(f"{name} must be {expected} of real numbers, got dtype {raw.dtype} "
+                         "(booleans, strings, complex and object arrays are refused)")
+    return np.array(raw, dtype=np.float64)
+
+
+def _has_non_real(values: list | tuple) -> bool:
+    """Whether a (nested) list holds something other than an int or float (bools and strings included)."""
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            if _has_non_real(v):
+                return True
+        elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            return True
+    return False
+
+
+def check_token_tuples(omegas: object, n: int, V: int, rows: int | None = None, name: str = "drafted tuples"
+                       ) -> np.ndarray:
+    """Drafted tuples as ``int64 [M, n]`` with token ids in [0, V) (``rows``: M, when fixed); ``InputError``
+    otherwise, ragged lists and boolean / float / string entries included. A single tuple ``[n]`` is read as
+    ``[1, n]``."""
+    if isinstance(omegas, (list, tuple)) and _has_non_real(omegas):
+        raise InputError(f"{name} must be integer token ids; got a boolean, string or other non-number")
+    try:
+        w = np.asarray(omegas)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must have shape [M, n] with n = {n}; got rows of different lengths") from None
+    if w.ndim == 1:
+        w = w[None, :]
+    if w.ndim != 2 or w.shape[1] != n or (rows is not None and w.shape[0] != rows):
+        raise InputError(f"{name} must have shape [{'M' if rows is None else rows}, n] with n = {n}, "
+                         f"got {w.shape}")
+    if w.dtype.kind not in "iu":
+        raise InputError(f"{name} must be integer token ids, got dtype {w.dtype}")
+    if w.size and (w.min() < 0 or w.max() >= V):
+        raise InputError(f"{name}: token ids must lie in [0, {V}), got range [{w.min()}, {w.max()}]")
+    return w.astype(np.int64, copy=False)
+
+
+def as_generator(seed: object, name: str = "rng") -> np.random.Generator:
+    """A ``numpy.random.Generator`` from a Generator (returned as is), an integer seed >= 0, or None (fresh OS
+    entropy: irreproducible, as the caller asked). ``InputError`` for anything else (a bool, a negative seed)."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if seed is None:
+        return np.random.default_rng()
+    return np.random.default_rng(check_int(seed, f"{name} (a seed)", 0))
 
 
 def check_int(value: object, name: str, minimum: int) -> int:
@@ -228,7 +298,10 @@ def load_distribution(spec: str | Sequence[float], name: str = "p", *, renormali
         if text.endswith(".npy"):
             try:
                 values = np.load(text, allow_pickle=False)
-            except (ValueError, OSError) as exc:
+            except (ValueError, OSError, EOFError) as exc:  # EOFError: an empty file
+                if isinstance(exc, EOFError) or os.path.getsize(text) == 0:
+                    raise InputError(f"{name}: {text!r} is empty; expected a .npy file holding a 1-D array of "
+                                     "numbers") from None
                 raise InputError(f"{name}: cannot read {text!r} as a numeric .npy array: {exc}") from None
         else:
             try:
@@ -239,8 +312,11 @@ def load_distribution(spec: str | Sequence[float], name: str = "p", *, renormali
             if not isinstance(values, list):
                 raise InputError(f"{name}: {text!r} must hold a JSON list of numbers, got {type(values).__name__}")
         return check_distribution(values, name, renormalize=renormalize)
+    fields = text.replace(";", ",").split(",")
+    if text and any(not tok.strip() for tok in fields):
+        raise InputError(f"{name}: {spec!r} has an empty field; expected comma-separated numbers like 0.5,0.3,0.2")
     try:
-        values = [float(tok) for tok in text.replace(";", ",").split(",") if tok.strip()]
+        values = [float(tok) for tok in fields if tok.strip()]
     except ValueError:
         raise InputError(
             f"{name}: cannot parse {spec!r}; expected comma-separated numbers like 0.5,0.3,0.2 "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -169,3 +170,85 @@ def test_plus_and_minus_inf_entries_raise_without_a_runtime_warning():
         warnings.simplefilter("error")  # inf + (-inf) in the sum must not warn (or, under -W error, escape as one)
         with pytest.raises(InputError, match="not finite"):
             check_distribution([float("inf"), -float("inf")])
+
+
+# -- accepted though wrong (issue 17): refused now, with what was expected ------------------------------------------
+@pytest.mark.parametrize("x, message", [
+    ([True, False], "boolean, string or other non-number"),
+    (["0.5", "0.5"], "boolean, string or other non-number"),
+    ([0.5, True, 0.5], "boolean, string or other non-number"),
+    (range(2), "got range"),
+    ((v for v in (0.5, 0.5)), "got generator"),
+    ({0.25, 0.75}, "got set"),
+    (np.array([True, False]), "dtype bool"),
+    (np.array(["0.5", "0.5"]), "dtype <U3"),
+    (np.array([0.5 + 0j, 0.5]), "dtype complex128"),
+    ([[0.5], [0.25, 0.25]], "equal-length rows"),
+    ("0.5,0.5", "got str"),
+])
+def test_non_numbers_are_refused(x, message):
+    from otlp.distributions import check_distribution
+
+    with pytest.raises(InputError, match=re.escape(message)):
+        check_distribution(x)
+
+
+@pytest.mark.parametrize("x", [[0.5, 0.5], (0.5, 0.5), [1, 0], np.array([0.5, 0.5], dtype=np.float32),
+                               np.array([1, 0], dtype=np.int64), [np.float64(0.5), np.float32(0.5)]])
+def test_real_vectors_are_accepted(x):
+    from otlp.distributions import check_distribution
+
+    assert check_distribution(x).tolist() == [float(v) for v in np.asarray(x, dtype=np.float64)]
+
+
+@pytest.mark.parametrize("spec", ["0.5,,0.5", "0.5,0.5,", ",0.5,0.5", "0.5;;0.5"])
+def test_an_empty_field_is_refused(spec):
+    from otlp.distributions import load_distribution
+
+    with pytest.raises(InputError, match="empty field"):
+        load_distribution(spec)
+
+
+@pytest.mark.parametrize("text", ["[true, false]", '["0.5", "0.5"]', "[0.5, null, 0.5]", "[[0.5], [0.5, 0]]"])
+def test_json_files_hold_numbers_only(tmp_path, text):
+    from otlp.distributions import load_distribution
+
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(InputError):
+        load_distribution(str(path))
+
+
+def test_an_empty_npy_file_is_an_input_error(tmp_path):
+    from otlp.distributions import load_distribution
+
+    (tmp_path / "p.npy").write_bytes(b"")
+    with pytest.raises(InputError, match="is empty"):
+        load_distribution(str(tmp_path / "p.npy"))
+    np.save(tmp_path / "b.npy", np.array([True, False]))
+    with pytest.raises(InputError, match="dtype bool"):
+        load_distribution(str(tmp_path / "b.npy"))
+
+
+def test_token_tuples_checker():
+    from otlp.distributions import check_token_tuples
+
+    assert check_token_tuples([[0, 1], [2, 2]], 2, 3).dtype == np.int64
+    assert check_token_tuples([0, 1], 2, 3).shape == (1, 2)
+    for bad, message in [([[0, 1], [2]], "rows of different lengths"), ([[0, 3]], r"\[0, 3\)"),
+                         ([[0.0, 1.0]], "integer token ids"), ([[True, False]], "integer token ids"),
+                         ([[0, 1, 2]], "shape"), ([["0", "1"]], "integer token ids")]:
+        with pytest.raises(InputError, match=message):
+            check_token_tuples(bad, 2, 3)
+
+
+def test_as_generator():
+    from otlp.distributions import as_generator
+
+    g = np.random.default_rng(1)
+    assert as_generator(g) is g
+    assert as_generator(0).random() == np.random.default_rng(0).random()
+    assert isinstance(as_generator(None), np.random.Generator)
+    for bad in (-1, True, 1.5, "0"):
+        with pytest.raises(InputError):
+            as_generator(bad)

@@ -279,10 +279,13 @@ SUBCOMMANDS: list[tuple[str, str, str, str, str]] = [
      "otlp.proofs_check.cli", "add_check_arguments", "run_check_cli"),
     ("decode", "speculative decode loop (embedded n-gram pair by default): block efficiency, acceptance, tokens/s",
      "otlp.decode.cli", "add_decode_arguments", "run_decode_cli"),
+    ("sweep", "alpha*, every rule's exact acceptance and the gaps over a capture of (p, q) pairs (otlp decode "
+     "--capture), by depth, entropy and n; local cores or a Dask cluster", "otlp.sweep.cli", "add_sweep_arguments",
+     "run_sweep_cli"),
 ]
 
 #: the extra of pyproject.toml that installs everything a command needs (named when a package is missing)
-COMMAND_EXTRAS = {"otlp decode": "decode", "otlp bench acceptance": "decode"}
+COMMAND_EXTRAS = {"otlp decode": "decode", "otlp bench acceptance": "decode", "otlp sweep": "sweep"}
 
 #: (name, help, module, argument adder, runner) of the ``otlp bench`` benchmarks.
 BENCHMARKS: list[tuple[str, str, str, str, str]] = [

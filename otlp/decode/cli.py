@@ -97,6 +97,12 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
                              "floor, and the speed ratio)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--capture", metavar="DIR",
+                        help="write every verification node's (p, q) to a new capture folder DIR (Parquet; needs "
+                             "otlp[sweep]), the input of `otlp sweep DIR`")
+    parser.add_argument("--capture-storage", choices=("sparse", "dense"), default="sparse",
+                        help="sparse: top-k of p and q plus tail masses (default); dense: whole laws")
+    parser.add_argument("--capture-top-k", type=int, default=256, help="k of sparse captures (default 256)")
     return parser
 
 
@@ -150,21 +156,32 @@ def run_decode_cli(args: argparse.Namespace) -> int:
     """Run ``otlp decode``; prints metrics (or JSON). Bad input raises ``InputError`` before any model is built
     (``otlp.cli.main`` prints the one line and exits 2)."""
     check_decode_arguments(args)
-    bar = None
+    bar = capture = None
     try:
         pair = load_model_pair(args.draft, args.target, args.vocab_size, args.device)
         texts = args.prompt or [DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)] for i in range(max(1, args.batch))]
         prompts = [pair.encode(t) for t in texts]
         total = len(prompts) * args.max_new_tokens
         bar = _progress(total, not (args.no_progress or args.json), f"decode {args.verifier} n={args.n} L={args.L}")
+        if args.capture:  # opened before the run, closed (last shard written) even on an interrupt
+            from otlp.sweep.capture import CaptureWriter
+
+            facts = {"source": "otlp decode", "models": pair.description, "verifier": args.verifier, "n": args.n,
+                     "L": args.L, "seed": args.seed}
+            capture = CaptureWriter(args.capture, pair.target.vocab_size, storage=args.capture_storage,
+                                    top_k=args.capture_top_k, provenance=facts)
         result = decode(pair.draft, pair.target, args.verifier, args.n, args.L, prompts=prompts,
                         max_new_tokens=args.max_new_tokens, scheme=args.scheme, temperature=args.temperature,
                         top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                        progress=bar.update if bar is not None else None)
+                        progress=bar.update if bar is not None else None, capture=capture)
         if bar is not None:
             bar.close()
         report: dict = {"models": pair.description, "metrics": result.metrics.as_dict(),
                         "sample": pair.decode_text(result.tokens[0])}
+        if capture is not None:
+            capture.close()
+            report["capture"] = {"path": str(capture.path), "nodes": capture.rows, "shards": len(capture.shards),
+                                 "storage": capture.storage}
         if not args.no_baseline:  # two plain runs: the second gives the token-law comparison its noise floor
             runs = []
             for k in (1, 2):
@@ -186,6 +203,9 @@ def run_decode_cli(args: argparse.Namespace) -> int:
             raise InputError(f"{exc} (here: sample with --top-k, e.g. --top-k 100, which bounds the tokens the "
                              "verifier sees)") from None
         raise
+    finally:
+        if capture is not None:
+            capture.close()
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -216,6 +236,10 @@ def format_report(report: dict) -> str:
             f"token law vs plain  TV = {law['tv']:.4f} ({law['tokens'][0]} vs {law['tokens'][1]} tokens); "
             f"two plain runs: TV = {floor['tv']:.4f} (equal laws; tokens of a stream are dependent, so no p-value)",
         ]
+    if "capture" in report:
+        c = report["capture"]
+        lines.append(f"capture             {c['nodes']} nodes ({c['storage']}) in {c['shards']} shards under "
+                     f"{c['path']}")
     lines.append(f"sample              {report['sample'][:300]}")
     return "\n".join(lines)
 

@@ -131,6 +131,7 @@ def decode(
     single_draft_verifier: Verifier | None = None,
     collect: int = 0,
     progress: Callable[[int], object] | None = None,
+    capture: object = None,
 ) -> DecodeResult:
     """Speculative decoding of ``max_new_tokens`` tokens for each prompt (see the module docstring).
 
@@ -147,6 +148,10 @@ def decode(
         scheme (defined for n = 2 only), where single-draft speculative sampling is used.
     collect : keep the (p, q) laws at the first ``collect`` step roots (for ``otlp bench acceptance``).
     progress : called with the number of new tokens (summed over prompts, capped at the target) after each step.
+    capture : an :class:`otlp.sweep.CaptureWriter` (or any object with ``start_run(**settings)`` and
+        ``add_nodes(p [R, V], q [R, V], **node columns)``): every verification node's (p, q) is written to it
+        with its context id (one per prompt and step), prompt, position, depth, width, the sampling settings
+        and the model names (see :mod:`otlp.sweep.capture`). Costs a host copy of p and q per node.
     """
     V = check_pair(draft_model, target_model)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -188,6 +193,14 @@ def decode(
     target_calls = sequence_steps = emitted = 0
     root_p: list[torch.Tensor] = []
     root_q: list[torch.Tensor] = []
+    next_context = 0  # capture: context ids, one per prompt and step
+    if capture is not None:
+        if int(getattr(capture, "V", V)) != V:
+            raise InputError(f"the capture holds V = {capture.V} entries per law, the models have V = {V}")
+        capture.start_run(temperature=temperature, top_k=top_k, top_p=top_p, draft_temperature=d_temp,
+                          draft_top_k=d_top_k, draft_top_p=d_top_p,
+                          draft_model=str(getattr(draft_model, "name", None) or type(draft_model).__name__),
+                          target_model=str(getattr(target_model, "name", None) or type(target_model).__name__))
     start = time.perf_counter()
 
     while True:
@@ -195,6 +208,10 @@ def decode(
         if not active_ids:
             break
         A = len(active_ids)
+        if capture is not None:  # node columns of this step's tree
+            context_ids = torch.arange(next_context, next_context + A)  # [A]
+            positions = torch.tensor([len(sequences[b]) - prompt_lengths[b] for b in active_ids])  # [A]
+            next_context += A
         contexts = [sequences[b] if window is None else sequences[b][max(0, len(sequences[b]) - window):]
                     for b in active_ids]
 
@@ -241,6 +258,9 @@ def decode(
                 lead = cols[:, 0]
                 p = p_all[rows, lead, j]  # [R, V]
                 q = q_all[rows, lead, j]  # [R, V]
+                if capture is not None:
+                    capture.add_nodes(p, q, context_id=context_ids[rows], sequence=torch.tensor(active_ids)[rows],
+                                      position=positions[rows], depth=j, width=width)
                 rule = resolved.sample if width > 1 else single_draft_verifier
                 if resolved.per_draft_q and rule is resolved.sample:
                     q = q[:, None, :].expand(-1, width, -1)  # [R, width, V]: every child drawn from q

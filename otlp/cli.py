@@ -87,15 +87,55 @@ def read_problem(args: argparse.Namespace):  # -> (p, draft)
 
 
 # -- otlp solve ------------------------------------------------------------------------------------------------
+#: default --time-limit of ``otlp solve``: seconds per LP / flow solve
+SOLVE_TIME_LIMIT = 10.0
+#: constraint-matrix nonzeros per second each backend sustains on the OTLP formulations, measured on a 2-core CPU
+#: (IID drafts, V = 30-200, n = 2) and taken at the slow end (networkx grows faster than linearly; HiGHS on
+#: degenerate instances such as V = 10, n = 4 is ~10x slower than the median), so that an estimate above the time
+#: limit means the solve would not finish: the size guard skips it instead of starting it.
+SOLVE_RATES = {"highs": 7e4, "cvxpy": 8e3, "pulp": 3.5e4, "ortools": 2e5, "networkx": 3.6e3, "pot": 7e4,
+               "exact": 1e3}
+#: with more entries than this, ``solve --json`` gives a summary of p instead of the whole vector
+JSON_FULL_P = 100
+
+
+def estimated_seconds(model, backend: str) -> tuple[float, int]:  # noqa: ANN001 - a Formulation
+    """(estimated seconds, constraint-matrix nonzeros) of solving ``model`` with ``backend``, from its size alone
+    (nothing is built)."""
+    size = model.size(model.kind_for(backend))
+    nonzeros = int(getattr(size, "nonzeros", 0) or getattr(size, "variables", 0))
+    return nonzeros / SOLVE_RATES.get(backend, 1e3), nonzeros
+
+
+def _takes_time_limit(backend: str) -> bool:
+    from otlp.solvers import backend_module
+
+    return "time_limit" in getattr(backend_module(backend), "_OPTION_NAMES", ())
+
+
 def _solve_rows(p: np.ndarray, draft, formulations: list[str], backends: list[str], *,  # noqa: ANN001 - draft
-                requested: Sequence[str] = (), backends_given: bool = True) -> list[dict]:
-    """One row per (formulation, backend) that can be paired, after the closed form (and the block solver).
+                requested: Sequence[str] = (), backends_given: bool = True,
+                time_limit: float = SOLVE_TIME_LIMIT) -> list[dict]:
+    """All rows of :func:`iter_solve_rows` as a list."""
+    return list(iter_solve_rows(p, draft, formulations, backends, requested=requested, backends_given=backends_given,
+                                time_limit=time_limit))
+
+
+def iter_solve_rows(p: np.ndarray, draft, formulations: list[str], backends: list[str], *,  # noqa: ANN001 - draft
+                    requested: Sequence[str] = (), backends_given: bool = True,
+                    time_limit: float = SOLVE_TIME_LIMIT, on_start: Callable[[str], None] | None = None):
+    """One row per (formulation, backend) that can be paired, after the closed form (and the block solver), yielded
+    as each finishes: the sub-millisecond rows come first.
 
     A formulation named in ``requested`` that none of ``backends`` can solve is refused (``InputError`` naming the
     backends that can), before any solve runs; other formulations simply skip the backends that do not take them
     (pot takes only FullOTLP). When ``backends_given`` is False the backends are a default, and a formulation none
     of them takes is solved by the first installed backend, in ``BACKENDS`` order, that takes it (highs cannot
     return the min cut SubsetSelection reads H* from, so ``--formulation subset`` alone uses ortools or networkx).
+
+    Size guard: a solve whose estimated time (:func:`estimated_seconds`) exceeds ``time_limit`` is not started; its
+    row has status ``skipped`` and a ``reason`` stating the size. Backends that take a time limit get
+    ``time_limit`` too. ``on_start(label)`` is called before each solve (for a progress line).
     """
     import otlp
     import otlp.formulations as F
@@ -129,28 +169,39 @@ def _solve_rows(p: np.ndarray, draft, formulations: list[str], backends: list[st
             route = f"can only be solved by --backend {' or '.join(others)}" if others else "has no backend"
             raise InputError(f"--formulation {name} {route}; --backend {', '.join(backends)} cannot solve it")
 
-    rows: list[dict] = []
     start = time.perf_counter()
     alpha = otlp.optimal_acceptance(p, draft)
-    rows.append({"formulation": "closed_form", "backend": "otlp", "value": alpha, "status": "optimal",
-                 "build_ms": 0.0, "solve_ms": 1e3 * (time.perf_counter() - start), "certificate": "-"})
+    yield {"formulation": "closed_form", "backend": "otlp", "value": alpha, "status": "optimal",
+           "build_ms": 0.0, "solve_ms": 1e3 * (time.perf_counter() - start), "certificate": "-"}
     if "optimal" in formulations:
         from otlp.optimal import OptimalTransport
 
         start = time.perf_counter()
         ot = OptimalTransport(p, draft)
-        rows.append({"formulation": "optimal", "backend": "otlp.optimal", "value": float(ot.alpha),
-                     "status": "optimal", "build_ms": 0.0, "solve_ms": 1e3 * (time.perf_counter() - start),
-                     "certificate": "-"})
+        yield {"formulation": "optimal", "backend": "otlp.optimal", "value": float(ot.alpha),
+               "status": "optimal", "build_ms": 0.0, "solve_ms": 1e3 * (time.perf_counter() - start),
+               "certificate": "-"}
     for name, model, able, first_installed in plans:
         for k, backend in enumerate(able):
+            blank = {"formulation": name, "backend": backend, "value": None, "build_ms": None, "solve_ms": None,
+                     "certificate": "-"}
             try:
-                sol = model.solve(backend=backend)
+                estimate, nonzeros = estimated_seconds(model, backend)
+                if estimate > time_limit:
+                    yield {**blank, "status": "skipped",
+                           "reason": f"{nonzeros:,} constraint nonzeros: about {estimate:.3g} s by {backend}, over "
+                                     f"--time-limit {time_limit:g} s (raise it to run this solve)"}
+                    if first_installed:
+                        break
+                    continue
+                if on_start is not None:
+                    on_start(f"{name}/{backend}")
+                options = {"time_limit": time_limit} if _takes_time_limit(backend) and time_limit < np.inf else {}
+                sol = model.solve(backend=backend, **options)
             except InputError as exc:
                 if first_installed and isinstance(exc, MissingDependencyError) and k + 1 < len(able):
                     continue  # a default route: try the next backend that takes this formulation
-                rows.append({"formulation": name, "backend": backend, "value": None, "status": f"refused: {exc}",
-                             "build_ms": None, "solve_ms": None, "certificate": "-"})
+                yield {**blank, "status": "refused", "reason": str(exc)}
                 if first_installed:
                     break
                 continue
@@ -161,31 +212,67 @@ def _solve_rows(p: np.ndarray, draft, formulations: list[str], backends: list[st
                     cert = "OK" if c.ok else f"FAILED ({c})"
                 except (ValueError, TypeError):
                     cert = "-"
-            rows.append({"formulation": name, "backend": backend, "value": float(getattr(sol, "alpha", sol.value)),
-                         "status": sol.status,
-                         "build_ms": 1e3 * sol.seconds.get("build", 0.0),
-                         "solve_ms": 1e3 * sol.seconds.get("solve", 0.0),
-                         "certificate": cert, "value_bound": sol.value_bound})
+            value = getattr(sol, "alpha", sol.value)
+            yield {"formulation": name, "backend": backend, "value": None if value is None else float(value),
+                   "status": sol.status, "build_ms": 1e3 * sol.seconds.get("build", 0.0),
+                   "solve_ms": 1e3 * sol.seconds.get("solve", 0.0), "certificate": cert,
+                   "value_bound": sol.value_bound}
             if first_installed:
                 break
-    return rows
-
-
-def _format_table(rows: list[dict], columns: list[tuple[str, str, Callable[[object], str]]]) -> str:
-    cells = [[fmt(row.get(key)) for _, key, fmt in columns] for row in rows]
-    widths = [max(len(title), *(len(c[i]) for c in cells)) if cells else len(title)
-              for i, (title, _, _) in enumerate(columns)]
-    line = "  ".join(title.ljust(w) for (title, _, _), w in zip(columns, widths, strict=True))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)) for cell in cells]
-    return "\n".join(out)
 
 
 def _num(fmt: str) -> Callable[[object], str]:
     return lambda v: "-" if v is None else format(v, fmt)
 
 
+#: the columns of the solve table: (title, key, width, format); fixed widths so rows print as they finish
+SOLVE_COLUMNS: list[tuple[str, str, int, Callable[[object], str]]] = [
+    ("formulation", "formulation", 11, str), ("backend", "backend", 12, str),
+    ("alpha", "value", 14, _num(".12f")), ("status", "status", 10, str),
+    ("build ms", "build_ms", 9, _num(".2f")), ("solve ms", "solve_ms", 9, _num(".2f")),
+    ("certificate", "certificate", 11, str),
+]
+
+
+def _format_row(row: dict, note: str = "") -> str:
+    cells = []
+    for _, key, width, fmt in SOLVE_COLUMNS:
+        text = fmt(row.get(key))
+        if key == "status" and note:
+            text = f"{text} {note}"
+        cells.append(text[:40].ljust(width))
+    return "  ".join(cells).rstrip()
+
+
+def _format_table(rows: list[dict]) -> str:
+    """The solve table (header, rows, then the reasons of skipped / refused rows as numbered notes)."""
+    lines = ["  ".join(title.ljust(width) for title, _, width, _ in SOLVE_COLUMNS).rstrip(),
+             "  ".join("-" * width for _, _, width, _ in SOLVE_COLUMNS)]
+    notes = []
+    for row in rows:
+        note = ""
+        if row.get("reason"):
+            notes.append(row["reason"])
+            note = f"[{len(notes)}]"
+        lines.append(_format_row(row, note))
+    lines += [f"[{k}] {reason}" for k, reason in enumerate(notes, 1)]
+    return "\n".join(lines)
+
+
+def _short_vector(x: np.ndarray, limit: int = 6) -> str:
+    shown = ", ".join(f"{v:.4g}" for v in x[:limit])
+    return f"[{shown}{', ...' if x.size > limit else ''}]"
+
+
+def _p_summary(p: np.ndarray) -> dict:
+    return {"V": int(p.size), "sum": float(p.sum()), "min": float(p.min()), "max": float(p.max()),
+            "nonzero": int(np.count_nonzero(p)), "head": p[:8].tolist()}
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
+    from otlp._cli_util import Progress, check_time_limit
+
+    time_limit = check_time_limit(args.time_limit)
     p, draft = read_problem(args)
     formulations = args.formulation or (["optimal", "relaxed", "full", "maxflow"] if args.example
                                         else ["optimal", "relaxed"])
@@ -195,16 +282,33 @@ def cmd_solve(args: argparse.Namespace) -> int:
         formulations = [f for f in formulations if f != "optimal"]
     backends = args.backend or (["highs", "cvxpy", "pulp", "ortools", "networkx", "pot", "exact"] if args.example
                                 else ["highs"])
-    rows = _solve_rows(p, draft, formulations, backends, requested=args.formulation or (),
-                       backends_given=bool(args.backend))
+    rows: list[dict] = []
+    with Progress("otlp solve", enabled=not args.json) as bar:
+        stream = iter_solve_rows(p, draft, formulations, backends, requested=args.formulation or (),
+                                 backends_given=bool(args.backend), time_limit=time_limit,
+                                 on_start=bar.set_note)
+        if args.json:
+            rows = list(stream)
+        else:
+            q = getattr(draft, "q", None)
+            problem = f"p = {_short_vector(p)}" + ("" if q is None else f", q = {_short_vector(np.asarray(q))}")
+            print(f"alpha* for {draft!r} ({draft.name}), V = {p.size}: {problem}"
+                  + (" (built-in example: SpecHub paper, Figs. 4-5)" if args.example else ""))
+            print(_format_table([]))
+            for row in stream:  # each row as it finishes (the closed form first); reasons go below the table
+                rows.append(row)
+                bar.close()
+                note = f"[{sum(1 for r in rows if r.get('reason'))}]" if row.get("reason") else ""
+                print(_format_row(row, note), flush=True)
+                bar.update(1)
     if args.json:
-        print(json.dumps({"p": p.tolist(), "scheme": draft.name, "n": draft.n, "results": rows}, indent=2))
+        problem = {"p": p.tolist()} if p.size <= JSON_FULL_P else {"p_summary": _p_summary(p)}
+        print(json.dumps({**problem, "V": int(p.size), "scheme": draft.name, "n": draft.n,
+                          "time_limit": time_limit, "results": rows}, indent=2))
         return 0
-    print(f"alpha* for {draft!r} ({draft.name}), V = {p.size}:")
-    print(_format_table(rows, [("formulation", "formulation", str), ("backend", "backend", str),
-                               ("alpha", "value", _num(".12f")), ("status", "status", str),
-                               ("build ms", "build_ms", _num(".2f")), ("solve ms", "solve_ms", _num(".2f")),
-                               ("certificate", "certificate", str)]))
+    reasons = [r["reason"] for r in rows if r.get("reason")]
+    for k, reason in enumerate(reasons, 1):
+        print(f"[{k}] {reason}")
     values = [r["value"] for r in rows if r["value"] is not None]
     print(f"max spread between routes: {max(values) - min(values):.2e}")
     return 0
@@ -213,7 +317,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
 def _add_solve(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("solve", help="alpha* and the optimal plan by every formulation and backend asked for",
                             description="Compute alpha* = 1 + min_H psi(H) for a target p and a draft scheme, by the "
-                                        "closed form, the exact block solver and LP/flow formulations.")
+                                        "closed form, the exact block solver and LP/flow formulations. The closed "
+                                        "form and block-solver rows print first; each LP / flow solve is skipped "
+                                        "(with its size) when its estimated time is over --time-limit.")
     add_problem_arguments(parser)
     parser.add_argument("--formulation", action="append", choices=["optimal", *FORMULATIONS],
                         help="formulation to solve (repeat; default: optimal and relaxed)")
@@ -221,7 +327,11 @@ def _add_solve(sub: argparse._SubParsersAction) -> None:
                         help="backend: highs, cvxpy, pulp, ortools, networkx, pot, exact (repeat; default: highs, "
                              "and for a formulation highs cannot solve, such as subset, the first installed backend "
                              "that can); a --formulation none of the given backends can solve is refused")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--time-limit", type=float, default=SOLVE_TIME_LIMIT, metavar="SECONDS",
+                        help=f"limit per LP / flow solve (default {SOLVE_TIME_LIMIT:g} s; inf = none): a solve whose "
+                             "size predicts more is skipped before it starts, and backends that take a limit get it")
+    parser.add_argument("--json", action="store_true",
+                        help=f"machine-readable output (p in full up to V = {JSON_FULL_P}, else a summary)")
     parser.set_defaults(func=cmd_solve)
 
 

@@ -314,12 +314,17 @@ def load_distribution(spec: str | Sequence[float], name: str = "p", *, renormali
         return check_distribution(values, name, renormalize=renormalize)
     fields = text.replace(";", ",").split(",")
     if text and any(not tok.strip() for tok in fields):
-        raise InputError(f"{name}: {spec!r} has an empty field; expected comma-separated numbers like 0.5,0.3,0.2")
+        raise InputError(f"{name}: {_clip(spec)} has an empty field; expected comma-separated numbers like 0.5,0.3,0.2")
     try:
         values = [float(tok) for tok in fields if tok.strip()]
     except ValueError:
         raise InputError(
-            f"{name}: cannot parse {spec!r}; expected comma-separated numbers like 0.5,0.3,0.2 "
+            f"{name}: cannot parse {_clip(spec)}; expected comma-separated numbers like 0.5,0.3,0.2 "
             "or a path to a .json or .npy file"
         ) from None
     return check_distribution(values, name, renormalize=renormalize)
+
+
+def _clip(text: str, width: int = 60) -> str:
+    """``repr(text)``, shortened to about ``width`` characters for a one-line message."""
+    return repr(text) if len(text) <= width else repr(text[:width]) + f" (... {len(text):,} characters)"

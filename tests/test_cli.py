@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -200,3 +201,44 @@ def test_check_without_torch_skips_and_exits_0():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("skipped: needs the optional package 'torch'") == 3
+
+
+# -- otlp solve: fast rows first, size guard, narrow output ------------------------------------------------------
+def test_solve_skips_an_lp_over_its_time_limit_without_starting_it(capsys, monkeypatch, tmp_path):
+    import otlp.formulations.base as base
+
+    def never(*args, **kwargs):
+        raise AssertionError("an LP over the limit was started")
+
+    monkeypatch.setattr(base.Formulation, "solve", never)
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(500)), rng.dirichlet(np.ones(500))
+    np.save(tmp_path / "p.npy", p)
+    np.save(tmp_path / "q.npy", q)
+    argv = ["solve", "--p", str(tmp_path / "p.npy"), "--q", str(tmp_path / "q.npy"), "--n", "2"]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    closed = next(k for k, line in enumerate(lines) if line.startswith("closed_form"))
+    skipped = next(k for k, line in enumerate(lines) if line.startswith("relaxed") and "skipped [1]" in line)
+    assert closed < skipped  # the closed form prints first
+    assert any(re.match(r"\[1\] [\d,]+ constraint nonzeros: about [\d.]+ s by highs, over --time-limit 10 s", line)
+               for line in lines)
+    assert max(len(line) for line in lines[1:]) <= 120  # a reason goes under the table, not into it
+    code, out, _ = run([*argv, "--json"], capsys)
+    data = json.loads(out)
+    assert data["results"][-1]["status"] == "skipped" and "p" not in data  # V = 500: p is summarised
+    assert data["p_summary"]["V"] == 500 and data["p_summary"]["sum"] == pytest.approx(1.0)
+
+
+def test_solve_time_limit_is_checked_and_raising_it_runs_the_lp(capsys):
+    code, _, err = run(["solve", "--example", "--time-limit", "0"], capsys)
+    assert code == 2 and "--time-limit must be a number of seconds > 0" in err
+    code, out, _ = run(["solve", "--example", "--formulation", "relaxed", "--time-limit", "inf", "--json"], capsys)
+    assert code == 0 and json.loads(out)["results"][-1]["status"] == "optimal"
+
+
+def test_solve_example_prints_p_and_q(capsys):
+    code, out, _ = run(["solve", "--example", "--formulation", "relaxed", "--backend", "highs"], capsys)
+    assert code == 0
+    assert "p = [0.1, 0.6, 0.3], q = [0.5, 0.3, 0.2]" in out.splitlines()[0]

@@ -150,6 +150,10 @@ def check_decode_arguments(args: argparse.Namespace) -> None:
     except InputError as exc:  # name the flag: "temperature must be ..." -> "--temperature must be ..."
         raise InputError("--" + str(exc).replace("top_k", "top-k").replace("top_p", "top-p")) from None
     check_device(args.device)
+    if args.capture:
+        from otlp.sweep.capture import check_new_capture
+
+        check_new_capture(args.capture, args.capture_top_k)
 
 
 def run_decode_cli(args: argparse.Namespace) -> int:

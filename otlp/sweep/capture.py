@@ -106,9 +106,8 @@ def _check_laws(p: object, q: object, V: int, atol: float) -> tuple[np.ndarray, 
         if len(shape) not in (1, 2):
             raise InputError(f"{name} must have shape [M, V] (or [V] for one node), got {shape}")
         if shape[-1] != V:
-            other = np.shape(q)[-1] if name == "p" else np.shape(p)[-1]
             raise InputError(f"{name} has V = {shape[-1]} entries per row, expected V = {V} (the capture's "
-                             f"vocabulary; p has {np.shape(p)[-1]}, q has {other})")
+                             f"vocabulary; p has {np.shape(p)[-1]}, q has {np.shape(q)[-1]})")
         rows = shape[0] if len(shape) == 2 else 1
         if 2.0 * rows * V * 8 > MAX_ADD_BYTES:
             raise ModelTooLargeError(f"adding {rows} rows of V = {V} at once", 2.0 * rows * V * 8, MAX_ADD_BYTES)
@@ -157,6 +156,17 @@ def sparsify(p: np.ndarray, q: np.ndarray, k: int) -> dict[str, np.ndarray]:
             "p_tail": np.where(keep, 0.0, p).sum(axis=1), "q_tail": np.where(keep, 0.0, q).sum(axis=1)}
 
 
+def check_new_capture(path: str | os.PathLike, top_k: int = 256) -> None:
+    """What :class:`CaptureWriter` would refuse, checked before a decode starts: pyarrow present, ``path`` new or an
+    empty folder, ``top_k`` >= 1."""
+    _deps.pyarrow()
+    p = Path(path)
+    if p.exists() and (not p.is_dir() or any(p.iterdir())):
+        raise InputError(f"capture folder {str(p)!r} exists and is not empty; give a new folder")
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        raise InputError(f"the capture top-k must be an integer >= 1, got {top_k!r}")
+
+
 class CaptureWriter:
     """Write a capture folder (see the module docstring). Use as a context manager, or call :meth:`close`.
 
@@ -187,8 +197,7 @@ class CaptureWriter:
                                     or top_k < 1):
             raise InputError(f"top_k must be an integer >= 1 for sparse storage, got {top_k!r}")
         self.path = Path(path)
-        if self.path.exists() and (not self.path.is_dir() or any(self.path.iterdir())):
-            raise InputError(f"capture folder {str(self.path)!r} exists and is not empty; give a new folder")
+        check_new_capture(self.path, top_k if storage == "sparse" else 1)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -1,0 +1,203 @@
+"""The capture format: sparse storage and its tail-mass bound against dense storage, the writer's checks, the npz
+example, and one-line refusals of bad captures."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.sweep.conftest import lm_pairs, results, write_capture
+
+pytest.importorskip("pyarrow")
+
+
+def test_sparse_rows_keep_the_top_k_of_p_and_q_and_the_tails(tmp_path):  # noqa: ANN001
+    from otlp.sweep import open_capture
+
+    rng = np.random.default_rng(1)
+    p, q = lm_pairs(rng, 40, 300)
+    p[0] = 0.0
+    p[0, :4] = 0.25  # ties at the boundary: all four kept at k = 2
+    write_capture(tmp_path / "s", p, q, storage="sparse", top_k=2, shard_rows=100)
+    block = open_capture(tmp_path / "s").read(0)
+    assert block.sparse and block.p.shape[0] == 40
+    for m in range(40):
+        stored_p = set(np.flatnonzero(block.p[m, 1:] > 0))  # columns of S holding p mass
+        assert len(stored_p) >= 2
+        top_p = np.sort(p[m])[::-1]
+        assert abs(block.p_tail[m] - (1.0 - np.sort(block.p[m, 1:])[::-1].sum())) < 1e-12
+        assert block.p_tail[m] <= 1.0 - top_p[:2].sum() + 1e-12
+        assert block.q_tail[m] <= 1.0 - np.sort(q[m])[::-1][:2].sum() + 1e-12
+    assert (block.p[0, 1:] == 0.25).sum() == 4 and block.p_tail[0] == 0.0
+
+
+@pytest.mark.parametrize("k", [4, 32])
+def test_sparse_alpha_star_is_within_the_stated_tail_bound_of_the_dense_one(tmp_path, k):  # noqa: ANN001
+    """alpha*' - min(P_T, 1 - (1 - Q_T)^n) <= alpha* <= alpha*' (proof: otlp/sweep/capture.py), and exact with a
+    draft top-k <= the stored k."""
+    from otlp.sweep import run_sweep
+
+    rng = np.random.default_rng(k)
+    p, q = lm_pairs(rng, 120, 500, noise=1.5)
+    flat_p, flat_q = rng.dirichlet(np.ones(500), 8), rng.dirichlet(np.ones(500), 8)  # heavy tails: a wide interval
+    p, q = np.vstack([p, flat_p]), np.vstack([q, flat_q])
+    write_capture(tmp_path / "d", p, q, storage="dense", shard_rows=64)
+    write_capture(tmp_path / "s", p, q, storage="sparse", top_k=k, shard_rows=64)
+    kw = {"ns": (1, 2, 3, 8), "verifiers": "none", "top_ks": (0, min(k, 4)), "workers": 1, "plots": False}
+    dense = results(run_sweep(tmp_path / "d", out=tmp_path / "od", **kw).pairs_path)
+    sparse = results(run_sweep(tmp_path / "s", out=tmp_path / "os", **kw).pairs_path)
+    assert np.array_equal(dense["n"], sparse["n"]) and np.array_equal(dense["row"], sparse["row"])
+    full = dense["q_top_k"] == 0
+    exact, upper, lower = dense["alpha_star"], sparse["alpha_star"], sparse["alpha_star_lower"]
+    assert (exact[full] <= upper[full] + 1e-12).all()
+    assert (exact[full] >= lower[full] - 1e-12).all()
+    assert (upper[full] - exact[full]).max() > 1e-6  # the tail does move alpha* (the bound is not idle)
+    bound = upper - lower
+    n = sparse["n"].astype(float)
+    assert (bound[full] <= n[full] * 1.0).all()
+    # q truncated to at most the stored top-k: no q mass in the tail, so the collapsed pair gives alpha* exactly
+    assert np.allclose(exact[~full], upper[~full], rtol=0, atol=1e-12)
+    assert np.array_equal(upper[~full], lower[~full])
+
+
+def test_writer_refuses_bad_rows_in_one_line(tmp_path):  # noqa: ANN001
+    from otlp.errors import InputError
+    from otlp.sweep import CaptureWriter
+
+    rng = np.random.default_rng(2)
+    p, q = lm_pairs(rng, 3, 50)
+    with CaptureWriter(tmp_path / "w", 50) as w:
+        with pytest.raises(InputError, match=r"q has V = 49 entries per row, expected V = 50.*p has 50, q has 49"):
+            w.add(p, q[:, :49])
+        with pytest.raises(InputError, match="p has 3 rows and q has 2"):
+            w.add(p, q[:2])
+        bad = p.copy()
+        bad[1, 0] = -0.1
+        with pytest.raises(InputError, match="p row 1 has a negative entry"):
+            w.add(bad, q)
+        with pytest.raises(InputError, match="q row 0 sums to"):
+            w.add(p, q * 1.01)
+        with pytest.raises(InputError, match="unknown capture column"):
+            w.add(p, q, layer=3)
+        w.add(p, q * (1 + 1e-6), depth=[0, 1, 2])  # float32-level rounding is renormalised
+    with pytest.raises(InputError, match="exists and is not empty"):
+        CaptureWriter(tmp_path / "w", 50)
+
+
+def test_npz_example_converts_and_sweeps(tmp_path, capsys):  # noqa: ANN001
+    from otlp.cli import main
+    from otlp.sweep import open_capture
+    from otlp.sweep.npz_example import main as convert_main
+
+    rng = np.random.default_rng(3)
+    p, q = lm_pairs(rng, 30, 64)
+    np.savez(tmp_path / "pairs.npz", p=p.astype(np.float32), q=q.astype(np.float32), depth=np.arange(30) % 3)
+    assert convert_main([str(tmp_path / "pairs.npz"), str(tmp_path / "cap"), "--storage", "dense"]) == 0
+    assert "wrote 30 pairs" in capsys.readouterr().out
+    cap = open_capture(tmp_path / "cap")
+    assert cap.rows == 30 and cap.manifest["provenance"]["source"] == "npz pairs.npz"
+    assert main(["sweep", str(tmp_path / "cap"), "--n", "2", "--verifiers", "rrs", "--workers", "1", "--no-plots",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["depth"] for r in report["summary"]["by_depth"]] == [0, 1, 2]
+    np.savez(tmp_path / "bad.npz", p=p, q=q[:, :63])
+    assert convert_main([str(tmp_path / "bad.npz"), str(tmp_path / "cap2")]) == 2
+    assert "p and q must be arrays [M, V] of one shape" in capsys.readouterr().err
+
+
+def _one_line_error(capsys, argv) -> str:  # noqa: ANN001
+    from otlp.cli import main
+
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("otlp: error: "), captured.err
+    assert captured.out == ""
+    return lines[0]
+
+
+@pytest.fixture()
+def small_capture(tmp_path):  # noqa: ANN001, ANN201
+    rng = np.random.default_rng(4)
+    p, q = lm_pairs(rng, 40, 32)
+    return write_capture(tmp_path / "cap", p, q, storage="dense", shard_rows=10)
+
+
+def test_missing_shard(small_capture, capsys, tmp_path):  # noqa: ANN001
+    (small_capture / "shard-00002.parquet").unlink()
+    line = _one_line_error(capsys, ["sweep", str(small_capture), "--out", str(tmp_path / "o")])
+    assert "shard shard-00002.parquet listed in manifest.json is missing" in line
+    assert not (tmp_path / "o" / "pairs.parquet").exists()
+
+
+def test_corrupt_shard(small_capture, capsys, tmp_path):  # noqa: ANN001
+    f = small_capture / "shard-00001.parquet"
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, different content
+    f.write_bytes(bytes(data))
+    line = _one_line_error(capsys, ["sweep", str(small_capture), "--workers", "1", "--out", str(tmp_path / "o")])
+    assert "shard-00001.parquet' is corrupt: its SHA-256 differs" in line
+    assert not (tmp_path / "o" / "pairs.parquet").exists()
+    f.write_bytes(b"not parquet")
+    line = _one_line_error(capsys, ["sweep", str(small_capture), "--out", str(tmp_path / "o")])
+    assert "has 11 bytes, the manifest lists" in line
+
+
+def test_unreadable_parquet_with_a_matching_manifest(tmp_path):  # noqa: ANN001
+    """A shard that Parquet cannot parse is refused in one line even when the manifest was written for it."""
+    from otlp.errors import InputError
+    from otlp.sweep import open_capture
+    from otlp.sweep.capture import sha256_bytes
+
+    rng = np.random.default_rng(5)
+    p, q = lm_pairs(rng, 5, 16)
+    path = write_capture(tmp_path / "cap", p, q)
+    shard = path / "shard-00000.parquet"
+    data = b"PAR1" + bytes(100) + b"PAR1"
+    shard.write_bytes(data)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["shards"][0].update(bytes=len(data), sha256=sha256_bytes(data))
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match="is not a readable Parquet file"):
+        open_capture(path).read(0)
+
+
+def test_future_schema_version(small_capture, capsys):  # noqa: ANN001
+    mpath = small_capture / "manifest.json"
+    manifest = json.loads(mpath.read_text())
+    manifest["schema_version"] = 99
+    mpath.write_text(json.dumps(manifest))
+    line = _one_line_error(capsys, ["sweep", str(small_capture)])
+    assert "schema version 99 is newer than this otlp reads (up to 1); upgrade otlp" in line
+
+
+def test_v_mismatch_between_p_and_q_in_a_shard(tmp_path, capsys):  # noqa: ANN001
+    """A shard written by another tool with p and q of different lengths (the writer itself refuses such rows)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from otlp.sweep.capture import CaptureWriter, sha256_bytes
+
+    rng = np.random.default_rng(6)
+    p, q = lm_pairs(rng, 4, 16)
+    path = tmp_path / "cap"
+    CaptureWriter(path, 16, storage="dense").close()  # an empty capture: manifest only
+    table = pa.table({"depth": pa.array([0] * 4, pa.int16()),
+                      "p": pa.array([row.tolist() for row in p]), "q": pa.array([row[:15].tolist() for row in q])})
+    pq.write_table(table, path / "shard-00000.parquet")
+    data = (path / "shard-00000.parquet").read_bytes()
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["shards"] = [{"file": "shard-00000.parquet", "rows": 4, "bytes": len(data), "sha256": sha256_bytes(data)}]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    line = _one_line_error(capsys, ["sweep", str(path), "--workers", "1", "--out", str(tmp_path / "o")])
+    assert "row 0 has 16 entries of p and 15 of q; p and q must have the same length (V mismatch" in line
+
+
+def test_not_a_capture_and_bad_arguments(tmp_path, capsys, small_capture):  # noqa: ANN001
+    (tmp_path / "empty").mkdir()
+    assert "no manifest.json" in _one_line_error(capsys, ["sweep", str(tmp_path / "empty")])
+    assert "--n: 'x' is not an integer" in _one_line_error(capsys, ["sweep", str(small_capture), "--n", "1,x"])
+    assert "unknown verifier 'nope'" in _one_line_error(capsys, ["sweep", str(small_capture), "--verifiers", "nope"])
+    assert "multi-step" in _one_line_error(capsys, ["sweep", str(small_capture), "--verifiers", "bv"])

@@ -32,6 +32,14 @@ from otlp.distributions import check_distribution, check_int, load_distribution
 from otlp.drafts import DraftScheme, Greedy, Independent, Joint, SpecHub, WithoutReplacement, all_tuples
 from otlp.errors import InputError, ModelTooLargeError
 from otlp.subsets import optimal_acceptance
+from otlp.verifiers.certify_blackbox import (
+    ALPHA,
+    SCHEME_CLASSES,
+    TOLERANCE,
+    CallableReport,
+    certify_callable,
+    load_callable,
+)
 
 #: Enumerate the induced coupling exactly up to this many (tuple, token) cells.
 EXACT_CELLS = 20_000_000
@@ -375,10 +383,16 @@ class CertifyReport:
         return "\n".join(lines)
 
 
-def certify(name: str, p: object, draft: DraftScheme | None = None, *, q: object = None, n: int | None = None,
+def certify(name: object, p: object, draft: object = None, *, q: object = None, n: int | None = None,
             samples: int | None = None, seed: int = 0, certificate: bool = True,
-            **options: object) -> CertifyReport:
+            **options: object) -> CertifyReport | CallableReport:
     """Certify the rule ``name`` on target ``p`` and draft scheme ``draft`` (or ``q``, ``n``: the rule's own scheme).
+
+    ``name`` may also be any verification function (or object with ``.sample``), or a ``"package.module:function"``
+    string: then :func:`otlp.verifiers.certify_blackbox.certify_callable` certifies it (exactly when it exposes
+    ``conditional``, else by a sequential test on samples; ``samples`` is then the sample limit, and ``options``
+    take ``scheme``, ``alpha``, ``tolerance``, ``cells``, ``mode``, ``per_draft_q``, ``batch``, ``device``,
+    ``progress``) and returns a :class:`~otlp.verifiers.certify_blackbox.CallableReport`.
 
     Examples
     --------
@@ -390,6 +404,8 @@ def certify(name: str, p: object, draft: DraftScheme | None = None, *, q: object
     """
     from otlp.verifiers import get
 
+    if not isinstance(name, str) or ":" in name:
+        return certify_callable(name, p, draft, q=q, n=n, samples=samples, seed=seed, **options)  # type: ignore[arg-type]
     verifier = get(name, **options)
     if getattr(verifier, "kind", "token") == "multistep":
         raise InputError(f"{name!r} is a multi-step (block) rule: it verifies drafted blocks of L tokens, not one "
@@ -499,13 +515,27 @@ def format_table(rows: list[CertifyReport | dict[str, str]]) -> str:
 
 def add_certify_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``otlp certify``."""
-    parser.add_argument("--verifier", required=True, help="a rule name (see otlp.verifiers.NAMES) or 'all'")
+    parser.add_argument("--verifier", required=True,
+                        help="a rule name (see otlp.verifiers.NAMES), 'all', or your own function as "
+                             "package.module:function (imported from the current directory and sys.path)")
     parser.add_argument("--p", required=True, help="target distribution: 0.1,0.6,0.3 or a .json / .npy file")
     parser.add_argument("--q", required=True, help="draft distribution, same formats")
     parser.add_argument("--n", type=int, default=2, help="number of drafts (default 2)")
     parser.add_argument("--renormalize", action="store_true", help="divide p and q by their sums")
-    parser.add_argument("--samples", type=int, default=None, help="samples for the statistical test (large V)")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="samples for the statistical test (large V); for package.module:function, the sample "
+                             "limit of the sequential test (default 1e7)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the statistical test")
+    parser.add_argument("--scheme", default="iid", choices=sorted(SCHEME_CLASSES),
+                        help="draft scheme certify samples for package.module:function (default iid)")
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE,
+                        help=f"package.module:function: TV to rule out before calling it lossless (default "
+                             f"{TOLERANCE:g})")
+    parser.add_argument("--alpha", type=float, default=ALPHA,
+                        help=f"package.module:function: false-alarm and miss rate (default {ALPHA:g})")
+    parser.add_argument("--mode", default="auto", choices=("auto", "black", "white"),
+                        help="package.module:function: exact enumeration when it has conditional() (auto), or "
+                             "force sampling (black) / enumeration (white)")
     parser.add_argument("--no-certificate", action="store_true", help="skip the exact rational certificate")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -523,7 +553,12 @@ def run_certify_cli(args: argparse.Namespace) -> int:
         q = load_distribution(args.q, "q", renormalize=args.renormalize)
         if q.size != p.size:
             raise InputError(f"q has length {q.size}, expected {p.size} (the length of p)")
-        if args.verifier == "all":
+        if ":" in args.verifier:
+            report = certify_callable(load_callable(args.verifier), p, q=q, n=args.n, scheme=args.scheme,
+                                      samples=args.samples, seed=args.seed, tolerance=args.tolerance,
+                                      alpha=args.alpha, mode=args.mode, name=args.verifier)
+            print(json.dumps(report.to_dict(), indent=2) if args.json else report)
+        elif args.verifier == "all":
             rows = certify_table(p, q, args.n, samples=args.samples, seed=args.seed,
                                  certificate=not args.no_certificate)
             if args.json:
@@ -538,6 +573,6 @@ def run_certify_cli(args: argparse.Namespace) -> int:
                              certificate=not args.no_certificate)
             print(json.dumps(report.to_dict(), indent=2) if args.json else report)
     except InputError as exc:
-        print(f"otlp certify: error: {exc}", file=sys.stderr)
+        print(f"otlp: error: {exc}", file=sys.stderr)
         return 2
     return 0

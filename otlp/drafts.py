@@ -257,9 +257,9 @@ class WithoutReplacement(DraftScheme):
         for a in range(self.n):
             for b in range(a + 1, self.n):
                 distinct &= w[:, a] != w[:, b]
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # subnormal masses left: inf -> 1 below
             ratio = np.where(distinct[:, None], qw / np.where(remaining > 0, remaining, 1.0), 0.0)
-        return np.prod(ratio, axis=1)
+        return np.prod(np.minimum(ratio, 1.0), axis=1)  # q(omega_k) <= the mass left, so each factor is <= 1
 
     def subset_probability(self, mask: np.ndarray) -> np.ndarray | float:
         """n = 1: q(H). n = 2: sum_{i in H} q_i (q(H) - q_i) / (1 - q_i) (first draw i, second another token of H).
@@ -279,9 +279,15 @@ class WithoutReplacement(DraftScheme):
             q_top = fq[rows, top]
             fq[rows, top] = 0.0
             q_rest = fq.sum(1)  # [K]: q(H) minus its heaviest token
-            with np.errstate(divide="ignore", invalid="ignore"):
-                inv = np.where(self._others > 0, 1.0 / self._others, 0.0)  # 1 / (1 - q_i); q_i = 1 cannot occur
-            out = (fq * ((q_top + q_rest)[:, None] - self.q[None, :])) @ inv + q_top * q_rest * inv[top]
+            # the ratios q(H - i) / (1 - q_i) lie in [0, 1]; taking them directly, rather than q(H - i) times
+            # 1 / (1 - q_i), keeps a subnormal 1 - q_i (q's heaviest token holding all but ~1e-309 of the mass)
+            # from overflowing to inf (issue 17: alpha* came out 1.0)
+            others = self._others  # [V], 1 - q_i, > 0 on tokens of H that can be followed by a second draw
+            safe = np.where(others > 0, others, 1.0)
+            share = np.divide((q_top + q_rest)[:, None] - self.q[None, :], safe[None, :], out=np.zeros(fq.shape),
+                              where=fq > 0)  # [K, V]; only the tokens of H other than its heaviest (fq zeroed there)
+            share_top = np.where(others[top] > 0, q_rest / safe[top], 0.0)  # [K]
+            out = (fq * np.clip(share, 0.0, 1.0)).sum(1) + q_top * np.minimum(share_top, 1.0)
         return float(out[0]) if single else out
 
     def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -319,7 +325,8 @@ class Greedy(DraftScheme):
         w = _check_tuples(omegas, self.V, self.n)
         head_ok = np.all(w[:, : self.n - 1] == self.top[None, :], axis=1)
         last = w[:, self.n - 1]
-        return np.where(head_ok & self._rest[last], self.q[last] / self._rest_mass, 0.0)
+        with np.errstate(over="ignore"):  # q(last) / a subnormal rest mass for a forced last: discarded by where
+            return np.where(head_ok & self._rest[last], self.q[last] / self._rest_mass, 0.0)
 
     def subset_probability(self, mask: np.ndarray) -> np.ndarray | float:
         masks, single = _as_masks(mask, self.V)
@@ -362,7 +369,8 @@ class SpecHub(DraftScheme):
         self._z = float(self.q[others].sum())  # sum over x != a, not 1 - q(a) (SpecHub note §3.3)
         if self._z <= 0:
             raise InputError("SpecHub needs at least two tokens with q > 0 (q is a point mass)")
-        self._row = np.where(others, self.q[self.hub] * self.q / self._z, 0.0)  # Q(a, x)
+        share = np.divide(self.q, self._z, out=np.zeros(self.V), where=others)  # q(x) / Z <= 1 for x != a
+        self._row = self.q[self.hub] * np.minimum(share, 1.0)  # Q(a, x), 0 at the hub
         self._col = np.where(others, self.q, 0.0)  # Q(x, a)
 
     def tuple_probabilities(self, omegas: np.ndarray) -> np.ndarray:

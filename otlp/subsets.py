@@ -36,8 +36,10 @@ def ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     ``p, q: [..., V]`` (each row sorted on its own)."""
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.where(q > 0, np.inf, -1.0))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # a subnormal p overflows q / p: cap it at the largest float, so that p = 0 < q (ratio +inf) still comes first
+        ratio = np.where(p > 0, np.minimum(q / np.where(p > 0, p, 1.0), np.finfo(np.float64).max),
+                         np.where(q > 0, np.inf, -1.0))
     return np.argsort(-ratio, axis=-1, kind="stable")
 
 
@@ -122,10 +124,12 @@ def min_psi(p: np.ndarray, draft: DraftScheme) -> tuple[float, np.ndarray]:
         forced = np.zeros(V, dtype=bool)
         if isinstance(draft, Greedy):
             forced[draft.top] = True
-            weight = np.where(forced, 0.0, draft.q / draft._rest_mass)  # P(last draft = x)
+            total = draft._rest_mass  # P(last draft = x) = q(x) / total below
         else:
             forced[draft.hub] = True
-            weight = np.where(forced, 0.0, draft.q / draft._z)  # Q(x, a) + Q(a, x) = q(x) / Z
+            total = draft._z  # Q(x, a) + Q(a, x) = q(x) / Z below
+        # q(x) <= total for every unforced x, so each weight is <= 1 (a subnormal total must not overflow it)
+        weight = np.minimum(np.divide(draft.q, total, out=np.zeros(V), where=~forced), 1.0)
         gain = p - weight  # psi increment of adding x once the forced tokens are in H
         mask = forced | ((gain < 0) & ~forced)
         value = float(p[forced].sum() + np.minimum(gain, 0.0)[~forced].sum())

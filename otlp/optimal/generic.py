@@ -31,6 +31,20 @@ from otlp.errors import InputError
 from otlp.formulations.completion import residual_completion
 from otlp.optimal.rule import _first_occurrence
 
+#: the algorithms tried in turn by :func:`relaxed_lp_plan`. First the interior-point method (then crossover to a
+#: vertex): dual simplex stalls on degenerate instances, e.g. Independent drafts with a draft equal to p
+#: (alpha* = 1): V = 150, n = 2 takes 42.7 s by simplex, 2.5 s here; V = 300 about 20 min vs 27 s (non-degenerate:
+#: V = 150 1.8 -> 0.7 s, V <= 100 the same). HiGHS' default feasibility tolerance 1e-7 left the value up to 1e-7
+#: above alpha* (simplex too); 1e-10 brings it to ~1e-12 at the same speed (heavy-tailed IID, V = 100, n = 2).
+#: The IPM can end with "model_status Unknown" (WithoutReplacement(q, 3) with q a permutation of p, V = 6:
+#: issue 17), so dual simplex with the same tolerances, then HiGHS' defaults, follow.
+LP_ATTEMPTS: tuple[tuple[str, dict], ...] = (
+    ("highs-ipm", {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10,
+                   "ipm_optimality_tolerance": 1e-12}),
+    ("highs-ds", {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}),
+    ("highs", {}),
+)
+
 
 def relaxed_lp_plan(p: np.ndarray, omegas: np.ndarray, probs: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     """Solve the relaxed OTLP on the given support with scipy's HiGHS.
@@ -50,16 +64,15 @@ def relaxed_lp_plan(p: np.ndarray, omegas: np.ndarray, probs: np.ndarray) -> tup
     cols = np.concatenate([np.arange(nvar), np.arange(nvar)])
     A = scipy.sparse.csr_matrix((np.ones(2 * nvar), (rows, cols)), shape=(V + M, nvar))
     b = np.concatenate([p, probs])
-    # the interior-point method (then crossover to a vertex): dual simplex stalls on degenerate instances, e.g.
-    # Independent drafts with a draft equal to p (alpha* = 1): V = 150, n = 2 takes 42.7 s by simplex, 2.5 s here;
-    # V = 300 about 20 min vs 27 s (non-degenerate: V = 150 1.8 -> 0.7 s, V <= 100 the same). HiGHS' default
-    # feasibility tolerance 1e-7 left the value up to 1e-7 above alpha* (simplex too); 1e-10 brings it to ~1e-12
-    # at the same speed (heavy-tailed IID, V = 100, n = 2).
-    res = scipy.optimize.linprog(-np.ones(nvar), A_ub=A, b_ub=b, bounds=(0, None), method="highs-ipm",
-                                 options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10,
-                                          "ipm_optimality_tolerance": 1e-12})
-    if res.status != 0:
-        raise RuntimeError(f"HiGHS did not solve the relaxed OTLP: {res.message}")
+    res = None
+    for method, options in LP_ATTEMPTS:  # a valid instance never fails: on a HiGHS breakdown, the next algorithm
+        res = scipy.optimize.linprog(-np.ones(nvar), A_ub=A, b_ub=b, bounds=(0, None), method=method,
+                                     options=options)
+        if res.status == 0 and res.x is not None and np.all(np.isfinite(res.x)):
+            break
+    else:
+        raise RuntimeError(f"HiGHS did not solve the relaxed OTLP by any of {[m for m, _ in LP_ATTEMPTS]}: "
+                           f"{res.message}")
     S = np.zeros((M, n))
     S[m_idx, k_idx] = np.maximum(res.x, 0.0)
     return float(-res.fun), S, var
@@ -83,6 +96,11 @@ class LinearProgramRule:
         S[m_idx, k_idx] = S_arc
         self.residual = w  # [V], sums to 1
         self._row_sums = np.bincount(arc_token, S_arc, self.V)  # [V], <= p
+        # HiGHS' objective sits above alpha* by up to its tolerance (9e-11 seen, even above 1: issue 17); the
+        # repaired plan S_arc is feasible (rows <= p, columns <= P(omega), S >= 0), so its value is a certified
+        # lower bound on alpha*, within HiGHS' tolerance of it: report that, never above 1
+        self.lp_value = self.alpha
+        self.alpha = min(float(self._row_sums.sum()), self.alpha, 1.0)
         self._codes = _encode(omegas, self.V)
         self._sort = np.argsort(self._codes)
         self._probs = probs

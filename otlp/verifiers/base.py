@@ -245,7 +245,7 @@ def accept_probability(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     """
     num = np.asarray(num, dtype=np.float64)
     den = np.asarray(den, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a subnormal den: inf, clipped to 1
         ratio = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, 1.0, 0.0))
     return np.clip(ratio, 0.0, 1.0)
 

@@ -3,18 +3,24 @@
 ``HFCausalLM.from_pretrained(path)`` loads with ``local_files_only=True``: nothing is ever downloaded. A batch of
 prefixes runs as one right-padded forward pass (causal attention: padding after a prefix cannot change its
 logits), chunked by ``max_batch``. Next-token logits of prefixes already seen are served from an LRU cache, which
-the tree decode loop hits for every prefix it re-queries (shared roots, repeated paths).
+the tree decode loop hits for every prefix it re-queries (shared roots, repeated paths). That is the recompute
+path; ``tree_session()`` gives the KV-cached tree path of :mod:`otlp.decode.hf_tree` (one forward pass of n·L + 1
+positions per step) when the model takes a custom 4D attention mask.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from otlp.decode.models import prefix_lists
 from otlp.errors import InputError, MissingDependencyError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from otlp.decode.hf_tree import KVTreeCache
 
 
 def _transformers():
@@ -54,6 +60,9 @@ class HFCausalLM:
         self._cache: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
         self.calls = 0
         self.forward_passes = 0
+        self.positions = 0  # token positions pushed through the model (padding excluded), both paths
+        self._tree_reason: str | None = None
+        self._tree_checked = False
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, device: str = "cpu", dtype: str | None = None,
@@ -85,8 +94,24 @@ class HFCausalLM:
         ids[mask] = torch.tensor([t for r in rows for t in r], dtype=torch.int64)
         out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device).long())  # type: ignore
         self.forward_passes += 1
+        self.positions += int(lengths.sum())
         last = out.logits[torch.arange(len(rows), device=self.device), (lengths - 1).to(self.device)]  # [R, V']
         return last[:, : self.vocab_size].float().cpu()
+
+    def tree_session(self) -> KVTreeCache | None:
+        """A fresh KV-cached tree session, or None when this model cannot take a custom 4D mask: then the decode
+        loop uses the recompute path, and a RuntimeWarning says so (once per model object). The first call probes
+        the model (a few tiny forward passes, :func:`otlp.decode.hf_tree.probe_tree_support`)."""
+        from otlp.decode.hf_tree import KVTreeCache, attention_window, probe_tree_support, warn_recompute
+
+        if not self._tree_checked:
+            self._tree_checked = True
+            self._tree_reason = probe_tree_support(self)
+            if self._tree_reason is not None:
+                warn_recompute(self, self._tree_reason)
+        if self._tree_reason is not None:
+            return None
+        return KVTreeCache(self, attention_window(self.model.config)[0])  # type: ignore[attr-defined]
 
     def next_token_logits(self, prefixes: object, lengths: object = None) -> torch.Tensor:
         """Logits of the next token for each prefix: float32 [B, V] (CPU)."""

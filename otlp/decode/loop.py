@@ -32,6 +32,7 @@ from otlp.decode._verifiers import speculative_sampling
 from otlp.decode.draft_sampling import check_scheme, sample_drafts
 from otlp.decode.models import LanguageModel, check_pair, prefix_lists
 from otlp.decode.registry import Verifier, resolve_verifier
+from otlp.decode.tree import tree_laws
 from otlp.distributions import probabilities_from_logits
 from otlp.errors import InputError, ModelTooLargeError
 
@@ -61,6 +62,14 @@ class DecodeMetrics:
     verifier_seconds: float
     tokens_per_second: float = 0.0
     verifier_time_share: float = 0.0  # verifier seconds / total step seconds
+    draft_tree: str = "recompute"  # "cached" (KV cache, one tree pass per step) or "recompute" (every prefix)
+    target_tree: str = "recompute"
+    target_positions: int = 0  # token positions pushed through the target (prompts included)
+    target_prompt_positions: int = 0  # of those, prompt tokens before each prompt's last (cached path only)
+    target_positions_per_step: float = 0.0  # (target_positions - prompt positions) / sequence_steps
+    target_positions_per_token: float = 0.0  # target_positions / tokens
+    draft_positions: int = 0
+    draft_positions_per_step: float = 0.0  # (draft_positions - its prompt positions) / sequence_steps
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -93,13 +102,18 @@ class _Distributions:
         self.model, self.temperature, self.top_k, self.top_p = model, temperature, top_k, top_p
         self.seconds = 0.0
 
+    def laws(self, logits: torch.Tensor) -> torch.Tensor:
+        """float [..., V] logits -> float64 [..., V] probabilities."""
+        logits = logits.detach().to("cpu", torch.float64)
+        if self.top_k is None and self.top_p is None and self.temperature > 0:
+            return torch.softmax(logits / self.temperature, dim=-1)  # the shared function's result, no sort
+        shape = logits.shape
+        return probabilities_from_logits(logits.reshape(-1, shape[-1]), self.temperature, self.top_k,
+                                         self.top_p).reshape(shape)
+
     def __call__(self, prefixes: list[list[int]]) -> torch.Tensor:
         start = time.perf_counter()
-        logits = self.model.next_token_logits(prefixes).detach().to("cpu", torch.float64)  # [B, V]
-        if self.top_k is None and self.top_p is None and self.temperature > 0:
-            probs = torch.softmax(logits / self.temperature, dim=-1)  # the shared function's result, no sort
-        else:
-            probs = probabilities_from_logits(logits, self.temperature, self.top_k, self.top_p)
+        probs = self.laws(self.model.next_token_logits(prefixes))  # [B, V]
         self.seconds += time.perf_counter() - start
         return probs  # [B, V]
 
@@ -132,6 +146,7 @@ def decode(
     collect: int = 0,
     progress: Callable[[int], object] | None = None,
     capture: object = None,
+    tree: str = "cached",
 ) -> DecodeResult:
     """Speculative decoding of ``max_new_tokens`` tokens for each prompt (see the module docstring).
 
@@ -152,6 +167,10 @@ def decode(
         ``add_nodes(p [R, V], q [R, V], **node columns)``): every verification node's (p, q) is written to it
         with its context id (one per prompt and step), prompt, position, depth, width, the sampling settings
         and the model names (see :mod:`otlp.sweep.capture`). Costs a host copy of p and q per node.
+    tree : "cached": a model with ``tree_session()`` (HFCausalLM) keeps the accepted context in its KV cache and
+        gets each step's tree in one forward pass (the draft: one pass per depth), see :mod:`otlp.decode.tree`;
+        a model that cannot take a custom attention mask falls back to "recompute" with one RuntimeWarning.
+        "recompute": every node's prefix goes through ``next_token_logits``. Both give the same laws.
     """
     V = check_pair(draft_model, target_model)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -180,8 +199,8 @@ def decode(
         raise ModelTooLargeError(f"a decode step with batch {B}, n = {n}, L = {L}, V = {V}", step_bytes,
                                  MAX_STEP_BYTES)
     generator = _generator(seed)
-    draft_probs = _Distributions(draft_model, d_temp, d_top_k, d_top_p)
-    target_probs = _Distributions(target_model, temperature, top_k, top_p)
+    draft_probs = tree_laws(draft_model, _Distributions(draft_model, d_temp, d_top_k, d_top_p).laws, tree)
+    target_probs = tree_laws(target_model, _Distributions(target_model, temperature, top_k, top_p).laws, tree)
     window = _window(draft_model, target_model)
     prompt_lengths = [len(s) for s in sequences]
 
@@ -218,24 +237,17 @@ def decode(
         # 1. drafting: the scheme's n-tuple at the root, then one q-sample per path and depth
         drafts = torch.empty((A, n, L), dtype=torch.int64)  # [A, n, L]
         q_all = torch.empty((A, n, L, V), dtype=torch.float64)  # [A, n, L, V]: q at the node of drafts[:, i, j]
-        q_root = draft_probs(contexts)  # [A, V]
+        q_root = draft_probs.tree(active_ids, contexts, drafts[:, :, :0])[:, 0, 0]  # [A, V]
         drafts[:, :, 0] = sample_drafts(scheme, q_root, n, generator)
         q_all[:, :, 0] = q_root[:, None, :]
         for j in range(1, L):
-            heads = drafts[:, :, :j].tolist()
-            q_depth = draft_probs([contexts[a] + heads[a][i] for a in range(A) for i in range(n)]).view(A, n, V)
+            q_depth = draft_probs.grow(drafts[:, :, j - 1])  # [A, n, V]: q after each path's first j tokens
             q_all[:, :, j] = q_depth
             drafts[:, :, j] = torch.multinomial(q_depth.reshape(A * n, V), 1, generator=generator).view(A, n)
 
         # 2. one target call for every node of the tree: depth 0 (shared root) and depths 1..L per path
-        paths = drafts.tolist()
-        prefixes = list(contexts)
-        prefixes += [contexts[a] + paths[a][i][:j] for a in range(A) for i in range(n) for j in range(1, L + 1)]
-        p_flat = target_probs(prefixes)  # [A + A*n*L, V]
+        p_all = target_probs.tree(active_ids, contexts, drafts)  # [A, n, L+1, V]
         target_calls += 1
-        p_all = torch.empty((A, n, L + 1, V), dtype=torch.float64)  # [A, n, L+1, V]
-        p_all[:, :, 0] = p_flat[:A, None, :]
-        p_all[:, :, 1:] = p_flat[A:].view(A, n, L, V)
         if len(root_p) < collect:
             root_p.extend(p_all[:, 0, 0].unbind(0))
             root_q.extend(q_root.unbind(0))
@@ -245,6 +257,7 @@ def decode(
         walking = torch.ones(A, dtype=torch.bool)
         out = torch.full((A, L + 1), -1, dtype=torch.int64)  # emitted tokens this step
         tau = torch.zeros(A, dtype=torch.int64)
+        path = torch.zeros(A, dtype=torch.int64)  # a path holding every drafted token accepted so far
         for j in range(L):
             m = alive.sum(dim=1)  # [A]
             chosen = torch.zeros(A, dtype=torch.int64)
@@ -276,14 +289,17 @@ def decode(
             reached[j] += walking.sum()
             continued[j] += goes_on.sum()
             tau += walking.to(torch.int64)
+            path = torch.where(goes_on, torch.argmax(follow.to(torch.int8), dim=1), path)
             alive, walking = follow, goes_on
         if bool(walking.any()):  # every level accepted: the bonus token from p(. | context, path)
             rows = torch.nonzero(walking).squeeze(1)
-            lead = torch.argmax(alive[rows].to(torch.int8), dim=1)
+            lead = path[rows]
             bonus = torch.multinomial(p_all[rows, lead, L], 1, generator=generator).squeeze(1)
             out[rows, L] = bonus
             tau[rows] += 1
 
+        draft_probs.commit(tau, path)  # the caches keep the context plus the tau - 1 accepted drafted tokens
+        target_probs.commit(tau, path)
         taus = tau.tolist()
         emitted_rows = out.tolist()
         new_tokens = 0
@@ -309,6 +325,12 @@ def decode(
         verifier_seconds=verifier_seconds,
         tokens_per_second=B * max_new_tokens / seconds if seconds > 0 else float("inf"),
         verifier_time_share=verifier_seconds / seconds if seconds > 0 else 0.0,
+        draft_tree=draft_probs.mode, target_tree=target_probs.mode,
+        target_positions=target_probs.positions, target_prompt_positions=target_probs.prompt_positions,
+        target_positions_per_step=(target_probs.positions - target_probs.prompt_positions) / max(sequence_steps, 1),
+        target_positions_per_token=target_probs.positions / max(emitted, 1),
+        draft_positions=draft_probs.positions,
+        draft_positions_per_step=(draft_probs.positions - draft_probs.prompt_positions) / max(sequence_steps, 1),
     )
     tokens = [s[n0 : n0 + max_new_tokens] for s, n0 in zip(sequences, prompt_lengths, strict=True)]
     return DecodeResult(tokens, metrics, root_p[:collect], root_q[:collect])

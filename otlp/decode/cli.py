@@ -92,6 +92,10 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vocab-size", type=int, default=2000, help="embedded n-gram vocabulary (default 2000)")
     parser.add_argument("--device", default="cpu", help="device for HF models (default cpu)")
+    parser.add_argument("--tree", choices=("cached", "recompute"), default="cached",
+                        help="HF models: cached = accepted context in the KV cache, one tree-attention pass per "
+                             "step (default; falls back to recompute, with a warning, for a model that cannot "
+                             "take a custom attention mask); recompute = every tree node's prefix from scratch")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip plain target sampling (two runs: the token-law comparison with its noise "
                              "floor, and the speed ratio)")
@@ -177,7 +181,7 @@ def run_decode_cli(args: argparse.Namespace) -> int:
         result = decode(pair.draft, pair.target, args.verifier, args.n, args.L, prompts=prompts,
                         max_new_tokens=args.max_new_tokens, scheme=args.scheme, temperature=args.temperature,
                         top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                        progress=bar.update if bar is not None else None, capture=capture)
+                        progress=bar.update if bar is not None else None, capture=capture, tree=args.tree)
         if bar is not None:
             bar.close()
         report: dict = {"models": pair.description, "metrics": result.metrics.as_dict(),
@@ -231,6 +235,9 @@ def format_report(report: dict) -> str:
         f"throughput          {m['tokens_per_second']:.1f} tokens/s, {m['seconds']:.2f} s "
         f"(draft {m['draft_seconds']:.2f} s, target {m['target_seconds']:.2f} s, "
         f"verifier {m['verifier_seconds']:.2f} s = {100 * m['verifier_time_share']:.1f}% of the run)",
+        f"target positions    {m['target_positions']} ({m['target_positions_per_step']:.1f} per sequence-step, "
+        f"{m['target_positions_per_token']:.1f} per token; {m['target_tree']} path), draft: "
+        f"{m['draft_positions_per_step']:.1f} per sequence-step ({m['draft_tree']})",
     ]
     if "baseline" in report:
         b = report["baseline"]

@@ -30,15 +30,15 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from otlp.errors import InputError
-from otlp.subsets import ratio_order, sorted_prefix_psi
+from otlp.subsets import sorted_prefix_psi
 from otlp.sweep.loader import PairBlock
 
 #: Version of the per-pair result columns; part of every result key, so a change recomputes old shards.
 RESULTS_VERSION = 1
 #: Default budget of (tuple, token) cells for a rule whose exact acceptance enumerates the draft support.
-MAX_ENUM_CELLS = 1 << 22
-#: Rows per chunk: about this many float64 cells of one [rows, W] array.
-CHUNK_CELLS = 1 << 20
+MAX_ENUM_CELLS = 1 << 20
+#: Rows per chunk: about this many float64 cells of one [rows, W] array (4 rows at V = 32k: cache-sized).
+CHUNK_CELLS = 1 << 17
 
 #: Integer node columns copied into the results (the rest of the numeric metadata stays float64, NaN = unset).
 INT_META = ("context_id", "sequence", "position", "depth", "width")
@@ -128,11 +128,44 @@ def top_k_draft(q: np.ndarray, k: int, sparse: bool) -> np.ndarray:
 
 
 def alpha_star_rows(p: np.ndarray, q: np.ndarray, ns: Sequence[int]) -> np.ndarray:
-    """alpha*(p_m, IID(q_m, n)) for rows of ``p, q [M, W]`` and each n: ``float64 [len(ns), M]``."""
-    order = ratio_order(p, q)  # [M, W], decreasing q/p: the same for every n
-    rows = np.arange(p.shape[0])[:, None]
-    ps, qs = p[rows, order], q[rows, order]
-    out = np.empty((len(ns), p.shape[0]))
+    """alpha*(p_m, IID(q_m, n)) for rows of ``p, q [M, W]`` and each n: ``float64 [len(ns), M]``.
+
+    Only the candidates x with q(x)/p(x) > 1/n_max are sorted; the other tokens are collapsed into one token placed
+    last. This is exact: let m* be the first argmin of psi_m = P_m - Q_m^n over the prefixes in decreasing q/p order
+    (GR Lemma 6.3). If m* > 0 its last token x has psi_m* < psi_(m*-1), i.e. p(x) < Q_m*^n - (Q_m* - q(x))^n <=
+    n q(x) Q_m*^(n-1) <= n q(x), so q(x)/p(x) > 1/n, and every earlier token has a ratio at least as large. So the
+    minimum is attained on a prefix made of candidates; the collapsed rest has ratio q(rest)/p(rest) <= 1/n_max,
+    below every candidate, so it sorts last, every candidate prefix keeps its sets and sums, and the one new prefix
+    is the whole vocabulary (psi = 0). The sort by q/p does not depend on n: it is done once per row, and each n
+    hands the sorted rows to ``otlp.subsets.sorted_prefix_psi`` (whose stable sort then finds them in order).
+    Rows are sorted with numpy's default (SIMD) argsort and re-sorted stably where two candidates tie, so the order,
+    and every bit of the result, is the same on any machine.
+    """
+    M, W = p.shape
+    n_max = max(int(n) for n in ns)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = q / p  # [M, W]
+    zero = p == 0
+    if zero.any():  # the conventions of otlp.subsets.ratio_order: p = 0 < q first, p = q = 0 last
+        ratio[zero] = np.where(q[zero] > 0, np.inf, -1.0)
+    cand = ratio > 1.0 / n_max
+    counts = cand.sum(axis=1)
+    C = int(counts.max()) if M else 0
+    slots = np.arange(C + 1)[None, :] < counts[:, None]  # [M, C + 1]: row-major boolean copies keep token order
+    pr, qr, rr = np.zeros((M, C + 1)), np.zeros((M, C + 1)), np.full((M, C + 1), -1.0)  # padding: p = q = 0
+    pr[slots], qr[slots], rr[slots] = p[cand], q[cand], ratio[cand]
+    pr[:, C] = np.where(cand, 0.0, p).sum(axis=1)  # the collapsed rest, last in the order
+    qr[:, C] = np.where(cand, 0.0, q).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rr[:, C] = np.where(pr[:, C] > 0, qr[:, C] / np.where(pr[:, C] > 0, pr[:, C], 1.0), -1.0)
+    order = np.argsort(-rr, axis=1)  # [M, C + 1]
+    ranked = np.take_along_axis(rr, order, axis=1)
+    tied = ((ranked[:, 1:] == ranked[:, :-1]) & (ranked[:, 1:] > -1.0)).any(axis=1)  # p = q = 0: any order
+    if tied.any():
+        order[tied] = np.argsort(-rr[tied], axis=1, kind="stable")
+    take = np.arange(M)[:, None]
+    ps, qs = pr[take, order], qr[take, order]
+    out = np.empty((len(ns), M))
     for b, n in enumerate(ns):
         _, psi = sorted_prefix_psi(ps, qs, int(n))  # rows already sorted: the order it finds is the identity
         out[b] = 1.0 + psi.min(axis=1)

@@ -1,8 +1,9 @@
 """Hugging Face ``transformers`` causal LMs as :class:`otlp.decode.models.LanguageModel`, from a local path only.
 
 ``HFCausalLM.from_pretrained(path)`` loads with ``local_files_only=True``: nothing is ever downloaded. A batch of
-prefixes runs as one right-padded forward pass (causal attention: padding after a prefix cannot change its
-logits), chunked by ``max_batch``. Next-token logits of prefixes already seen are served from an LRU cache, which
+prefixes runs as one left-padded forward pass (padding masked out, position ids counted from each prefix's first
+token, the LM head applied to the last column only where the model takes ``logits_to_keep``), chunked by
+``max_batch``. Next-token logits of prefixes already seen are served from an LRU cache, which
 the tree decode loop hits for every prefix it re-queries (shared roots, repeated paths). That is the recompute
 path; ``tree_session()`` gives the KV-cached tree path of :mod:`otlp.decode.hf_tree` (one forward pass of n·L + 1
 positions per step) when the model takes a custom 4D attention mask.
@@ -10,6 +11,7 @@ positions per step) when the model takes a custom 4D attention mask.
 
 from __future__ import annotations
 
+import inspect
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,6 +63,7 @@ class HFCausalLM:
         self.calls = 0
         self.forward_passes = 0
         self.positions = 0  # token positions pushed through the model (padding excluded), both paths
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters  # type: ignore
         self._tree_reason: str | None = None
         self._tree_checked = False
 
@@ -89,14 +92,16 @@ class HFCausalLM:
         """Last-position logits for prefixes of any lengths: float [len(rows), V] on the CPU."""
         lengths = torch.tensor([len(r) for r in rows])
         width = int(lengths.max())
-        ids = torch.zeros((len(rows), width), dtype=torch.int64)  # right padding
-        mask = torch.arange(width)[None, :] < lengths[:, None]  # [R, T]
+        ids = torch.zeros((len(rows), width), dtype=torch.int64)  # left padding: every prefix ends at the last column
+        mask = torch.arange(width)[None, :] >= (width - lengths)[:, None]  # [R, T]
         ids[mask] = torch.tensor([t for r in rows for t in r], dtype=torch.int64)
-        out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device).long())  # type: ignore
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # [R, T]: each prefix starts at position 0
+        extra = {"logits_to_keep": 1} if self._keeps_logits else {}  # the LM head on the last column only
+        out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device).long(),  # type: ignore
+                         position_ids=positions.to(self.device), use_cache=False, **extra)
         self.forward_passes += 1
         self.positions += int(lengths.sum())
-        last = out.logits[torch.arange(len(rows), device=self.device), (lengths - 1).to(self.device)]  # [R, V']
-        return last[:, : self.vocab_size].float().cpu()
+        return out.logits[:, -1, : self.vocab_size].float().cpu()  # [R, V]
 
     def tree_session(self) -> KVTreeCache | None:
         """A fresh KV-cached tree session, or None when this model cannot take a custom 4D mask: then the decode

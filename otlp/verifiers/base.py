@@ -131,8 +131,15 @@ class Verifier:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def check_tensors(p, q, drafts, *, per_draft_q: bool = False, fixed_n: int | None = None):  # noqa: ANN001, ANN201
-    """Shape/dtype checks at the boundary (none inside the hot path). Returns ``(B, n, V)``."""
+def check_tensors(p, q, drafts, *, per_draft_q: bool = False, fixed_n: int | None = None,  # noqa: ANN001, ANN201
+                  validate: bool | None = None):
+    """Shape/dtype checks at the boundary (none inside the hot path), then the values. Returns ``(B, n, V)``.
+
+    Values (``validate``; None = :func:`validation_enabled`): every row of p and q finite, >= 0 and summing to 1
+    within :func:`sum_tolerance` of its dtype (float32 softmax rows pass), every draft id in [0, V). All of it is
+    one fused reduction and one host sync (``bool()``); the diagnosis runs only when it fails. With validation off
+    (``validate=False``, ``with validation(False):`` or ``OTLP_VALIDATE=0``) nothing touches the values: no sync.
+    """
     import torch
 
     for name, t in (("p", p), ("q", q), ("drafts", drafts)):
@@ -160,7 +167,74 @@ def check_tensors(p, q, drafts, *, per_draft_q: bool = False, fixed_n: int | Non
         raise InputError(f"p and q must be floating point tensors, got {p.dtype} and {q.dtype}")
     if p.device != q.device or p.device != drafts.device:
         raise InputError(f"p, q and drafts must be on one device, got {p.device}, {q.device}, {drafts.device}")
+    if validation_enabled() if validate is None else validate:
+        _check_values(p, q, drafts, V)
     return B, n, V
+
+
+_VALIDATE: list[bool] = []  # the stack of ``validation(...)`` contexts; empty: the OTLP_VALIDATE default
+
+
+def validation_enabled() -> bool:
+    """Whether the torch samplers check their inputs' values: the innermost ``validation(...)`` context, else the
+    environment variable ``OTLP_VALIDATE`` ("0" turns it off), else True."""
+    import os
+
+    if _VALIDATE:
+        return _VALIDATE[-1]
+    return os.environ.get("OTLP_VALIDATE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class validation:  # noqa: N801 - used as a context manager, like torch.no_grad
+    """``with validation(False): verifier.sample(...)`` skips the value checks of :func:`check_tensors` (and their
+    host sync) in a serving loop whose inputs are already known to be distributions."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = bool(enabled)
+
+    def __enter__(self) -> validation:
+        _VALIDATE.append(self.enabled)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _VALIDATE.pop()
+
+
+def sum_tolerance(dtype, V: int) -> float:  # noqa: ANN001 - a torch dtype
+    """Allowed |row sum - 1|: 1e-9 in float64 (as :func:`otlp.distributions.check_distribution`), and for lower
+    precisions 8 sqrt(V) machine epsilons (the rounding of a softmax and of its sum; 3.7e-4 in float32 at
+    V = 152k), so LM softmax output passes while a row summing to 2 or 0.9 does not."""
+    import torch
+
+    eps = torch.finfo(dtype).eps
+    return max(1e-9, 8.0 * float(V) ** 0.5 * eps) if dtype != torch.float64 else 1e-9
+
+
+def _check_values(p, q, drafts, V: int) -> None:  # noqa: ANN001
+    """InputError naming the first problem of p, q or drafts; one host sync when all is well."""
+    import torch
+
+    def row_ok(x):  # noqa: ANN001, ANN202 - [..., V] -> [...] bool
+        total = x.sum(dim=-1, dtype=torch.float64)
+        return torch.isfinite(x).all(dim=-1) & (x >= 0).all(dim=-1) & ((total - 1.0).abs() <= sum_tolerance(x.dtype,
+                                                                                                                V))
+
+    ids_ok = ((drafts >= 0) & (drafts < V)).all()
+    if bool(row_ok(p).all() & row_ok(q).all() & ids_ok):
+        return
+    for name, x in (("p", p), ("q", q)):
+        bad = torch.nonzero(~row_ok(x))
+        if bad.numel():
+            row = tuple(int(i) for i in bad[0])
+            values = x[row]
+            what = ("is not finite" if not bool(torch.isfinite(values).all()) else
+                    "has a negative entry" if bool((values < 0).any()) else
+                    f"sums to {float(values.sum(dtype=torch.float64)):.9g}")
+            raise InputError(f"{name}[{', '.join(map(str, row))}] {what}; expected a probability vector (finite, "
+                             f">= 0, summing to 1 within {sum_tolerance(x.dtype, V):.2g} in {x.dtype}). Pass "
+                             "validate=False / use otlp.verifiers.base.validation(False) to skip this check")
+    lo, hi = int(drafts.min()), int(drafts.max())
+    raise InputError(f"drafts must be token ids in [0, {V}), got range [{lo}, {hi}]")
 
 
 def gather(x, tokens):  # noqa: ANN001, ANN201

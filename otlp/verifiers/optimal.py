@@ -1,14 +1,14 @@
 """The optimal verification rule, plugged into the verifier interface from ``otlp.optimal`` (GR; exact-OT design
 note): pi(. | omega) reaches alpha* = 1 + min_H psi(H) for its draft scheme.
 
-i.i.d. drafts take ``otlp.optimal``'s block route (``solve_batch`` for a batch); any other enumerable scheme takes its
+i.i.d. drafts take ``otlp.optimal``'s class-chain rule; any other enumerable scheme takes its
 relaxed-LP route (small V) for the exact quantities (``conditional``, ``acceptance``) and for ``sample_exact``.
 
-The torch sampler implements the i.i.d. rule only (``torch_schemes = ("iid",)``): it solves ``solve_batch(p, q, n)`` on
-the host (numpy), then draws the slot / residual with the torch generator on the tensors' device. The torch interface
-carries no scheme, so drafts from another scheme (independent, without replacement, greedy, SpecHub, joint) would get
-the i.i.d. plan and a wrong output law; it refuses what it can see (a per-draft ``q [B, n, V]``), and for other schemes
-use ``sample_exact`` / ``OptimalTransport(p, draft).sample``.
+The torch sampler implements the i.i.d. rule only (``torch_schemes = ("iid",)``), on the tensors' device
+(:mod:`otlp.optimal.sampler`: the class chains of :mod:`otlp.optimal.chains`, no host synchronisation on an
+accelerator). The torch interface carries no scheme, so drafts from another scheme (independent, without
+replacement, greedy, SpecHub, joint) would get the i.i.d. plan and a wrong output law; it refuses what it can see (a
+per-draft ``q [B, n, V]``), and for other schemes use ``sample_exact`` / ``OptimalTransport(p, draft).sample``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from otlp.drafts import IID, DraftScheme
 from otlp.errors import InputError
-from otlp.verifiers.base import Verifier, check_tensors, distinct_rows, sample_categorical
+from otlp.verifiers.base import Verifier, check_tensors
 
 
 class Optimal(Verifier):
@@ -69,48 +69,30 @@ class Optimal(Verifier):
         _, reject = ot.rule(omegas)  # [M]
         return tokens, 1.0 - reject
 
-    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
-        """The i.i.d. optimal rule on a batch: ``p [B, V]``, ``q [B, V]``, ``drafts [B, n]`` drawn i.i.d. from q ->
-        ``(tokens [B], accepted_index [B])``. Exact only for i.i.d. drafts (see the module docstring); a per-draft
-        ``q [B, n, V]`` is refused."""
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None, validate=None):  # noqa: ANN001, ANN201
+        """The i.i.d. optimal rule on a batch, on the tensors' device (:func:`otlp.optimal.sampler.verify`):
+        ``p [B, V]``, ``q [B, V]`` (any float dtype; rows are normalised in float64), ``drafts [B, n]`` drawn i.i.d.
+        from q -> ``(tokens [B], accepted_index [B])``. The randomness is ``uniforms [B, 2]`` in [0, 1) when given
+        (as serving engines supply it: no hidden state, replays bit for bit), else two uniforms per row from
+        ``generator``. Exact only for i.i.d. drafts (module docstring); a per-draft ``q [B, n, V]`` is refused.
+        ``validate``: as :func:`otlp.verifiers.base.check_tensors`."""
         import torch
 
-        from otlp.optimal import solve_batch
+        from otlp.optimal.sampler import verify
 
         if isinstance(q, torch.Tensor) and q.ndim == 3:
             raise InputError(
                 f"the optimal torch sampler implements the i.i.d. rule only (q of shape [B, V]), got q of shape "
                 f"{tuple(q.shape)}; for other draft schemes use get('optimal').sample_exact(p, draft, omegas, rng) "
                 "or otlp.optimal.OptimalTransport(p, draft).sample(omegas, rng)")
-        B, n, V = check_tensors(p, q, drafts)
-        if B == 0:  # an empty batch: nothing to verify (solve_batch refuses zero rows)
+        B, n, V = check_tensors(p, q, drafts, validate=validate)
+        if uniforms is None:
+            uniforms = torch.rand((B, 2), generator=generator, device=p.device, dtype=torch.float64)
+        elif not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, 2) \
+                or not uniforms.is_floating_point() or uniforms.device != p.device:
+            raise InputError(f"uniforms must be a floating point tensor of shape [{B}, 2] on {p.device}, got "
+                             f"{getattr(uniforms, 'shape', type(uniforms).__name__)}")
+        if B == 0:  # an empty batch: nothing to verify
             empty = torch.zeros(0, dtype=torch.long, device=p.device)
             return empty, empty.clone()
-        p_np, q_np, w_np = p.double().cpu().numpy(), q.double().cpu().numpy(), drafts.cpu().numpy()
-        first, inverse = distinct_rows(p_np, q_np)  # identical rows are solved once
-        batch = solve_batch(p_np[first], q_np[first], n)  # host solve, one instance per distinct row
-        if first.size == B:  # all distinct: one vectorised call, one tuple per instance
-            accept_np, reject_np = batch.rule(w_np[first])
-            accept_np, reject_np = accept_np[inverse], reject_np[inverse]
-        else:
-            accept_np, reject_np = _rule_rows(batch, inverse, w_np)
-        slots = torch.as_tensor(np.concatenate([accept_np, reject_np[:, None]], axis=1), dtype=p.dtype,
-                                device=p.device)  # [B, n + 1]
-        residual = torch.as_tensor(batch.residual[inverse], dtype=p.dtype, device=p.device)  # [B, V]
-        slot = sample_categorical(slots, generator)  # [B]; n means "reject"
-        drawn = sample_categorical(torch.where(residual.sum(1, keepdim=True) > 0, residual, p), generator)
-        accepted = slot < n
-        chosen = drafts.gather(1, slot.clamp(max=n - 1).unsqueeze(1)).squeeze(1)
-        tokens = torch.where(accepted, chosen, drawn)
-        return tokens.long(), torch.where(accepted, slot, torch.full_like(slot, -1)).long()
-
-
-def _rule_rows(batch, inverse: np.ndarray, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
-    """Evaluate the rule of instance ``inverse[b]`` on ``omegas[b]`` for every row b, grouped by instance."""
-    accept = np.zeros(omegas.shape)
-    reject = np.zeros(omegas.shape[0])
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.flatnonzero(np.diff(inverse[order])) + 1
-    for rows in np.split(order, bounds):  # one vectorised call per distinct instance
-        accept[rows], reject[rows] = batch[int(inverse[rows[0]])].rule(omegas[rows])
-    return accept, reject
+        return verify(p, q, drafts.long(), uniforms)

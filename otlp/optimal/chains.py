@@ -1,0 +1,441 @@
+"""The exact optimal rule for i.i.d. drafts as one water-filling class chain per group, on ``[B, V]`` arrays.
+
+One implementation for every caller: :class:`~otlp.optimal.OptimalTransport`, :func:`~otlp.optimal.solve_batch`
+(numpy, float64) and the torch verifier ``otlp.verifiers.get("optimal")`` (torch, on the tensors' device, no host
+synchronisation and no data-dependent shape). ``xp`` is ``numpy`` or ``torch`` (:mod:`.xp`).
+
+Quantities (design note ``exact-ot-design.md`` §2; GR Thm 3.1, Lemma 6.3, Thm 6.2), positions i = 0..V-1 of each
+row in decreasing q/p order (stable), prefix index m = 0..V:
+
+* psi_m = P_m - Q_m^n (suffix form 1 - (1 - Qbar_m)^n - Pbar_m where Q_m > 1/2), m* its first argmin,
+  alpha* = 1 + psi_{m*};
+* records (0, m*, V, the strict prefix minima of psi in [1, m*], the suffix minima, ties included, in [m*, V]) cut
+  the positions into groups; a group (s, e] ending at or before m* is *inner* (may reject), else *outer*; a tuple is
+  served by the group of its highest-positioned draw;
+* targets t = p, except the first position of an outer group: t_s = p_s - (psi_e - psi_s);
+* per position: H_i = Q_i the draft mass below it, L_i = q(C_i) the mass of its group from it to the top, r_i = t_i
+  / q_i, gap_i = psi_i - psi_e (at a group's first position: its slack psi_s - psi_e when inner, 0 when outer);
+* the class mass after the step at position i > s solves (:func:`slot_mass`)
+
+      (H_i + y)^n - H_i^n - r_{i-1} y = gap_i,      y in [0, L_i]  (the largest root; convex in y);
+
+  y_s = L_s; the class mass entering the step is ``before_i = y_{i+1} + q_i`` (y_e = 0), the slot fires each draw
+  of the class with a_i = 1 - y_i / before_i, i.e. hazard lam_i = log(before_i / y_i) (infinite when y_i = 0);
+* the final acceptance of an inner group, from the telescoping sum of its slots
+  (sum_i [(H_i + before_i)^n - (H_i + y_i)^n] = T^n - (N + before_s)^n): beta = 1 - slack / capacity with
+  capacity = (N + before_s)^n - N^n, N = H_s; an outer group has beta = 1;
+* the rule on a tuple (:func:`evaluate`): with the served group's draws by position d_1 >= ... >= d_c, piece k holds
+  the top k draws with hazard h_k = Lambda(d_{k+1} + 1) - Lambda(d_k + 1) (Lambda(j) = sum of lam over the group's
+  positions >= j; infinite if the piece holds a certain slot), fires with probability reach_k (1 - e^{-k h_k}),
+  shared equally; what is left gives each draw beta / c and rejects 1 - beta;
+* after a rejection the output is drawn from the residual (p - R)_+ outside H*, which is psi_e - psi_s on the first
+  position of every outer group and 0 elsewhere (R = t exactly on outer groups): sum = 1 - alpha*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import comb, inf
+
+import numpy as np
+
+from otlp.optimal import xp as X
+
+#: Newton steps of :func:`slot_mass` for n >= 3 when the caller cannot iterate to convergence (device code). From the
+#: tighter of two upper bounds of the root (module docstring of :func:`slot_mass`) the iteration converges
+#: monotonically and quadratically; tests/optimal/test_chains.py checks convergence to rounding on adversarial rows.
+NEWTON_STEPS = 8
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """psi on the prefixes of each row's decreasing-q/p order, with what it is computed from (``[B, V]`` by
+    position, ``[B, V + 1]`` by prefix index). prefix_min / suffix_min: min of psi over prefix indices <= m / >= m."""
+
+    n: int
+    order: object
+    ps: object
+    qs: object
+    prefix_q: object
+    suffix_q: object
+    psi: object
+    m_star: object
+    alpha: object
+    prefix_min: object
+    suffix_min: object
+
+
+def prefix(P, Q, n: int) -> Prefix:  # noqa: ANN001 - [B, V] arrays
+    """Sort every row of ``P, Q: float64 [B, V]`` by decreasing q/p (p = 0 < q first, p = q = 0 last, stable) and
+    compute psi on the prefixes (GR Lemma 6.3, the suffix form where Q_m > 1/2), m* and alpha*."""
+    xp = X.namespace(P)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        V = P.shape[-1]
+        pos_p = P > 0
+        ratio = xp.where(pos_p, Q / xp.where(pos_p, P, 1.0), xp.where(Q > 0, inf, -1.0))
+        order = X.sort_descending(ratio)  # [B, V]
+        ps, qs = X.take(P, order), X.take(Q, order)  # [B, V]
+        prefix_p, prefix_q = X.pad_first(X.cumsum(ps), 0.0), X.pad_first(X.cumsum(qs), 0.0)  # [B, V + 1]
+        suffix_p, suffix_q = X.pad_last(X.suffix_sum(ps), 0.0), X.pad_last(X.suffix_sum(qs), 0.0)  # positions >= m
+        tail = -xp.expm1(n * xp.log1p(-X.minimum(suffix_q, 1.0))) - suffix_p
+        psi = xp.where(prefix_q > 0.5, tail, prefix_p - prefix_q**n)  # [B, V + 1]
+        psi[..., 0] = 0.0
+        psi[..., V] = 0.0
+        m_star = X.argmin_rows(psi)  # [B], first exact argmin
+        alpha = 1.0 + X.take(psi, m_star[:, None])[:, 0]
+    return Prefix(n=n, order=order, ps=ps, qs=qs, prefix_q=prefix_q, suffix_q=suffix_q, psi=psi, m_star=m_star,
+                  alpha=alpha, prefix_min=X.cummin(psi), suffix_min=X.suffix_min(psi))
+
+
+def records(pre: Prefix):  # noqa: ANN201
+    """``bool [B, V + 1]``: the prefix indices that cut the groups (0, m*, V, the strict prefix minima of psi in
+    [1, m*] and its suffix minima, ties included, in [m*, V])."""
+    xp = X.namespace(pre.psi)
+    V = pre.ps.shape[-1]
+    psi, ms = pre.psi, pre.m_star[:, None]
+    idx = X.arange_like(psi, V + 1)[None, :]
+    before_min = X.pad_first(pre.prefix_min[..., :V], inf)  # min of psi before m
+    after_min = X.pad_last(pre.suffix_min[..., 1:], inf)  # min of psi after m
+    inner = (psi < before_min) & (idx <= ms)
+    outer = (psi <= after_min) & (idx >= ms)
+    return xp.where(idx == ms, True, inner | outer | (idx == 0) | (idx == V))
+
+
+def residual_cdf(pre: Prefix):  # noqa: ANN201
+    """``[B, V]`` the cumulative residual mass over positions, F_j = min_{m > j} psi_m - psi_{m*} for j >= m*, else 0.
+
+    The residual (p - R)_+ outside H* is psi_e - psi_s on the first position s of each outer group (s, e] and 0
+    elsewhere; the next record after j is where the suffix minimum of psi after j is attained, so the sum telescopes.
+    F is non-decreasing with F_{V-1} = -psi_{m*} = 1 - alpha*."""
+    xp = X.namespace(pre.psi)
+    V = pre.ps.shape[-1]
+    pos = X.arange_like(pre.psi, V)[None, :]
+    psi_min = X.take(pre.psi, pre.m_star[:, None])
+    return xp.where(pos >= pre.m_star[:, None], X.maximum(pre.suffix_min[..., 1:] - psi_min, 0.0), 0.0)
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The class-chain quantities on a window of consecutive positions ``[B, W]`` (:func:`group_terms`)."""
+
+    first: object
+    t: object
+    ps: object
+    qs: object
+    H: object
+    y: object
+    before: object
+    a: object
+    lam: object
+    certain: object
+    beta: object
+
+
+def group_terms(pre: Prefix, pos, start, end, steps: int | None = None) -> Terms:  # noqa: ANN001
+    """The class chain at positions ``pos [B, W]`` (consecutive, the first column a group's first position; entries
+    past V - 1 are clamped and meaningless), each in the group of positions ``start .. end - 1`` (``[B, W]`` or
+    ``[B, 1]``). ``steps``: Newton steps of :func:`slot_mass` (None: to convergence, numpy only)."""
+    xp = X.namespace(pre.psi)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        return _group_terms(xp, pre, pos, start, end, steps)
+
+
+def _group_terms(xp, pre: Prefix, pos, start, end, steps: int | None) -> Terms:  # noqa: ANN001
+    n, V = pre.n, pre.ps.shape[-1]
+    at = X.minimum(pos, V - 1)
+    ps, qs, H = X.take(pre.ps, at), X.take(pre.qs, at), X.take(pre.prefix_q, at)
+    psi, psi_s, psi_e = X.take(pre.psi, at), X.take(pre.psi, start), X.take(pre.psi, end)
+    first = pos == start
+    inner = end <= pre.m_star[:, None]
+    t = xp.where(first & ~inner, X.maximum(ps - (psi_e - psi_s), 0.0), ps)  # GR Thm 6.2 vertex on outer groups
+    L = X.take(pre.suffix_q, at) - X.take(pre.suffix_q, end)  # q(C_i), a difference of suffix sums from the top
+    gap = X.maximum(xp.where(first, xp.where(inner, psi_s - psi_e, 0.0), psi - psi_e), 0.0)
+    q_pos = qs > 0
+    r = xp.where(q_pos, t / xp.where(q_pos, qs, 1.0), 0.0)
+    r_below = X.pad_first(r[..., :-1], 0.0)  # the window starts at a group's first position, where it is unused
+    y = xp.where(first, L, slot_mass(H, L, xp.where(first, 0.0, r_below), gap, n, steps))
+    before = xp.where(pos + 1 >= end, 0.0, X.pad_last(y[..., 1:], 0.0)) + qs  # class mass entering the step
+    b_pos = before > 0
+    a = xp.where(first | ~b_pos, 0.0, X.minimum(X.maximum(1.0 - y / xp.where(b_pos, before, 1.0), 0.0), 1.0))
+    certain = (a >= 1.0) & ~first
+    lam = xp.where(certain | first, 0.0, -xp.log1p(-xp.where(certain, 0.0, a)))
+    capacity = power_gap(H, before, n)  # of the final class, read at a group's first position
+    c_pos = capacity > 0
+    beta = xp.where(inner, xp.where(c_pos, X.minimum(X.maximum(1.0 - gap / xp.where(c_pos, capacity, 1.0), 0.0),
+                                                      1.0), 0.0), 1.0)
+    return Terms(first=first, t=t, ps=ps, qs=qs, H=H, y=y, before=before, a=a, lam=lam, certain=certain, beta=beta)
+
+
+@dataclass(frozen=True)
+class Chains:
+    """Every group of every row as a class chain (``[B, V]`` by position unless said otherwise): the full rule,
+    for :class:`~otlp.optimal.OptimalTransport` and :func:`~otlp.optimal.solve_batch`.
+
+    position : position of each token (token order); start, end : the position's group is start .. end - 1;
+    inner : the group may reject; lam_low, certain_low : the finite hazard and the number of certain slots of the
+    group's slots at or below the position; beta : the group's final acceptance (at its first position);
+    residual : the residual weight at each position (sums to 1 - alpha*); terms : the per-position chain.
+    """
+
+    pre: Prefix
+    position: object
+    start: object
+    end: object
+    inner: object
+    lam_low: object
+    certain_low: object
+    beta: object
+    residual: object
+    terms: Terms
+
+
+def build(P, Q, n: int, *, newton_steps: int | None = None) -> Chains:  # noqa: ANN001 - [B, V] arrays
+    """The class chains of every group of every row of ``P, Q: float64 [B, V]`` (checked distributions), n >= 1."""
+    pre = prefix(P, Q, n)
+    xp = X.namespace(P)
+    V = P.shape[-1]
+    rec = records(pre)
+    pos = X.arange_like(P, V)[None, :]
+    start = X.cummax(xp.where(rec[..., :V], pos, 0))  # [B, V]
+    end = X.suffix_min(xp.where(rec[..., 1:], pos + 1, V))  # [B, V]
+    terms = group_terms(pre, pos + 0 * start, start, end, newton_steps)
+    lam_low = _within_group(terms.lam, start)
+    certain_low = _within_group(xp.where(terms.certain, 1.0, 0.0), start)
+    with np.errstate(invalid="ignore"):
+        drop = X.take(pre.psi, end) - X.take(pre.psi, start)
+        outer_first = terms.first & ~(end <= pre.m_star[:, None])
+        residual = xp.where(outer_first, X.minimum(X.maximum(drop, 0.0), terms.ps), 0.0)
+    return Chains(pre=pre, position=X.inverse_permutation(pre.order), start=start, end=end,
+                  inner=end <= pre.m_star[:, None], lam_low=lam_low, certain_low=certain_low,
+                  beta=X.take(terms.beta, start), residual=residual, terms=terms)
+
+
+def _within_group(x, start):  # noqa: ANN001, ANN202
+    """``[B, V]``: the sum of x over the positions of each one's group up to and including it."""
+    C = X.pad_first(X.cumsum(x), 0.0)  # [B, V + 1]
+    return C[..., 1:] - X.take(C, start)
+
+
+def row_sums(ch: Chains) -> np.ndarray:
+    """The rule's row sums R by position (numpy): a member of a class fires in the slots at or below its position
+    with its current mass, so R_i = q_i (S_i + F_i final) with S_i = share_i + (1 - a_i) S_{i-1} (share = the tuple
+    mass of slot i per unit of class mass entering it), F_i = prod (1 - a) over the group's positions <= i, and
+    final = beta capacity / before_s the final class's mass per unit."""
+    tm, n = ch.terms, ch.pre.n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.where(tm.first, 0.0, np.clip(tm.before - tm.y, 0.0, tm.before))
+        b_pos = tm.before > 0
+        share = np.where(tm.first | ~b_pos, 0.0, power_gap(tm.H + tm.y, x, n) / np.where(b_pos, tm.before, 1.0))
+        final = np.where(tm.first & b_pos, tm.beta * power_gap(tm.H, tm.before, n) / np.where(b_pos, tm.before, 1.0),
+                         0.0)
+    S, F = segmented_scan(share, np.where(tm.first, 1.0, 1.0 - tm.a), tm.first)
+    return tm.qs * (S + F * np.take_along_axis(final, ch.start, axis=-1))
+
+
+def segmented_scan(share: np.ndarray, keep: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """S_i = share_i + keep_i S_{i-1} and F_i = keep_i F_{i-1} within segments (``first`` marks a segment's first
+    element, where S = share and F = keep), along axis 1, by Hillis-Steele doubling of the affine maps
+    x -> b_i + k_i x (k_i = 0 at a segment's first element, so nothing crosses a boundary); the steps stop once
+    they span the longest segment. ``[V, B]`` layout inside, so a step's shifted operands are contiguous."""
+    B, V = share.shape
+    bounds = first.copy()
+    bounds[:, 0] = True
+    starts = np.flatnonzero(bounds)
+    longest = max(int(np.diff(starts).max(initial=0)), B * V - int(starts[-1]))
+    K = np.where(bounds, 0.0, keep).T.copy()
+    S, F = share.T.copy(), np.where(bounds, keep, 0.0).T.copy()
+    tmp = np.empty_like(K)
+    d = 1
+    while d < longest:
+        np.multiply(K[d:], S[:-d], out=tmp[d:])
+        S[d:] += tmp[d:]
+        np.multiply(K[d:], F[:-d], out=tmp[d:])
+        F[d:] += tmp[d:]
+        np.multiply(K[d:], K[:-d], out=tmp[d:])
+        K[d:] = tmp[d:]
+        d *= 2
+    return S.T, F.T
+
+
+def power_gap(base, x, n: int):  # noqa: ANN001, ANN201
+    """(base + x)^n - base^n as the positive sum sum_{j>=1} C(n, j) base^(n-j) x^j (no cancellation), by Horner in
+    x; any arrays (or floats) of a common shape, any n >= 1."""
+    if n == 1:
+        return x + 0.0 * base
+    if n == 2:
+        return x * (2.0 * base + x)
+    acc = x + n * base  # the j = n and j = n - 1 coefficients
+    for j in range(n - 2, 0, -1):
+        acc = acc * x + comb(n, j) * base ** (n - j)
+    return acc * x
+
+
+def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: ANN001, ANN201
+    """The largest root y in [0, L] of the convex g(y) = (H + y)^n - H^n - r_below y - gap (g(0) <= 0 <= g(L)).
+
+    n = 1: no slot (0). n = 2: g(y) = y^2 + b y - gap with b = 2H - r_below, closed form in its stable branch:
+    y = 2 gap / (b + sqrt(b^2 + 4 gap)) for b >= 0, (sqrt(b^2 + 4 gap) - b) / 2 for b < 0.
+    n >= 3: Newton from the smaller of two upper bounds of the root, which then decreases monotonically to it:
+    y_A, the root of the quadratic lower bound y (n H^(n-1) - r + C(n, 2) H^(n-2) y) <= g(y) + gap (every further
+    term of the expansion is positive; accurate when y << H), and y_B = u_B - H with u_B = max((2 c+)^(1/n),
+    (2 r)^(1/(n-1))), c = gap + H^n - r H (u = H + y solves u^n = r u + c <= 2 max(r u, c+); within 2^(1/(n-1)) of
+    the root when y >~ H). ``steps`` Newton steps (None: until no entry moves, numpy only).
+    """
+    xp = X.namespace(H)
+    if n == 1:
+        return 0.0 * L
+    gap = X.maximum(gap, 0.0)
+    if n == 2:
+        b = 2.0 * H - r_below
+        root = xp.sqrt(b * b + 4.0 * gap)
+        den = b + root
+        y = xp.where(b >= 0, 2.0 * gap / xp.where(den > 0, den, 1.0), 0.5 * (root - b))
+        return X.minimum(X.maximum(y, 0.0), L)
+    # upper bound A: y (b + D1 y) = gap with b = n H^(n-1) - r, D1 = C(n, 2) H^(n-2)
+    Hn2 = H ** (n - 2)
+    b = n * Hn2 * H - r_below
+    D1 = comb(n, 2) * Hn2
+    root = xp.sqrt(b * b + 4.0 * D1 * gap)
+    den = b + root
+    d_pos = D1 > 0
+    y_a = xp.where(b >= 0, xp.where(den > 0, 2.0 * gap / xp.where(den > 0, den, 1.0), 0.0),
+                   xp.where(d_pos, (root - b) / xp.where(d_pos, 2.0 * D1, 1.0), inf))
+    # upper bound B, in u = H + y
+    c = X.maximum(gap + Hn2 * H * H - r_below * H, 0.0)
+    u_b = X.maximum((2.0 * c) ** (1.0 / n), (2.0 * X.maximum(r_below, 0.0)) ** (1.0 / (n - 1)))
+    y = X.maximum(X.minimum(X.minimum(y_a, u_b - H), L), 0.0)
+    coef = [comb(n, j + 1) for j in range(n)]  # D(y) = sum_j coef_j H^(n-1-j) y^j = ((H + y)^n - H^n) / y
+    powers = [H ** (n - 1 - j) for j in range(n)]
+    k = 0
+    while steps is None or k < steps:
+        D = 0.0 * y + coef[n - 1] * powers[n - 1]
+        for j in range(n - 2, -1, -1):
+            D = D * y + coef[j] * powers[j]
+        g = y * (D - r_below) - gap
+        dg = D - r_below + _shift_horner(y, coef, powers, n)
+        ok = dg > 0
+        new = xp.where(ok, X.minimum(X.maximum(y - g / xp.where(ok, dg, 1.0), 0.0), L), y)
+        k += 1
+        moved = steps is None and bool(np.any(new != y))
+        y = new
+        if steps is None and (not moved or k >= 200):
+            break
+    return y
+
+
+def _shift_horner(y, coef: list, powers: list, n: int):  # noqa: ANN001, ANN202
+    """y D'(y) = sum_{j>=1} j coef_j H^(n-1-j) y^j, by Horner."""
+    acc = 0.0 * y + (n - 1) * coef[n - 1] * powers[n - 1]
+    for j in range(n - 2, 0, -1):
+        acc = acc * y + j * coef[j] * powers[j]
+    return acc * y
+
+
+def evaluate(ch: Chains, w):  # noqa: ANN001, ANN201
+    """The full rule on one drafted tuple per row: ``w int64 [B, n]`` -> ``(accept [B, n], reject [B])``; a repeated
+    token's draws are summed on its first slot."""
+    xp = X.namespace(ch.lam_low)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        pos = X.take(ch.position, w)  # [B, n]
+        top = X.take(pos, X.argmax_rows(pos)[:, None])  # [B, 1]
+        s = X.take(ch.start, top)
+        return _pieces(xp, w, pos, pos >= s, X.take(ch.lam_low, pos), X.take(ch.certain_low, pos),
+                       X.take(ch.beta, s)[:, 0])
+
+
+def tuple_rule(pre: Prefix, w, *, window: int | None = None, steps: int | None = None):  # noqa: ANN001, ANN201
+    """The rule on one drafted tuple per row from the prefix structure alone: ``w int64 [B, n]`` -> ``(accept [B, n],
+    reject [B])``, computing the class chain of the served group only on its positions up to the top draw (the
+    slots above it never matter: piece k's hazard spans (d_{k+1}, d_k]).
+
+    ``window``: how many positions from the group's first one to compute, at least max(top - s) + 2 over the rows
+    (None: V, a static shape for device code; the caller on CPU passes the data-dependent bound, see
+    :func:`needed_window`). ``steps``: Newton steps at n >= 3 (None: to convergence, numpy only)."""
+    xp = X.namespace(pre.psi)
+    V = pre.ps.shape[-1]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        pos, top, s, e = served_group(pre, w)
+        W = V if window is None else window
+        win = s + X.arange_like(pre.psi, W)[None, :]  # [B, W]
+        tm = group_terms(pre, win, s, e, steps)
+        live = (win <= top) & (win < e)  # the slots that can matter
+        cum = X.cumsum(xp.where(live, tm.lam, 0.0))
+        cum_c = X.cumsum(xp.where(live & tm.certain, 1.0, 0.0))
+        off = X.minimum(X.maximum(pos - s, 0), W - 1)
+        return _pieces(xp, w, pos, pos >= s, X.take(cum, off), X.take(cum_c, off), tm.beta[:, 0])
+
+
+def served_group(pre: Prefix, w):  # noqa: ANN001, ANN201
+    """Positions of the draws ``[B, n]``, the top one ``[B, 1]`` and its group's first / one-past-last positions
+    ``s, e [B, 1]``: s = the last record <= top, e = the first record > top."""
+    xp = X.namespace(pre.psi)
+    V = pre.ps.shape[-1]
+    position = X.inverse_permutation(pre.order)
+    pos = X.take(position, w)  # [B, n]
+    top = X.take(pos, X.argmax_rows(pos)[:, None])  # [B, 1]
+    rec = records(pre)
+    idx = X.arange_like(pre.psi, V + 1)[None, :]
+    s = X.max_rows(xp.where(rec & (idx <= top), idx, 0))[:, None]
+    e = X.min_rows(xp.where(rec & (idx > top), idx, V))[:, None]
+    return pos, top, s, e
+
+
+def needed_window(pre: Prefix, w) -> int:
+    """The smallest ``window`` :func:`tuple_rule` needs for these tuples (a host integer: for CPU callers)."""
+    _, top, s, _ = served_group(pre, w)
+    return int((top - s).max()) + 2
+
+
+def _pieces(xp, w, pos, in_group, cum, cum_c, beta):  # noqa: ANN001, ANN202
+    """Accept / reject from the cumulative hazards at the draws: with the served group's draws by position
+    d_1 >= ... >= d_c, piece k has hazard h_k = Lambda_low(d_k) - Lambda_low(d_{k+1}) (Lambda_low(d_{c+1}) = 0;
+    infinite when the piece holds a certain slot) and fires with probability reach_k (1 - e^{-k h_k}), shared by
+    its k draws; what is left gives each draw beta / c and rejects 1 - beta."""
+    B, n = w.shape
+    key = xp.where(in_group, pos, -1)
+    by_pos = X.sort_small_descending(key)  # [B, n]: the group's draws by position, descending, then the rest
+    c = in_group.sum(-1)  # [B]
+    ks = X.arange_like(key, n)[None, :]
+    valid = ks < c[:, None]
+    more = ks + 1 < c[:, None]
+    at, at_c = X.take(cum, by_pos), X.take(cum_c, by_pos)
+    nxt = xp.where(more, X.pad_last(at[..., 1:], 0.0), 0.0)
+    nxt_c = xp.where(more, X.pad_last(at_c[..., 1:], 0.0), 0.0)
+    h = xp.where(valid, X.maximum(at - nxt, 0.0), 0.0)
+    h = xp.where(valid & (at_c - nxt_c > 0), inf, h)  # [B, n]
+    per = X.zeros_like(h)  # [B, n] by sorted slot
+    log_reach = X.zeros_like(h[..., 0])  # [B]
+    for k in range(1, n + 1):  # the n pieces, not tokens
+        hk = h[..., k - 1]
+        fired = xp.exp(log_reach) * -xp.expm1(-k * hk)  # [B]
+        per = per + xp.where(ks < k, (fired / k)[:, None], 0.0)
+        log_reach = log_reach - k * hk
+    left = xp.exp(log_reach)  # [B]
+    per = xp.where(valid, per + (left * beta / X.maximum(c, 1))[:, None], 0.0)
+    slot = X.scatter_rows(per, by_pos)  # [B, n] by draft slot
+    same = w[:, :, None] == w[:, None, :]  # [B, n, n]
+    first_occ = X.first_true(same) == ks  # slot k holds the first occurrence of its token
+    accept = xp.where(first_occ, (xp.where(same, slot[:, None, :], 0.0)).sum(-1), 0.0)
+    return accept, left * (1.0 - beta)
+
+
+def sample(pre: Prefix, accept, reject, w, u):  # noqa: ANN001, ANN201
+    """One output token per row: draft slot k with probability accept[:, k], else (reject) a draw from the residual
+    by inverse CDF over positions (:func:`residual_cdf`). ``u [B, 2]`` uniforms in [0, 1) -> ``(tokens [B],
+    accepted_index [B])`` (-1: drawn from the residual). A row with no residual mass (alpha* = 1) never rejects: its
+    reject probability is rounding, and the draw falls back to the drafts."""
+    xp = X.namespace(accept)
+    B, n = accept.shape
+    F = residual_cdf(pre)  # [B, V]
+    total = F[..., -1:]  # [B, 1]
+    weights = X.pad_last(accept, 0.0) + xp.where(X.arange_like(accept, n + 1)[None, :] == n,
+                                                 xp.where(total > 0, reject[:, None], 0.0), 0.0)  # [B, n + 1]
+    cw = X.cumsum(weights)
+    slot = X.minimum(X.searchsorted_rows(cw, u[:, :1] * cw[:, -1:]), n)  # [B]; n: reject
+    slot = xp.where(weights.sum(-1) > 0, slot, 0)
+    drawn = X.minimum(X.searchsorted_rows(F, u[:, 1:] * total), F.shape[-1] - 1)  # [B] position
+    residual_token = X.take(pre.order, drawn[:, None])[:, 0]
+    accepted = slot < n
+    chosen = X.take(w, X.minimum(slot, n - 1)[:, None])[:, 0]
+    tokens = xp.where(accepted, chosen, residual_token)
+    return tokens, xp.where(accepted, slot, -1)

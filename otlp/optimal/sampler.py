@@ -1,0 +1,64 @@
+"""The exact optimal rule for i.i.d. drafts as a decode-loop sampler on torch tensors (``get("optimal").sample``).
+
+``verify(p [B, V], q [B, V], drafts [B, n], u [B, 2]) -> (tokens [B], accepted_index [B])`` runs the class-chain
+rule of :mod:`.chains` on one drafted tuple per row: the ratio sort and psi over the whole vocabulary, then the class
+chain of the served group only, on its positions up to the top draw (:func:`.chains.tuple_rule`), and one draw from
+the slots or the residual with the caller's uniforms (``u[:, 0]`` picks the slot, ``u[:, 1]`` the residual token).
+
+* Inputs are language-model probabilities as they come (float32, bfloat16, float16 or float64 rows that sum to 1
+  within their dtype's rounding): each row is converted to float64 and divided by its sum, and the rule is exact
+  for that normalised row (law = p and acceptance = alpha* to float64 rounding).
+* On an accelerator every step is a torch operation on the tensors' device with static shapes: no host
+  synchronisation (``window = V``; tests/optimal/test_sampler_device.py records the aten ops on CPU with
+  ``backend="torch"``).
+* On the CPU, where there is no device to synchronise with, the same equations run through numpy on zero-copy views,
+  in chunks of rows of at most ``CPU_CHUNK`` floats (so that temporaries stay in cache and below the allocator's
+  mmap threshold), with the data-dependent window the tuple needs (``backend="auto"``; measured in
+  benchmarks/verifiers.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otlp.optimal import chains as C
+
+#: rows per CPU chunk: at most this many float64 values per [rows, V] temporary (8 MiB).
+CPU_CHUNK = 1 << 20
+
+BACKENDS = ("auto", "torch")
+
+
+def verify(p, q, drafts, u, *, backend: str = "auto"):  # noqa: ANN001, ANN201 - torch tensors
+    """One verified token per row (see the module docstring): ``p, q [B, V]`` (any float dtype), ``drafts int64
+    [B, n]``, ``u float [B, 2]`` uniforms in [0, 1). Returns ``(tokens int64 [B], accepted_index int64 [B])``
+    with -1 where the token came from the residual. ``backend="torch"`` keeps torch operations on the CPU too."""
+    import torch
+
+    n = drafts.shape[1]
+    P, Q = _normalised(p), _normalised(q)
+    U = u.to(torch.float64)
+    if backend == "torch" or p.device.type != "cpu":
+        pre = C.prefix(P, Q, n)
+        accept, reject = C.tuple_rule(pre, drafts, steps=C.NEWTON_STEPS)
+        tokens, index = C.sample(pre, accept, reject, drafts, U)
+        return tokens.long(), index.long()
+    B, V = P.shape
+    Pn, Qn, Wn, Un = P.numpy(), Q.numpy(), drafts.long().numpy(), U.numpy()
+    tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
+    step = max(1, CPU_CHUNK // max(V, 1))
+    for lo in range(0, B, step):  # chunks of rows, each vectorised
+        sl = slice(lo, min(B, lo + step))
+        pre = C.prefix(Pn[sl], Qn[sl], n)
+        accept, reject = C.tuple_rule(pre, Wn[sl], window=C.needed_window(pre, Wn[sl]))
+        tokens[sl], index[sl] = C.sample(pre, accept, reject, Wn[sl], Un[sl])
+    return torch.from_numpy(tokens), torch.from_numpy(index)
+
+
+def _normalised(x):  # noqa: ANN001, ANN202
+    """float64 rows divided by their sums (a row that sums to 0 is left as is: the caller's validation refuses it)."""
+    import torch
+
+    X = x.to(dtype=torch.float64)
+    total = X.sum(-1, keepdim=True)
+    return X / total.where(total > 0, total.new_ones(()))

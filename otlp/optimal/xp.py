@@ -1,0 +1,242 @@
+"""The few array operations whose spelling differs between numpy and torch, so that :mod:`.chains` is written once.
+
+Everything else (``+ - * /``, comparisons, ``where``, ``log1p``, ``expm1``, ``sqrt``, ``exp``, ``minimum``,
+``maximum``) has the same name and meaning in ``numpy`` and ``torch``: :mod:`.chains` calls ``xp.<name>`` with
+``xp = namespace(x)``. Row operations act along the last axis of ``[B, V]`` arrays. The torch versions never
+synchronise with the host and never build a data-dependent shape (they run inside a decode loop on any device).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def namespace(x: object):  # noqa: ANN201 - the numpy or torch module
+    """``numpy`` for numpy arrays, ``torch`` for tensors (imported only when a tensor is passed in)."""
+    if isinstance(x, np.ndarray):
+        return np
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return torch
+    raise TypeError(f"expected a numpy array or a torch tensor, got {type(x).__name__}")
+
+
+def is_numpy(x: object) -> bool:
+    return isinstance(x, np.ndarray)
+
+
+def cumsum(x):  # noqa: ANN001, ANN201
+    """Running sum along the rows."""
+    return np.cumsum(x, axis=-1) if is_numpy(x) else x.cumsum(-1)
+
+
+def suffix_sum(x):  # noqa: ANN001, ANN201
+    """``out[..., i] = sum_{j >= i} x[..., j]``, summed from the top (so the tail carries no cancellation)."""
+    if is_numpy(x):
+        return np.cumsum(x[..., ::-1], axis=-1)[..., ::-1]
+    return x.flip(-1).cumsum(-1).flip(-1)
+
+
+def cummin(x):  # noqa: ANN001, ANN201
+    return np.minimum.accumulate(x, axis=-1) if is_numpy(x) else x.cummin(-1).values
+
+
+def suffix_min(x):  # noqa: ANN001, ANN201
+    """``out[..., i] = min_{j >= i} x[..., j]``."""
+    if is_numpy(x):
+        return np.minimum.accumulate(x[..., ::-1], axis=-1)[..., ::-1]
+    return x.flip(-1).cummin(-1).values.flip(-1)
+
+
+def cummax(x):  # noqa: ANN001, ANN201
+    return np.maximum.accumulate(x, axis=-1) if is_numpy(x) else x.cummax(-1).values
+
+
+def take(x, idx):  # noqa: ANN001, ANN201
+    """``x[b, idx[b, k]]``: gather along the rows (``idx`` of any width)."""
+    return np.take_along_axis(x, idx, axis=-1) if is_numpy(x) else x.gather(-1, idx)
+
+
+def arange_like(x, size: int):  # noqa: ANN001, ANN201
+    """``[0, 1, ..., size - 1]`` as an int64 row on ``x``'s device."""
+    if is_numpy(x):
+        return np.arange(size)
+    import torch
+
+    return torch.arange(size, device=x.device)
+
+
+def zeros_like(x, shape: tuple | None = None, dtype=None):  # noqa: ANN001, ANN201
+    if is_numpy(x):
+        return np.zeros(x.shape if shape is None else shape, dtype=x.dtype if dtype is None else dtype)
+    import torch
+
+    return torch.zeros(x.shape if shape is None else shape, dtype=x.dtype if dtype is None else dtype,
+                       device=x.device)
+
+
+def int_dtype(x):  # noqa: ANN001, ANN201
+    if is_numpy(x):
+        return np.int64
+    import torch
+
+    return torch.int64
+
+
+def pad_last(x, value: float):  # noqa: ANN001, ANN201
+    """``x [..., V]`` with one more entry ``value`` at the end of each row: ``[..., V + 1]``."""
+    if is_numpy(x):
+        return np.concatenate([x, np.full(x.shape[:-1] + (1,), value, dtype=x.dtype)], axis=-1)
+    import torch
+
+    return torch.cat([x, torch.full(x.shape[:-1] + (1,), value, dtype=x.dtype, device=x.device)], dim=-1)
+
+
+def pad_first(x, value: float):  # noqa: ANN001, ANN201
+    """``x [..., V]`` with one more entry ``value`` in front of each row: ``[..., V + 1]``."""
+    if is_numpy(x):
+        return np.concatenate([np.full(x.shape[:-1] + (1,), value, dtype=x.dtype), x], axis=-1)
+    import torch
+
+    return torch.cat([torch.full(x.shape[:-1] + (1,), value, dtype=x.dtype, device=x.device), x], dim=-1)
+
+
+def argmin_rows(x):  # noqa: ANN001, ANN201
+    """First index of the minimum of each row, ``[B]`` int64."""
+    return np.argmin(x, axis=-1) if is_numpy(x) else x.argmin(-1)
+
+
+def argmax_rows(x):  # noqa: ANN001, ANN201
+    """First index of the maximum of each row (numpy and torch both return the first on ties), ``[B]``."""
+    return np.argmax(x, axis=-1) if is_numpy(x) else x.argmax(-1)
+
+
+def inverse_permutation(order):  # noqa: ANN001, ANN201
+    """``inv[b, order[b, i]] = i`` for permutations ``order [B, V]`` (one scatter)."""
+    if is_numpy(order):
+        inv = np.empty_like(order)
+        np.put_along_axis(inv, order, np.broadcast_to(np.arange(order.shape[-1]), order.shape), axis=-1)
+        return inv
+    import torch
+
+    ar = torch.arange(order.shape[-1], device=order.device).expand_as(order)
+    return torch.empty_like(order).scatter_(-1, order, ar)
+
+
+def sort_descending(key):  # noqa: ANN001, ANN201
+    """Stable order of each row by decreasing ``key`` (float64, no NaN): ``int64 [B, V]``.
+
+    On the host (numpy arrays, CPU tensors through a zero-copy view) the integers that pack the key's leading bits
+    above the token id are sorted with numpy's vectorised sort (:func:`_packed_sort`), several times faster than
+    ``argsort(kind="stable")`` or ``torch.sort`` there (benchmarks/verifiers.py); on an accelerator
+    ``torch.sort(stable=True)``.
+    """
+    if is_numpy(key):
+        return _packed_sort(key)
+    import torch
+
+    if key.device.type != "cpu":
+        return torch.sort(key, dim=-1, descending=True, stable=True).indices
+    return torch.from_numpy(_packed_sort(key.detach().numpy()))
+
+
+def _packed_sort(key: np.ndarray) -> np.ndarray:
+    """Stable descending order of each row of ``key [B, V]`` (float64) from one int64 sort per row.
+
+    A float64 >= 0 compares like its bit pattern read as an integer, so ``bits >> shift`` keeps the order (merging
+    only keys within 2^-(52 - shift) relative of each other); shifted up by ``s = bit_length(V - 1)`` bits, with
+    ``V - 1 - id`` below, every key is distinct, and their decreasing order is the stable decreasing order of the
+    truncated keys. Negative keys (the p = q = 0 tokens) sort below 0 through one more bit. Runs of equal truncated
+    keys that hold different exact keys (rare on data; exact ties are already in id order, as a stable sort puts
+    them) are then sorted exactly, run by run.
+    """
+    B, V = key.shape
+    s = max(int(V - 1).bit_length(), 1)
+    nonneg = key >= 0
+    bits = np.where(nonneg, key, 0.0).view(np.int64) >> (s + 1)
+    packed = ((bits + nonneg) << s) | (V - 1 - np.arange(V, dtype=np.int64))  # distinct, order-preserving
+    packed.sort(axis=-1)
+    packed = packed[:, ::-1]
+    order = (V - 1) - (packed & ((1 << s) - 1))  # decreasing keys; ids increasing within ties
+    trunc = packed >> s
+    same = trunc[:, 1:] == trunc[:, :-1]  # [B, V - 1]
+    if same.any():
+        ks = np.take_along_axis(key, order, axis=-1)
+        rows, cols = np.nonzero(same & (ks[:, 1:] != ks[:, :-1]))
+        done = set()
+        for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
+            lo = c
+            while lo > 0 and same[r, lo - 1]:
+                lo -= 1
+            if (r, lo) in done:
+                continue
+            done.add((r, lo))
+            hi = c + 1
+            while hi < V - 1 and same[r, hi]:
+                hi += 1
+            run = order[r, lo : hi + 1]  # ids increasing: a stable sort keeps exact ties in id order
+            order[r, lo : hi + 1] = run[np.argsort(-key[r, run], kind="stable")]
+    return np.ascontiguousarray(order)
+
+
+def searchsorted_rows(cdf, values):  # noqa: ANN001, ANN201
+    """First index whose running sum exceeds the value, per row: ``cdf [B, V]``, ``values [B, 1]`` -> ``[B]``."""
+    if is_numpy(cdf):
+        return (cdf <= values).sum(-1)
+    import torch
+
+    return torch.searchsorted(cdf, values, right=True).squeeze(-1)
+
+
+def maximum(a, b):  # noqa: ANN001, ANN201
+    """Elementwise maximum; ``b`` may be a Python number (``torch.maximum`` takes tensors only)."""
+    if is_numpy(a):
+        return np.maximum(a, b)
+    import torch
+
+    return torch.clamp(a, min=b) if isinstance(b, (int, float)) else torch.maximum(a, b)
+
+
+def minimum(a, b):  # noqa: ANN001, ANN201
+    """Elementwise minimum; ``b`` may be a Python number."""
+    if is_numpy(a):
+        return np.minimum(a, b)
+    import torch
+
+    return torch.clamp(a, max=b) if isinstance(b, (int, float)) else torch.minimum(a, b)
+
+
+def sort_small_descending(key):  # noqa: ANN001, ANN201
+    """Stable order of each row of a narrow integer ``key [B, n]`` by decreasing value."""
+    if is_numpy(key):
+        return np.argsort(-key, axis=-1, kind="stable")
+    import torch
+
+    return torch.sort(key, dim=-1, descending=True, stable=True).indices
+
+
+def scatter_rows(values, idx):  # noqa: ANN001, ANN201
+    """``out[b, idx[b, k]] = values[b, k]`` for a permutation ``idx`` of each row."""
+    if is_numpy(values):
+        out = np.empty_like(values)
+        np.put_along_axis(out, idx, values, axis=-1)
+        return out
+    return values.new_empty(values.shape).scatter_(-1, idx, values)
+
+
+def first_true(mask):  # noqa: ANN001, ANN201
+    """Index of the first True along the last axis (of a mask with at least one True per row)."""
+    if is_numpy(mask):
+        return np.argmax(mask, axis=-1)
+    import torch
+
+    return mask.to(torch.int8).argmax(-1)
+
+
+def max_rows(x):  # noqa: ANN001, ANN201
+    return np.max(x, axis=-1) if is_numpy(x) else x.amax(-1)
+
+
+def min_rows(x):  # noqa: ANN001, ANN201
+    return np.min(x, axis=-1) if is_numpy(x) else x.amin(-1)

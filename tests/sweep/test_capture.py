@@ -201,3 +201,12 @@ def test_not_a_capture_and_bad_arguments(tmp_path, capsys, small_capture):  # no
     assert "--n: 'x' is not an integer" in _one_line_error(capsys, ["sweep", str(small_capture), "--n", "1,x"])
     assert "unknown verifier 'nope'" in _one_line_error(capsys, ["sweep", str(small_capture), "--verifiers", "nope"])
     assert "multi-step" in _one_line_error(capsys, ["sweep", str(small_capture), "--verifiers", "bv"])
+
+
+def test_without_the_extra_one_line_names_otlp_sweep(small_capture, capsys, monkeypatch):  # noqa: ANN001
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow -> ImportError
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    line = _one_line_error(capsys, ["sweep", str(small_capture)])
+    assert "pip install 'otlp[sweep]'" in line and "pyarrow" in line

@@ -552,7 +552,7 @@ def _black_box(fn: Callable[..., object], label: str, P: np.ndarray, drafts: lis
                     mismatched += int((acc & ((index >= n) | (omegas[np.arange(B), safe] != tokens))).sum())
                 done += B
                 bar.update(done, limit, band)
-            band = stats.band(counts, p0_all, k, alpha)
+            band = stats.band(counts, p0_all, k, alpha, tolerance)
             log_p = min(log_p, band.log_p)
             if band.rejects:
                 stopped = "bias detected"
@@ -563,6 +563,7 @@ def _black_box(fn: Callable[..., object], label: str, P: np.ndarray, drafts: lis
     finally:
         bar.close()
     assert band is not None
+    band = stats.band(counts, p0_all, k, alpha)  # the full upper bound for the report
     preserves = False if band.rejects else (True if band.tv_upper <= tolerance else None)
     acc_lo, acc_hi = stats.proportion_interval(member, done, k, alpha)
     acc = member / done

@@ -7,13 +7,14 @@ folder so they load through HFCausalLM.from_pretrained like real checkpoints:
 For each size and context length (a random prompt of that many tokens, batch 1), one decode run per path with
 the same seed: tokens/s end to end (prompt included), target positions per emitted token and per step, draft
 positions per step, and the time split. Floor: a cached target step pushes n·L + 1 positions whatever the
-context (the tree and its root); the recompute path pushes about (n·L + 1)·T.
+context (the tree and its root); the recompute path pushes about (n·L + 1)·T. "steady" tokens/s leaves out the
+first step (where the cached path pushes the whole prompt), i.e. the rate a long generation approaches.
 Random weights make p and q nearly uniform, so almost every draft is accepted (block efficiency ~ L + 1); the
 speed ratio is about compute per step, which does not depend on the weights.
 
 Run (a few minutes on 2 CPU cores; rows print as they finish):
     flock /tmp/team/bench.lock python benchmarks/decode_hf.py [--sizes 10M,100M --contexts 128,1024
-        --n 2 --L 3 --tokens 8 --device cpu]
+        --n 2 --L 3 --tokens 8 --device cpu --threads 1]
 Writes benchmarks/results/decode_hf.json.
 """
 
@@ -58,8 +59,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8, help="new tokens per run (default 8)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: steadier on a shared machine; 0 = torch's default)")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "decode_hf.json"))
     args = parser.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
 
     from otlp.decode.hf import HFCausalLM
     from otlp.decode.loop import decode
@@ -67,8 +72,8 @@ def main() -> None:
     contexts = [int(c) for c in args.contexts.split(",")]
     max_positions = max(contexts) + args.tokens + args.L + 8
     rows = []
-    print(f"{'size':>5} {'ctx':>5} {'path':>9} {'tok/s':>8} {'s':>7} {'tgt pos/tok':>11} {'tgt pos/step':>12} "
-          f"{'dft pos/step':>12} {'BE':>5}  draft/target/verifier s", flush=True)
+    print(f"{'size':>5} {'ctx':>5} {'path':>9} {'tok/s':>8} {'steady':>8} {'s':>7} {'tgt pos/tok':>11} "
+          f"{'tgt pos/step':>12} {'dft pos/step':>12} {'BE':>5}  draft/target/verifier s", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes.split(","):
             target_spec, draft_spec = SIZES[size]
@@ -85,14 +90,23 @@ def main() -> None:
                 for tree in ("recompute", "cached"):
                     draft._cache.clear()
                     target._cache.clear()
+                    marks: list[tuple[float, int]] = []  # (time, new tokens) after each step
+
+                    def step_done(new: int, marks: list = marks) -> None:
+                        marks.append((time.perf_counter(), new))
+
                     start = time.perf_counter()
                     result = decode(draft, target, "rrs", args.n, args.L, prompts=[prompt],
-                                    max_new_tokens=args.tokens, seed=args.seed, tree=tree)
+                                    max_new_tokens=args.tokens, seed=args.seed, tree=tree, progress=step_done)
                     wall = time.perf_counter() - start
+                    # after the first step (which pushes the prompt): the decode rate a long generation approaches
+                    later = sum(k for _, k in marks[1:])
+                    steady = later / (marks[-1][0] - marks[0][0]) if len(marks) > 1 else float("nan")
                     m = result.metrics
                     row = {"size": size, "params": params, "context": ctx, "tree": m.target_tree, "n": args.n,
                            "L": args.L, "tokens": args.tokens, "batch": 1, "device": args.device, "seconds": wall,
-                           "tokens_per_second": args.tokens / wall, "block_efficiency": m.block_efficiency,
+                           "tokens_per_second": args.tokens / wall, "steady_tokens_per_second": steady,
+                           "first_step_seconds": marks[0][0] - start, "block_efficiency": m.block_efficiency,
                            "target_positions": m.target_positions,
                            "target_positions_per_token": m.target_positions / args.tokens,
                            "target_positions_per_step": m.target_positions_per_step,
@@ -101,16 +115,19 @@ def main() -> None:
                            "verifier_seconds": m.verifier_seconds, "floor_positions_per_step": args.n * args.L + 1}
                     results[tree] = (row, result.tokens)
                     rows.append(row)
-                    print(f"{size:>5} {ctx:>5} {row['tree']:>9} {row['tokens_per_second']:8.2f} {wall:7.2f} "
-                          f"{row['target_positions_per_token']:11.1f} {row['target_positions_per_step']:12.1f} "
-                          f"{row['draft_positions_per_step']:12.1f} {m.block_efficiency:5.2f}  "
+                    print(f"{size:>5} {ctx:>5} {row['tree']:>9} {row['tokens_per_second']:8.2f} {steady:8.2f} "
+                          f"{wall:7.2f} {row['target_positions_per_token']:11.1f} "
+                          f"{row['target_positions_per_step']:12.1f} {row['draft_positions_per_step']:12.1f} "
+                          f"{m.block_efficiency:5.2f}  "
                           f"{m.draft_seconds:.2f}/{m.target_seconds:.2f}/{m.verifier_seconds:.3f}", flush=True)
                 (rec, rec_tokens), (cac, cac_tokens) = results["recompute"], results["cached"]
                 speedup = cac["tokens_per_second"] / rec["tokens_per_second"]
+                steady = cac["steady_tokens_per_second"] / rec["steady_tokens_per_second"]
                 rows.append({"size": size, "context": ctx, "speedup_tokens_per_second": speedup,
+                             "speedup_steady_tokens_per_second": steady,
                              "positions_ratio": rec["target_positions"] / cac["target_positions"],
                              "same_tokens": rec_tokens == cac_tokens})
-                print(f"{size:>5} {ctx:>5}   cached / recompute: {speedup:.1f}x tokens/s, "
+                print(f"{size:>5} {ctx:>5}   cached / recompute: {speedup:.1f}x tokens/s ({steady:.1f}x steady), "
                       f"{rec['target_positions'] / cac['target_positions']:.1f}x fewer target positions, "
                       f"same tokens: {rec_tokens == cac_tokens}", flush=True)
     out = Path(args.out)

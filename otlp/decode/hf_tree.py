@@ -114,6 +114,7 @@ class KVTreeCache:
         self.dtype = next(self.model.parameters()).dtype  # type: ignore[attr-defined]
         params = inspect.signature(self.model.forward).parameters  # type: ignore[attr-defined]
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._keeps_logits = "logits_to_keep" in params  # skip the LM head on prompt columns (prefill)
         self.cache: object | None = None
         self.ids: list[int] = []
         self.cached = torch.zeros(0, dtype=torch.int64)  # [B] tokens of each sequence held in the cache
@@ -189,11 +190,12 @@ class KVTreeCache:
         qpath = torch.cat([torch.full((P,), -1), torch.arange(n).repeat_interleave(d)])
         qdepth = torch.cat([torch.arange(P) - P, depth.repeat(n)])
         self._lengths = length.to(self.device)
-        logits = self._push(tokens, pos, valid, qpath, qdepth)  # [A, Q, V]
+        logits = self._push(tokens, pos, valid, qpath, qdepth, keep=n * d + 1)  # [A, n*d + 1, V] (or [A, Q, V])
         self._depth = d
         out = torch.empty((A, n, d + 1, self.vocab_size), dtype=torch.float32)
-        out[:, :, 0] = logits[:, P - 1, None, :]
-        out[:, :, 1:] = logits[:, P:].view(A, n, d, self.vocab_size)
+        root = logits.shape[1] - n * d - 1
+        out[:, :, 0] = logits[:, root, None, :]
+        out[:, :, 1:] = logits[:, root + 1 :].view(A, n, d, self.vocab_size)
         return out
 
     @torch.no_grad()
@@ -210,8 +212,9 @@ class KVTreeCache:
         return logits
 
     def _push(self, tokens: torch.Tensor, pos: torch.Tensor, valid: torch.Tensor, qpath: torch.Tensor,
-              qdepth: torch.Tensor) -> torch.Tensor:
-        """One forward pass of Q new tokens per row [A, Q] over the cache and the tree in flight: logits [A, Q, V].
+              qdepth: torch.Tensor, keep: int = 0) -> torch.Tensor:
+        """One forward pass of Q new tokens per row [A, Q] over the cache and the tree in flight: logits [A, Q, V]
+        (only the last ``keep`` columns where ``keep > 0`` and the model takes ``logits_to_keep``).
 
         A key is visible to a query when it is a committed slot (not a hole), or a valid in-flight slot that is
         either pending (path -1; among pending tokens, causal order) or a node of the query's path at a depth up
@@ -243,8 +246,11 @@ class KVTreeCache:
         mask = torch.zeros(visible.shape, dtype=self.dtype, device=dev)
         mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
         pos_in = torch.where(valid, pos, 0)
+        extra = {self._cache_kw: self.cache}
+        if keep > 0 and self._keeps_logits:
+            extra["logits_to_keep"] = keep
         out = self.model(input_ids=tokens, position_ids=pos_in, attention_mask=mask[:, None],  # type: ignore
-                         use_cache=True, **{self._cache_kw: self.cache})
+                         use_cache=True, **extra)
         returned = getattr(out, "past_key_values", None)
         if returned is not None and returned is not self.cache:
             self.cache = returned

@@ -1,13 +1,14 @@
-"""Batched verifier throughput against a per-sequence loop of the same rule.
+"""Verifier cost per decode step, side by side in one run: sps, rrs, rrs_wor, kseq and the exact optimal rule.
 
-For each rule, batch size B in {1, 64}, vocabulary V in {1k, 32k, 128k} and drafts n in {2, 4, 8} (SpecHub: n = 2),
-times ``verifier.sample`` on the whole batch and a straightforward loop that calls it once per sequence (B = 1
-slices), and reports rows/s and the ratio loop / batched. Float32 on CPU; CUDA rows as well when a GPU is present.
-Writes ``benchmarks/results/verifiers.json``.
+Grid: V in {2k, 32k, 128k, 152k}, n in {2, 4, 8}, B in {1, 8, 64}; float32 LM-like rows (softmax of scaled normals,
+the draft correlated with the target); ``verifier.sample(p, q, drafts, generator)`` timed as one call (median of
+``--reps`` after a warm-up), on the CPU with one thread and with torch's default threads, and on CUDA when a GPU is
+present. "read floor" is one ``p.sum() + q.sum()`` over the same tensors in the same run: the time to read the
+inputs once. Prints one table per (device, threads) and writes ``benchmarks/results/verifiers.json``.
 
-    python benchmarks/verifiers.py                 # the full grid, a few minutes on 2 cores
-    python benchmarks/verifiers.py --quick         # V = 1k and 32k only
-    python benchmarks/verifiers.py --rules kseq spechub --device cuda
+    python benchmarks/verifiers.py                      # the full grid (about 15 minutes on 2 cores)
+    python benchmarks/verifiers.py --quick              # V = 2k and 32k, B = 1 and 64
+    python benchmarks/verifiers.py --rules rrs optimal --threads 1
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 import torch
 
 from otlp.verifiers import get
 
-RULES = ("sps", "rrs", "rrs_wor", "kseq", "spechub", "is", "weighted_is", "greedy")
+RULES = ("sps", "rrs", "rrs_wor", "kseq", "optimal")
+SIZES = (2_000, 32_000, 128_000, 152_000)
 
 
 def _inputs(B: int, V: int, n: int, device: str, seed: int = 0):  # noqa: ANN202
@@ -47,50 +50,58 @@ def _time(fn, reps: int, device: str) -> float:  # noqa: ANN001
     return statistics.median(out)
 
 
-def bench(rule: str, B: int, V: int, n: int, device: str, reps: int) -> dict[str, object]:
-    v = get(rule)
+def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int) -> dict[str, object]:
     p, q, drafts = _inputs(B, V, n, device)
-    if v.per_draft_q:
-        q = q.unsqueeze(1).expand(B, n, V).contiguous()
     gen = torch.Generator(device=device).manual_seed(0)
-    batched = _time(lambda: v.sample(p, q, drafts, gen), reps, device)
-
-    def loop() -> None:
-        for b in range(B):
-            v.sample(p[b:b + 1], q[b:b + 1], drafts[b:b + 1], gen)
-
-    looped = _time(loop, reps, device) if B > 1 else batched
-    return {"rule": rule, "device": device, "B": B, "V": V, "n": n, "batched_s": batched, "loop_s": looped,
-            "rows_per_s": B / batched, "loop_rows_per_s": B / looped, "speedup": looped / batched}
+    row: dict[str, object] = {"device": device, "threads": torch.get_num_threads(), "B": B, "V": V, "n": n,
+                              "read_floor_ms": 1e3 * _time(lambda: p.sum() + q.sum(), max(reps, 5), device)}
+    for rule in rules:
+        v = get(rule)
+        row[f"{rule}_ms"] = 1e3 * _time(lambda v=v: v.sample(p, q, drafts, gen), reps, device)
+    return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rules", nargs="*", default=list(RULES))
-    ap.add_argument("--quick", action="store_true", help="V in {1k, 32k} only")
+    ap.add_argument("--rules", nargs="*", default=list(RULES), choices=RULES)
+    ap.add_argument("--quick", action="store_true", help="V in {2k, 32k}, B in {1, 64}")
     ap.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
+    ap.add_argument("--threads", choices=["1", "default", "both"], default="both",
+                    help="CPU threads: 1, torch's default, or both (default)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "verifiers.json"))
-    args = ap.parse_args()
-    devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
-    devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
-    sizes = (1_000, 32_000) if args.quick else (1_000, 32_000, 128_000)
+    args = ap.parse_args(argv)
+    sizes = SIZES[:2] if args.quick else SIZES
+    batches = (1, 64) if args.quick else (1, 8, 64)
+    default_threads = torch.get_num_threads()
+    settings = []
+    if args.device in ("cpu", "all"):
+        settings += [("cpu", t) for t in ([1] if args.threads == "1" else [default_threads] if args.threads == "default"
+                                           else sorted({1, default_threads}))]
+    if args.device in ("cuda", "all") and torch.cuda.is_available():
+        settings.append(("cuda", default_threads))
     rows = []
-    head = (f"{'rule':<12} {'dev':<5} {'B':>3} {'V':>7} {'n':>2} {'batched ms':>11} {'loop ms':>10} {'rows/s':>10} "
-            f"{'ratio':>7}")
-    print(head)
-    print("-" * len(head))
-    for device in devices:
-        for rule in args.rules:
-            for V in sizes:
-                for n in ((2,) if rule == "spechub" else (2, 4, 8)):
-                    for B in (1, 64):
-                        r = bench(rule, B, V, n, device, args.reps)
-                        rows.append(r)
-                        print(f"{rule:<12} {device:<5} {B:>3} {V:>7} {n:>2} {1e3 * r['batched_s']:>11.2f} "
-                              f"{1e3 * r['loop_s']:>10.2f} {r['rows_per_s']:>10.0f} {r['speedup']:>7.1f}", flush=True)
+    for device, threads in settings:
+        torch.set_num_threads(threads)
+        print(f"\n{device}, {threads} thread(s): ms per verification step (median of {args.reps}); ratio = "
+              "optimal / rrs; floor = p.sum() + q.sum()")
+        head = f"{'V':>7} {'n':>2} {'B':>3} {'floor':>8} " + " ".join(f"{r:>9}" for r in args.rules)
+        head += f" {'ratio':>6}" if {"optimal", "rrs"} <= set(args.rules) else ""
+        print(head)
+        print("-" * len(head))
+        for V in sizes:
+            for n in (2, 4, 8):
+                for B in batches:
+                    r = bench_point(args.rules, B, V, n, device, args.reps)
+                    rows.append(r)
+                    line = f"{V:>7} {n:>2} {B:>3} {r['read_floor_ms']:>8.3f} "
+                    line += " ".join(f"{r[f'{x}_ms']:>9.2f}" for x in args.rules)
+                    if {"optimal", "rrs"} <= set(args.rules):
+                        line += f" {r['optimal_ms'] / r['rrs_ms']:>6.2f}"
+                    print(line, flush=True)
+    torch.set_num_threads(default_threads)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    meta = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+    meta = {"torch": torch.__version__, "default_threads": default_threads, "python": sys.version.split()[0],
             "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=2)

@@ -343,19 +343,19 @@ def evaluate(ch: Chains, w):  # noqa: ANN001, ANN201
                        X.take(ch.beta, s)[:, 0])
 
 
-def tuple_rule(pre: Prefix, w, *, window: int | None = None, steps: int | None = None):  # noqa: ANN001, ANN201
+def tuple_rule(pre: Prefix, w, *, window: int | str | None = None, steps: int | None = None):  # noqa: ANN001, ANN201
     """The rule on one drafted tuple per row from the prefix structure alone: ``w int64 [B, n]`` -> ``(accept [B, n],
     reject [B])``, computing the class chain of the served group only on its positions up to the top draw (the
     slots above it never matter: piece k's hazard spans (d_{k+1}, d_k]).
 
-    ``window``: how many positions from the group's first one to compute, at least max(top - s) + 2 over the rows
-    (None: V, a static shape for device code; the caller on CPU passes the data-dependent bound, see
-    :func:`needed_window`). ``steps``: Newton steps at n >= 3 (None: to convergence, numpy only)."""
+    ``window``: how many positions from the group's first one to compute, at least max(top - s) + 2 over the rows.
+    None: V, a static shape for device code; ``"auto"``: that data-dependent bound (a host integer: CPU callers).
+    ``steps``: Newton steps at n >= 3 (None: to convergence, numpy only)."""
     xp = X.namespace(pre.psi)
     V = pre.ps.shape[-1]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         pos, top, s, e = served_group(pre, w)
-        W = V if window is None else window
+        W = V if window is None else int((top - s).max()) + 2 if window == "auto" else window
         win = s + X.arange_like(pre.psi, W)[None, :]  # [B, W]
         tm = group_terms(pre, win, s, e, steps)
         live = (win <= top) & (win < e)  # the slots that can matter
@@ -370,8 +370,7 @@ def served_group(pre: Prefix, w):  # noqa: ANN001, ANN201
     ``s, e [B, 1]``: s = the last record <= top, e = the first record > top."""
     xp = X.namespace(pre.psi)
     V = pre.ps.shape[-1]
-    position = X.inverse_permutation(pre.order)
-    pos = X.take(position, w)  # [B, n]
+    pos = X.take(X.inverse_permutation(pre.order), w)  # [B, n]
     top = X.take(pos, X.argmax_rows(pos)[:, None])  # [B, 1]
     rec = records(pre)
     idx = X.arange_like(pre.psi, V + 1)[None, :]

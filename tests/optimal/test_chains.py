@@ -1,0 +1,137 @@
+"""The class-chain rule of otlp/optimal/chains.py on every route (numpy full rule, numpy windowed tuple rule, torch
+device route), checked by exact enumeration over V^n against the target law, against alpha* from the independent
+sorted-prefix closed form (otlp.subsets) and brute force over subsets, and against the pure-Python scalar path
+(otlp/optimal/scalar.py, a separate implementation of the same rule)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import otlp
+from otlp.optimal import OptimalTransport
+from otlp.optimal import chains as C
+from otlp.optimal.xp import _packed_sort
+from otlp.subsets import brute_force_min_psi
+from tests.conftest import FAMILIES, random_pair
+
+TOL = 1e-12
+
+
+def _near_ties(rng: np.random.Generator, V: int) -> tuple[np.ndarray, np.ndarray]:
+    """q/p ratios equal up to a few ulps (the sort's truncated keys tie; the order must still be exact)."""
+    p = rng.dirichlet(np.ones(V))
+    q = p * (1.0 + rng.integers(-3, 4, V) * 2.0**-50)
+    return p, q / q.sum()
+
+
+def _instances(seed: int, count: int):  # noqa: ANN202
+    rng = np.random.default_rng(seed)
+    fams = (*FAMILIES, "near_ties")
+    for i in range(count):
+        V, n = int(rng.integers(2, 8)), int(rng.integers(1, 5))
+        if V**n > 2500:
+            n = 2
+        fam = fams[i % len(fams)]
+        p, q = _near_ties(rng, V) if fam == "near_ties" else random_pair(rng, V, fam)
+        yield fam, p, q, n
+
+
+def _law_and_acceptance(accept: np.ndarray, reject: np.ndarray, F: np.ndarray, order: np.ndarray,
+                        omegas: np.ndarray, probs: np.ndarray, V: int) -> tuple[np.ndarray, float]:
+    """The output law and the accepted mass of the rule over every tuple (one tuple per row)."""
+    residual = np.diff(F[0], prepend=0.0)  # by position (every row holds the same instance)
+    r = np.zeros(V)
+    r[order[0]] = residual
+    r = r / r.sum() if r.sum() > 0 else r
+    law = (probs * reject) @ np.broadcast_to(r, (len(probs), V))
+    np.add.at(law, omegas.ravel(), (probs[:, None] * accept).ravel())
+    return law, float(probs @ accept.sum(1))
+
+
+@pytest.mark.parametrize("route", ["full", "window", "torch"])
+def test_law_is_p_and_acceptance_is_alpha_star_by_enumeration(route: str) -> None:
+    """1500 instances per numpy route, 600 on torch (V = 2..7, n = 1..4; ties, zeros, point masses, p = q, skewed,
+    near-ties)."""
+    torch = pytest.importorskip("torch") if route == "torch" else None
+    worst = 0.0
+    for fam, p, q, n in _instances({"full": 1, "window": 2, "torch": 3}[route], 600 if route == "torch" else 1500):
+        V = p.size
+        omegas = np.array(list(itertools.product(range(V), repeat=n)))  # [V^n, n]
+        probs = otlp.IID(q, n).tuple_probabilities(omegas)
+        P, Q = np.tile(p, (len(omegas), 1)), np.tile(q, (len(omegas), 1))
+        if route == "full":
+            ch = C.build(P, Q, n)
+            accept, reject = C.evaluate(ch, omegas)
+            pre = ch.pre
+        elif route == "window":
+            pre = C.prefix(P, Q, n)
+            accept, reject = C.tuple_rule(pre, omegas, window=C.needed_window(pre, omegas))
+        else:
+            pre_t = C.prefix(torch.from_numpy(P), torch.from_numpy(Q), n)
+            a, r = C.tuple_rule(pre_t, torch.from_numpy(omegas), steps=C.NEWTON_STEPS)
+            accept, reject = a.numpy(), r.numpy()
+            pre = C.prefix(P, Q, n)
+        law, acc = _law_and_acceptance(accept, reject, C.residual_cdf(pre), pre.order, omegas, probs, V)
+        alpha = otlp.optimal_acceptance(p, otlp.IID(q, n))
+        err = max(np.abs(law - p).max(), abs(acc - alpha), abs(float(pre.alpha[0]) - alpha))
+        worst = max(worst, err)
+        assert err < TOL, (fam, p, q, n, err)
+    assert worst < TOL
+
+
+def test_alpha_matches_brute_force_over_subsets() -> None:
+    for fam, p, q, n in _instances(4, 300):
+        pre = C.prefix(p[None], q[None], n)
+        value, _ = brute_force_min_psi(p, otlp.IID(q, n))
+        assert abs(float(pre.alpha[0]) - (1.0 + value)) < TOL, fam
+
+
+def test_agrees_with_the_scalar_path() -> None:
+    """The same rule written a second time in plain Python floats (OptimalTransport at V <= 256): accept and reject
+    probabilities agree to 1e-12 on every tuple, at V up to 60 with sampled tuples."""
+    rng = np.random.default_rng(5)
+    for i in range(200):
+        V, n = int(rng.integers(2, 60)), int(rng.integers(1, 6))
+        p, q = random_pair(rng, V, FAMILIES[i % len(FAMILIES)])
+        ot = OptimalTransport(p, otlp.IID(q, n), method="class_chains")
+        omegas = otlp.IID(q, n).sample(64, rng)
+        ref_a, ref_r = ot.rule(omegas)
+        pre = C.prefix(np.tile(p, (64, 1)), np.tile(q, (64, 1)), n)
+        a, r = C.tuple_rule(pre, omegas, window=C.needed_window(pre, omegas))
+        assert np.abs(a - ref_a).max() < TOL and np.abs(r - ref_r).max() < TOL
+
+
+def test_slot_mass_converges_in_the_fixed_newton_steps() -> None:
+    """The device route's fixed NEWTON_STEPS reach the converged root on adversarial inputs (H from 0 to 1, roots
+    from 1e-12 to L, n = 3..8)."""
+    rng = np.random.default_rng(6)
+    for n in range(3, 9):
+        H = np.concatenate([np.zeros(50), 10.0 ** rng.uniform(-12, 0, 2000)])
+        L = rng.uniform(0, 1, H.size) * (1 - H)
+        y_true = L * rng.uniform(0, 1, H.size) ** rng.integers(1, 12, H.size)
+        r = rng.uniform(0, 2, H.size) * n * (H + y_true) ** (n - 1)
+        gap = np.maximum(C.power_gap(H, y_true, n) - r * y_true, 0.0)
+        fixed = C.slot_mass(H, L, r, gap, n, steps=C.NEWTON_STEPS)
+        full = C.slot_mass(H, L, r, gap, n)
+        assert np.all(np.abs(fixed - full) <= 1e-13 * np.maximum(L, 1e-300) + 1e-300)
+
+
+def test_packed_sort_is_the_stable_order() -> None:
+    rng = np.random.default_rng(7)
+    for trial in range(100):
+        B, V = int(rng.integers(1, 4)), int(rng.integers(1, 2000))
+        k = rng.random((B, V)) ** int(rng.integers(1, 5))
+        mode = trial % 5
+        if mode == 1:
+            k = np.round(k * 7) / 7  # exact ties
+        elif mode == 2:
+            k[rng.random((B, V)) < 0.3] = -1.0  # p = q = 0
+        elif mode == 3:
+            k = 1.0 + rng.integers(0, 4, (B, V)) * 2.0**-50  # ties of the truncated keys only
+        elif mode == 4:
+            k[rng.random((B, V)) < 0.2] = np.inf
+            k[rng.random((B, V)) < 0.2] = 0.0
+        assert np.array_equal(_packed_sort(k), np.argsort(-k, axis=1, kind="stable"))

@@ -21,6 +21,7 @@ _MODULES: dict[str, str] = {
     "OuterInnerNetworks": "otlp.formulations.outer_inner",
     "SubsetSelection": "otlp.formulations.subset_selection",
     "MultiPathLP": "otlp.formulations.multipath",
+    "SkewedDraftLP": "otlp.formulations.skewed_draft",
     "Formulation": "otlp.formulations.base",
     "LinearModel": "otlp.formulations.model",
     "FlowNetwork": "otlp.formulations.model",

@@ -1,8 +1,9 @@
 """otlp.multistep: multi-step (block) drafts over explicit autoregressive table models.
 
 ARModel tables, random generators, exact block efficiencies and output laws by enumeration, the greedy
-skewed draft q^Gamma, and the token-level baselines (SpS along a path, the multi-draft token tree).
-The block verifiers themselves live in ``otlp.verifiers.bv`` and ``otlp.verifiers.gbv``.
+skewed draft q^Gamma, the token-level baselines (SpS along a path, the multi-draft token tree), and the optimal
+K-path rule (Thm 4.6's q^Gamma* decomposed into greedy rankings: ``optimal_rule``, ``rankings``).
+The block verifiers themselves live in ``otlp.verifiers.bv``, ``gbv`` and ``optimal_block``.
 
 Names are resolved lazily (PEP 562), so importing the package imports neither torch nor the submodules, and
 ``otlp.verifiers.bv`` / ``gbv`` can import ``otlp.multistep.armodel`` first without a cycle.
@@ -37,6 +38,10 @@ _MODULES: dict[str, str] = {
     "projected_pair": "otlp.multistep.from_lm",
     "top_tokens": "otlp.multistep.from_lm",
     "certify_multistep": "otlp.multistep.certify",
+    "OptimalKPathRule": "otlp.multistep.optimal_rule",
+    "optimal_k_path_rule": "otlp.multistep.optimal_rule",
+    "RankingMixture": "otlp.multistep.rankings",
+    "decompose": "otlp.multistep.rankings",
 }
 
 __all__ = sorted(_MODULES)

@@ -1,10 +1,12 @@
 """``certify`` for multi-step rules: block efficiency, the LP optimum, the gap, and target-law preservation.
 
-For a rule in ``RULES`` ("sps", "bv", "gbv", "token_tree") on explicit autoregressive models (papers/002):
+For a rule in ``RULES`` ("sps", "bv", "gbv", "token_tree", "optimal") on explicit autoregressive models
+(papers/002):
 
 - block efficiency E[tau + 1], exact: the closed forms of ``otlp.multistep.efficiency`` (SpS, BV Eq. 83, GBV
-  with q^Gamma of Eqs. 22-23) or, for the token tree, its forward-recursion law; the enumerated output law's
-  E[length] is recorded beside it as a second route (``law_efficiency``).
+  with q^Gamma of Eqs. 22-23; the optimal K-path rule: Eq. 83 with its realised q^Gamma) or, for the token
+  tree, its forward-recursion law; the output law's E[length] is recorded beside it as a second route
+  (``law_efficiency``).
 - the optimum over ALL valid rules drafting the same number of paths: the multi-path LP (Thm 3.3 for one path,
   Thm 4.3 antichain LP for K paths; ``otlp.formulations.MultiPathLP``), when it converges.
 - target preservation of the output (X_{1:tau}, Y) as the paper defines validity (Def. 3.1 / Def. 4.1):
@@ -213,6 +215,19 @@ def certify_multistep(rule: str, target: ARModel, draft: ARModel, L: int, K: int
     elif rule == "gbv":
         eff = gbv_efficiency(target, draft, L, K)
         method["block_efficiency"] = "closed form (Eq. 83 with q^Gamma, Eqs. 22-23)"
+    elif rule == "optimal":  # one LP solve serves the efficiency and the law
+        from otlp.multistep.optimal_rule import optimal_k_path_rule
+
+        opt = optimal_k_path_rule(target, draft, L, K, backend=backend, time_limit=time_limit)
+        eff = opt.block_efficiency
+        method["block_efficiency"] = (f"Eq. 83 with the realised q^Gamma* (Thm 4.6 LP, {opt.info['rounds']} "
+                                      f"round(s); {opt.mixture.num_rankings} greedy rankings)")
+        R = opt.output_law(target)
+        report = certify_output_law(R, target, draft, L, K, rule=rule, block_efficiency=eff, backend=backend,
+                                    time_limit=time_limit)
+        report.method.update(method)
+        report.target_check += "; law = selection law (rankings mixture) x BV's law per path"
+        return report
     else:
         eff = None  # the token tree's law comes from its forward recursion: E[length] of it below
         method["block_efficiency"] = "E[length] of the forward-recursion output law"

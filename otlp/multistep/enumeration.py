@@ -19,7 +19,7 @@ from otlp.verifiers.bv import block_verification_law
 from otlp.verifiers.gbv import gbv_law
 
 MAX_TUPLES = 2_000_000
-RULES = ("sps", "bv", "gbv", "token_tree")
+RULES = ("sps", "bv", "gbv", "token_tree", "optimal")
 
 
 def enumerate_drafts(draft: ARModel, L: int, K: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,7 +43,8 @@ def output_law(rule: str, target: ARModel, draft: ARModel, L: int, K: int = 1) -
     """R(a_{1:i}) on V^{<=L+1} (R[root] = 0) for ``rule`` in RULES.  # [num_nodes(V, L + 1)]
 
     "sps" and "bv" verify the first drafted path (their law does not depend on K); "gbv" enumerates the
-    K-tuples and runs the exact GBV law on each; "token_tree" uses its forward recursion.
+    K-tuples and runs the exact GBV law on each; "token_tree" uses its forward recursion; "optimal" builds the
+    optimal K-path rule (an LP solve) and sums its selection law times BV's law per path.
     """
     _check_pair(target, draft, L)
     K = check_K(K)
@@ -51,6 +52,10 @@ def output_law(rule: str, target: ARModel, draft: ARModel, L: int, K: int = 1) -
         raise InputError(f"unknown multi-step rule {rule!r}; expected one of {RULES}")
     if rule == "token_tree":
         return token_tree_output_law(target, draft, L, K)
+    if rule == "optimal":
+        from otlp.multistep.optimal_rule import optimal_k_path_rule
+
+        return optimal_k_path_rule(target, draft, L, K).output_law(target)
     tokens, probs = enumerate_drafts(draft, L, K if rule == "gbv" else 1)
     # A tuple the draft cannot produce carries no mass; its conditional law may be 0/0 (a drafted token with
     # q = 0, e.g. BV's weight p/q), and 0 * NaN = NaN, so such tuples are dropped, not multiplied by 0.

@@ -184,10 +184,7 @@ def probabilities_from_logits(
         top_p = _real_parameter(top_p, "top_p", "a number in (0, 1] or None", lambda t: 0.0 < t <= 1.0)
     if _is_torch(logits):
         return _torch_probabilities(logits, temperature, top_k, top_p)
-    try:
-        z = np.asarray(logits, dtype=np.float64)  # [..., V]
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"logits must be numbers (an array [..., V]), got {type(logits).__name__}: {exc}") from None
+    z = as_real_array(logits, "logits", "an array [..., V]")  # [..., V]; complex, bool, strings refused
     if z.ndim == 0 or z.shape[-1] == 0:
         raise InputError(f"logits must have a non-empty last axis, got shape {z.shape}")
     if not np.isfinite(z).all():  # one reduction on the valid path; the diagnosis only when it fails

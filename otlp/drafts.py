@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp.distributions import check_distribution, check_n
+from otlp.distributions import check_distribution, check_n, check_token_tuples
 from otlp.errors import InputError, ModelTooLargeError
 
 #: Refuse to enumerate more tuples than this (about 0.5 GB for the int64 tuple table at n = 3).
@@ -137,14 +137,8 @@ def _as_masks(mask: np.ndarray, V: int) -> tuple[np.ndarray, bool]:
 
 
 def _check_tuples(omegas: np.ndarray, V: int, n: int) -> np.ndarray:
-    w = np.asarray(omegas)
-    if w.ndim == 1:
-        w = w[None, :]
-    if w.ndim != 2 or w.shape[1] != n:
-        raise InputError(f"draft tuples must have shape [M, n] with n = {n}, got {np.shape(omegas)}")
-    if w.size and (w.min() < 0 or w.max() >= V):
-        raise InputError(f"draft tokens must lie in [0, {V}), got range [{w.min()}, {w.max()}]")
-    return w.astype(np.int64, copy=False)
+    """``int64 [M, n]`` token ids in [0, V) (a single tuple ``[n]`` is one row); ragged, float, bool -> InputError."""
+    return check_token_tuples(omegas, n, V, name="draft tuples")
 
 
 class IID(DraftScheme):

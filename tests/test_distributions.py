@@ -129,7 +129,7 @@ def test_non_finite_logits_raise_instead_of_returning_nan(logits, msg, kw):
 
 
 def test_non_numeric_logits_are_input_errors():
-    with pytest.raises(InputError, match="logits must be numbers"):
+    with pytest.raises(InputError, match="logits must be an array"):
         probabilities_from_logits(["a", "b"])
 
 

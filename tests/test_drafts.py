@@ -113,7 +113,7 @@ def test_enumeration_refused_before_allocation():
 
 
 def test_tuple_range_checked():
-    with pytest.raises(InputError, match="draft tokens must lie"):
+    with pytest.raises(InputError, match=r"draft tuples: token ids must lie in \[0, 2\)"):
         otlp.IID([0.5, 0.5], 2).tuple_probabilities(np.array([[0, 2]]))
 
 

@@ -5,8 +5,9 @@ q^Gamma of the selected path" (Lemma 4.4); the realisable q^Gamma are the base p
 psi(S) = 1 - (1 - q(S))^K (Lemma 4.5), whose vertices are the greedy rankings (Eq. 19, Edmonds).  So:
 
 1. solve Thm 4.6 for q^Gamma* (``otlp.formulations.SkewedDraftLP``), its value is the antichain-LP optimum;
-2. write q^Gamma* as a mixture of at most N = V^L greedy rankings (``otlp.multistep.rankings.decompose``), after
-   moving it into B(psi) by the smallest mix with q (the LP's solution may violate a cap by its tolerance);
+2. write q^Gamma* as a mixture of at most N = V^L greedy rankings (``otlp.multistep.rankings.decompose``); the
+   LP's solution may violate a cap by its tolerance (<= 1e-9), which the decomposition absorbs by splitting at
+   the violated set (a larger violation is first removed by the smallest mix with q);
 3. at each step draw a ranking from the mixture independently of the drafts and select the highest-ranked drafted
    path (``otlp.verifiers.optimal_block``);
 4. run BV on it with draft law r = the mixture's own selection law (Eq. 19 vertices averaged; equal to q^Gamma*
@@ -30,9 +31,12 @@ import torch
 from otlp.errors import InputError, ModelTooLargeError
 from otlp.multistep.armodel import ARModel, all_paths, depth_offsets, num_nodes, prefix_nodes
 from otlp.multistep.efficiency import _check_pair, bv_budget_mass, check_K
-from otlp.multistep.rankings import RankingMixture, decompose, project_into_base
+from otlp.multistep.rankings import RankingMixture, base_violation, decompose, project_into_base
 
 MAX_PATHS = 20_000  # V^L above this is refused: the LP's ranking families are dense in the paths
+#: A cap violation of the LP's q^Gamma up to this is left to the decomposition (it splits at the violated sets, the
+#: mixture's law moves by about the violation); above it the point is first mixed with q into B(psi).
+MIX_ABOVE = 1e-8
 
 
 @dataclass
@@ -147,7 +151,10 @@ def optimal_k_path_rule(target: ARModel, draft: ARModel, L: int, K: int, *, back
     if K == 1:  # B(psi) = {q}: one ranking, law q exactly (no roundoff from the vertex formula either)
         x, delta = q_leaf[support] / q_leaf[support].sum(), 0.0
     else:
-        x, delta = project_into_base(r_leaf[support], q_leaf[support], K)
+        x = np.maximum(r_leaf[support], 0.0)
+        x, delta = x / x.sum(), 0.0
+        if base_violation(x, q_leaf[support], K) > MIX_ABOVE:
+            x, delta = project_into_base(x, q_leaf[support], K)
     mixture = decompose(x, q_leaf[support], K)
     leaf_law = np.zeros(V**L)
     leaf_law[support] = x if K == 1 else mixture.law

@@ -6,9 +6,10 @@
 >>> round(v.acceptance([0.1, 0.6, 0.3], draft), 12)
 1.0
 
-``NAMES`` lists every registered rule; :func:`register` adds one. The multi-step rules ``"bv"`` and ``"gbv"``
-(``kind == "multistep"``) verify blocks of L tokens on one or K paths: see :mod:`otlp.verifiers.multistep` and
-``otlp.multistep.certify_multistep`` (``otlp certify-block``); the others verify one token among n drafts.
+``NAMES`` lists every registered rule; :func:`register` adds one. The multi-step rules ``"bv"``, ``"gbv"`` and
+``"optimal_block"`` (``kind == "multistep"``) verify blocks of L tokens on one or K paths: see
+:mod:`otlp.verifiers.multistep` and ``otlp.multistep.certify_multistep`` (``otlp certify-block``); the others
+verify one token among n drafts.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from otlp.verifiers.base import Verifier
 from otlp.verifiers.greedy import GreedyOptimal
 from otlp.verifiers.importance import ImportanceSampling, WeightedImportanceSampling
 from otlp.verifiers.kseq import KSeq
-from otlp.verifiers.multistep import BlockVerification, GreedyBlockVerification
+from otlp.verifiers.multistep import BlockVerification, GreedyBlockVerification, OptimalBlockVerification
 from otlp.verifiers.optimal import Optimal
 from otlp.verifiers.rrs import RecursiveRejection, RecursiveRejectionWithoutReplacement
 from otlp.verifiers.spechub import SpecHubVerifier
@@ -38,6 +39,7 @@ _FACTORIES: dict[str, Callable[..., object]] = {
     "optimal": Optimal,
     "bv": BlockVerification,  # multi-step: block verification (GBV paper, Sun et al. 2024b), one path of L tokens
     "gbv": GreedyBlockVerification,  # multi-step: greedy multi-path block verification, K paths of L tokens
+    "optimal_block": OptimalBlockVerification,  # multi-step: the optimal K-path rule (Thm 4.6), table models
 }
 
 #: Registered rule names, in table order (a list, extended in place by :func:`register`).

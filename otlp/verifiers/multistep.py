@@ -10,6 +10,10 @@ the block efficiency E[tau + 1] over explicit autoregressive table models (``otl
   (papers/002 Thm 3.4, Eq. 83).
 - ``GreedyBlockVerification`` ("gbv", scheme "block_multipath"): K i.i.d. paths, the tree-greedy selection
   by p/q and BV with the skewed draft q^Gamma (papers/002 §5, Eqs. 19-23; ``otlp.verifiers.gbv``).
+- ``OptimalBlockVerification`` ("optimal_block", scheme "block_multipath"): K i.i.d. paths, a greedy ranking
+  drawn from the decomposition of Thm 4.6's q^Gamma*, BV with q^Gamma*; its block efficiency is the antichain-LP
+  optimum (``otlp.multistep.optimal_rule``, ``otlp.verifiers.optimal_block``).  It needs the full tables
+  (off-path values): ``prepare(target, draft, L, K)`` precomputes the rule that ``sample`` takes.
 
 Both objects have ``kind = "multistep"`` so that code iterating the registry can tell them from the
 single-token rules (their ``make_draft`` refuses with a message pointing to ``otlp certify-block``).
@@ -139,4 +143,39 @@ class GreedyBlockVerification(MultiStepVerifier):
         return gbv_efficiency(target, draft, L, self.check_K(K))
 
 
-__all__ = ["BlockVerification", "GreedyBlockVerification", "MultiStepVerifier"]
+class OptimalBlockVerification(MultiStepVerifier):
+    """The optimal K-path block verifier on table models (papers/002 Lemma 4.4, Thm 4.6); K = 1 gives BV."""
+
+    name = "optimal_block"
+    scheme = "block_multipath"
+
+    def prepare(self, target: object, draft: object, L: int, K: int = 1) -> object:
+        """The precomputed rule (``otlp.multistep.optimal_rule.OptimalKPathRule``): an LP solve and a
+        decomposition, refused above ``MAX_PATHS`` paths."""
+        from otlp.multistep.optimal_rule import optimal_k_path_rule
+
+        return optimal_k_path_rule(target, draft, L, self.check_K(K))
+
+    def sample(self, drafts: torch.Tensor, p_paths: torch.Tensor, q_paths: torch.Tensor,
+               generator: torch.Generator | None = None, *, rule: object = None) -> BlockOutput:
+        """drafts int64 [B, K, L], p_paths [B, K, L+1, V]; ``rule`` from :meth:`prepare` (q_paths is not used: the
+        rule holds q^Gamma*).  See ``otlp.verifiers.optimal_block.optimal_block``."""
+        _load_samplers()
+        from otlp.multistep.optimal_rule import OptimalKPathRule
+        from otlp.verifiers.optimal_block import optimal_block
+
+        if rule is None:
+            raise InputError("'optimal_block' needs rule=prepare(target, draft, L, K): it uses the full tables")
+        tensors = rule.tensors(drafts.device) if isinstance(rule, OptimalKPathRule) else rule
+        return optimal_block(drafts, p_paths, tensors, generator)
+
+    def block_efficiency(self, target: object, draft: object, L: int, K: int = 1) -> float:
+        """E[tau + 1] = Eq. 83 with the realised q^Gamma* = the antichain-LP optimum (Thm 4.3 = Thm 4.6)."""
+        return self.prepare(target, draft, L, K).block_efficiency
+
+    def output_law(self, target: object, draft: object, L: int, K: int = 1) -> np.ndarray:
+        """R(a_{1:i}) on V^{<=L+1}: the selection law times BV's law per path.  # [num_nodes(V, L + 1)]"""
+        return self.prepare(target, draft, L, K).output_law(target)
+
+
+__all__ = ["BlockVerification", "GreedyBlockVerification", "MultiStepVerifier", "OptimalBlockVerification"]

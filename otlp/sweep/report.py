@@ -84,6 +84,13 @@ class Aggregate:
         return out
 
 
+def scheme_of(rule: str) -> str:
+    """The draft scheme a rule's acceptance is computed for (``get(rule).scheme``)."""
+    from otlp.verifiers import get
+
+    return str(get(rule).scheme)
+
+
 def _fmt(x: object, width: int = 8) -> str:
     return f"{'-':>{width}}" if x is None else f"{x:{width}.4f}"
 
@@ -153,7 +160,7 @@ def plot(report: dict, hist: dict, out: Path) -> list[str]:
             ys = [rows[n][f"acc_{r}"] for n in ns]
             xs = [n for n, y in zip(ns, ys, strict=True) if y is not None]
             if xs:
-                ax.plot(xs, [y for y in ys if y is not None], marker=".", label=r)
+                ax.plot(xs, [y for y in ys if y is not None], marker="o", ms=3.5, label=f"{r} ({scheme_of(r)})")
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [str(n) for n in ns])
         ax.set_xlabel("drafts n")

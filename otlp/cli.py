@@ -104,7 +104,13 @@ def estimated_seconds(model, backend: str) -> tuple[float, int]:  # noqa: ANN001
     (nothing is built)."""
     size = model.size(model.kind_for(backend))
     nonzeros = int(getattr(size, "nonzeros", 0) or getattr(size, "variables", 0))
-    return nonzeros / SOLVE_RATES.get(backend, 1e3), nonzeros
+    rate = SOLVE_RATES.get(backend, 1e3)
+    return (nonzeros / rate if nonzeros < 10**300 else float("inf")), nonzeros  # V^n can exceed any float
+
+
+def _count_text(k: int) -> str:
+    """A count for a message: ``1,234,567``, or ``about 10^480`` when it is astronomical."""
+    return f"{k:,}" if k < 10**15 else f"about 10^{len(str(k)) - 1}"
 
 
 def _takes_time_limit(backend: str) -> bool:
@@ -189,7 +195,7 @@ def iter_solve_rows(p: np.ndarray, draft, formulations: list[str], backends: lis
                 estimate, nonzeros = estimated_seconds(model, backend)
                 if estimate > time_limit:
                     yield {**blank, "status": "skipped",
-                           "reason": f"{nonzeros:,} constraint nonzeros: about {estimate:.3g} s by {backend}, over "
+                           "reason": f"{_count_text(nonzeros)} constraint nonzeros: about {estimate:.3g} s by {backend}, over "
                                      f"--time-limit {time_limit:g} s (raise it to run this solve)"}
                     if first_installed:
                         break
@@ -382,8 +388,8 @@ def _missing_benchmark(parser: argparse.ArgumentParser) -> int:
 SUBCOMMANDS: list[tuple[str, str, str, str, str]] = [
     ("certify", "how far a verifier is from the optimum: acceptance, alpha*, gap, target law, exact certificate",
      "otlp.verifiers.certification", "add_certify_arguments", "run_certify_cli"),
-    ("certify-block", "multi-step rules (sps, bv, gbv, token_tree) on random small AR models: block efficiency, "
-     "multi-path LP optimum, gap, target law", "otlp.multistep.certify", "add_multistep_arguments",
+    ("certify-block", "multi-step rules (sps, bv, gbv, token_tree, optimal) on random small AR models: block "
+     "efficiency, multi-path LP optimum, gap, target law", "otlp.multistep.certify", "add_multistep_arguments",
      "run_multistep_cli"),
     ("check", "run the five papers' theorems as checks (exit 1 on any violation)",
      "otlp.proofs_check.cli", "add_check_arguments", "run_check_cli"),

@@ -111,8 +111,8 @@ def check_size(V: int, L: int) -> None:
     """Refuse V^L > MAX_PATHS before any allocation, naming the size."""
     N = V**L
     if N > MAX_PATHS:
-        raise ModelTooLargeError(f"the optimal K-path rule over V^L = {V}^{L} = {N:,} paths (limit {MAX_PATHS:,})",
-                                 N * num_nodes(V, L) * 8, MAX_PATHS * num_nodes(V, L) * 8)
+        raise ModelTooLargeError(f"the optimal K-path rule over V^L = {V}^{L} = {N:,} paths (limit {MAX_PATHS:,}; "
+                                 "its ranking encoding takes up to 16 N^2 bytes)", 16 * N**2, 16 * MAX_PATHS**2)
 
 
 def optimal_k_path_rule(target: ARModel, draft: ARModel, L: int, K: int, *, backend: str = "highs",

@@ -218,3 +218,14 @@ def test_duplicate_drafts_are_interchangeable():
     drafts = paths[:, None, :].expand(4, 3, 2).contiguous()
     ranks = path_ranks(drafts, rule, torch.full((4,), 0.5, dtype=torch.float64))
     assert bool((ranks == ranks[:, :1]).all())
+
+
+def test_cli_certify_block_rule_optimal(capsys):
+    from otlp.cli import main
+
+    assert main(["certify-block", "--rule", "optimal", "--V", "2", "--L", "3", "--K", "3", "--seed", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "optimal" in out and "preserves target    yes" in out
+    assert main(["certify-block", "--rule", "optimal", "--V", "20", "--L", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("otlp: error:") and "160,000 paths" in err and "\n" not in err

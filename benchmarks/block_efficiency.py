@@ -1,9 +1,16 @@
 """Block efficiency E[tau + 1] of multi-step verification rules on small explicit models (issue 6).
 
 For K in {1, 2, 3, 4} drafted paths and block lengths L in {2, 3, 4}: token-wise SpS along one path, BV,
-GBV, the multi-draft token tree (RRS at each node), and the antichain-LP optimum (MultiPathLP, papers/002
-Thm 4.3; constraint generation under a time budget, "-" where it did not converge in time).  Every number
-is exact (closed forms / recursions on the prefix tree), averaged over ``--instances`` random model pairs.
+GBV, the multi-draft token tree (RRS at each node), the optimal K-path rule (issue 16: Thm 4.6's q^Gamma*
+decomposed into greedy rankings, ``otlp.multistep.optimal_rule``), two cheap rules cut from its mixture, and
+the antichain-LP optimum (MultiPathLP, papers/002 Thm 4.3; constraint generation under a time budget, "-" where
+it did not converge in time).  Every number is exact (closed forms / recursions on the prefix tree), averaged
+over ``--instances`` random model pairs.
+
+Cheap rules (each a valid sampler: a mixture of greedy rankings run with BV on its own exact q^Gamma, Eq. 19):
+- "best 1": the single ranking of the optimal mixture with the highest block efficiency (one fixed ranking);
+- "top 4": the 4 heaviest rankings of the optimal mixture, reweighted to sum 1.
+"opt s" is the optimal rule's precomputation time (LP + decomposition), mean per instance.
 
 Families:
 - random: every conditional of target and draft i.i.d. Dirichlet(1), draft mixed 50% towards the target.
@@ -17,6 +24,9 @@ Families:
 
 Usage: python benchmarks/block_efficiency.py [--instances 4] [--lp-budget 10] [--V 3] [--families random,decode]
 Writes benchmarks/results/block_efficiency.json.
+``--timing``: instead, the optimal rule's precomputation time against V^L (decode-projected pairs, K = 2 and 4,
+first decode context; LP rounds, LP seconds, decomposition seconds, rankings), written to
+benchmarks/results/optimal_rule_timing.json.
 """
 
 from __future__ import annotations
@@ -34,11 +44,15 @@ from otlp.multistep import (
     bv_efficiency,
     efficiency_from_law,
     gbv_efficiency,
+    optimal_k_path_rule,
     random_pair,
     sps_efficiency,
     token_tree_output_law,
 )
+from otlp.multistep.efficiency import bv_budget_mass
 from otlp.multistep.from_lm import projected_pair
+from otlp.multistep.optimal_rule import _prefix_marginals
+from otlp.multistep.rankings import vertex_values
 
 KS = (1, 2, 3, 4)
 LS = (2, 3, 4)
@@ -75,6 +89,32 @@ def instances_of(family: str, V: int, L: int, count: int, seed: int) -> list[tup
     raise SystemExit(f"unknown family {family!r} (expected random or decode)")
 
 
+def cheap_rules(target: ARModel, draft: ARModel, L: int, K: int, rule: object) -> tuple[float, float]:
+    """(best single ranking of the optimal mixture, its 4 heaviest rankings reweighted): block efficiencies,
+    exact (Eq. 19 vertices, BV's Eq. 83)."""
+    V = target.V
+    q_leaf = draft.prefix_probabilities(L)[-(V**L):]
+    support = np.flatnonzero(q_leaf > 0)
+    table = rule.mixture.rank_table()  # [M, N'] ranks over the support
+    weights = rule.mixture.weights
+
+    def law_of(rows: np.ndarray, w: np.ndarray) -> np.ndarray:
+        leaf = np.zeros(V**L)
+        for j, wj in zip(rows, w, strict=True):
+            order = np.argsort(-table[j])
+            vertex = np.empty(order.size)
+            vertex[order] = vertex_values(q_leaf[support][order], K)
+            leaf[support] += wj * vertex
+        return leaf
+
+    def eff(leaf: np.ndarray) -> float:
+        return float(bv_budget_mass(target, _prefix_marginals(leaf, V, L), L).sum())
+
+    best = max(eff(law_of(np.array([j]), np.ones(1))) for j in range(weights.size))
+    top = np.argsort(-weights)[:4]
+    return best, eff(law_of(top, weights[top] / weights[top].sum()))
+
+
 def run(instances: int, lp_budget: float, V: int, seed: int, families: list[str]) -> list[dict]:
     rows = []
     for family in families:
@@ -87,6 +127,19 @@ def run(instances: int, lp_budget: float, V: int, seed: int, families: list[str]
                 cell["gbv"] = float(np.mean([gbv_efficiency(p, q, L, K) for p, q in pairs]))
                 cell["token_tree"] = float(np.mean(
                     [efficiency_from_law(token_tree_output_law(p, q, L, K), V, L) for p, q in pairs]))
+                opt, best1, top4, opt_seconds = [], [], [], 0.0
+                for p, q in pairs:
+                    start = time.perf_counter()
+                    rule = optimal_k_path_rule(p, q, L, K, time_limit=lp_budget)
+                    opt_seconds += time.perf_counter() - start
+                    opt.append(rule.block_efficiency)
+                    b, t = cheap_rules(p, q, L, K, rule)
+                    best1.append(b)
+                    top4.append(t)
+                cell["optimal"] = float(np.mean(opt))
+                cell["best_ranking"] = float(np.mean(best1))
+                cell["top4_rankings"] = float(np.mean(top4))
+                cell["optimal_seconds"] = opt_seconds / instances
                 values, seconds, ok = [], 0.0, True
                 for p, q in pairs:
                     start = time.perf_counter()
@@ -106,16 +159,49 @@ def fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
 
 
-HEADER = (f"{'family':<7} {'L':>2} {'K':>2} | {'SpS':>7} {'BV':>7} {'GBV':>7} {'tree':>7} {'LP opt':>7} | "
-          f"{'GBV/LP':>7} {'tree/LP':>7} {'GBV/BV':>7} | {'LP s':>6}")
+HEADER = (f"{'family':<7} {'L':>2} {'K':>2} | {'SpS':>7} {'BV':>7} {'GBV':>7} {'tree':>7} {'optimal':>7} "
+          f"{'best 1':>7} {'top 4':>7} {'LP opt':>7} | {'GBV/LP':>7} {'tree/LP':>7} {'GBV/BV':>7} | {'LP s':>6} "
+          f"{'opt s':>6}")
 
 
 def print_row(c: dict) -> None:
     lp = c["lp"]
     print(f"{c['family']:<7} {c['L']:>2} {c['K']:>2} | {c['sps']:7.4f} {c['bv']:7.4f} {c['gbv']:7.4f} "
-          f"{c['token_tree']:7.4f} {fmt(lp):>7} | {fmt(c['gbv_over_lp']):>7} "
+          f"{c['token_tree']:7.4f} {c['optimal']:7.4f} {c['best_ranking']:7.4f} {c['top4_rankings']:7.4f} "
+          f"{fmt(lp):>7} | {fmt(c['gbv_over_lp']):>7} "
           f"{fmt(None if lp is None else c['token_tree'] / lp):>7} {c['gbv'] / c['bv']:7.4f} | "
-          f"{c['lp_seconds']:6.2f}", flush=True)
+          f"{c['lp_seconds']:6.2f} {c['optimal_seconds']:6.2f}", flush=True)
+
+
+TIMING_SIZES = ((2, 4), (3, 3), (3, 4), (4, 3), (5, 3), (4, 4), (6, 3), (5, 4))
+
+
+def timing(lp_budget: float) -> list[dict]:
+    """Precomputation time of the optimal rule against V^L (module docstring)."""
+    context = decode_contexts(1)[0]
+    rows = []
+    print(f"{'V':>3} {'L':>2} {'V^L':>6} {'K':>2} | {'rounds':>6} {'LP s':>7} {'decomp s':>8} {'rankings':>8} "
+          f"{'optimal':>8} {'GBV':>8}")
+    for V, L in TIMING_SIZES:
+        target, draft = decode_pair(V, L, context)
+        for K in (2, 4):
+            row = {"V": V, "L": L, "paths": V**L, "K": K}
+            try:
+                rule = optimal_k_path_rule(target, draft, L, K, time_limit=lp_budget)
+            except Exception as exc:  # noqa: BLE001 - a budget overrun is a result here
+                row["error"] = str(exc)
+                print(f"{V:>3} {L:>2} {V**L:>6} {K:>2} | not converged within {lp_budget:g} s", flush=True)
+                rows.append(row)
+                continue
+            row.update(rounds=rule.info["rounds"], lp_seconds=rule.info["lp_seconds"],
+                       decomposition_seconds=rule.info["decomposition_seconds"],
+                       rankings=rule.mixture.num_rankings, optimal=rule.block_efficiency,
+                       gbv=gbv_efficiency(target, draft, L, K))
+            rows.append(row)
+            print(f"{V:>3} {L:>2} {V**L:>6} {K:>2} | {row['rounds']:>6} {row['lp_seconds']:7.2f} "
+                  f"{row['decomposition_seconds']:8.3f} {row['rankings']:>8} {row['optimal']:8.4f} "
+                  f"{row['gbv']:8.4f}", flush=True)
+    return rows
 
 
 def main() -> None:
@@ -125,11 +211,18 @@ def main() -> None:
     parser.add_argument("--V", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0, help="random family only")
     parser.add_argument("--families", default="random,decode", help="comma-separated: random, decode")
+    parser.add_argument("--timing", action="store_true", help="the optimal rule's precomputation time vs V^L")
     args = parser.parse_args()
+    out = pathlib.Path(__file__).parent / "results"
+    if args.timing:
+        rows = timing(args.lp_budget)
+        out.mkdir(exist_ok=True)
+        (out / "optimal_rule_timing.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+        print(f"wrote {out / 'optimal_rule_timing.json'}")
+        return
     print(HEADER)
     rows = run(args.instances, args.lp_budget, args.V, args.seed, args.families.split(","))
     contexts = decode_contexts(args.instances) if "decode" in args.families.split(",") else []
-    out = pathlib.Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     report = {"args": vars(args), "decode_contexts": contexts, "rows": rows}
     (out / "block_efficiency.json").write_text(json.dumps(report, indent=1))

@@ -195,8 +195,10 @@ def iter_solve_rows(p: np.ndarray, draft, formulations: list[str], backends: lis
                 estimate, nonzeros = estimated_seconds(model, backend)
                 if estimate > time_limit:
                     yield {**blank, "status": "skipped",
-                           "reason": f"{_count_text(nonzeros)} constraint nonzeros: about {estimate:.3g} s by {backend}, over "
-                                     f"--time-limit {time_limit:g} s (raise it to run this solve)"}
+                           "reason": f"{_count_text(nonzeros)} constraint nonzeros: "
+                                     + (f"about {estimate:.3g} s" if estimate < np.inf else "far too long")
+                                     + f" by {backend}, over --time-limit {time_limit:g} s (raise it to run this "
+                                       "solve)"}
                     if first_installed:
                         break
                     continue
@@ -234,7 +236,7 @@ def _num(fmt: str) -> Callable[[object], str]:
 #: the columns of the solve table: (title, key, width, format); fixed widths so rows print as they finish
 SOLVE_COLUMNS: list[tuple[str, str, int, Callable[[object], str]]] = [
     ("formulation", "formulation", 11, str), ("backend", "backend", 12, str),
-    ("alpha", "value", 14, _num(".12f")), ("status", "status", 10, str),
+    ("alpha", "value", 14, _num(".12f")), ("status", "status", 11, str),
     ("build ms", "build_ms", 9, _num(".2f")), ("solve ms", "solve_ms", 9, _num(".2f")),
     ("certificate", "certificate", 11, str),
 ]

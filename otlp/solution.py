@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from otlp.formulations.model import FlowNetwork, LinearModel
+from otlp.ir import FlowNetwork, LinearModel
 
 
 @dataclass

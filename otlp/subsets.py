@@ -11,96 +11,16 @@ from __future__ import annotations
 import numpy as np
 
 from otlp.distributions import check_distribution
-from otlp.drafts import IID, DraftScheme, Greedy, Independent, SpecHub, as_draft
-from otlp.errors import InputError, ModelTooLargeError
-
-#: Brute force over 2^V subsets is allowed up to this V.
-MAX_BRUTE_FORCE_V = 20
-
-
-def psi(p: np.ndarray, draft: DraftScheme, mask: np.ndarray) -> np.ndarray | float:
-    """psi(H) = p(H) - P_draft(omega in H^n) for ``mask: bool [V]`` or ``[K, V]`` (GR eq. (4))."""
-    draft = as_draft(draft)
-    p = check_distribution(p, "p", size=draft.V)
-    try:
-        m = np.asarray(mask, dtype=bool)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"mask must be a boolean array [V] or [K, V]: {exc}") from None
-    if m.ndim not in (1, 2) or m.shape[-1] != draft.V:
-        raise InputError(f"mask must have shape [V] or [K, V] with V = {draft.V}, got {m.shape}")
-    return m.astype(np.float64) @ p - draft.subset_probability(m)
-
-
-def ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Token ids sorted by decreasing q/p: p = 0 < q first (ratio +inf), p = q = 0 last; stable on ties.
-    ``p, q: [..., V]`` (each row sorted on its own)."""
-    p = np.asarray(p, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        # a subnormal p overflows q / p: cap it at the largest float, so that p = 0 < q (ratio +inf) still comes first
-        ratio = np.where(p > 0, np.minimum(q / np.where(p > 0, p, 1.0), np.finfo(np.float64).max),
-                         np.where(q > 0, np.inf, -1.0))
-    return np.argsort(-ratio, axis=-1, kind="stable")
-
-
-def sorted_prefix_psi(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """psi on the prefixes of the decreasing-q/p order, for i.i.d. drafts (GR Lemma 6.3).
-
-    Returns ``(order [V], psi_prefix [V + 1])`` with ``psi_prefix[m] = P_m - Q_m^n`` over the first m tokens of
-    ``order``. Where Q_m > 1/2 the suffix form ``1 - (1 - Qbar_m)^n - Pbar_m`` (with expm1/log1p) is used, so the
-    p = q = 0 tail and psi_V = 0 come out exact rather than as 1e-16 rounding noise (design note §3, §4).
-    Rows of ``p, q: [B, V]`` are handled at once (``order [B, V]``, ``psi [B, V + 1]``).
-    """
-    order, psi, _, _, _ = sorted_prefix_arrays(p, q, n)
-    return order, psi
-
-
-def sorted_prefix_arrays(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
-    """:func:`sorted_prefix_psi` plus what it computes on the way: ``(order, psi, ps, qs, prefix_q)`` with
-    ``ps, qs [..., V]`` the laws in that order and ``prefix_q [..., V + 1]`` the sums of their first m entries."""
-    p = np.asarray(p, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
-    order = ratio_order(p, q)
-    if p.ndim == 1:  # plain fancy indexing (take_along_axis costs more)
-        ps, qs = p[order], q[order]
-    elif p.ndim == 2:
-        rows = np.arange(p.shape[0])[:, None]
-        ps, qs = p[rows, order], q[rows, order]
-    else:
-        ps, qs = np.take_along_axis(p, order, axis=-1), np.take_along_axis(q, order, axis=-1)
-    shape = ps.shape[:-1] + (ps.shape[-1] + 1,)
-    prefix_p, prefix_q, suffix_p, suffix_q = np.zeros((4, *shape))
-    np.cumsum(ps, axis=-1, out=prefix_p[..., 1:])
-    np.cumsum(qs, axis=-1, out=prefix_q[..., 1:])
-    # mass of the positions > m, summed from the top so the tail is exact
-    np.cumsum(ps[..., ::-1], axis=-1, out=suffix_p[..., -2::-1])
-    np.cumsum(qs[..., ::-1], axis=-1, out=suffix_q[..., -2::-1])
-    head = prefix_p - prefix_q**n
-    with np.errstate(divide="ignore"):
-        tail = -np.expm1(n * np.log1p(-np.minimum(suffix_q, 1.0))) - suffix_p
-    out = np.where(prefix_q > 0.5, tail, head)
-    out[..., 0] = 0.0
-    out[..., -1] = 0.0
-    return order, out, ps, qs, prefix_q
-
-
-def brute_force_min_psi(p: np.ndarray, draft: DraftScheme, chunk: int = 1 << 14) -> tuple[float, np.ndarray]:
-    """min_H psi(H) over all 2^V subsets (reference route for tiny V). Returns ``(value, mask [V])``."""
-    draft = as_draft(draft)
-    p = check_distribution(p, "p", size=draft.V)
-    V = draft.V
-    if V > MAX_BRUTE_FORCE_V:
-        raise ModelTooLargeError(f"brute force over 2^{V} subsets", 2.0**V * V, 2.0**MAX_BRUTE_FORCE_V * V)
-    best, best_mask = 0.0, np.zeros(V, dtype=bool)  # psi(empty) = 0
-    bits = np.arange(V, dtype=np.int64)
-    for start in range(0, 1 << V, chunk):
-        codes = np.arange(start, min(start + chunk, 1 << V), dtype=np.int64)
-        masks = ((codes[:, None] >> bits[None, :]) & 1).astype(bool)  # [chunk, V]
-        values = masks.astype(np.float64) @ p - draft.subset_probability(masks)
-        k = int(np.argmin(values))
-        if values[k] < best:
-            best, best_mask = float(values[k]), masks[k].copy()
-    return best, best_mask
+from otlp.drafts import IID, DraftScheme, Independent, as_draft
+from otlp.psi import (  # noqa: F401 - re-exported: otlp.subsets is where these have always been imported from
+    MAX_BRUTE_FORCE_V,
+    brute_force_min_psi,
+    closed_form_min_psi,
+    psi,
+    ratio_order,
+    sorted_prefix_arrays,
+    sorted_prefix_psi,
+)
 
 
 def min_psi(p: np.ndarray, draft: DraftScheme) -> tuple[float, np.ndarray]:
@@ -114,28 +34,9 @@ def min_psi(p: np.ndarray, draft: DraftScheme) -> tuple[float, np.ndarray]:
     draft = as_draft(draft)
     p = check_distribution(p, "p", size=draft.V)
     V = draft.V
-    if isinstance(draft, IID):
-        order, values = sorted_prefix_psi(p, draft.q, draft.n)
-        m = int(np.argmin(values))  # first exact argmin
-        mask = np.zeros(V, dtype=bool)
-        mask[order[:m]] = True
-        return float(values[m]), mask
-    if isinstance(draft, (Greedy, SpecHub)):
-        forced = np.zeros(V, dtype=bool)
-        if isinstance(draft, Greedy):
-            forced[draft.top] = True
-            total = draft._rest_mass  # P(last draft = x) = q(x) / total below
-        else:
-            forced[draft.hub] = True
-            total = draft._z  # Q(x, a) + Q(a, x) = q(x) / Z below
-        # q(x) <= total for every unforced x, so each weight is <= 1 (a subnormal total must not overflow it)
-        weight = np.minimum(np.divide(draft.q, total, out=np.zeros(V), where=~forced), 1.0)
-        gain = p - weight  # psi increment of adding x once the forced tokens are in H
-        mask = forced | ((gain < 0) & ~forced)
-        value = float(p[forced].sum() + np.minimum(gain, 0.0)[~forced].sum())
-        if value >= 0:
-            return 0.0, np.zeros(V, dtype=bool)
-        return value, mask
+    found = closed_form_min_psi(p, draft)
+    if found is not None:
+        return found
     if V <= MAX_BRUTE_FORCE_V:
         return brute_force_min_psi(p, draft)
     # psi is submodular for every draft scheme (P(omega in H^n) is a positive sum of supermodular indicators

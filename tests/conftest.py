@@ -41,3 +41,27 @@ FAMILIES = ("dirichlet", "sparse", "ties", "equal", "point", "skewed")
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261123)
+
+
+#: top-level module of an optional dependency -> the extra of pyproject.toml that installs it
+OPTIONAL_EXTRAS = {"torch": "torch", "tqdm": "decode", "matplotlib": "decode", "transformers": "hf", "cvxpy": "solvers",
+                   "pulp": "solvers", "ortools": "solvers", "ot": "solvers"}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):  # noqa: ANN001, ANN201
+    """A test module that cannot be imported because an optional package is missing (a core-only install) is
+    skipped, naming the package and its extra, instead of erroring at collection; any other import error still
+    errors."""
+    import re
+
+    outcome = yield
+    report = outcome.get_result()
+    if not (report.failed and isinstance(collector, pytest.Module)):
+        return
+    match = re.search(r"No module named '([\w.]+)'", str(report.longrepr))
+    if match and match.group(1).split(".")[0] in OPTIONAL_EXTRAS:
+        package = match.group(1).split(".")[0]
+        report.outcome = "skipped"
+        report.longrepr = (str(collector.path), 0, f"Skipped: needs the optional package '{package}' "
+                                                   f"(pip install 'otlp[{OPTIONAL_EXTRAS[package]}]')")

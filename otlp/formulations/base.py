@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from otlp.errors import InputError
-from otlp.formulations.model import MEMORY_LIMIT_BYTES, ModelSize
+from otlp.ir import MEMORY_LIMIT_BYTES, ModelSize
 
 
 class Formulation:

@@ -28,8 +28,8 @@ from __future__ import annotations
 import numpy as np
 
 from otlp.errors import InputError
-from otlp.formulations.model import LinearModel, ModelSize
 from otlp.formulations.relaxed import DraftFormulation, RelaxedOTLP
+from otlp.ir import LinearModel, ModelSize
 
 
 class BetaProgram(DraftFormulation):

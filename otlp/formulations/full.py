@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from otlp.errors import InputError
-from otlp.formulations.model import LinearModel, ModelSize, TransportProblem
 from otlp.formulations.relaxed import DraftFormulation
+from otlp.ir import LinearModel, ModelSize, TransportProblem
 
 
 class FullOTLP(DraftFormulation):

@@ -26,7 +26,7 @@ from otlp.drafts import DraftScheme, as_draft
 from otlp.errors import InputError
 from otlp.formulations.base import Formulation
 from otlp.formulations.incidence import incidence_pairs
-from otlp.formulations.model import FlowNetwork, ModelSize
+from otlp.ir import FlowNetwork, ModelSize
 
 #: Arc groups of every network built here, in arc order: s -> i, i -> omega (S[i, omega]), omega -> t.
 ARC_GROUPS = ("source", "S", "sink")

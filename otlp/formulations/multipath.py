@@ -21,7 +21,7 @@ import numpy as np
 
 from otlp.errors import InputError
 from otlp.formulations.base import Formulation
-from otlp.formulations.model import LinearModel, ModelSize
+from otlp.ir import LinearModel, ModelSize
 from otlp.multistep.armodel import ARModel, depth_offsets, node_parents, num_nodes
 from otlp.multistep.efficiency import _check_pair, check_K
 

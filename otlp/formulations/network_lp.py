@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp.formulations.model import FlowNetwork, LinearModel
+from otlp.ir import FlowNetwork, LinearModel
 
 
 def network_to_linear(net: FlowNetwork) -> LinearModel:

@@ -51,7 +51,7 @@ from otlp.formulations.maxflow import (
     network_size,
     support_size_bound,
 )
-from otlp.formulations.model import MEMORY_LIMIT_BYTES, FlowNetwork, ModelSize
+from otlp.ir import MEMORY_LIMIT_BYTES, FlowNetwork, ModelSize
 from otlp.solution import Solution
 
 

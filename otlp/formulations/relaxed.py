@@ -28,7 +28,7 @@ from otlp.formulations.base import Formulation
 from otlp.formulations.completion import residual_completion
 from otlp.formulations.incidence import incidence_pairs
 from otlp.formulations.maxflow import assemble_network
-from otlp.formulations.model import FlowNetwork, LinearModel, ModelSize
+from otlp.ir import FlowNetwork, LinearModel, ModelSize
 
 #: Below this many tuples V^n the support is enumerated to count a model's size exactly; above it,
 #: :func:`support_size` returns the bound V^n (so a refusal never enumerates a huge table first).

@@ -46,7 +46,7 @@ from otlp.drafts import IID, DraftScheme, Greedy, Independent, SpecHub, WithoutR
 from otlp.errors import InputError
 from otlp.formulations.base import Formulation
 from otlp.formulations.maxflow import network_size, relaxed_network, support_size_bound
-from otlp.formulations.model import MEMORY_LIMIT_BYTES, FlowNetwork, ModelSize
+from otlp.ir import MEMORY_LIMIT_BYTES, FlowNetwork, ModelSize
 from otlp.solution import Certificate, Solution
 
 METHODS = ("auto", "sorted_prefix", "brute_force", "mincut", "submodular", "closed_form")
@@ -72,7 +72,7 @@ class SubsetSolution(Solution):
     def certificate(self, tol: float = 1e-9) -> Certificate:
         """psi(H) recomputed from the draft scheme; the lower bound recomputed from its own evidence (the Wolfe
         vertices from their orders and weights; the cut network's flow re-checked by the network certificate)."""
-        from otlp.subsets import psi
+        from otlp.psi import psi
 
         primal = float(psi(self.p, self.draft, self.h_star))
         violation = abs(primal - float(self.value))
@@ -282,7 +282,7 @@ class SubsetSelection(Formulation):
         if method == "sorted_prefix":
             value, mask = self._sorted_prefix()
         elif method == "brute_force":
-            from otlp.subsets import brute_force_min_psi
+            from otlp.psi import brute_force_min_psi
 
             value, mask = brute_force_min_psi(p, d)
             info["lower_bound"] = value  # exhaustive
@@ -290,9 +290,9 @@ class SubsetSelection(Formulation):
             if not isinstance(d, (Greedy, SpecHub)):
                 raise InputError("method 'closed_form' is for Greedy and SpecHub drafts (psi is modular once the "
                                  f"forced tokens are in H); got {type(d).__name__}")
-            from otlp.subsets import min_psi
+            from otlp.psi import closed_form_min_psi
 
-            value, mask = min_psi(p, d)
+            value, mask = closed_form_min_psi(p, d)
         else:  # submodular
             value, mask, lower, wolfe = wolfe_min_psi(p, d, tol=tol, **options)
             info.update(wolfe)
@@ -303,7 +303,7 @@ class SubsetSelection(Formulation):
                               self.name, info=info, p=p, draft=d)
 
     def _sorted_prefix(self) -> tuple[float, np.ndarray]:
-        from otlp.subsets import ratio_order, sorted_prefix_psi
+        from otlp.psi import ratio_order, sorted_prefix_psi
 
         d, p = self.draft, self.p
         if isinstance(d, Independent) and d.n == 1:

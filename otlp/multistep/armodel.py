@@ -11,10 +11,14 @@ of conditionals, p(a_{1:k}) = prod_{i<=k} p(a_i | a_{1:i-1}); on V^{<=L} they ar
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from otlp.errors import InputError, ModelTooLargeError
+
+if TYPE_CHECKING:  # torch is imported where a tensor is made: the numpy model (and MultiPathLP) need no torch
+    import torch
 
 MAX_NODES = 5_000_000  # tables of more nodes than this are refused before allocation
 
@@ -52,6 +56,8 @@ def prefix_nodes(tokens: torch.Tensor, V: int) -> torch.Tensor:
 
     tokens: int64 [..., L] -> int64 [..., L + 1] (column i is the node of a_{1:i}; column 0 is the root).
     """
+    import torch
+
     nodes = [torch.zeros(tokens.shape[:-1], dtype=torch.int64, device=tokens.device)]
     for i in range(tokens.shape[-1]):  # L steps, vectorised over the batch
         nodes.append(nodes[-1] * V + 1 + tokens[..., i])
@@ -69,6 +75,8 @@ def categorical(probs: torch.Tensor, generator: torch.Generator | None) -> torch
 
     One uniform per row, so a seeded generator gives the same draws on every run.
     """
+    import torch
+
     cdf = probs.cumsum(-1)  # [..., V]
     u = torch.rand(probs.shape[:-1], generator=generator, dtype=probs.dtype, device=probs.device)
     u = u * cdf[..., -1]
@@ -134,11 +142,14 @@ class ARModel:
             out[off[i + 1] : off[i + 2]] = (out[parents, None] * self.conditionals[parents]).ravel()
         return out
 
-    def on_path(self, tokens: torch.Tensor, steps: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    def on_path(self, tokens: torch.Tensor, steps: int, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The conditionals at the prefixes a_{1:i}, i = 0..steps-1, of each path.
 
-        tokens: int64 [..., L] with L >= steps - 1 -> [..., steps, V].
+        tokens: int64 [..., L] with L >= steps - 1 -> [..., steps, V] in ``dtype`` (default float64).
         """
+        import torch
+
+        dtype = torch.float64 if dtype is None else dtype
         self.require_depth(steps - 1, "model")
         nodes = prefix_nodes(tokens[..., : steps - 1], self.V)  # [..., steps]
         table = torch.as_tensor(self.conditionals, dtype=dtype, device=tokens.device)
@@ -146,6 +157,8 @@ class ARModel:
 
     def sample_paths(self, L: int, size: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:
         """Draw paths a_{1:L} ~ the model, autoregressively.  -> int64 [*size, L]"""
+        import torch
+
         self.require_depth(L - 1, "model")
         table = torch.as_tensor(self.conditionals)
         node = torch.zeros(size, dtype=torch.int64)

@@ -1,7 +1,7 @@
 """Batched exact OT: many (p, q) pairs with the same V and n solved together (one drafted tuple per row).
 
 By default every group of every row is a water-filling class chain computed on ``[B, V]`` arrays
-(:mod:`.class_batch`): no per-pair Python work (a row's :class:`OptimalTransport` is built only when indexed),
+(:mod:`.chains`): no per-pair Python work (a row's :class:`OptimalTransport` is built only when indexed),
 about 6x less time per pair than looping over :class:`OptimalTransport` (itself the scalar class chains at this
 size) at B = 64, V = 100, n = 2 (benchmarks/solve_times.py).
 ``method="blocks"`` pools the rows' block programs instead: peeling per row (blocks of at least ``BATCH_PEEL_MIN``
@@ -19,7 +19,7 @@ import numpy as np
 from otlp.distributions import check_n
 from otlp.errors import InputError
 from otlp.formulations.completion import residual_law
-from otlp.optimal.class_batch import ClassChainBatch, class_chain_arrays
+from otlp.optimal import chains
 from otlp.optimal.rule import evaluate_rule
 from otlp.optimal.solve import prepare, solve_instances
 from otlp.optimal.transport import OptimalTransport, check_tuples, truncate_top_k
@@ -66,45 +66,17 @@ class TransportBatch(Sequence):
         self._rows = np.arange(B)
 
     @classmethod
-    def _from_class_chains(cls, chains: ClassChainBatch) -> TransportBatch:
-        """The batch of :func:`.class_batch.class_chain_arrays`, its stacked arrays built directly from the
-        ``[B, V]`` chains (what :meth:`__init__` would stack from the rows); a row's :class:`OptimalTransport` is
-        built only when indexed."""
+    def _from_chains(cls, ch: chains.Chains, P: np.ndarray, Q: np.ndarray) -> TransportBatch:
+        """The batch of :func:`.chains.build`; a row's :class:`OptimalTransport` is built only when indexed."""
         self = cls.__new__(cls)
-        B, V = chains.P.shape
-        s = chains.seg
-        self.n, self.V = chains.n, V
-        self._chains, self._items = chains, [None] * B
+        B, V = P.shape
+        self.n, self.V = ch.pre.n, V
+        self._chains, self._P, self._Q, self._items = ch, P, Q, [None] * B
         self._rows = np.arange(B)
-        first = chains.first
-        K = first.sum(1)  # [B] groups per row
-        node_off = np.concatenate([[0], np.cumsum(K)[:-1]])  # [B]: global node (= group) ids
-        group = np.cumsum(first, axis=1) - 1  # [B, V] group of each position
-        start = np.maximum.accumulate(np.where(first, np.arange(V)[None, :], 0), axis=1)  # [B, V]
-        self.alpha = 1.0 + chains.psi[self._rows, chains.m_star]  # [B]
-        # by position -> by token: one scatter for the inverse permutation, then flat gathers (a scatter per array
-        # costs several gathers)
-        inv = np.empty((B, V), dtype=np.int64)  # [B, V]: position (0-based) of each token
-        inv[self._rows[:, None], chains.order] = np.arange(V)
-        flat = (inv + V * self._rows[:, None]).ravel()
-
-        def tok(x: np.ndarray) -> np.ndarray:
-            return np.take(x, flat).reshape(B, V)
-
-        self._position = inv + 1
-        self._log_w = np.full((B, V), -np.inf)
-        self._leaf = np.full((B, V), -1, dtype=np.int64)
-        self._leaf_inner = chains.inner[first]  # [sum K]: one leaf per group (unused by class chains)
-        self._fire = tok(s.fire)
-        self._rank = np.full((B, V), -1, dtype=np.int64)
-        self._node_fallback = np.zeros(int(K.sum()), dtype=bool)
-        self._class_tokens = [inv - tok(start), tok(s.lam_above), tok(s.certain_above)]
-        self._class_nodes = [np.ones(int(K.sum()), dtype=bool), s.beta[first], s.total[first], s.total_certain[first]]
-        self._chain_node = np.full((B, V), -1, dtype=np.int64)
-        self._path = tok(group + node_off[:, None])[:, :, None]  # [B, V, 1]
-        # residual (as OptimalTransport): p - R outside H* (the first m* positions), normalised per row
-        outside = np.arange(V)[None, :] >= chains.m_star[:, None]  # [B, V] by position
-        self.residual = residual_law(tok(np.where(outside, np.maximum(chains.ps - s.rows, 0.0), 0.0)), chains.P)
+        self.alpha = np.asarray(ch.pre.alpha)  # [B]
+        r = np.zeros((B, V))
+        np.put_along_axis(r, ch.pre.order, ch.residual, axis=1)  # by token
+        self.residual = residual_law(r, P)  # [B, V]
         return self
 
     @cached_property
@@ -120,13 +92,16 @@ class TransportBatch(Sequence):
             return [self[j] for j in range(*i.indices(len(self)))]
         item = self._items[i]  # IndexError past the end, as a list
         if item is None:
-            item = self._items[i] = OptimalTransport._from_instance(self._chains.instance(range(len(self))[i]),
-                                                                   method="class_chains")
+            b = range(len(self))[i]
+            item = self._items[i] = OptimalTransport.from_arrays(self._P[b], self._Q[b], self.n,
+                                                                 method="class_chains")
         return item
 
     def rule(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``omegas int [B, n]`` (one tuple per row) -> ``(accept [B, n], reject [B])``, as OptimalTransport.rule."""
         w = check_tuples(omegas, len(self), self.n, self.V)  # [B, n]
+        if self.__dict__.get("_chains") is not None:
+            return chains.evaluate(self._chains, w)
         r = self._rows[:, None]
         class_data = None
         if self._class_nodes[0].any():
@@ -163,9 +138,10 @@ def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = Non
     """The exact optimal rule for ``p[b], IID(q[b], n)`` for every row b at once.
 
     ``p, q: float [B, V]`` (each row a distribution). ``method="class_chains"`` (default) makes every group of every
-    row a water-filling class chain, vectorised over the whole batch (:mod:`.class_batch`; at n = 1 every group is a
+    row a water-filling class chain, vectorised over the whole batch (:mod:`.chains`; at n = 1 every group is a
     single token or a tie, and the chain is classic speculative sampling);
-    ``"blocks"`` solves each row as :class:`OptimalTransport` does (peeling, pooled Newton). Both are exact optimal
+    ``"blocks"`` solves each row's peeled softmax blocks (pooled Newton; at n = 2 groups under ``BATCH_PEEL_MIN``
+    tokens stay unpeeled, so its plan can differ from ``OptimalTransport(method="blocks")``'s). All are exact optimal
     rules with the same alpha*, but not the same plan. Returns a :class:`TransportBatch`.
     """
     p = np.asarray(p, dtype=np.float64)
@@ -180,7 +156,7 @@ def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = Non
     if top_k is not None:
         q = np.stack([truncate_top_k(row, top_k) for row in q])
     if method == "class_chains":
-        return TransportBatch._from_class_chains(class_chain_arrays(p, q, n))
+        return TransportBatch._from_chains(chains.build(p, q, n), p, q)
     if method == "blocks":
         peel_min = BATCH_PEEL_MIN if n == 2 else 2  # n >= 3 leaves are solved one by one: peel them all
         insts = [prepare(p[b], q[b], n, peel_min=peel_min) for b in range(p.shape[0])]

@@ -273,8 +273,10 @@ def power_gap(base, x, n: int):  # noqa: ANN001, ANN201
 def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: ANN001, ANN201
     """The largest root y in [0, L] of the convex g(y) = (H + y)^n - H^n - r_below y - gap (g(0) <= 0 <= g(L)).
 
-    n = 1: no slot (0). n = 2: g(y) = y^2 + b y - gap with b = 2H - r_below, closed form in its stable branch:
-    y = 2 gap / (b + sqrt(b^2 + 4 gap)) for b >= 0, (sqrt(b^2 + 4 gap) - b) / 2 for b < 0.
+    n = 1: g(y) = (1 - r) y - gap, y = gap / (1 - r) for r < 1, else L (r = 1 and gap = 0: every y is a root; a
+    non-singleton group at n = 1 holds only tokens with p = q). n = 2: g(y) = y^2 + b y - gap with b = 2H - r_below,
+    closed form in its stable branch: y = 2 gap / (b + sqrt(b^2 + 4 gap)) for b >= 0, (sqrt(b^2 + 4 gap) - b) / 2
+    for b < 0.
     n >= 3: Newton from the smaller of two upper bounds of the root, which then decreases monotonically to it:
     y_A, the root of the quadratic lower bound y (n H^(n-1) - r + C(n, 2) H^(n-2) y) <= g(y) + gap (every further
     term of the expansion is positive; accurate when y << H), and y_B = u_B - H with u_B = max((2 c+)^(1/n),
@@ -282,9 +284,10 @@ def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: AN
     the root when y >~ H). ``steps`` Newton steps (None: until no entry moves, numpy only).
     """
     xp = X.namespace(H)
-    if n == 1:
-        return 0.0 * L
     gap = X.maximum(gap, 0.0)
+    if n == 1:
+        below = r_below < 1.0
+        return X.minimum(X.maximum(xp.where(below, gap / xp.where(below, 1.0 - r_below, 1.0), L), 0.0), L)
     if n == 2:
         b = 2.0 * H - r_below
         root = xp.sqrt(b * b + 4.0 * gap)
@@ -316,7 +319,7 @@ def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: AN
         ok = dg > 0
         new = xp.where(ok, X.minimum(X.maximum(y - g / xp.where(ok, dg, 1.0), 0.0), L), y)
         k += 1
-        moved = steps is None and bool(np.any(new != y))
+        moved = steps is None and bool(np.any(np.abs(new - y) > 4.5e-16 * y))  # numpy only: stop at rounding
         y = new
         if steps is None and (not moved or k >= 200):
             break

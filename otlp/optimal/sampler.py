@@ -50,7 +50,7 @@ def verify(p, q, drafts, u, *, backend: str = "auto"):  # noqa: ANN001, ANN201 -
     for lo in range(0, B, step):  # chunks of rows, each vectorised
         sl = slice(lo, min(B, lo + step))
         pre = C.prefix(Pn[sl], Qn[sl], n)
-        accept, reject = C.tuple_rule(pre, Wn[sl], window="auto")
+        accept, reject = C.tuple_rule(pre, Wn[sl], window="auto", steps=C.NEWTON_STEPS)
         tokens[sl], index[sl] = C.sample(pre, accept, reject, Wn[sl], Un[sl])
     return torch.from_numpy(tokens), torch.from_numpy(index)
 

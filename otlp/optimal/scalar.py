@@ -1,6 +1,6 @@
 """Class chains of one small (p, q, n) in plain Python floats: the single-pair fast path for V <= SCALAR_MAX_V.
 
-The same rule as :func:`otlp.optimal.class_batch.class_chain_arrays` (every group of the psi records a water-filling
+The same rule as :func:`otlp.optimal.chains.build` (every group of the psi records a water-filling
 class chain, :mod:`.waterfill`), computed position by position with Python floats instead of ``[1, V]`` numpy
 arrays. Below a few hundred tokens the numpy path's cost is its per-call overhead (some hundred array operations of
 about a microsecond each, whatever V is), while the scalar loops cost about 1.5 us per position (most groups are
@@ -16,11 +16,11 @@ Quantities (design note §2, :mod:`.waterfill`), positions i = 0..V-1 in decreas
   suffix minima from m*, ties included);
 * per group (s, e] (positions s..e-1): targets t (p; the outer group's first position t_s = p_s - (psi_e - psi_s)),
   H_i = Q_i the null mass below position i, gap_i = psi_i - psi_e (the group's slack at s: psi_s - psi_e when
-  inner, 0 when outer), the class mass y_i after each step (:func:`otlp.optimal.waterfill.slot_mass`), slot
+  inner, 0 when outer), the class mass y_i after each step (:func:`otlp.optimal.chains.slot_mass`), slot
   lengths x_i, fire probabilities a_i, row sums R_i, beta and the hazards Lambda above each position.
 
-The lists here are by position; :func:`to_instance` turns them into the solver's
-:class:`~otlp.optimal.solve.InstanceSolution` (token order) for everything but the single slice.
+The lists here are by position; OptimalTransport builds the array form (:func:`otlp.optimal.chains.build`) on first
+use for everything but the single slice.
 """
 
 from __future__ import annotations
@@ -31,11 +31,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from math import expm1, inf, log1p, sqrt
 
-import numpy as np
-
-from otlp.optimal.class_batch import _instance
 from otlp.optimal.peeling import power_gap  # (base + x)^n - base^n; on floats as on arrays
-from otlp.optimal.solve import InstanceSolution
 
 #: the largest vocabulary that takes the scalar path by default (module docstring: the two routes cross near V = 300).
 SCALAR_MAX_V = 256
@@ -168,7 +164,7 @@ def scalar_chains(p: list, q: list, n: int) -> ScalarChains:
         if K == 1:  # a singleton group (most of them): no slot; the final class is the token, beta of its capacity
             group_of[s] = g
             capacity = power_gap(H[s], qs[s], n)
-            beta = (min(max(t[s] / capacity, 0.0), 1.0) if capacity > 0 else 0.0) if inner_g else 1.0
+            beta = _beta(max(psi[s] - psi_e, 0.0), capacity) if inner_g else 1.0
             rows[s] = qs[s] * (beta * capacity / qs[s]) if qs[s] > 0 else 0.0  # q * final, as the numpy route
             betas.append(beta)
             totals.append(0.0)
@@ -191,7 +187,6 @@ def scalar_chains(p: list, q: list, n: int) -> ScalarChains:
         # slots: x = (class mass entering the step) - (after it), a = x / entering, shares per unit of class mass
         a = [0.0] * K
         share = [0.0] * K
-        served = 0.0
         for k in range(1, K):
             i = s + k
             before = (y[k + 1] if k + 1 < K else 0.0) + qs[i]
@@ -200,12 +195,10 @@ def scalar_chains(p: list, q: list, n: int) -> ScalarChains:
                 a[k] = x / before
                 slot = power_gap(H[i] + y[k], x, n)
                 share[k] = slot / before
-                served += slot
         before0 = y[1] + qs[s]
         capacity = power_gap(H[s], before0, n)
         if inner_g:
-            slack_left = sum(t[s:e]) - served
-            beta = min(max(slack_left / capacity, 0.0), 1.0) if capacity > 0 else 0.0
+            beta = _beta(max(psi[s] - psi_e, 0.0), capacity)
         else:
             beta = 1.0
         final = beta * capacity / before0 if before0 > 0 else 0.0
@@ -233,6 +226,11 @@ def scalar_chains(p: list, q: list, n: int) -> ScalarChains:
     return ScalarChains(n=n, order=order, position=position, psi=psi, m_star=m_star, starts=starts, ends=ends,
                         inner=inner, group_of=group_of, t=t, H=H[:V], rows=rows, fire=fire, lam_above=lam_above,
                         certain_above=certain_above, beta=betas, total=totals, total_certain=certains)
+
+
+def _beta(slack: float, capacity: float) -> float:
+    """An inner group's final acceptance 1 - slack / capacity (its slots telescope; :mod:`otlp.optimal.chains`)."""
+    return min(max(1.0 - slack / capacity, 0.0), 1.0) if capacity > 0 else 0.0
 
 
 def scalar_rule(chains: ScalarChains, omega: list) -> tuple[list, float]:
@@ -271,21 +269,3 @@ def scalar_rule(chains: ScalarChains, omega: list) -> tuple[list, float]:
         slot = per[j] + left * beta / c
         accept[omega.index(omega[k])] += slot  # the token's first slot
     return accept, left * (1.0 - beta)
-
-
-def to_instance(chains: ScalarChains, p: np.ndarray, q: np.ndarray) -> InstanceSolution:
-    """The :class:`~otlp.optimal.solve.InstanceSolution` of the chains (token order), as
-    :meth:`otlp.optimal.class_batch.ClassChainBatch.instance` builds for a batch row."""
-    V = p.size
-    sizes = [e - s for s, e in zip(chains.starts, chains.ends, strict=True)]
-    rec = np.zeros(V + 1, dtype=bool)
-    rec[chains.starts] = True
-    rec[V] = True
-    first = rec[:V]
-    per_group = [np.repeat(np.asarray(x, dtype=np.float64), sizes)
-                 for x in (chains.beta, chains.total, chains.total_certain)]
-    rows, t = np.asarray(chains.rows), np.asarray(chains.t)
-    return _instance(p, q, chains.n, np.asarray(chains.order, dtype=np.int64), np.asarray(chains.psi),
-                     chains.m_star, rec, first, t, rows, np.asarray(chains.fire), np.asarray(chains.lam_above),
-                     np.asarray(chains.certain_above, dtype=np.float64), *per_group, np.abs(rows - t),
-                     np.asarray(chains.H))

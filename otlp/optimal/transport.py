@@ -1,22 +1,16 @@
 """``OptimalTransport``: the exact optimal verification rule for multi-draft speculative sampling.
 
-For i.i.d. drafts (``otlp.IID(q, n)``, optionally with GR App. N top-k truncation of q) it uses the block
-structure of the design note ``exact-ot-design.md``: given the drafted tuple omega, let G be the block of the
-highest-positioned token of omega (positions in decreasing q/p order) and U = set(omega) ∩ G (distinct tokens):
+For i.i.d. drafts (``otlp.IID(q, n)``, optionally with GR App. N top-k truncation of q) every group of the
+records of psi is one water-filling class chain (:mod:`.chains`, the rule of :func:`otlp.optimal.solve_batch` and of
+the torch verifier): given the drafted tuple omega, the group of its highest-positioned token (decreasing q/p order)
+serves it, by priority slots shared by its draws in that group, then a final acceptance beta; a rejected tuple draws
+from the residual r ∝ (p - R)_+ on the tokens outside H* (GR eq. (8)). For V <= SCALAR_MAX_V = 256 the chains are
+built in plain Python floats (:mod:`.scalar`: there numpy's per-call overhead, not the arithmetic, is the cost), and
+their array form on first use.
 
-* outer G: output i in U with probability w_i / w(U) (always accept);
-* inner G: output i in U with probability w_i / (1 + w(U)); otherwise reject and draw from the residual
-  r ∝ (p - R)_+ on the tokens outside H* (GR eq. (8), (18)).
-
-A block may be *peeled* (:mod:`.peeling`): some of its tokens form a priority chain (each draw fires with a
-closed-form probability), possibly nested, and only the rest goes through the softmax, cut into sub-blocks
-(leaves); a block that does not peel well is one water-filling class chain (:mod:`.waterfill`). :mod:`.rule`
-evaluates the combined rule. Every choice keeps the row sums on their targets, so the law and alpha* are exact.
-
-``method="class_chains"`` makes every group one water-filling class chain instead (the rule of
-:func:`otlp.optimal.solve_batch`); ``method="auto"`` (the default) takes it for V <= SCALAR_MAX_V = 256, computed
-in plain Python floats (:mod:`.scalar`: there numpy's per-call overhead, not the arithmetic, is the cost), and the
-peel/softmax blocks above. Both are exact optimal rules (the optimal plan is not unique).
+``method="blocks"`` builds the design note's softmax blocks instead: peeled priority chains (:mod:`.peeling`) and
+softmax leaves solved by Newton (:mod:`.newton`), evaluated by :mod:`.rule`; the theorem checks of GR's convex
+programs use it. Both are exact optimal rules with the same alpha* (the optimal plan is not unique).
 
 The rule transports the draft law to exactly p and accepts with probability alpha* = 1 + min_H psi(H)
 (GR Thm 3.1). Other draft schemes (Independent, WithoutReplacement, Greedy, SpecHub, Joint) go through the
@@ -33,18 +27,13 @@ import numpy as np
 from otlp.distributions import check_distribution, check_n
 from otlp.errors import InputError
 from otlp.formulations.completion import residual_law
-from otlp.optimal.class_batch import class_chain_arrays
+from otlp.optimal import chains
 from otlp.optimal.rule import evaluate_rule
-from otlp.optimal.scalar import SCALAR_MAX_V, ScalarChains, scalar_chains, scalar_rule, to_instance
+from otlp.optimal.scalar import SCALAR_MAX_V, ScalarChains, scalar_chains, scalar_rule
 from otlp.optimal.solve import SUCCESS_TOLERANCE, InstanceSolution, prepare, solve_instances
 
 #: the rules OptimalTransport can build for i.i.d. drafts (class docstring).
 METHODS = ("auto", "blocks", "class_chains")
-
-#: what a scalar-path instance builds on first use (its numpy arrays; :meth:`OptimalTransport.__getattr__`).
-_LAZY_ARRAYS = frozenset({"_inst", "_position", "_leaf", "_leaf_inner", "_fire", "_rank", "_chain_node", "_path",
-                          "_node_fallback", "_class", "_log_w"})
-
 
 @dataclass(frozen=True)
 class Block:
@@ -102,10 +91,8 @@ class OptimalTransport:
     draft : a draft scheme. ``otlp.IID(q, n)`` (or any object with ``.q`` and ``.n`` that is not another
         scheme) takes the fast block route; other schemes take the relaxed-LP route (small V).
     top_k : keep only the top-k tokens of q (renormalised) as in GR App. N; p is NOT renormalised.
-    method : IID drafts only. ``"blocks"``: the design note's blocks (peeled priority chains, softmax leaves solved by
-        Newton); ``"class_chains"``: every group one water-filling class chain (:mod:`.waterfill`), the rule of
-        :func:`~otlp.optimal.solve_batch`; ``"auto"`` (default): class chains for V <= 256 (plain Python floats,
-        the fastest there), blocks above. All are exact optimal rules with the same alpha*.
+    method : IID drafts only. ``"auto"`` (default) and ``"class_chains"``: every group one water-filling class
+        chain (:mod:`.chains`); ``"blocks"``: the design note's peeled softmax blocks. Both exact, same alpha*.
 
     Attributes
     ----------
@@ -138,16 +125,14 @@ class OptimalTransport:
             q_arr = check_distribution(q, "q", size=p_arr.size)
             n = check_n(n)
             q_arr = truncate_top_k(q_arr, top_k)
-            small = p_arr.size <= SCALAR_MAX_V
-            if method == "blocks" or (method == "auto" and not small):
+            if method == "blocks":
                 inst = prepare(p_arr, q_arr, n)
                 solve_instances([inst])
                 self._init_from_instance(inst)
-            elif small:
+            elif p_arr.size <= SCALAR_MAX_V:
                 self._init_scalar(scalar_chains(p_arr.tolist(), q_arr.tolist(), n), p_arr, q_arr)
             else:
-                self._init_from_instance(class_chain_arrays(p_arr[None], q_arr[None], n).instance(0))
-                self.method = "class_chains"
+                self._init_chains(chains.build(p_arr[None], q_arr[None], n), p_arr, q_arr)
         else:
             from otlp.optimal.generic import LinearProgramRule
 
@@ -186,11 +171,19 @@ class OptimalTransport:
         self.alpha = chains.alpha
         self.h_star = np.asarray(chains.order[: chains.m_star], dtype=np.int64)
 
+    def _init_chains(self, ch: chains.Chains, p: np.ndarray, q: np.ndarray) -> None:
+        """A class-chain instance from :func:`.chains.build` (one row)."""
+        self._ch = ch
+        self.method = "class_chains"
+        self.p, self.q, self.n, self.V = p, q, ch.pre.n, p.size
+        self.alpha = float(ch.pre.alpha[0])
+        self.h_star = ch.pre.order[0, : int(ch.pre.m_star[0])].copy()
+
     def __getattr__(self, name: str) -> object:
-        # only for attributes not set yet: a scalar-path instance builds its numpy arrays on first use
-        if name in _LAZY_ARRAYS and self.__dict__.get("_scalar") is not None:
-            self._init_from_instance(to_instance(self._scalar, self.p, self.q))
-            return self.__dict__[name]
+        # only for attributes not set yet: a scalar-path instance builds the array form of its chains on first use
+        if name == "_ch" and self.__dict__.get("_scalar") is not None:
+            self._ch = chains.build(self.p[None], self.q[None], self.n)
+            return self._ch
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _init_from_instance(self, inst: InstanceSolution) -> None:
@@ -215,16 +208,13 @@ class OptimalTransport:
     @cached_property
     def residual(self) -> np.ndarray:
         """``[V]`` the law r a rejected tuple's output is drawn from: (p - R)_+ outside H*, normalised (GR eq. (8))."""
-        chains = self.__dict__.get("_scalar")
-        if chains is None:
+        if self.method == "blocks":
             rows, in_h = self._inst.row_sums, self._inst.position <= self._inst.cuts.m_star
-        else:  # the same arrays as the instance would hold, from the lists
-            order = np.asarray(chains.order, dtype=np.int64)
-            rows = np.empty(self.V)
-            rows[order] = chains.rows
-            in_h = np.zeros(self.V, dtype=bool)
-            in_h[order[: chains.m_star]] = True
-        return residual_law(np.where(in_h, 0.0, np.maximum(self.p - rows, 0.0)), self.p)  # [V]
+            return residual_law(np.where(in_h, 0.0, np.maximum(self.p - rows, 0.0)), self.p)  # [V]
+        ch = self._ch  # class chains: psi_e - psi_s on each outer group's first token (chains module docstring)
+        r = np.zeros(self.V)
+        r[ch.pre.order[0]] = ch.residual[0]
+        return residual_law(r, self.p)  # [V]
 
     @cached_property
     def _residual_cdf(self) -> np.ndarray:
@@ -237,6 +227,8 @@ class OptimalTransport:
         """The block records (kind, positions, tokens, weights, targets, row sums, convergence)."""
         if self.route != "blocks":
             return []
+        if self.method == "class_chains":
+            return self._chain_blocks()
         inst = self._inst
         rec = inst.cuts.records
         out = []
@@ -264,35 +256,86 @@ class OptimalTransport:
             ))
         return out
 
+    def _chain_blocks(self) -> list[Block]:
+        ch = self._ch
+        rows, t = self._chain_rows
+        order, end = ch.pre.order[0], ch.end[0]
+        out = []
+        for s in np.flatnonzero(ch.terms.first[0]):
+            e = int(end[s])
+            tokens = order[s:e]
+            out.append(Block(kind="outer" if e > int(ch.pre.m_star[0]) else "inner", start=int(s), stop=e,
+                             tokens=tokens.copy(), log_weights=np.full(e - s, -np.inf), targets=t[tokens].copy(),
+                             row_sums=rows[tokens].copy(), null_mass=float(ch.pre.prefix_q[0, s]),
+                             gradient_norm=float(np.abs(rows[tokens] - t[tokens]).sum()), iterations=0,
+                             peeled=np.zeros(0, dtype=np.int64), fire_probabilities=np.zeros(0), class_chain=True,
+                             leaves=(), leaf_null_masses=np.zeros(0)))
+        return out
+
+    @cached_property
+    def _chain_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(R [V], t [V])`` by token: the class chains' row sums (:func:`.chains.row_sums`) and their targets."""
+        ch = self._ch
+        order = ch.pre.order[0]
+        rows, t = np.empty(self.V), np.empty(self.V)
+        rows[order] = chains.row_sums(ch)[0]
+        t[order] = ch.terms.t[0]
+        return rows, t
+
+    @property
+    def row_sums(self) -> np.ndarray:
+        """``[V]`` the rule's row sums R_i = P(output i and the rule accepts it) by token (p on H*; None on the LP
+        route)."""
+        if self.route != "blocks":
+            return None
+        return self._chain_rows[0] if self.method == "class_chains" else self._inst.row_sums
+
+    @property
+    def tolerance(self) -> float:
+        """The row-sum error :attr:`success` accepts: 1e-12, or 8 V machine epsilons when larger (each row sum is
+        accumulated over up to V slots, so its rounding grows with V; 5.7e-11 at V = 32k)."""
+        return max(SUCCESS_TOLERANCE, 8.0 * self.V * np.finfo(np.float64).eps)
+
     @property
     def success(self) -> bool:
-        """Every block program reached machine precision (||R - t||_1 <= 1e-12); the LP route: HiGHS optimal (its
-        plan is repaired to exact feasibility, so the law is p to rounding and the acceptance is alpha* to HiGHS'
-        tolerance, about 1e-12; :mod:`otlp.optimal.generic`)."""
+        """The rule's row sums meet their targets to rounding (:attr:`row_error` <= :attr:`tolerance`; the blocks
+        route: every block program and chain); the LP route: HiGHS optimal (its plan is repaired to exact
+        feasibility, so the law is p to rounding and the acceptance is alpha* to HiGHS' tolerance, about 1e-12;
+        :mod:`otlp.optimal.generic`)."""
         if self.route != "blocks":
             return True
+        if self.method == "class_chains":
+            return self.row_error <= self.tolerance
         inst = self._inst
-        return bool(np.all(inst.gradient_norm <= SUCCESS_TOLERANCE) and np.all(inst.chain_error <= SUCCESS_TOLERANCE))
+        return bool(np.all(inst.gradient_norm <= self.tolerance) and np.all(inst.chain_error <= self.tolerance))
 
     @property
     def row_error(self) -> float:
-        """sum ||R - t||_1 over every leaf program and every priority chain: the rule's row sums miss their targets
-        (p on H*, the GR Thm 6.2 vertex outside) by at most this in L1 (0 on the LP route)."""
+        """sum ||R - t||_1 over every group (the blocks route: every leaf program and priority chain): the rule's row
+        sums miss their targets (p on H*, the GR Thm 6.2 vertex outside) by at most this in L1 (0 on the LP
+        route)."""
         if self.route != "blocks":
             return 0.0
+        if self.method == "class_chains":
+            rows, t = self._chain_rows
+            return float(np.abs(rows - t).sum())
         return float(self._inst.gradient_norm.sum() + self._inst.chain_error.sum())
 
     @property
     def max_gradient_norm(self) -> float:
         if self.route != "blocks":
             return 0.0
+        if self.method == "class_chains":
+            return max((b.gradient_norm for b in self.blocks), default=0.0)
         return float(max(self._inst.gradient_norm.max(initial=0.0), self._inst.chain_error.max(initial=0.0)))
 
     def acceptance(self) -> float:
-        """The rule's own acceptance sum_i R_i (equals alpha* up to rounding; a self-check)."""
+        """The rule's own acceptance sum_i R_i, capped at alpha* (it equals alpha* up to rounding; never reported
+        above it)."""
         if self.route != "blocks":
             return self._lp.acceptance()
-        return float(self._inst.row_sums.sum())
+        rows = self._chain_rows[0] if self.method == "class_chains" else self._inst.row_sums
+        return min(float(rows.sum()), self.alpha)
 
     # -- the rule -------------------------------------------------------------------------------------
     def rule(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -308,6 +351,8 @@ class OptimalTransport:
         """:meth:`rule` on checked tuples ``w int64 [M, n]``."""
         if self.route != "blocks":
             return self._lp.rule(w)
+        if self.method == "class_chains":
+            return chains.evaluate(self._ch, w)
         return evaluate_rule(w, self._position[w], self._path[w], self._chain_node[w], self._leaf[w], self._log_w[w],
                              self._fire[w], self._rank[w], self._leaf_inner, self._node_fallback,
                              self._class_data(w))

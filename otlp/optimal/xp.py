@@ -54,13 +54,15 @@ def cummax(x):  # noqa: ANN001, ANN201
 
 
 def take(x, idx):  # noqa: ANN001, ANN201
-    """``x[b, idx[b, k]]``: gather along the rows (``idx`` of any width; numpy: one flat ``take``, cheaper than
-    ``take_along_axis``)."""
+    """``x[b, idx[b, k]]``: gather along the rows (``idx`` of any width; a single row of ``x`` serves every row of
+    ``idx``; numpy: one flat ``take``, cheaper than ``take_along_axis``)."""
     if not is_numpy(x):
-        return x.gather(-1, idx)
+        return (x.expand(idx.shape[0], -1) if x.shape[0] == 1 else x).gather(-1, idx)
     if x.ndim != 2:
         return np.take_along_axis(x, idx, axis=-1)
     B, V = x.shape
+    if B == 1:  # one row for every index row (a single instance evaluated on many tuples)
+        return x[0][idx]
     rows = idx.shape[0]
     flat = idx + (np.arange(rows, dtype=np.int64) * V)[:, None] if rows > 1 else idx
     return np.take(np.ascontiguousarray(x).ravel(), flat)

@@ -17,7 +17,7 @@ def test_large_block_at_n4_takes_the_class_chain_instead_of_subset_terms(monkeyp
     # GiB). It is not refused: the group becomes a water-filling class chain (no subset terms), exact to 1e-12.
     monkeypatch.setattr(solve_module, "peel_group", lambda *args: None)
     p = np.random.default_rng(0).dirichlet(np.ones(300))
-    ot = otlp.optimal.OptimalTransport(p, otlp.IID(p, 4))
+    ot = otlp.optimal.OptimalTransport(p, otlp.IID(p, 4), method="blocks")
     assert ot.alpha == 1.0 and ot.success and ot.row_error <= 1e-12
     assert ot._inst.node_class[0] and not ot._inst.leaf_tokens
     (block,) = ot.blocks

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 import otlp
-from otlp.optimal import OptimalTransport
-from otlp.optimal.class_batch import class_chain_arrays
+from otlp.optimal import OptimalTransport, chains
 from otlp.optimal.scalar import SCALAR_MAX_V, scalar_chains
 
 from .instances import FAMILIES, draw, small_instances
@@ -27,7 +26,7 @@ UNTIED = ("dirichlet", "heavy", "point_mass_p", "point_mass_q", "skewed_q", "uni
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
 def test_same_chains_as_the_numpy_class_chains(n: int) -> None:
-    """Per-position quantities against class_chain_arrays on every family, V = 1..60."""
+    """Per-position quantities against the array route (otlp.optimal.chains) on every family, V = 1..60."""
     rng = np.random.default_rng([50, n])
     same_records = 0
     for family in sorted(FAMILIES):
@@ -35,27 +34,34 @@ def test_same_chains_as_the_numpy_class_chains(n: int) -> None:
             V = int(rng.integers(1, 61))
             p, q = draw(family, rng, V, n) if V > 1 else (np.ones(1), np.ones(1))
             s = scalar_chains(p.tolist(), q.tolist(), n)
-            b = class_chain_arrays(p[None], q[None], n)
+            b = chains.build(p[None], q[None], n)
             where = f"{family} V={V}"
-            np.testing.assert_allclose(s.psi, b.psi[0], rtol=0, atol=1e-15, err_msg=where)
-            assert s.order == b.order[0].tolist() and abs(s.alpha - (1 + b.psi[0, b.m_star[0]])) <= 1e-15, where
-            if np.flatnonzero(b.rec[0]).tolist() != [*s.starts, V]:
+            np.testing.assert_allclose(s.psi, b.pre.psi[0], rtol=0, atol=1e-15, err_msg=where)
+            assert s.order == b.pre.order[0].tolist() and abs(s.alpha - b.pre.alpha[0]) <= 1e-15, where
+            first = b.terms.first[0]
+            if np.flatnonzero(first).tolist() != s.starts:
                 assert family not in UNTIED, where
                 continue
             same_records += 1
-            np.testing.assert_allclose(s.t, b.t[0], rtol=0, atol=1e-15, err_msg=where)
-            np.testing.assert_allclose(s.rows, b.seg.rows[0], rtol=0, atol=1e-14, err_msg=where)
+            np.testing.assert_allclose(s.t, b.terms.t[0], rtol=0, atol=1e-15, err_msg=where)
+            np.testing.assert_allclose(s.rows, chains.row_sums(b)[0], rtol=0, atol=1e-14, err_msg=where)
             if family not in UNTIED:
                 continue
             # slot lengths are differences of nearly equal class masses: relative rounding up to ~3e-11 was seen
-            np.testing.assert_allclose(s.fire, b.seg.fire[0], rtol=1e-9, atol=1e-13, err_msg=where)
-            np.testing.assert_allclose(s.lam_above, b.seg.lam_above[0], rtol=1e-9, atol=1e-13, err_msg=where)
-            np.testing.assert_array_equal(s.certain_above, b.seg.certain_above[0], err_msg=where)
-            # beta = (t(G) - its slots) / capacity: both routes sum within the group (2.9e-12 relative was seen;
-            # row-wide suffix differences used to put 1e-8 on groups of capacity ~1e-8)
-            first = b.first[0]
-            np.testing.assert_allclose(s.beta, b.seg.beta[0][first], rtol=1e-9, atol=1e-15, err_msg=where)
-            np.testing.assert_allclose(s.total, b.seg.total[0][first], rtol=1e-9, atol=1e-13, err_msg=where)
+            np.testing.assert_allclose(s.fire, b.terms.a[0], rtol=1e-9, atol=1e-13, err_msg=where)
+            # hazards above a position = the group's total minus those at or below it; compared as the survival
+            # factors e^-Lambda the rule uses (a slot of class mass ~1e-12 has a hazard ~25 set by rounding noise,
+            # different in the two routes, whose survival factor is below 1e-10 in both)
+            last = b.end[0] - 1
+            np.testing.assert_allclose(np.exp(-np.array(s.lam_above)), np.exp(-(b.lam_low[0][last] - b.lam_low[0])),
+                                       rtol=1e-9, atol=1e-13, err_msg=where)
+            np.testing.assert_array_equal(s.certain_above, b.certain_low[0][last] - b.certain_low[0], err_msg=where)
+            # beta = 1 - slack / capacity in both routes: slack is a difference of psi values (absolute rounding
+            # ~1e-16), so on a group of capacity ~1e-7 beta carries ~1e-9 relative rounding, i.e. ~1e-16 of law; the
+            # row sums above (what beta does to the law) agree to 1e-14
+            np.testing.assert_allclose(s.beta, b.beta[0][first], rtol=1e-6, atol=1e-12, err_msg=where)
+            np.testing.assert_allclose(np.exp(-np.array(s.total)), np.exp(-b.lam_low[0][last][first]), rtol=1e-9,
+                                       atol=1e-13, err_msg=where)
     assert same_records >= 50  # of 66 (ties at n = 1 with p = q flatten psi: records may split differently)
 
 
@@ -83,9 +89,9 @@ def test_numpy_arrays_are_built_on_first_use_and_agree() -> None:
     ot = OptimalTransport.from_arrays(p, q, 3)
     omegas = rng.choice(12, size=(30, 3), p=q)
     single = np.stack([ot.slice(w) for w in omegas])
-    assert "_inst" not in ot.__dict__
+    assert "_ch" not in ot.__dict__
     np.testing.assert_allclose(ot.slices(omegas), single, rtol=0, atol=1e-15)
-    assert "_inst" in ot.__dict__ and ot.success and ot.row_error <= 1e-12
+    assert "_ch" in ot.__dict__ and ot.success and ot.row_error <= 1e-12
     assert all(block.class_chain for block in ot.blocks)
     assert abs(ot.acceptance() - ot.alpha) < TOL
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
@@ -95,10 +101,10 @@ def test_numpy_arrays_are_built_on_first_use_and_agree() -> None:
 def test_method_choice() -> None:
     rng = np.random.default_rng(53)
     p, q = FAMILIES["heavy"](rng, SCALAR_MAX_V + 1)
-    assert OptimalTransport.from_arrays(p, q, 2).method == "blocks"  # auto: blocks above SCALAR_MAX_V
-    ot = OptimalTransport.from_arrays(p, q, 2, method="class_chains")  # the numpy class chains at any V
+    assert OptimalTransport.from_arrays(p, q, 2, method="blocks").method == "blocks"
+    ot = OptimalTransport.from_arrays(p, q, 2)  # auto: the array class chains above SCALAR_MAX_V
     assert ot.method == "class_chains" and ot.success and all(block.class_chain for block in ot.blocks)
-    assert abs(ot.alpha - OptimalTransport.from_arrays(p, q, 2).alpha) == 0.0
+    assert abs(ot.alpha - OptimalTransport.from_arrays(p, q, 2, method="blocks").alpha) < 1e-15
     omegas = rng.choice(p.size, size=(4000, 2), p=q)
     accept, reject = ot.rule(omegas)
     np.testing.assert_allclose(accept.sum(1) + reject, 1.0, atol=1e-12)

@@ -80,7 +80,7 @@ def _slot_by_slot(ot: OptimalTransport, omega: np.ndarray) -> tuple[np.ndarray, 
     return out, alive * (1.0 - beta)
 
 
-@pytest.mark.parametrize("route", ["blocks, forced", "scalar"])
+@pytest.mark.parametrize("route", ["blocks, forced"])  # the class-chains route: tests/optimal/test_chains.py
 def test_vectorised_rule_matches_the_slot_by_slot_definition(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
     """The class chain's rule, evaluated (numpy slices, and the scalar path's own single slice) against its
     definition slot by slot: per-group class chains on the blocks route, whole-instance ones on the scalar path."""
@@ -132,7 +132,7 @@ def test_decode_distribution_at_n4_is_not_refused() -> None:
         context = rng.integers(0, models.target.vocab_size, size=(1, models.target.context_size))
         p = models.target.probabilities(context)[0]
         q = models.draft.probabilities(context[:, -models.draft.context_size :])[0]
-        ot = OptimalTransport.from_arrays(p, q, 4)
+        ot = OptimalTransport.from_arrays(p, q, 4, method="blocks")
         assert ot.success
         worst = max(worst, ot.row_error)
         classes += int(ot._inst.node_class.any())

@@ -34,15 +34,19 @@ __all__ = [
 ]
 
 
-def certify(name: str, p: object, draft: object = None, **kwargs: object):  # noqa: ANN201 - CertifyReport
-    """How far verifier ``name`` is from the optimum for ``draft``: see :func:`otlp.verifiers.certification.certify`.
+def certify(fn_or_name: object, p: object, draft: object = None, **kwargs: object):  # noqa: ANN201 - a report
+    """Does a verifier preserve p, and how far is it from alpha*? See :func:`otlp.verifiers.certification.certify`.
 
-    The report has ``.acceptance`` (P(output in set(omega))), ``.verifier_acceptance``, ``.optimum`` (alpha*),
-    ``.gap`` and ``.preserves_target``.
+    ``fn_or_name``: a registered rule name, or any function ``fn(p [B, V], q, drafts [B, n], generator) -> tokens
+    [B]`` or ``(tokens, accepted_index)`` (or ``"package.module:function"``), certified by a sequential test on
+    samples (exactly by enumeration when it exposes ``conditional``): ``samples=`` is then the sample limit, and
+    ``alpha=``, ``tolerance=`` the error rate and the TV to rule out. The report has ``.acceptance``, ``.optimum``
+    (alpha*), ``.gap`` and ``.preserves_target`` (True / False, or None when inconclusive), and for a function also
+    ``.tv``, ``.tv_lower``, ``.tv_upper``, ``.p_value``, ``.samples`` and ``.detectable_tv``.
     """
     from otlp.verifiers.certification import certify as _certify
 
-    return _certify(name, p, draft, **kwargs)
+    return _certify(fn_or_name, p, draft, **kwargs)
 
 
 def __getattr__(name: str) -> object:

@@ -388,7 +388,8 @@ def _missing_benchmark(parser: argparse.ArgumentParser) -> int:
 
 #: (name, help, module, argument adder, runner) of the subcommands that live in their packages.
 SUBCOMMANDS: list[tuple[str, str, str, str, str]] = [
-    ("certify", "how far a verifier is from the optimum: acceptance, alpha*, gap, target law, exact certificate",
+    ("certify", "how far a verifier (a registered rule, or your package.module:function) is from the optimum: "
+     "acceptance, alpha*, gap, target law (exact, or a sequential test with a TV bound), exact certificate",
      "otlp.verifiers.certification", "add_certify_arguments", "run_certify_cli"),
     ("certify-block", "multi-step rules (sps, bv, gbv, token_tree, optimal) on random small AR models: block "
      "efficiency, multi-path LP optimum, gap, target law", "otlp.multistep.certify", "add_multistep_arguments",

@@ -1,5 +1,9 @@
 """certify: how far a verification rule is from the optimum for its own draft scheme, with proof.
 
+``certify(fn, p, draft)`` with a function (or ``"package.module:function"``) instead of a registered name goes to
+``otlp.verifiers.certify_blackbox`` (exact when the object exposes ``conditional``, else a sequential test with an
+anytime-valid TV interval); what follows is the registered-name path.
+
 ``certify(name, p, draft)`` reports
 
 - ``acceptance``: P(output token in set(omega)), the OTLP objective (a residual sample equal to a draft counts);

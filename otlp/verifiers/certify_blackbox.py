@@ -433,7 +433,8 @@ class _Progress:
             return
         self.last = now
         self.shown = True
-        band = "" if b is None else f", TV in [{b.tv_lower:.2g}, {b.tv_upper:.2g}]"
+        band = "" if b is None else (f", TV in [{b.tv_lower:.2g}, {b.tv_upper:.2g}]" if math.isfinite(b.tv_upper)
+                                     else f", TV estimate {b.tv:.2g}, p-value {min(1.0, math.exp(b.log_p)):.2g}")
         print(f"\rcertify {self.name}: {done:,} / {limit:,} samples{band}   ", end="", file=sys.stderr, flush=True)
 
     def close(self) -> None:

@@ -347,6 +347,23 @@ def test_large_vocabulary_bins_and_a_biased_hub_is_caught() -> None:
     assert any("binned" in x for x in r.notes)
 
 
+def test_progress_goes_to_stderr_only_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    v = get("rrs")
+    draft = v.make_draft([0.5, 0.3, 0.2], 2)
+
+    def slow(p, q, omegas, generator):  # noqa: ANN001, ANN202
+        time.sleep(0.2)
+        return v.sample(p, q, omegas, generator)
+
+    certify_callable(slow, [0.1, 0.6, 0.3], draft, samples=3000, batch=1000, tolerance=0.0, progress=True)
+    captured = capsys.readouterr()
+    assert "samples" in captured.err and "/ 3,000" in captured.err and captured.out == ""
+    certify_callable(slow, [0.1, 0.6, 0.3], draft, samples=3000, batch=1000, tolerance=0.0)  # not a terminal
+    assert capsys.readouterr().err == ""
+
+
 def test_bad_input() -> None:
     v = get("rrs")
     draft = v.make_draft([0.5, 0.5], 2)

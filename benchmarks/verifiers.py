@@ -4,11 +4,13 @@ Grid: V in {2k, 32k, 128k, 152k}, n in {2, 4, 8}, B in {1, 8, 64}; float32 LM-li
 the draft correlated with the target); ``verifier.sample(p, q, drafts, generator)`` timed as one call (median of
 ``--reps`` after a warm-up), on the CPU with one thread and with torch's default threads, and on CUDA when a GPU is
 present. "read floor" is one ``p.sum() + q.sum()`` over the same tensors in the same run: the time to read the
-inputs once. Prints one table per (device, threads) and writes ``benchmarks/results/verifiers.json``.
+inputs once. Prints one table per (device, threads), writes ``benchmarks/results/verifiers.json`` and publishes the
+tables the README shows (``benchmarks/published/verifiers.json``, :mod:`readme_tables`).
 
     python benchmarks/verifiers.py                      # the full grid (about 15 minutes on 2 cores)
     python benchmarks/verifiers.py --quick              # V = 2k and 32k, B = 1 and 64
     python benchmarks/verifiers.py --rules rrs optimal --threads 1
+    python benchmarks/verifiers.py --from-json benchmarks/results/verifiers.json   # publish a finished run
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import time
 import torch
 
 from otlp.verifiers import get
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import readme_tables  # noqa: E402 - benchmarks/readme_tables.py, beside this script
 
 RULES = ("sps", "rrs", "rrs_wor", "kseq", "optimal")
 SIZES = (2_000, 32_000, 128_000, 152_000)
@@ -61,6 +66,21 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
     return row
 
 
+def publish(rows: list[dict], meta: dict) -> None:
+    """One README table per (device, threads) setting of a full run (all five rules)."""
+    settings = sorted({(r["device"], r["threads"]) for r in rows})
+    for device, threads in settings:
+        mine = [r for r in rows if (r["device"], r["threads"]) == (device, threads)]
+        if not all(f"{x}_ms" in r for r in mine for x in RULES):
+            continue
+        cols = ["V", "n", "B", "read floor", *RULES, "optimal / rrs"]
+        cells = [[f"{r['V']:,}", str(r["n"]), str(r["B"]), f"{r['read_floor_ms']:.3f}",
+                  *(f"{r[f'{x}_ms']:.2f}" for x in RULES), f"{r['optimal_ms'] / r['rrs_ms']:.2f}"] for r in mine]
+        name = f"{device}_{threads}_threads"
+        readme_tables.publish("verifiers", name, cols, cells, {**meta, "device": device, "threads": threads})
+        print(f"\n<!-- table: verifiers/{name} -->\n{readme_tables.markdown(cols, cells)}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rules", nargs="*", default=list(RULES), choices=RULES)
@@ -70,7 +90,13 @@ def main(argv: list[str] | None = None) -> None:
                     help="CPU threads: 1, torch's default, or both (default)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "verifiers.json"))
+    ap.add_argument("--from-json", metavar="PATH", help="publish the README tables of a finished run and exit")
     args = ap.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json, encoding="utf-8") as fh:
+            done = json.load(fh)
+        publish(done["rows"], done["meta"])
+        return
     sizes = SIZES[:2] if args.quick else SIZES
     batches = (1, 64) if args.quick else (1, 8, 64)
     default_threads = torch.get_num_threads()
@@ -106,6 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=2)
     print(f"wrote {args.out}")
+    if not args.quick:
+        publish(rows, meta)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ row in decreasing q/p order (stable), prefix index m = 0..V:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from math import comb, inf
 
@@ -257,17 +258,37 @@ def segmented_scan(share: np.ndarray, keep: np.ndarray, first: np.ndarray) -> tu
     return S.T, F.T
 
 
+#: above this n, :func:`power_gap` takes its logarithmic form (the binomial coefficients of the expansion overflow
+#: float64 near n = 1030; up to here the expansion is exact to rounding with no cancellation).
+POWER_GAP_EXPANSION_MAX = 64
+
+
 def power_gap(base, x, n: int):  # noqa: ANN001, ANN201
-    """(base + x)^n - base^n as the positive sum sum_{j>=1} C(n, j) base^(n-j) x^j (no cancellation), by Horner in
-    x; any arrays (or floats) of a common shape, any n >= 1."""
+    """(base + x)^n - base^n for base, x >= 0 (the tuple mass of a block above a null mass), on floats, numpy arrays
+    or tensors of a common shape, any n >= 1: the positive sum sum_{j>=1} C(n, j) base^(n-j) x^j by Horner in x (no
+    cancellation) up to ``POWER_GAP_EXPANSION_MAX``, above it (base + x)^n (1 - e^(-n log1p(x / base))) (both factors
+    in [0, 1] for masses; x^n where base = 0)."""
     if n == 1:
         return x + 0.0 * base
     if n == 2:
         return x * (2.0 * base + x)
+    if n > POWER_GAP_EXPANSION_MAX:
+        return _power_gap_log(base, x, n)
     acc = x + n * base  # the j = n and j = n - 1 coefficients
     for j in range(n - 2, 0, -1):
         acc = acc * x + comb(n, j) * base ** (n - j)
     return acc * x
+
+
+def _power_gap_log(base, x, n: int):  # noqa: ANN001, ANN202
+    if isinstance(base, float) and isinstance(x, float):
+        return (base + x) ** n * -math.expm1(-n * math.log1p(x / base)) if base > 0 else x**n
+    arr = base if not isinstance(base, float) else x
+    xp = X.namespace(arr)
+    pos = base > 0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        ratio = x / xp.where(pos, base, 1.0)
+        return xp.where(pos, (base + x) ** n * -xp.expm1(-n * xp.log1p(ratio)), x**n)
 
 
 def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: ANN001, ANN201
@@ -307,15 +328,22 @@ def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: AN
     c = X.maximum(gap + Hn2 * H * H - r_below * H, 0.0)
     u_b = X.maximum((2.0 * c) ** (1.0 / n), (2.0 * X.maximum(r_below, 0.0)) ** (1.0 / (n - 1)))
     y = X.maximum(X.minimum(X.minimum(y_a, u_b - H), L), 0.0)
-    coef = [comb(n, j + 1) for j in range(n)]  # D(y) = sum_j coef_j H^(n-1-j) y^j = ((H + y)^n - H^n) / y
-    powers = [H ** (n - 1 - j) for j in range(n)]
+    if n > POWER_GAP_EXPANSION_MAX:  # the expansion's coefficients overflow: g and g' in closed form
+        def g_and_slope(y):  # noqa: ANN001, ANN202
+            return power_gap(H, y, n) - r_below * y - gap, n * (H + y) ** (n - 1) - r_below
+    else:
+        coef = [comb(n, j + 1) for j in range(n)]  # D(y) = sum_j coef_j H^(n-1-j) y^j = ((H + y)^n - H^n) / y
+        powers = [H ** (n - 1 - j) for j in range(n)]
+
+        def g_and_slope(y):  # noqa: ANN001, ANN202
+            D = 0.0 * y + coef[n - 1] * powers[n - 1]
+            for j in range(n - 2, -1, -1):
+                D = D * y + coef[j] * powers[j]
+            return y * (D - r_below) - gap, D - r_below + _shift_horner(y, coef, powers, n)
+
     k = 0
     while steps is None or k < steps:
-        D = 0.0 * y + coef[n - 1] * powers[n - 1]
-        for j in range(n - 2, -1, -1):
-            D = D * y + coef[j] * powers[j]
-        g = y * (D - r_below) - gap
-        dg = D - r_below + _shift_horner(y, coef, powers, n)
+        g, dg = g_and_slope(y)
         ok = dg > 0
         new = xp.where(ok, X.minimum(X.maximum(y - g / xp.where(ok, dg, 1.0), 0.0), L), y)
         k += 1

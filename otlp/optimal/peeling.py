@@ -42,6 +42,8 @@ from math import comb
 
 import numpy as np
 
+from otlp.optimal.chains import power_gap
+
 #: the remainder's Hall gap must exceed this fraction of t(G) (keeps peeled remainders well conditioned); for
 #: the fallback kind on an inner group it is capped at half the group's slack, which the remainder keeps.
 HALL_MARGIN = 1e-9
@@ -81,21 +83,6 @@ class Peel:
     @property
     def largest_leaf(self) -> int:
         return max((b - a for a, b in self.leaves), default=0)
-
-
-def power_gap(base: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:
-    """(base + x)^n - base^n (the tuple mass of a block above a null mass) as the positive sum
-    sum_{j>=1} C(n, j) base^(n-j) x^j (no cancellation), by Horner in x: x (C(n, 1) b^(n-1) + ... + x)."""
-    if n == 1:
-        return x + 0.0 * base
-    if n == 2:
-        return x * (2.0 * base + x)
-    if n == 3:
-        return x * (3.0 * base * (base + x) + x * x)
-    acc = x + n * base  # the j = n and j = n - 1 coefficients
-    for j in range(n - 2, 0, -1):
-        acc = acc * x + comb(n, j) * base ** (n - j)
-    return acc * x
 
 
 def _chain(b: int, t: int, K: int) -> np.ndarray:

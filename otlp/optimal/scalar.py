@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from math import expm1, inf, log1p, sqrt
 
-from otlp.optimal.peeling import power_gap  # (base + x)^n - base^n; on floats as on arrays
+from otlp.optimal.chains import power_gap  # (base + x)^n - base^n; on floats as on arrays
 
 #: the largest vocabulary that takes the scalar path by default (module docstring: the two routes cross near V = 300).
 SCALAR_MAX_V = 256

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from otlp.optimal.blocks import BlockCuts, cut_at_records
+from otlp.optimal.chains import power_gap
 from otlp.optimal.coefficients import block_terms, subset_terms
 from otlp.optimal.newton import PairwiseN2, SubsetTerms, initial_alpha, newton
-from otlp.optimal.peeling import ALL_PAIRS_MAX, peel_group, power_gap
+from otlp.optimal.peeling import ALL_PAIRS_MAX, peel_group
 from otlp.optimal.waterfill import class_chain
 from otlp.subsets import sorted_prefix_arrays
 

@@ -292,9 +292,10 @@ class OptimalTransport:
 
     @property
     def tolerance(self) -> float:
-        """The row-sum error :attr:`success` accepts: 1e-12, or 8 V machine epsilons when larger (each row sum is
-        accumulated over up to V slots, so its rounding grows with V; 5.7e-11 at V = 32k)."""
-        return max(SUCCESS_TOLERANCE, 8.0 * self.V * np.finfo(np.float64).eps)
+        """The row-sum error :attr:`success` accepts: 1e-12, or 8 (V + n) machine epsilons when larger (a row sum is
+        accumulated over up to V slots, and a power u^n carries n times the rounding of u; 5.7e-11 at V = 32k).
+        """
+        return max(SUCCESS_TOLERANCE, 8.0 * (self.V + self.n) * np.finfo(np.float64).eps)
 
     @property
     def success(self) -> bool:

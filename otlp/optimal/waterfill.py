@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otlp.optimal.peeling import power_gap
+from otlp.optimal.chains import power_gap
 
 
 @dataclass(frozen=True)

@@ -135,3 +135,32 @@ def test_packed_sort_is_the_stable_order() -> None:
             k[rng.random((B, V)) < 0.2] = np.inf
             k[rng.random((B, V)) < 0.2] = 0.0
         assert np.array_equal(_packed_sort(k), np.argsort(-k, axis=1, kind="stable"))
+
+
+def test_power_gap_against_exact_rationals_on_both_forms() -> None:
+    """(b + x)^n - b^n: the expansion (n <= 64) and the logarithmic form above it, against exact rationals."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(8)
+    for n in (3, 8, 64, 65, 300, 2000):
+        for _ in range(20):
+            b, x = float(rng.uniform(0, 1)), float(rng.uniform(0, 1) * 10.0 ** -rng.integers(0, 9))
+            b = min(b, 1.0 - x)
+            exact = float((Fraction(b) + Fraction(x)) ** n - Fraction(b) ** n)
+            for got in (C.power_gap(b, x, n), float(C.power_gap(np.array([b]), np.array([x]), n)[0])):
+                assert abs(got - exact) <= 1e-12 * exact + 1e-300, (n, b, x, got, exact)
+
+
+@pytest.mark.parametrize("n", [70, 1100, 5000])
+def test_huge_n_is_exact_and_never_overflows(n: int) -> None:
+    """Any n: alpha* equals the independent sorted-prefix closed form, the rule's row sums meet their targets
+    (R = p on H*, R <= p outside, sum R = alpha*) and every slice is a law (the issue's OverflowError at n ~ 1030)."""
+    rng = np.random.default_rng(n)
+    for V in (3, 40, 400):
+        p, q = rng.dirichlet(np.ones(V) * 0.3), rng.dirichlet(np.ones(V) * 0.3)
+        ot = OptimalTransport(p, otlp.IID(q, n))
+        assert abs(ot.alpha - otlp.optimal_acceptance(p, otlp.IID(q, n))) < TOL and ot.success
+        R = ot.row_sums
+        assert np.all(R <= p + 1e-12) and abs(R.sum() - ot.alpha) < 1e-11
+        slices = ot.slices(otlp.IID(q, n).sample(50, rng))
+        assert np.abs(slices.sum(1) - 1).max() < TOL and slices.min() >= -1e-15

@@ -24,7 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
-from otlp.distributions import check_distribution, check_n
+from otlp.distributions import as_generator, check_distribution, check_n, check_token_tuples
 from otlp.errors import InputError
 from otlp.formulations.completion import residual_law
 from otlp.optimal import chains
@@ -372,21 +372,25 @@ class OptimalTransport:
 
     def slice(self, omega: object) -> np.ndarray:
         """pi(· | omega): the law of the output token given the drafted tuple, float [V] (sums to 1)."""
-        w = np.asarray(omega)
-        if w.ndim != 1:
-            raise InputError(f"slice takes one drafted tuple of shape [n] = [{self.n}], got shape {w.shape}")
+        nested = isinstance(omega, (list, tuple)) and any(isinstance(x, (list, tuple, np.ndarray)) for x in omega)
+        if nested or np.ndim(omega) != 1:  # (np.ndim of a ragged list would raise)
+            raise InputError(f"slice takes one drafted tuple of shape [n] = [{self.n}]; for many tuples use "
+                             "slices(omegas)")
+        w = check_tuples(omega, 1, self.n, self.V)  # [1, n]
         chains = self.__dict__.get("_scalar")
         if chains is None:
-            return self.slices(w[None, :])[0]
-        ids = check_tuples(w[None, :], 1, self.n, self.V)[0].tolist()
+            return self.slices(w)[0]
+        ids = w[0].tolist()
         accept, reject = scalar_rule(chains, ids)
         out = reject * self.residual if reject > 0 else np.zeros(self.V)
         for token, a in zip(ids, accept, strict=True):
             out[token] += a
         return out
 
-    def sample(self, omegas: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Draw the output token for each drafted tuple: ``omegas int [M, n]`` -> ``int64 [M]`` (vectorised)."""
+    def sample(self, omegas: np.ndarray, rng: object = None) -> np.ndarray:
+        """Draw the output token for each drafted tuple: ``omegas int [M, n]`` -> ``int64 [M]`` (vectorised); ``rng``
+        a ``numpy.random.Generator``, a seed or None."""
+        rng = as_generator(rng)
         w = self._check_omegas(omegas)
         accept, reject = self._rule(w)
         M = w.shape[0]
@@ -404,10 +408,7 @@ class OptimalTransport:
         return float(self._residual_cdf[-1]) if self.route == "blocks" else float(self._lp.residual.sum())
 
     def _check_omegas(self, omegas: object) -> np.ndarray:
-        w = np.asarray(omegas)
-        if w.ndim == 1:
-            w = w[None, :]
-        return check_tuples(w, None, self.n, self.V)
+        return check_tuples(omegas, None, self.n, self.V)
 
     def __repr__(self) -> str:
         method = f", method={self.method!r}" if self.route == "blocks" else ""
@@ -415,17 +416,9 @@ class OptimalTransport:
 
 
 def check_tuples(omegas: object, M: int | None, n: int, V: int) -> np.ndarray:
-    """Drafted tuples as ``int64 [M, n]`` (``M`` None: any number of rows), token ids in [0, V); InputError
-    otherwise."""
-    w = np.asarray(omegas)
-    if w.ndim != 2 or w.shape[1] != n or (M is not None and w.shape[0] != M):
-        rows = "M" if M is None else str(M)
-        raise InputError(f"drafted tuples must have shape [{rows}, n] with n = {n}, got {w.shape}")
-    if not np.issubdtype(w.dtype, np.integer):
-        raise InputError(f"drafted tuples must be integer token ids, got dtype {w.dtype}")
-    if w.size and (w.min() < 0 or w.max() >= V):
-        raise InputError(f"drafted token ids must lie in [0, {V}), got range [{w.min()}, {w.max()}]")
-    return w.astype(np.int64, copy=False)
+    """Drafted tuples as ``int64 [M, n]`` (``M`` None: any number of rows; one tuple ``[n]`` reads as ``[1, n]``),
+    token ids in [0, V); InputError otherwise (:func:`otlp.distributions.check_token_tuples`)."""
+    return check_token_tuples(omegas, n, V, rows=M)
 
 
 def truncate_top_k(q: np.ndarray, top_k: int | None) -> np.ndarray:

@@ -154,9 +154,9 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     A float64 >= 0 compares like its bit pattern read as an integer, so ``bits >> shift`` keeps the order (merging
     only keys within 2^-(52 - shift) relative of each other); shifted up by ``s = bit_length(V - 1)`` bits, with
     ``V - 1 - id`` below, every key is distinct, and their decreasing order is the stable decreasing order of the
-    truncated keys. Negative keys (the p = q = 0 tokens) sort below 0 through one more bit. Runs of equal truncated
-    keys that hold different exact keys (rare on data; exact ties are already in id order, as a stable sort puts
-    them) are then sorted exactly, run by run.
+    truncated keys. Negative keys (the p = q = 0 tokens) sort below 0 through one more bit. A row where equal
+    truncated keys hold different exact keys (exact ties are already in id order, as a stable sort puts them) is
+    sorted again with ``argsort(kind="stable")``.
     """
     B, V = key.shape
     s = max(int(V - 1).bit_length(), 1)
@@ -170,20 +170,9 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     same = trunc[:, 1:] == trunc[:, :-1]  # [B, V - 1]
     if same.any():
         ks = np.take_along_axis(key, order, axis=-1)
-        rows, cols = np.nonzero(same & (ks[:, 1:] != ks[:, :-1]))
-        done = set()
-        for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
-            lo = c
-            while lo > 0 and same[r, lo - 1]:
-                lo -= 1
-            if (r, lo) in done:
-                continue
-            done.add((r, lo))
-            hi = c + 1
-            while hi < V - 1 and same[r, hi]:
-                hi += 1
-            run = order[r, lo : hi + 1]  # ids increasing: a stable sort keeps exact ties in id order
-            order[r, lo : hi + 1] = run[np.argsort(-key[r, run], kind="stable")]
+        bad = (same & (ks[:, 1:] != ks[:, :-1])).any(axis=-1)  # [B]
+        if bad.any():
+            order[bad] = np.argsort(-key[bad], axis=-1, kind="stable")
     return np.ascontiguousarray(order)
 
 

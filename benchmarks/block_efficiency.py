@@ -27,6 +27,8 @@ Writes benchmarks/results/block_efficiency.json.
 ``--timing``: instead, the optimal rule's precomputation time against V^L (decode-projected pairs, K = 2 and 4,
 first decode context; LP rounds, LP seconds, decomposition seconds, rankings), written to
 benchmarks/results/optimal_rule_timing.json.
+``--decomposition``: the decomposition alone at N = 10^3 and 10^4 paths (a point of B(psi) mixing q with 20
+random greedy vertices, Dirichlet(0.5) q), written to benchmarks/results/decomposition_timing.json.
 """
 
 from __future__ import annotations
@@ -204,6 +206,32 @@ def timing(lp_budget: float) -> list[dict]:
     return rows
 
 
+def decomposition_timing() -> list[dict]:
+    """Seconds of ``rankings.decompose`` alone (module docstring)."""
+    from otlp.multistep.rankings import decompose
+
+    rng = np.random.default_rng(1)
+    rows = []
+    print(f"{'N':>6} {'K':>2} | {'seconds':>8} {'rankings':>8} {'depth':>6} {'max |law - x|':>13}")
+    for N in (1000, 10_000):
+        for K in (2, 4, 8):
+            q = rng.dirichlet(np.full(N, 0.5))
+            x = 0.5 * q
+            for w in 0.5 * rng.dirichlet(np.ones(20)):
+                order = rng.permutation(N)
+                vertex = np.empty(N)
+                vertex[order] = vertex_values(q[order], K)
+                x += w * vertex
+            start = time.perf_counter()
+            mix = decompose(x, q, K)
+            row = {"N": N, "K": K, "seconds": time.perf_counter() - start, "rankings": mix.num_rankings,
+                   "depth": mix.depth, "law_error": float(np.abs(mix.law - x).max())}
+            rows.append(row)
+            print(f"{N:>6} {K:>2} | {row['seconds']:8.3f} {row['rankings']:>8} {row['depth']:>6} "
+                  f"{row['law_error']:13.1e}", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=4, help="model pairs per cell (decode: contexts)")
@@ -212,8 +240,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="random family only")
     parser.add_argument("--families", default="random,decode", help="comma-separated: random, decode")
     parser.add_argument("--timing", action="store_true", help="the optimal rule's precomputation time vs V^L")
+    parser.add_argument("--decomposition", action="store_true", help="the decomposition alone at N = 1e3, 1e4")
     args = parser.parse_args()
     out = pathlib.Path(__file__).parent / "results"
+    if args.decomposition:
+        rows = decomposition_timing()
+        out.mkdir(exist_ok=True)
+        (out / "decomposition_timing.json").write_text(json.dumps({"rows": rows}, indent=1))
+        print(f"wrote {out / 'decomposition_timing.json'}")
+        return
     if args.timing:
         rows = timing(args.lp_budget)
         out.mkdir(exist_ok=True)

@@ -546,7 +546,6 @@ def add_certify_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_certify_cli(args: argparse.Namespace) -> int:
     """Run ``otlp certify``; returns the exit code (2 on bad input, with the message on stderr)."""
-    import sys
 
     try:
         check_int(args.n, "--n", 1)  # before anything else: the table would list every rule as not applicable
@@ -577,6 +576,7 @@ def run_certify_cli(args: argparse.Namespace) -> int:
                              certificate=not args.no_certificate)
             print(json.dumps(report.to_dict(), indent=2) if args.json else report)
     except InputError as exc:
-        print(f"otlp: error: {exc}", file=sys.stderr)
-        return 2
+        from otlp._cli_util import report_error
+
+        return report_error(exc, json_output=bool(getattr(args, "json", False)))
     return 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -87,8 +86,6 @@ def test_certify(argv, no_certificate, capsys):
     _run(["certify", *(["--no-certificate"] if no_certificate else []), *argv], capsys, json_errors=False)
 
 
-@pytest.mark.xfail(strict=True, reason="run_certify_cli catches InputError itself instead of letting otlp.cli.main "
-                                       "print the JSON error object (owner: certify, issue 13)")
 def test_certify_json_error_object(capsys):
     assert main(["certify", "--verifier", "rrs", "--p", "", "--q", "0.5,0.5", "--json"]) == 2
     assert json.loads(capsys.readouterr().out)["error"]["exit_code"] == 2

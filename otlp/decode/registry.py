@@ -29,7 +29,7 @@ DEFAULT_SCHEMES = {
     "optimal": "iid",
 }
 #: Block verifiers decide on whole paths, not token by token; the tree loop does not drive them.
-BLOCK_VERIFIERS = ("bv", "gbv")
+BLOCK_VERIFIERS = ("bv", "gbv", "optimal_block")  # the multi-step rules (kind "multistep" in otlp.verifiers)
 _SCHEME_ALIASES = {"IID": "iid", "WithoutReplacement": "without_replacement", "Greedy": "greedy",
                    "SpecHub": "spechub", "wor": "without_replacement"}
 

@@ -17,10 +17,10 @@ class ModelTooLargeError(InputError):
     """
 
     def __init__(self, what: str, size_bytes: float, limit_bytes: float):
-        self.size_bytes = float(size_bytes)
+        self.size_bytes = float(min(size_bytes, 1e308))  # a count of tuples may exceed any float
         self.limit_bytes = float(limit_bytes)
         super().__init__(
-            f"{what} would need about {_human(size_bytes)}, over the limit of {_human(limit_bytes)}; "
+            f"{what} would need about {_human(self.size_bytes)}, over the limit of {_human(self.limit_bytes)}; "
             "use a smaller V or n, or top-k truncation of q"
         )
 

@@ -243,6 +243,10 @@ def _torch_q(verifier, draft: DraftScheme) -> np.ndarray | None:  # noqa: ANN001
     return draft.q if hasattr(draft, "q") and not isinstance(draft, Independent) else None
 
 
+#: memory the sampler test may use for its drafted tuples (refused above, before allocating).
+SAMPLER_TEST_BYTES = 4 << 30
+
+
 def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed: int = 0,  # noqa: ANN001
                  max_cells: int = 1 << 23) -> SamplerTest:
     """Chi-square test (false-alarm rate ``FALSE_ALARM``) of the rule's output law against p.
@@ -261,6 +265,10 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
     samples = check_int(samples, "samples", 1)
     seed = check_int(seed, "seed", 0)
     V = draft.V
+    need = 8.0 * samples * draft.n * 4  # the drafted tuples [N, n] and the draft sampler's temporaries
+    if need > SAMPLER_TEST_BYTES:
+        raise ModelTooLargeError(f"the statistical test's {samples} drafted tuples of n = {draft.n}", need,
+                                 SAMPLER_TEST_BYTES)
     rng = np.random.default_rng(seed)
     omegas = draft.sample(samples, rng)  # [N, n]
     cls = type(verifier).__name__

@@ -214,3 +214,15 @@ def test_the_package_certify_stays_a_function_after_its_module_is_imported() -> 
     from otlp.verifiers import certify as certify_function
 
     assert callable(certify_function) and certify_function.__module__ == "otlp.verifiers"
+
+
+def test_huge_n_is_refused_before_allocating(capsys) -> None:  # noqa: ANN001
+    """otlp certify --n 1e9 used to try to allocate 728 TiB of drafted tuples (a traceback); and a count of tuples
+    beyond any float used to overflow ModelTooLargeError itself."""
+    from otlp.cli import main
+    from otlp.errors import ModelTooLargeError
+
+    assert main(["certify", "--verifier", "rrs", "--p", "0.5,0.5", "--q", "0.4,0.6", "--n", "1000000000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("otlp: error:") and "PiB" in err[0]
+    assert "PiB" in str(ModelTooLargeError("x", 10**400, 1 << 30))

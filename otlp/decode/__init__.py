@@ -7,29 +7,24 @@
 (16, True)
 """
 
-from otlp.decode.acceptance import acceptance_sweep, iid_optimal_acceptance, run_acceptance, top_k_draft
-from otlp.decode.hf import HFCausalLM
-from otlp.decode.loop import DecodeMetrics, DecodeResult, decode, sample_target
-from otlp.decode.metrics import compare_token_laws
-from otlp.decode.models import LanguageModel
-from otlp.decode.ngram import EmbeddedModels, KneserNeyLM, embedded_models
-from otlp.decode.registry import available_verifiers, resolve_verifier
+import importlib
 
-__all__ = [
-    "DecodeMetrics",
-    "DecodeResult",
-    "EmbeddedModels",
-    "HFCausalLM",
-    "KneserNeyLM",
-    "LanguageModel",
-    "acceptance_sweep",
-    "available_verifiers",
-    "compare_token_laws",
-    "decode",
-    "embedded_models",
-    "iid_optimal_acceptance",
-    "resolve_verifier",
-    "run_acceptance",
-    "sample_target",
-    "top_k_draft",
-]
+#: public name -> submodule; loaded on first use, so importing otlp.decode (and `otlp decode`'s argument checks) does
+#: not import torch
+_EXPORTS = {
+    "acceptance_sweep": "acceptance", "iid_optimal_acceptance": "acceptance", "run_acceptance": "acceptance",
+    "top_k_draft": "acceptance", "HFCausalLM": "hf", "DecodeMetrics": "loop", "DecodeResult": "loop",
+    "decode": "loop", "sample_target": "loop", "compare_token_laws": "metrics", "LanguageModel": "models",
+    "EmbeddedModels": "ngram", "KneserNeyLM": "ngram", "embedded_models": "ngram",
+    "available_verifiers": "registry", "resolve_verifier": "registry",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"otlp.decode.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'otlp.decode' has no attribute {name!r}")

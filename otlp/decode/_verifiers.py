@@ -13,13 +13,18 @@ generator) -> (tokens [B], accepted_index [B])`` with -1 when no draft is accept
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _residual_sample(residual: torch.Tensor, fallback: torch.Tensor, generator: torch.Generator | None
                      ) -> torch.Tensor:
     """One token per row from norm(residual); rows with no residual mass (only reached with probability 0,
     up to rounding) sample from ``fallback`` instead."""
+    import torch
+
     mass = residual.sum(dim=-1, keepdim=True)  # [B, 1]
     safe = torch.where(mass > 0, residual, fallback)
     return torch.multinomial(safe, 1, generator=generator).squeeze(-1)
@@ -28,6 +33,8 @@ def _residual_sample(residual: torch.Tensor, fallback: torch.Tensor, generator: 
 def speculative_sampling(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                          generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Single-draft speculative sampling on ``drafts[:, 0]``; output law p exactly."""
+    import torch
+
     x = drafts[:, 0]  # [B]
     px = p.gather(1, x[:, None]).squeeze(1)
     qx = q.gather(1, x[:, None]).squeeze(1)
@@ -43,6 +50,8 @@ def recursive_rejection_sampling(p: torch.Tensor, q: torch.Tensor, drafts: torch
                                  generator: torch.Generator | None = None, *, without_replacement: bool = False
                                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """RRS over the n drafts in order; output law p exactly when the drafts follow the scheme it expects."""
+    import torch
+
     B, n = drafts.shape
     p_cur = p.clone()  # [B, V]
     q_cur = q.clone()  # [B, V]
@@ -73,6 +82,7 @@ def recursive_rejection_sampling_without_replacement(p: torch.Tensor, q: torch.T
                                                      generator: torch.Generator | None = None
                                                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """RRS for drafts sampled without replacement (RRS-w, SpecHub note §3.1)."""
+
     return recursive_rejection_sampling(p, q, drafts, generator, without_replacement=True)
 
 

@@ -12,12 +12,13 @@ import os
 import sys
 import tempfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from otlp.decode.loop import decode, sample_target
-from otlp.decode.metrics import compare_token_laws
-from otlp.decode.models import LanguageModel
 from otlp.decode.registry import available_verifiers
 from otlp.errors import InputError, ModelTooLargeError
+
+if TYPE_CHECKING:
+    from otlp.decode.models import LanguageModel
 
 DEFAULT_PROMPTS = ("return the value of", "this module provides", "if the file does not exist",
                    "raise an exception when")
@@ -164,6 +165,9 @@ def run_decode_cli(args: argparse.Namespace) -> int:
     """Run ``otlp decode``; prints metrics (or JSON). Bad input raises ``InputError`` before any model is built
     (``otlp.cli.main`` prints the one line and exits 2)."""
     check_decode_arguments(args)
+    from otlp.decode.loop import decode, sample_target  # torch: imported once the arguments are checked
+    from otlp.decode.metrics import compare_token_laws
+
     bar = capture = None
     try:
         pair = load_model_pair(args.draft, args.target, args.vocab_size, args.device)

@@ -11,9 +11,12 @@ law of ``otlp.drafts.<Scheme>(q, n)``:
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from otlp.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
 
 SCHEMES = ("iid", "without_replacement", "greedy", "spechub")
 
@@ -29,6 +32,8 @@ def check_scheme(scheme: str, n: int) -> str:
 def sample_drafts(scheme: str, q: torch.Tensor, n: int, generator: torch.Generator | None = None
                   ) -> torch.Tensor:
     """One drafted n-tuple per row of ``q [B, V]``: int64 [B, n]."""
+    import torch
+
     if n == 1 or scheme == "iid":  # every scheme with one draft is a plain sample from q
         return torch.multinomial(q, n, replacement=True, generator=generator)
     if scheme == "without_replacement":

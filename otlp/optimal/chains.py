@@ -190,8 +190,9 @@ class Chains:
     terms: Terms
 
 
-def build(P, Q, n: int, *, newton_steps: int | None = None) -> Chains:  # noqa: ANN001 - [B, V] arrays
-    """The class chains of every group of every row of ``P, Q: float64 [B, V]`` (checked distributions), n >= 1."""
+def build(P, Q, n: int, *, newton_steps: int | None = NEWTON_STEPS) -> Chains:  # noqa: ANN001 - [B, V] arrays
+    """The class chains of every group of every row of ``P, Q: float64 [B, V]`` (checked distributions), n >= 1;
+    ``newton_steps`` as in :func:`slot_mass` (None: iterate until no entry moves, numpy only)."""
     pre = prefix(P, Q, n)
     xp = X.namespace(P)
     V = P.shape[-1]
@@ -374,14 +375,14 @@ def evaluate(ch: Chains, w):  # noqa: ANN001, ANN201
                        X.take(ch.beta, s)[:, 0])
 
 
-def tuple_rule(pre: Prefix, w, *, window: int | str | None = None, steps: int | None = None):  # noqa: ANN001, ANN201
+def tuple_rule(pre: Prefix, w, *, window: int | str | None = None, steps: int | None = NEWTON_STEPS):  # noqa: ANN001, ANN201
     """The rule on one drafted tuple per row from the prefix structure alone: ``w int64 [B, n]`` -> ``(accept [B, n],
     reject [B])``, computing the class chain of the served group only on its positions up to the top draw (the
     slots above it never matter: piece k's hazard spans (d_{k+1}, d_k]).
 
     ``window``: how many positions from the group's first one to compute, at least max(top - s) + 2 over the rows.
     None: V, a static shape for device code; ``"auto"``: that data-dependent bound (a host integer: CPU callers).
-    ``steps``: Newton steps at n >= 3 (None: to convergence, numpy only)."""
+    ``steps``: Newton steps at n >= 3 (None: until no entry moves, numpy only)."""
     xp = X.namespace(pre.psi)
     V = pre.ps.shape[-1]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):

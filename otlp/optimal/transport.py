@@ -211,9 +211,16 @@ class OptimalTransport:
         if self.method == "blocks":
             rows, in_h = self._inst.row_sums, self._inst.position <= self._inst.cuts.m_star
             return residual_law(np.where(in_h, 0.0, np.maximum(self.p - rows, 0.0)), self.p)  # [V]
-        ch = self._ch  # class chains: psi_e - psi_s on each outer group's first token (chains module docstring)
+        chains_ = self.__dict__.get("_scalar")
         r = np.zeros(self.V)
-        r[ch.pre.order[0]] = ch.residual[0]
+        if chains_ is not None:  # the scalar lists (no array build): (p - R)_+ outside H*
+            order = np.asarray(chains_.order, dtype=np.int64)
+            outside = order[chains_.m_star:]
+            r[order] = chains_.rows
+            r[outside] = np.maximum(self.p[outside] - r[outside], 0.0)
+            r[order[: chains_.m_star]] = 0.0
+        else:  # class chains: psi_e - psi_s on each outer group's first token (chains module docstring)
+            r[self._ch.pre.order[0]] = self._ch.residual[0]
         return residual_law(r, self.p)  # [V]
 
     @cached_property

@@ -20,9 +20,9 @@ Instance sources (``--source heavy|decode|both``, default both; one table per so
 
 Methods
 * ``optimal``: otlp.optimal.OptimalTransport with its default ``method="auto"``: for V <= 256 every group a
-  water-filling class chain computed in plain Python floats (otlp.optimal.scalar), above that the peeled blocks.
-  The ``blocks ms`` column times ``method="blocks"`` (peeling + Newton, the design note's rule) on the same pairs
-  where the default differs from it, for the ratio.
+  water-filling class chain computed in plain Python floats (otlp.optimal.scalar), above that the same chains on
+  numpy arrays (otlp.optimal.chains). The ``blocks ms`` column times ``method="blocks"`` (peeling + Newton, the
+  design note's rule) on the same pairs, for the ratio.
 * ``highs``: the relaxed OTLP (GR eq. (2)) with scipy's HiGHS (``linprog(method="highs")``), model building
   included, then the slice by the residual completion (GR eq. (3)).
 * ``maxflow``: OR-Tools SimpleMaxFlow on s -> i -> omega -> t (GR §5.2), int64 capacities scaled by 2^40.
@@ -252,9 +252,7 @@ def grid_point(pairs: list, omegas: list, V: int, n: int, args: argparse.Namespa
     """One row of the table. ``over[name] = (nvars, k, n)``: the smallest model of that baseline found over the
     limit so far in this source; a model at least as big is not run (reported "> limit", with that reason)."""
     from otlp.optimal import OptimalTransport
-    from otlp.optimal.scalar import SCALAR_MAX_V
-
-    methods = ("auto", "blocks") if V <= SCALAR_MAX_V else ("auto",)  # "auto" is "blocks" above SCALAR_MAX_V
+    methods = ("auto", "blocks")
     for method in methods:  # warm caches (combination tables) and the interpreter's first calls; not timed
         for p, q in pairs[:5]:
             OptimalTransport.from_arrays(p, q, n, method=method).slice(np.zeros(n, dtype=np.int64))

@@ -76,7 +76,7 @@ class ScalarChains:
 
 def slot_mass(H: float, L: float, r_below: float, gap: float, n: int) -> float:
     """The root y in [0, L] of g(y) = (H + y)^n - H^n - r_below y - gap (scalar twin of
-    :func:`otlp.optimal.waterfill.slot_mass`: the stable closed form for n = 2, else bracketed Newton from y = L with
+    :func:`otlp.optimal.chains.slot_mass`: the stable closed form for n = 2, else bracketed Newton from y = L with
     the same stopping rule)."""
     if n == 2:
         b = 2.0 * H - r_below

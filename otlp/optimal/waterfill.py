@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otlp.optimal.chains import power_gap
+from otlp.optimal.chains import NEWTON_STEPS, power_gap, segmented_scan, slot_mass
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,8 @@ def class_chain_segments(t: np.ndarray, q: np.ndarray, H: np.ndarray, gap: np.nd
         r = np.where(q > 0, t / np.where(q > 0, q, 1.0), 0.0)
     r_below = np.zeros((B, V))
     r_below[:, 1:] = r[:, :-1]
-    y = np.where(first, L, slot_mass(H, L, np.where(first, 0.0, r_below), gap, n))  # class mass after each step
+    # the class mass after each step
+    y = np.where(first, L, slot_mass(H, L, np.where(first, 0.0, r_below), gap, n, NEWTON_STEPS))
     y_above = np.zeros((B, V))
     y_above[:, :-1] = y[:, 1:]
     before = np.where(idx + 1 == end, 0.0, y_above) + q  # class mass entering the step at this position
@@ -152,73 +153,3 @@ def _in_segment_from(x: np.ndarray, row: np.ndarray, end: np.ndarray, shift: int
     suffix = np.zeros((B, V + 1))
     np.cumsum(x[:, ::-1], axis=1, out=suffix[:, -2::-1])
     return suffix[:, shift : V + shift] - suffix[row, end]
-
-
-def slot_mass(H: np.ndarray, L: np.ndarray, r_below: np.ndarray, gap: np.ndarray, n: int) -> np.ndarray:
-    """The class mass y after each step (arrays of any common shape): the root in [0, L] of the convex
-    g(y) = (H + y)^n - H^n - r_below y - gap (g(0) <= 0 <= g(L)), by Newton from y = L kept in a shrinking bracket
-    (bisection when a step leaves it). An entry stops when its step is at the rounding of y or g is zero within its
-    own rounding; only the entries still moving are iterated.
-
-    For n = 2, g(y) = y^2 + b y - gap with b = 2H - r_below: the closed form of the root (no Newton) in its stable
-    branch, y = 2 gap / (b + sqrt(b^2 + 4 gap)) for b >= 0 and (sqrt(b^2 + 4 gap) - b) / 2 for b < 0 (no
-    cancellation in either), kept in [0, L]."""
-    if n == 2:
-        b = 2.0 * H - r_below
-        root = np.sqrt(b * b + 4.0 * np.maximum(gap, 0.0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            y = np.where(b >= 0, 2.0 * gap / np.where(b + root > 0, b + root, 1.0), 0.5 * (root - b))
-        return np.minimum(np.maximum(y, 0.0), L)
-    shape = np.shape(L)
-    H, L, r_below, gap = (np.broadcast_to(x, shape).ravel() for x in (H, L, r_below, gap))
-    y = L.copy()
-    act = np.arange(y.size)  # entries still moving
-    h, l_, rb, gp, yy = H, L, r_below, gap, y.copy()
-    lo, hi = np.zeros_like(yy), l_.copy()
-    for _ in range(200):
-        g = power_gap(h, yy, n) - rb * yy - gp
-        dg = n * (h + yy) ** (n - 1) - rb
-        lo = np.where(g <= 0, np.maximum(lo, yy), lo)
-        hi = np.where(g >= 0, np.minimum(hi, yy), hi)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            new = yy - g / np.where(dg > 0, dg, 1.0)
-        new = np.where((dg > 0) & (new >= lo) & (new <= hi), new, 0.5 * (lo + hi))
-        done = ((np.abs(new - yy) <= 4.5e-16 * yy + 1e-17 * l_)
-                | (np.abs(g) <= 1e-15 * (power_gap(h, yy, n) + rb * yy + gp)))
-        y[act] = new
-        if done.all():
-            break
-        keep = ~done
-        act, h, l_, rb, gp, yy, lo, hi = act[keep], h[keep], l_[keep], rb[keep], gp[keep], new[keep], lo[keep], hi[keep]
-    return y.reshape(shape)
-
-
-def segmented_scan(share: np.ndarray, keep: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """S_i = share_i + keep_i S_{i-1} and F_i = keep_i F_{i-1} within segments (``first`` marks a segment's first
-    element, where S = share and F = keep), along axis 1, by Hillis-Steele doubling of the affine maps
-    x -> b_i + k_i x: both are X_i = b_i + k_i X_{i-1} with k_i = keep_i inside a segment and k_i = 0 at its first
-    element (so nothing crosses a boundary: a product with that 0 adds exactly 0), b = share for S and b = keep at
-    first elements, 0 elsewhere, for F. Step d composes (k2, b2) o (k1, b1) = (k2 k1, b2 + k2 b1) with the element
-    d back (products of numbers in [0, 1] only); the steps stop once they span the longest segment (log2 of it, not
-    of V: most groups of a large vocabulary are short)."""
-    B, V = share.shape
-    bounds = first.copy()
-    bounds[:, 0] = True  # a row's start bounds a run too
-    starts = np.flatnonzero(bounds)  # flat, row-major
-    # doubling steps past the longest run change nothing
-    longest = max(int(np.diff(starts).max(initial=0)), B * V - int(starts[-1]))
-    # [V, B] layout: a step's shifted operands are then contiguous blocks of rows (half the time of [B, V] views)
-    K = np.where(bounds, 0.0, keep).T.copy()
-    S, F = share.T.copy(), np.where(bounds, keep, 0.0).T.copy()
-    tmp = np.empty_like(K)
-    d = 1
-    while d < longest:
-        # each product is formed (into tmp) before it is added / assigned: it reads the previous step's values
-        np.multiply(K[d:], S[:-d], out=tmp[d:])
-        S[d:] += tmp[d:]
-        np.multiply(K[d:], F[:-d], out=tmp[d:])
-        F[d:] += tmp[d:]
-        np.multiply(K[d:], K[:-d], out=tmp[d:])
-        K[d:] = tmp[d:]
-        d *= 2
-    return S.T, F.T

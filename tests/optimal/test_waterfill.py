@@ -145,9 +145,8 @@ def test_decode_distribution_at_n4_is_not_refused() -> None:
 def test_slot_mass_recovers_a_known_root(n: int) -> None:
     """slot_mass solves (H + y)^n - H^n - r y = gap on [0, L]: build gap from a chosen root y* (with r below the
     slope n H^(n-1) at 0, y* is the only root in [0, L]) over 12 decades of scale; n = 2 is the closed form, n >= 3
-    the bracketed Newton."""
-    from otlp.optimal.peeling import power_gap
-    from otlp.optimal.waterfill import slot_mass
+    the Newton from an upper bound."""
+    from otlp.optimal.chains import NEWTON_STEPS, power_gap, slot_mass
 
     rng = np.random.default_rng([41, n])
     size = 4000
@@ -156,6 +155,7 @@ def test_slot_mass_recovers_a_known_root(n: int) -> None:
     L = y_star * (1.0 + rng.random(size))  # the root lies inside [0, L]
     r = rng.random(size) * n * H ** (n - 1)  # g'(0) = n H^(n-1) - r >= 0: g < 0 on (0, y*), > 0 after
     gap = power_gap(H, y_star, n) - r * y_star
-    y = slot_mass(H, L, r, gap, n)
-    assert np.all((y >= 0) & (y <= L))
-    assert np.max(np.abs(y - y_star) / y_star) < 1e-12
+    for steps in (None, NEWTON_STEPS):  # the numpy default and the device route's fixed count
+        y = slot_mass(H, L, r, gap, n, steps)
+        assert np.all((y >= 0) & (y <= L))
+        assert np.max(np.abs(y - y_star) / y_star) < 1e-12

@@ -87,3 +87,20 @@ def test_subnormal_masses_leak_no_warning(seed):
         from otlp.verifiers.base import accept_probability
 
         assert np.all(accept_probability(p, np.full(V, 1e-320)) <= 1.0)
+
+
+def test_spechub_with_a_subnormal_second_token_leaks_no_warning() -> None:
+    """The hub rule divided q by Z = q(others) ~ 5e-324 over every token, the hub's included (overflow warning);
+    its closed-form acceptance still equals the enumerated one."""
+    from otlp.verifiers import get
+    from otlp.verifiers.exact import acceptance as enumerated_acceptance
+
+    p = np.array([0.3, 0.3, 0.4])
+    q = np.array([1.0, 5e-324, 0.0])
+    v = get("spechub")
+    draft = v.make_draft(q, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        closed = v.acceptance(p, draft)
+        law = v.output_law(p, draft)
+    assert abs(closed - enumerated_acceptance(v, p, draft)) < 1e-12 and np.abs(law - p).max() < 1e-12

@@ -286,7 +286,8 @@ def add_multistep_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Dirichlet concentration of every conditional (default 1)")
     parser.add_argument("--closeness", type=float, default=0.0,
                         help="mix the draft towards the target, in [0, 1) (default 0: independent)")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="LP constraint-generation limit, seconds")
+    parser.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
+                        help="LP constraint-generation limit in seconds (default 60)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 

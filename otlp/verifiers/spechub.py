@@ -35,7 +35,7 @@ def hub_parts_numpy(p: np.ndarray, q: np.ndarray) -> dict[str, np.ndarray | floa
     a = int(np.argmax(q))
     others = np.arange(q.size) != a
     z = float(q[others].sum())
-    row = np.where(others, q[a] * q / z, 0.0)
+    row = q[a] * (np.where(others, q, 0.0) / z) if z > 0 else np.zeros_like(q)  # q_i / z <= 1: no overflow
     p1 = np.where(others, np.maximum(p - q, 0.0), p)
     l1 = np.where(others, np.maximum(q - p, 0.0), 0.0)
     p2 = np.where(others, np.maximum(p1 - row, 0.0), 0.0)
@@ -113,7 +113,9 @@ class SpecHubVerifier(Verifier):
         p, draft = self.check_draft(p, draft)
         h = hub_parts_numpy(p, draft.q)
         others = np.arange(p.size) != h["a"]
-        return float(p[h["a"]] + np.minimum(p, draft.q / h["z"])[others].sum())
+        if h["z"] <= 0:  # q is a point mass on the hub: the second draft never differs
+            return float(p[h["a"]])
+        return float(p[h["a"]] + np.minimum(p, np.where(others, draft.q, 0.0) / h["z"])[others].sum())
 
     def acceptance(self, p: object, draft: DraftScheme) -> float:
         return self.verifier_acceptance(p, draft)

@@ -82,9 +82,8 @@ def test_subsets_and_subset_selection_do_not_import_each_other():
                 and "otlp.formulations.subset_selection" in graph["otlp.subsets"])
 
 
-@pytest.mark.xfail(strict=True, reason="function-level imports still close two cycles: otlp.verifiers.multistep -> "
-                                       "otlp.multistep.enumeration / optimal_rule -> otlp.verifiers (bv, gbv laws), "
-                                       "and otlp.decode.hf <-> otlp.decode.hf_tree")
+@pytest.mark.xfail(strict=True, reason="function-level imports still close one cycle: otlp.verifiers.multistep -> "
+                                       "otlp.multistep.enumeration / optimal_rule -> otlp.verifiers (bv, gbv laws)")
 def test_no_import_cycle_even_through_function_level_imports():
     assert _cycles(_graph(lazy=True)) == []
 

@@ -18,19 +18,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from otlp.decode.models import prefix_lists
-from otlp.errors import InputError, MissingDependencyError
+from otlp.decode.models import prefix_lists, transformers_module
+from otlp.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from otlp.decode.hf_tree import KVTreeCache
-
-
-def _transformers():
-    try:
-        import transformers
-    except ImportError:
-        raise MissingDependencyError("transformers", "the Hugging Face adapter (HFCausalLM)", "hf") from None
-    return transformers
 
 
 class HFCausalLM:
@@ -71,7 +63,7 @@ class HFCausalLM:
     def from_pretrained(cls, path: str | Path, *, device: str = "cpu", dtype: str | None = None,
                         **kwargs: object) -> HFCausalLM:
         """Load a model (and its tokenizer, if saved there) from a local directory; never downloads."""
-        transformers = _transformers()
+        transformers = transformers_module()
         local = Path(path)
         if not local.is_dir():
             raise InputError(f"{str(path)!r} is not a local model directory; HFCausalLM loads from disk only "

@@ -138,9 +138,9 @@ class KVTreeCache:
 
     def _sync_rows(self, ids: list[int]) -> None:
         if self.cache is None:
-            from otlp.decode.hf import _transformers
+            from otlp.decode.models import transformers_module
 
-            self.cache = _transformers().DynamicCache()
+            self.cache = transformers_module().DynamicCache()
             self.ids = list(ids)
             self.cached = torch.zeros(len(ids), dtype=torch.int64)
             self.slot_pos = torch.zeros((len(ids), 0), dtype=torch.int64, device=self.device)

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from otlp.errors import InputError
+from otlp.errors import InputError, MissingDependencyError
 
 
 @runtime_checkable
@@ -64,3 +64,12 @@ def check_pair(draft: LanguageModel, target: LanguageModel) -> int:
         raise InputError(f"draft and target vocabularies differ: {draft.vocab_size} vs {target.vocab_size}; "
                          "speculative sampling needs one shared vocabulary")
     return int(target.vocab_size)
+
+
+def transformers_module():  # noqa: ANN201 - the transformers package
+    """``transformers``, or one MissingDependencyError naming the ``hf`` extra (the HF adapter and its tree pass)."""
+    try:
+        import transformers
+    except ImportError:
+        raise MissingDependencyError("transformers", "the Hugging Face adapter (HFCausalLM)", "hf") from None
+    return transformers

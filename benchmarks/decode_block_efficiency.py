@@ -3,8 +3,10 @@
 For each verifier (on its own draft scheme) and n, one decode run over the same prompts and seed; the table gives
 block efficiency (tokens per target call), acceptance at depth 1, tokens/s and the verifier's share of the time,
 and the ratio of block efficiency to the i.i.d. "optimal" rule's. Theory: for one draft scheme, "optimal" (alpha*)
->= every other rule in per-node acceptance. Writes benchmarks/results/decode_block_efficiency.json.
+>= every other rule in per-node acceptance. Writes benchmarks/results/decode_block_efficiency.json and publishes the
+README table (block efficiency / acceptance at depth 1 by verifier and n; benchmarks/published/, readme_tables.py).
 Run: python benchmarks/decode_block_efficiency.py [--tokens 256 --batch 16 --L 4]
+README: python benchmarks/decode_block_efficiency.py --tokens 96 --batch 32
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 from otlp.decode.cli import DEFAULT_PROMPTS
@@ -19,6 +22,13 @@ from otlp.decode.loop import decode
 from otlp.decode.ngram import embedded_models, prompt_ids
 from otlp.decode.registry import available_verifiers, resolve_verifier
 from otlp.errors import InputError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import readme_tables  # noqa: E402 - benchmarks/readme_tables.py, beside this script
+
+#: README row order (then any other token-level rule) and how each draft scheme is named there
+ORDER = ("optimal", "kseq", "rrs", "is", "weighted_is", "sps", "rrs_wor", "spechub", "greedy")
+SCHEME_LABEL = {"iid": "iid", "without_replacement": "without replacement", "spechub": "hub", "greedy": "greedy"}
 
 
 def main() -> None:
@@ -63,6 +73,28 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=2))
     print(f"wrote {out}")
+    publish(rows, args)
+
+
+def publish(rows: list[dict], args: argparse.Namespace) -> None:
+    """The README table: one row per verifier, ``block efficiency / acceptance at depth 1`` per n (- where not run)."""
+    ns = sorted({r["n"] for r in rows})
+    names = [v for v in ORDER if any(r["verifier"] == v for r in rows)]
+    names += sorted({r["verifier"] for r in rows} - set(names))
+    cells = []
+    for name in names:
+        mine = {r["n"]: r for r in rows if r["verifier"] == name}
+        scheme = next(iter(mine.values()))["scheme"]
+        row = [f"{name} ({SCHEME_LABEL.get(scheme, scheme)})"]
+        for n in ns:
+            r = mine.get(n)
+            row.append("-" if r is None or "refused" in r else
+                       f"{r['block_efficiency']:.3f} / {r['acceptance_depth1']:.3f}")
+        cells.append(row)
+    columns = ["verifier (scheme)", *(f"n = {n}" for n in ns)]
+    settings = {"tokens": args.tokens, "batch": args.batch, "L": args.L, "seed": args.seed}
+    readme_tables.publish("decode_block_efficiency", "block_efficiency", columns, cells, settings)
+    print("\n<!-- table: decode_block_efficiency/block_efficiency -->\n" + readme_tables.markdown(columns, cells))
 
 
 if __name__ == "__main__":

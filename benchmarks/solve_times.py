@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -380,7 +381,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="calls per (method, pair); the fastest is kept")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "solve_times.json"))
+    ap.add_argument("--from-json", metavar="PATH", help="publish the README table of a finished run and exit")
     args = ap.parse_args()
+    if args.from_json:
+        publish(json.loads(Path(args.from_json).read_text()))
+        return
     if args.quick:
         args.pairs, args.limit, args.baseline_pairs = 10, 0.5, 3
     try:
@@ -423,6 +428,34 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     print(f"JSON: {out}")
+    if args.source == "both" and not args.quick:
+        publish(results)
+
+
+def publish(results: dict) -> None:
+    """The README table (heavy and decode medians / p95 side by side, the heavy source's baselines in ms) to
+    ``benchmarks/published/solve_times.json`` (:mod:`readme_tables`)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import readme_tables
+
+    limit_ms = results["config"]["limit"] * 1e3
+
+    def cell(r: dict) -> str:
+        return f"{r['median']:.1f}" if r.get("status") == "ok" else f"> {limit_ms:g}"
+
+    heavy, decode = (results["sources"][s]["grid"] for s in ("heavy", "decode"))
+    columns = ["(V, n)", "heavy: median / p95", "decode: median / p95", "blocks (heavy)", "HiGHS relaxed LP",
+               "OR-Tools max-flow", "outer/inner flow", "speed-up vs HiGHS"]
+    rows = []
+    for h, d in zip(heavy, decode, strict=True):
+        o, hi = h["optimal"], h["highs"]
+        speed = f"{hi['median'] / o['median']:.0f}x" if hi.get("status") == "ok" else f"> {limit_ms / o['median']:.0f}x"
+        rows.append([f"({h['k']}, {h['n']})", f"{o['median']:.2f} / {o['p95']:.2f}",
+                     f"{d['optimal']['median']:.2f} / {d['optimal']['p95']:.2f}", f"{h['blocks']['median']:.2f}",
+                     cell(hi), cell(h["maxflow"]), cell(h["outer_inner"]), speed])
+    readme_tables.publish("solve_times", "grid", columns, rows, {"config": results["config"],
+                                                                  "batch": results.get("batch")})
+    print("\n<!-- table: solve_times/grid -->\n" + readme_tables.markdown(columns, rows))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from otlp.errors import InputError
 from otlp.optimal import chains as C
 
 #: rows per CPU chunk: at most this many float64 values per [rows, V] temporary (8 MiB).
@@ -35,6 +36,8 @@ def verify(p, q, drafts, u, *, backend: str = "auto"):  # noqa: ANN001, ANN201 -
     with -1 where the token came from the residual. ``backend="torch"`` keeps torch operations on the CPU too."""
     import torch
 
+    if backend not in BACKENDS:
+        raise InputError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     n = drafts.shape[1]
     P, Q = _normalised(p), _normalised(q)
     U = u.to(torch.float64)

@@ -86,14 +86,6 @@ def zeros_like(x, shape: tuple | None = None, dtype=None):  # noqa: ANN001, ANN2
                        device=x.device)
 
 
-def int_dtype(x):  # noqa: ANN001, ANN201
-    if is_numpy(x):
-        return np.int64
-    import torch
-
-    return torch.int64
-
-
 def pad_last(x, value: float):  # noqa: ANN001, ANN201
     """``x [..., V]`` with one more entry ``value`` at the end of each row: ``[..., V + 1]``."""
     if is_numpy(x):

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from unittest.mock import patch
 
-import numpy as np
-
 from otlp.proofs_check import build_registry
 
 REGISTRY = build_registry()
@@ -17,23 +15,12 @@ def _run(**impl):
 
 
 def test_rrs_wor_updating_the_residual_after_removal_is_caught():
-    from otlp.verifiers.base import accept_probability, np_normalize_or, sequential_law
     from otlp.verifiers.rrs import RecursiveRejectionWithoutReplacement
+    from tests.verifiers.biased_laws import residual_after_removal_law
 
     class LateResidual(RecursiveRejectionWithoutReplacement):
         def conditional(self, p, draft, omegas):  # removes x from q_cur BEFORE p_cur = norm((p_cur - q_cur)^+)
-            M, n = omegas.shape
-            rows = np.arange(M)
-            p_cur = np.broadcast_to(p, (M, p.size)).copy()
-            q_cur = np.broadcast_to(draft.q, (M, p.size)).copy()
-            accept = np.zeros((M, n))
-            for k in range(n):
-                x = omegas[:, k]
-                accept[:, k] = accept_probability(p_cur[rows, x], q_cur[rows, x])
-                q_cur[rows, x] = 0.0
-                q_cur = np_normalize_or(q_cur, q_cur)
-                p_cur = np_normalize_or(np.maximum(p_cur - q_cur, 0.0), p_cur)
-            return sequential_law(omegas, accept, p_cur, p.size)
+            return residual_after_removal_law(p, draft, omegas)
 
     result = _run(rrs_wor_verifier=LateResidual)
     assert result.status == "fail" and "RRS w/o replacement" in result.details

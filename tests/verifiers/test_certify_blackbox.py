@@ -42,6 +42,8 @@ from otlp.verifiers.rrs import RecursiveRejection, RecursiveRejectionWithoutRepl
 from otlp.verifiers.spechub import SpecHubVerifier
 from otlp.verifiers.sps import SingleDraft
 
+from .biased_laws import residual_after_removal_law
+
 # ----------------------------------------------------------------------------------------------------------------------
 # the biased rules
 # ----------------------------------------------------------------------------------------------------------------------
@@ -140,18 +142,7 @@ class ResidualAfterRemoval(RecursiveRejectionWithoutReplacement):
         return finish(drafts, accept, sample_categorical(p_cur, generator))
 
     def conditional(self, p, draft, omegas):  # noqa: ANN001, ANN201
-        M, n = omegas.shape
-        rows = np.arange(M)
-        p_cur = np.tile(p, (M, 1))
-        q_cur = np.tile(draft.q, (M, 1))
-        accept = np.zeros((M, n))
-        for k in range(n):
-            x = omegas[:, k]
-            accept[:, k] = accept_probability(p_cur[rows, x], q_cur[rows, x])
-            q_cur[rows, x] = 0.0
-            q_cur = np_normalize_or(q_cur, q_cur)
-            p_cur = np_normalize_or(np.maximum(p_cur - q_cur, 0.0), p_cur)
-        return sequential_law(omegas, accept, p_cur, p.size)
+        return residual_after_removal_law(p, draft, omegas)
 
 
 class WrongSupport(RecursiveRejection):

@@ -16,13 +16,13 @@ from functools import cached_property
 
 import numpy as np
 
-from otlp.distributions import check_n
+from otlp.distributions import check_n, check_token_tuples
 from otlp.errors import InputError
 from otlp.formulations.completion import residual_law
 from otlp.optimal import chains
 from otlp.optimal.rule import evaluate_rule
 from otlp.optimal.solve import prepare, solve_instances
-from otlp.optimal.transport import OptimalTransport, check_tuples, truncate_top_k
+from otlp.optimal.transport import OptimalTransport, truncate_top_k
 
 #: ``method="blocks"`` at n = 2 peels only groups (and leaves) of at least this many tokens: smaller ones cost less
 #: in the pooled Newton than in a per-group peel search (B = 64, V = 100, n = 2: 1.08 -> 0.81 ms per pair).
@@ -99,7 +99,7 @@ class TransportBatch(Sequence):
 
     def rule(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``omegas int [B, n]`` (one tuple per row) -> ``(accept [B, n], reject [B])``, as OptimalTransport.rule."""
-        w = check_tuples(omegas, len(self), self.n, self.V)  # [B, n]
+        w = check_token_tuples(omegas, self.n, self.V, rows=len(self))  # [B, n]
         if self.__dict__.get("_chains") is not None:
             return chains.evaluate(self._chains, w)
         r = self._rows[:, None]
@@ -112,7 +112,7 @@ class TransportBatch(Sequence):
 
     def slices(self, omegas: np.ndarray) -> np.ndarray:
         """pi(· | omega_b) for one tuple per row: ``[B, n]`` -> ``float [B, V]``."""
-        w = check_tuples(omegas, len(self), self.n, self.V)
+        w = check_token_tuples(omegas, self.n, self.V, rows=len(self))
         accept, reject = self.rule(w)
         out = reject[:, None] * self.residual
         np.add.at(out, (np.repeat(self._rows, self.n), w.ravel()), accept.ravel())
@@ -120,7 +120,7 @@ class TransportBatch(Sequence):
 
     def sample(self, omegas: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One output token per row: ``[B, n]`` -> ``int64 [B]``."""
-        w = check_tuples(omegas, len(self), self.n, self.V)
+        w = check_token_tuples(omegas, self.n, self.V, rows=len(self))
         accept, reject = self.rule(w)
         u = rng.random(len(self))
         slot = (u[:, None] >= np.cumsum(accept, axis=1)).sum(1)

@@ -383,7 +383,7 @@ class OptimalTransport:
         if nested or np.ndim(omega) != 1:  # (np.ndim of a ragged list would raise)
             raise InputError(f"slice takes one drafted tuple of shape [n] = [{self.n}]; for many tuples use "
                              "slices(omegas)")
-        w = check_tuples(omega, 1, self.n, self.V)  # [1, n]
+        w = check_token_tuples(omega, self.n, self.V, rows=1)  # [1, n]
         chains = self.__dict__.get("_scalar")
         if chains is None:
             return self.slices(w)[0]
@@ -415,17 +415,11 @@ class OptimalTransport:
         return float(self._residual_cdf[-1]) if self.route == "blocks" else float(self._lp.residual.sum())
 
     def _check_omegas(self, omegas: object) -> np.ndarray:
-        return check_tuples(omegas, None, self.n, self.V)
+        return check_token_tuples(omegas, self.n, self.V)
 
     def __repr__(self) -> str:
         method = f", method={self.method!r}" if self.route == "blocks" else ""
         return f"OptimalTransport(V={self.V}, n={self.n}, alpha={self.alpha:.6g}, route={self.route!r}{method})"
-
-
-def check_tuples(omegas: object, M: int | None, n: int, V: int) -> np.ndarray:
-    """Drafted tuples as ``int64 [M, n]`` (``M`` None: any number of rows; one tuple ``[n]`` reads as ``[1, n]``),
-    token ids in [0, V); InputError otherwise (:func:`otlp.distributions.check_token_tuples`)."""
-    return check_token_tuples(omegas, n, V, rows=M)
 
 
 def truncate_top_k(q: np.ndarray, top_k: int | None) -> np.ndarray:

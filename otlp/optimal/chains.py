@@ -387,7 +387,7 @@ def tuple_rule(pre: Prefix, w, *, window: int | str | None = None, steps: int | 
     V = pre.ps.shape[-1]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         pos, top, s, e = served_group(pre, w)
-        W = V if window is None else int((top - s).max()) + 2 if window == "auto" else window
+        W = V if window is None else _window(top, s) if window == "auto" else window
         win = s + X.arange_like(pre.psi, W)[None, :]  # [B, W]
         tm = group_terms(pre, win, s, e, steps)
         live = (win <= top) & (win < e)  # the slots that can matter
@@ -414,6 +414,11 @@ def served_group(pre: Prefix, w):  # noqa: ANN001, ANN201
 def needed_window(pre: Prefix, w) -> int:
     """The smallest ``window`` :func:`tuple_rule` needs for these tuples (a host integer: for CPU callers)."""
     _, top, s, _ = served_group(pre, w)
+    return _window(top, s)
+
+
+def _window(top, s) -> int:  # noqa: ANN001
+    """Positions s .. top + 1 of every row: the top draw's slot and the class mass above it (a host integer)."""
     return int((top - s).max()) + 2
 
 
@@ -434,8 +439,8 @@ def _pieces(xp, w, pos, in_group, cum, cum_c, beta):  # noqa: ANN001, ANN202
     nxt_c = xp.where(more, X.pad_last(at_c[..., 1:], 0.0), 0.0)
     h = xp.where(valid, X.maximum(at - nxt, 0.0), 0.0)
     h = xp.where(valid & (at_c - nxt_c > 0), inf, h)  # [B, n]
-    per = X.zeros_like(h)  # [B, n] by sorted slot
-    log_reach = X.zeros_like(h[..., 0])  # [B]
+    per = xp.zeros_like(h)  # [B, n] by sorted slot
+    log_reach = xp.zeros_like(h[..., 0])  # [B]
     for k in range(1, n + 1):  # the n pieces, not tokens
         hk = h[..., k - 1]
         fired = xp.exp(log_reach) * -xp.expm1(-k * hk)  # [B]

@@ -77,15 +77,6 @@ def arange_like(x, size: int):  # noqa: ANN001, ANN201
     return torch.arange(size, device=x.device)
 
 
-def zeros_like(x, shape: tuple | None = None, dtype=None):  # noqa: ANN001, ANN201
-    if is_numpy(x):
-        return np.zeros(x.shape if shape is None else shape, dtype=x.dtype if dtype is None else dtype)
-    import torch
-
-    return torch.zeros(x.shape if shape is None else shape, dtype=x.dtype if dtype is None else dtype,
-                       device=x.device)
-
-
 def pad_last(x, value: float):  # noqa: ANN001, ANN201
     """``x [..., V]`` with one more entry ``value`` at the end of each row: ``[..., V + 1]``."""
     if is_numpy(x):

@@ -9,15 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "otlp"
 
 #: modules allowed to need torch at import time: the batched samplers' multi-step laws and the decode loop
-TORCH_MODULES = ("otlp.decode", "otlp.multistep.certify", "otlp.multistep.enumeration", "otlp.multistep.from_lm",
-                 "otlp.multistep.optimal_rule", "otlp.multistep.simulate", "otlp.multistep.token_wise",
-                 "otlp.verifiers.bv", "otlp.verifiers.gbv", "otlp.verifiers.optimal_block")
+TORCH_MODULES = ("otlp.decode", "otlp.multistep.bv", "otlp.multistep.certify", "otlp.multistep.enumeration",
+                 "otlp.multistep.from_lm", "otlp.multistep.gbv", "otlp.multistep.optimal_block",
+                 "otlp.multistep.optimal_rule", "otlp.multistep.simulate", "otlp.multistep.token_wise")
 
 BLOCK = """
 import importlib, pkgutil, sys
@@ -82,8 +80,6 @@ def test_subsets_and_subset_selection_do_not_import_each_other():
                 and "otlp.formulations.subset_selection" in graph["otlp.subsets"])
 
 
-@pytest.mark.xfail(strict=True, reason="function-level imports still close one cycle: otlp.verifiers.multistep -> "
-                                       "otlp.multistep.enumeration / optimal_rule -> otlp.verifiers (bv, gbv laws)")
 def test_no_import_cycle_even_through_function_level_imports():
     assert _cycles(_graph(lazy=True)) == []
 

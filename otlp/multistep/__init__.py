@@ -2,11 +2,11 @@
 
 ARModel tables, random generators, exact block efficiencies and output laws by enumeration, the greedy
 skewed draft q^Gamma, the token-level baselines (SpS along a path, the multi-draft token tree), and the optimal
-K-path rule (Thm 4.6's q^Gamma* decomposed into greedy rankings: ``optimal_rule``, ``rankings``).
-The block verifiers themselves live in ``otlp.verifiers.bv``, ``gbv`` and ``optimal_block``.
+K-path rule (Thm 4.6's q^Gamma* decomposed into greedy rankings: ``optimal_rule``, ``rankings``), and the block
+verifiers themselves with their exact laws (``bv``, ``gbv``, ``optimal_block``); ``otlp.verifiers.multistep``
+registers them in the verifier zoo.  Nothing here imports ``otlp.verifiers``.
 
-Names are resolved lazily (PEP 562), so importing the package imports neither torch nor the submodules, and
-``otlp.verifiers.bv`` / ``gbv`` can import ``otlp.multistep.armodel`` first without a cycle.
+Names are resolved lazily (PEP 562), so importing the package imports neither torch nor the submodules.
 """
 
 from __future__ import annotations

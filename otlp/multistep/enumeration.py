@@ -13,10 +13,10 @@ import torch
 
 from otlp.errors import InputError, ModelTooLargeError
 from otlp.multistep.armodel import ARModel, all_paths, depth_offsets, node_depths, num_nodes, prefix_nodes
+from otlp.multistep.bv import block_verification_law
 from otlp.multistep.efficiency import _check_pair, check_K
+from otlp.multistep.gbv import gbv_law
 from otlp.multistep.token_wise import sps_path_law, token_tree_output_law
-from otlp.verifiers.bv import block_verification_law
-from otlp.verifiers.gbv import gbv_law
 
 MAX_TUPLES = 2_000_000
 RULES = ("sps", "bv", "gbv", "token_tree", "optimal")

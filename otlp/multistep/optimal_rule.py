@@ -9,7 +9,7 @@ psi(S) = 1 - (1 - q(S))^K (Lemma 4.5), whose vertices are the greedy rankings (E
    LP's solution may violate a cap by its tolerance (<= 1e-9), which the decomposition absorbs by splitting at
    the violated set (a larger violation is first removed by the smallest mix with q);
 3. at each step draw a ranking from the mixture independently of the drafts and select the highest-ranked drafted
-   path (``otlp.verifiers.optimal_block``);
+   path (``otlp.multistep.optimal_block``);
 4. run BV on it with draft law r = the mixture's own selection law (Eq. 19 vertices averaged; equal to q^Gamma*
    up to roundoff), so the output has the target's law exactly whatever the LP's accuracy.
 
@@ -74,8 +74,8 @@ class OptimalKPathRule:
 
     def output_law(self, target: ARModel) -> np.ndarray:
         """Exact R(a_{1:i}) on V^{<=L+1} (R[root] = 0): sum over paths of the selection law times BV's law with
-        draft r on that path (``otlp.verifiers.bv.block_verification_law``).  # [num_nodes(V, L + 1)]"""
-        from otlp.verifiers.bv import block_verification_law
+        draft r on that path (``otlp.multistep.bv.block_verification_law``).  # [num_nodes(V, L + 1)]"""
+        from otlp.multistep.bv import block_verification_law
 
         V, L = self.V, self.L
         paths = all_paths(V, L)

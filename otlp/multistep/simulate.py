@@ -6,10 +6,10 @@ import torch
 
 from otlp.errors import InputError
 from otlp.multistep.armodel import ARModel, prefix_nodes
+from otlp.multistep.bv import BlockOutput, bv
 from otlp.multistep.efficiency import _check_pair, check_K
+from otlp.multistep.gbv import gbv
 from otlp.multistep.token_wise import sps_path, token_tree
-from otlp.verifiers.bv import BlockOutput, bv
-from otlp.verifiers.gbv import gbv
 
 SAMPLERS = {"sps": sps_path, "bv": bv, "gbv": gbv, "token_tree": token_tree}
 SINGLE_PATH = ("sps", "bv")
@@ -33,8 +33,8 @@ def draft_and_verify(
     p_paths = target.on_path(tokens, L + 1)  # [size, paths, L+1, V]
     q_paths = draft.on_path(tokens, L)  # [size, paths, L, V]
     if rule == "optimal":
+        from otlp.multistep.optimal_block import optimal_block
         from otlp.multistep.optimal_rule import optimal_k_path_rule
-        from otlp.verifiers.optimal_block import optimal_block
 
         out = optimal_block(tokens, p_paths, optimal_k_path_rule(target, draft, L, K).tensors(), generator)
     elif rule in SINGLE_PATH:

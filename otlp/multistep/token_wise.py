@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from otlp.multistep.armodel import ARModel, categorical, depth_offsets, num_nodes
-from otlp.verifiers.bv import BlockOutput, check_block_inputs, sample_block_output
-from otlp.verifiers.gbv import check_multipath_inputs
+from otlp.multistep.bv import BlockOutput, check_block_inputs, sample_block_output
+from otlp.multistep.gbv import check_multipath_inputs
 
 
 def sps_path_law(

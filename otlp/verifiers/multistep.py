@@ -5,14 +5,14 @@ of L tokens (or K such blocks) against the target's on-path conditionals and ret
 the block efficiency E[tau + 1] over explicit autoregressive table models (``otlp.multistep.ARModel``).
 
 - ``BlockVerification`` ("bv", scheme "block"): one path a_{1:L} ~ q_L (K = 1), block verification of
-  Sun et al. 2024b in the corrected form of papers/002 §3.2 (``otlp.verifiers.bv``).  Its block efficiency
+  Sun et al. 2024b in the corrected form of papers/002 §3.2 (``otlp.multistep.bv``).  Its block efficiency
   sum_{a_{1:i} in V^{<=L}} min_{0<=k<=i} p(a_{k+1:i} | a_{1:k}) q(a_{1:k}) is the single-path LP optimum
   (papers/002 Thm 3.4, Eq. 83).
 - ``GreedyBlockVerification`` ("gbv", scheme "block_multipath"): K i.i.d. paths, the tree-greedy selection
-  by p/q and BV with the skewed draft q^Gamma (papers/002 §5, Eqs. 19-23; ``otlp.verifiers.gbv``).
+  by p/q and BV with the skewed draft q^Gamma (papers/002 §5, Eqs. 19-23; ``otlp.multistep.gbv``).
 - ``OptimalBlockVerification`` ("optimal_block", scheme "block_multipath"): K i.i.d. paths, a greedy ranking
   drawn from the decomposition of Thm 4.6's q^Gamma*, BV with q^Gamma*; its block efficiency is the antichain-LP
-  optimum (``otlp.multistep.optimal_rule``, ``otlp.verifiers.optimal_block``).  It needs the full tables
+  optimum (``otlp.multistep.optimal_rule``, ``otlp.multistep.optimal_block``).  It needs the full tables
   (off-path values): ``prepare(target, draft, L, K)`` precomputes the rule that ``sample`` takes.
 
 Both objects have ``kind = "multistep"`` so that code iterating the registry can tell them from the
@@ -30,16 +30,7 @@ from otlp.errors import InputError
 if TYPE_CHECKING:
     import torch
 
-    from otlp.verifiers.bv import BlockOutput
-
-
-
-def _load_samplers() -> None:
-    """Import otlp.multistep before otlp.verifiers.bv / gbv: bv imports otlp.multistep.armodel, whose package
-    imports token_wise, which imports bv again, so importing bv first fails on the half-initialised module.
-    Done on first use, not at module level, so that registering these objects in otlp.verifiers stays cheap
-    (no torch import) and cycle-free."""
-    import otlp.multistep  # noqa: F401
+    from otlp.multistep.bv import BlockOutput
 
 
 class MultiStepVerifier:
@@ -103,9 +94,8 @@ class BlockVerification(MultiStepVerifier):
 
     def sample(self, drafts: torch.Tensor, p_path: torch.Tensor, q_path: torch.Tensor,
                generator: torch.Generator | None = None) -> BlockOutput:
-        """drafts int64 [B, L], p_path [B, L+1, V], q_path [B, L, V] -> BlockOutput (see ``otlp.verifiers.bv.bv``)."""
-        _load_samplers()
-        from otlp.verifiers.bv import bv
+        """drafts int64 [B, L], p_path [B, L+1, V], q_path [B, L, V] -> BlockOutput (see ``otlp.multistep.bv.bv``)."""
+        from otlp.multistep.bv import bv
 
         return bv(drafts, p_path, q_path, generator)
 
@@ -129,9 +119,8 @@ class GreedyBlockVerification(MultiStepVerifier):
     def sample(self, drafts: torch.Tensor, p_paths: torch.Tensor, q_paths: torch.Tensor,
                generator: torch.Generator | None = None) -> BlockOutput:
         """drafts int64 [B, K, L], p_paths [B, K, L+1, V], q_paths [B, K, L, V] -> BlockOutput
-        (see ``otlp.verifiers.gbv.gbv``)."""
-        _load_samplers()
-        from otlp.verifiers.gbv import gbv
+        (see ``otlp.multistep.gbv.gbv``)."""
+        from otlp.multistep.gbv import gbv
 
         return gbv(drafts, p_paths, q_paths, generator)
 
@@ -159,10 +148,9 @@ class OptimalBlockVerification(MultiStepVerifier):
     def sample(self, drafts: torch.Tensor, p_paths: torch.Tensor, q_paths: torch.Tensor,
                generator: torch.Generator | None = None, *, rule: object = None) -> BlockOutput:
         """drafts int64 [B, K, L], p_paths [B, K, L+1, V]; ``rule`` from :meth:`prepare` (q_paths is not used: the
-        rule holds q^Gamma*).  See ``otlp.verifiers.optimal_block.optimal_block``."""
-        _load_samplers()
+        rule holds q^Gamma*).  See ``otlp.multistep.optimal_block.optimal_block``."""
+        from otlp.multistep.optimal_block import optimal_block
         from otlp.multistep.optimal_rule import OptimalKPathRule
-        from otlp.verifiers.optimal_block import optimal_block
 
         if rule is None:
             raise InputError("'optimal_block' needs rule=prepare(target, draft, L, K): it uses the full tables")

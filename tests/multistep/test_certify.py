@@ -16,6 +16,7 @@ from otlp.errors import InputError
 from otlp.formulations.multipath import enumerate_antichains, psi
 from otlp.multistep import RULES, gbv_efficiency, random_pair
 from otlp.multistep.armodel import ARModel, depth_offsets, node_parents, num_nodes, prefix_nodes
+from otlp.multistep.bv import block_verification_law
 from otlp.multistep.certify import (
     MultiStepReport,
     add_multistep_arguments,
@@ -27,8 +28,7 @@ from otlp.multistep.certify import (
     run_multistep_cli,
 )
 from otlp.multistep.enumeration import enumerate_drafts, output_law
-from otlp.verifiers.bv import block_verification_law
-from otlp.verifiers.gbv import select_greedy_path
+from otlp.multistep.gbv import select_greedy_path
 
 GAP_TOL = 1e-7  # HiGHS primal/dual feasibility tolerances are 1e-7 on these LPs
 

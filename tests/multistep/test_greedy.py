@@ -12,7 +12,7 @@ import torch
 
 from otlp.multistep import greedy_skewed_prefix, random_pair
 from otlp.multistep.armodel import all_paths, depth_offsets, prefix_nodes
-from otlp.verifiers.gbv import greedy_skewed_draft, select_greedy_path
+from otlp.multistep.gbv import greedy_skewed_draft, select_greedy_path
 
 
 def _rank_key(path, target, draft):

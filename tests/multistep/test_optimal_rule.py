@@ -25,9 +25,9 @@ from otlp.multistep import (
     target_matching_error,
 )
 from otlp.multistep.enumeration import enumerate_drafts
+from otlp.multistep.optimal_block import path_ranks
 from otlp.multistep.optimal_rule import MAX_PATHS, check_size
 from otlp.multistep.rankings import base_violation, decompose, project_into_base, vertex_values
-from otlp.verifiers.optimal_block import path_ranks
 
 from .stats import ALPHA, sampled_law_pvalue
 

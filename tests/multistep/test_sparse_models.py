@@ -139,7 +139,7 @@ def test_samplers_on_a_sparse_pair_match_the_exact_law(rule):
 def test_bv_law_of_a_probability_zero_block_is_finite() -> None:
     """block_verification_law on a block the draft gives probability 0 (q_tok = 0, as an enumeration passes it):
     finite tau probabilities and corrections, not 0/0 = NaN (the ratio p/q is taken as 1 there)."""
-    from otlp.verifiers.bv import block_verification_law
+    from otlp.multistep.bv import block_verification_law
 
     drafts = torch.tensor([[0]])
     p_path = torch.tensor([[[0.0, 1.0], [0.5, 0.5]]], dtype=torch.float64)

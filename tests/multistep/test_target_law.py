@@ -20,9 +20,9 @@ from otlp.multistep import (
     target_matching_error,
 )
 from otlp.multistep.armodel import num_nodes, prefix_nodes
+from otlp.multistep.bv import block_verification_law, block_weights
 from otlp.multistep.enumeration import enumerate_drafts
-from otlp.verifiers.bv import block_verification_law, block_weights
-from otlp.verifiers.gbv import select_greedy_path
+from otlp.multistep.gbv import select_greedy_path
 
 INSTANCES = 520
 

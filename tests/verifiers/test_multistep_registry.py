@@ -13,8 +13,8 @@ import torch
 import otlp.verifiers as zoo
 from otlp.errors import InputError
 from otlp.multistep import bv_efficiency, gbv_efficiency, output_law, random_pair
-from otlp.verifiers.bv import bv
-from otlp.verifiers.gbv import gbv
+from otlp.multistep.bv import bv
+from otlp.multistep.gbv import gbv
 from otlp.verifiers.multistep import BlockVerification, GreedyBlockVerification
 
 

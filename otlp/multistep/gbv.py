@@ -4,7 +4,7 @@ K i.i.d. blocks are drafted from q; one target call scores all of them.  GBV
 1. ranks paths by the tree ranking of Def. 5.2 with the score pi_{a_{1:i}}(x) = p(x | a_{1:i}) / q(x | a_{1:i})
    (Eq. 21), ties broken by token id, and selects the lexicographically LARGEST drafted path;
 2. computes the skewed draft q^Gamma(. | a_{1:i}) of the selected path in closed form (Eqs. 22-23);
-3. runs block verification on the selected path with (p, q^Gamma)  (otlp.verifiers.bv).
+3. runs block verification on the selected path with (p, q^Gamma)  (otlp.multistep.bv).
 For K = 1 it is exactly BV.  It uses only on-path values (information-restricted).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from otlp.errors import InputError
-from otlp.verifiers.bv import BlockOutput, block_verification_law, check_block_inputs, sample_block_output
+from otlp.multistep.bv import BlockOutput, block_verification_law, check_block_inputs, sample_block_output
 
 
 def ratio_scores(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""GBV sampler (otlp.verifiers.gbv) and the multi-draft token tree: law, K = 1 == BV, determinism, bad input."""
+"""GBV sampler (otlp.multistep.gbv) and the multi-draft token tree: law, K = 1 == BV, determinism, bad input."""
 
 import numpy as np
 import pytest
@@ -6,8 +6,8 @@ import torch
 
 from otlp.errors import InputError
 from otlp.multistep import bv_efficiency, gbv_efficiency, random_pair, token_tree
-from otlp.verifiers.bv import block_verification_law, bv
-from otlp.verifiers.gbv import gbv, gbv_law
+from otlp.multistep.bv import block_verification_law, bv
+from otlp.multistep.gbv import gbv, gbv_law
 from tests.multistep.stats import ALPHA, sampled_law_pvalue
 
 

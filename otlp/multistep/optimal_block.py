@@ -3,7 +3,7 @@
 One decode step with K i.i.d. drafted blocks and a precomputed rule (``OptimalKPathRule.tensors()``):
 1. draw u ~ U(0, 1) independently of the drafts: it picks one greedy ranking of the mixture;
 2. select the highest-ranked drafted path under that ranking (identical paths are interchangeable);
-3. run block verification on it with the draft law q^Gamma(. | a_{1:i}) of the rule (``otlp.verifiers.bv``).
+3. run block verification on it with the draft law q^Gamma(. | a_{1:i}) of the rule (``otlp.multistep.bv``).
 Everything is batched over B steps on the tensors' device, with no host synchronisation.
 """
 
@@ -13,7 +13,7 @@ import torch
 
 from otlp.errors import InputError
 from otlp.multistep.armodel import prefix_nodes
-from otlp.verifiers.bv import BlockOutput, block_verification_law, sample_block_output
+from otlp.multistep.bv import BlockOutput, block_verification_law, sample_block_output
 
 
 def path_ranks(drafts: torch.Tensor, rule: object, u: torch.Tensor) -> torch.Tensor:

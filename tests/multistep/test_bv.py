@@ -1,4 +1,4 @@
-"""Block verification sampler (otlp.verifiers.bv) and token-wise SpS along a path: law, determinism, bad input."""
+"""Block verification sampler (otlp.multistep.bv) and token-wise SpS along a path: law, determinism, bad input."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 from otlp.errors import InputError
 from otlp.multistep import random_pair, sps_path
-from otlp.verifiers.bv import BlockOutput, block_verification_law, block_weights, bv
+from otlp.multistep.bv import BlockOutput, block_verification_law, block_weights, bv
 from tests.multistep.stats import ALPHA, sampled_law_pvalue
 
 

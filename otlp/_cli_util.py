@@ -145,8 +145,8 @@ class Progress:
         if not force and now - self._last < 0.1:
             return
         self._last = now
-        done = f"{self.count}/{self.total}" if self.total else f"{self.count}"
-        text = f"{self.desc}: {done}  {now - self._start:.1f} s  {self.note}"[:150]
+        done = f"{self.count}/{self.total}  " if self.total else (f"{self.count}  " if self.count else "")
+        text = f"{self.desc}: {done}{now - self._start:.1f} s  {self.note}"[:150]
         self.stream.write("\r" + text.ljust(self._width))
         self.stream.flush()
         self._width = len(text)

@@ -29,6 +29,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -44,6 +45,9 @@ from otlp.verifiers.certify_blackbox import (
     certify_callable,
     load_callable,
 )
+
+if TYPE_CHECKING:
+    from otlp._cli_util import Progress
 
 #: Enumerate the induced coupling exactly up to this many (tuple, token) cells.
 EXACT_CELLS = 20_000_000
@@ -248,7 +252,7 @@ SAMPLER_TEST_BYTES = 4 << 30
 
 
 def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed: int = 0,  # noqa: ANN001
-                 max_cells: int = 1 << 23) -> SamplerTest:
+                 max_cells: int = 1 << 23, progress: Progress | None = None) -> SamplerTest:
     """Chi-square test (false-alarm rate ``FALSE_ALARM``) of the rule's output law against p.
 
     The sampler is the torch ``verifier.sample`` when it implements the scheme (``verifier.torch_sampler_schemes()``)
@@ -257,7 +261,9 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
     one used. Tokens are sorted by p and grouped into at most 64 bins of about equal mass (each with expected count
     >= 5); outputs on p = 0 tokens fail outright. Drafts come from ``draft.sample`` (numpy, seeded), coins from a
     seeded ``torch.Generator`` (torch) or the same numpy generator (numpy); rows are processed in chunks of
-    ``max_cells // V``. On the numpy path the verifier acceptance is the mean of P(rule accepts | omega).
+    ``max_cells // V``; p and q are validated once (``check_draft``), not per chunk. ``progress`` (an
+    ``otlp._cli_util.Progress``) is told the rows done. On the numpy path the verifier acceptance is the mean of
+    P(rule accepts | omega).
     """
     from scipy.stats import chi2
 
@@ -288,6 +294,8 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
         gen = torch.Generator().manual_seed(seed)
         p_t = torch.as_tensor(p, dtype=torch.float64)
         q_t = torch.as_tensor(q_np, dtype=torch.float64)
+        from otlp.verifiers.base import validation
+
         chunk = max(1, max_cells // V)
         counts = np.zeros(V)
         member = 0
@@ -295,10 +303,13 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
         for start in range(0, samples, chunk):
             w = torch.as_tensor(omegas[start:start + chunk])
             m = w.shape[0]
-            tokens, index = verifier.sample(p_t.expand(m, V), q_t.expand(m, *q_t.shape), w, gen)
+            with validation(False):  # p, q and the drafted tuples were checked above
+                tokens, index = verifier.sample(p_t.expand(m, V), q_t.expand(m, *q_t.shape), w, gen)
             counts += np.bincount(tokens.numpy(), minlength=V)
             member += int((w == tokens.unsqueeze(1)).any(1).sum())
             accepted += int((index >= 0).sum())
+            if progress is not None:
+                progress.set_note(f"{verifier.name}: chi-square test, {start + m:,} / {samples:,} rows")
         sampler = f"torch sampler {cls}.sample"
     impossible = int(counts[p == 0].sum())
     order = np.argsort(-p, kind="stable")
@@ -396,7 +407,7 @@ class CertifyReport:
 
 
 def certify(name: object, p: object, draft: object = None, *, q: object = None, n: int | None = None,
-            samples: int | None = None, seed: int = 0, certificate: bool = True,
+            samples: int | None = None, seed: int = 0, certificate: bool = True, progress: Progress | None = None,
             **options: object) -> CertifyReport | CallableReport:
     """Certify the rule ``name`` on target ``p`` and draft scheme ``draft`` (or ``q``, ``n``: the rule's own scheme).
 
@@ -404,7 +415,8 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
     string: then :func:`otlp.verifiers.certify_blackbox.certify_callable` certifies it (exactly when it exposes
     ``conditional``, else by a sequential test on samples; ``samples`` is then the sample limit, and ``options``
     take ``scheme``, ``alpha``, ``tolerance``, ``cells``, ``mode``, ``per_draft_q``, ``batch``, ``device``,
-    ``progress``) and returns a :class:`~otlp.verifiers.certify_blackbox.CallableReport`.
+    ``progress``) and returns a :class:`~otlp.verifiers.certify_blackbox.CallableReport`. For a registered rule,
+    ``progress`` (an ``otlp._cli_util.Progress``) is told each stage: the test's rows, alpha*, the certificate.
 
     Examples
     --------
@@ -417,6 +429,8 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
     from otlp.verifiers import get
 
     if not isinstance(name, str) or ":" in name:
+        if progress is not None:
+            options.setdefault("progress", progress.enabled)
         return certify_callable(name, p, draft, q=q, n=n, samples=samples, seed=seed, **options)  # type: ignore[arg-type]
     verifier = get(name, **options)
     if getattr(verifier, "kind", "token") == "multistep":
@@ -436,7 +450,13 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
     cells = draft.num_tuples() * draft.V
     test = None
     law_err = None
+
+    def stage(what: str) -> None:
+        if progress is not None:
+            progress.set_note(f"{name}: {what}")
+
     if cells <= EXACT_CELLS:
+        stage(f"exact enumeration of {draft.num_tuples():,} tuples")
         from otlp.verifiers.exact import summary
 
         s = summary(verifier, p, draft)
@@ -448,7 +468,7 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
         method["target_law"] = "exact enumeration"
     else:
         n_samples = samples if samples is not None else int(min(100_000, max(2_000, (1 << 25) // draft.V)))
-        test = sampler_test(verifier, p, draft, n_samples, seed)
+        test = sampler_test(verifier, p, draft, n_samples, seed, progress=progress)
         ok = test.passed
         method["target_law"] = test.sampler
         target = (f"chi-square on {n_samples} seeded samples of the {test.sampler}: p-value {test.p_value:.3g} "
@@ -464,6 +484,7 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
                 values[key] = sampled
                 method[key] = f"Monte Carlo, s.e. {test.acceptance_se:.2g}"
         acc, vacc = values["acceptance"], values["verifier_acceptance"]
+    stage("alpha*")
     try:
         if draft.name not in ("iid", "greedy", "spechub") and draft.num_tuples() > OPTIMUM_TUPLES:
             raise ModelTooLargeError(f"alpha* for a {draft.name!r} scheme over V^n = {draft.num_tuples()} tuples",
@@ -475,6 +496,7 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
     gap = None if optimum is None else optimum - acc
     cert = None
     if certificate:
+        stage("exact rational certificate")
         try:
             cert = rational_certificate(p, draft)
             if optimum is not None and abs(float(cert.dual_value) - optimum) > 1e-9 + cert.rationalisation_error * 4:
@@ -491,10 +513,11 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
 
 
 def certify_table(p: object, q: object, n: int, *, names: list[str] | None = None, seed: int = 0,
-                  samples: int | None = None, certificate: bool = False) -> list[CertifyReport | dict[str, str]]:
+                  samples: int | None = None, certificate: bool = False,
+                  progress: Progress | None = None) -> list[CertifyReport | dict[str, str]]:
     """``certify`` for every registered rule on its own draft scheme built from (q, n). A rule that cannot run on
     this input (SpecHub with n != 2, without-replacement with fewer than n tokens of q > 0, ...) gives
-    ``{"verifier": name, "error": message}``."""
+    ``{"verifier": name, "error": message}``. ``progress`` counts the rules done."""
     from otlp.verifiers import NAMES, get
 
     n = check_int(n, "n", 1)
@@ -502,12 +525,18 @@ def certify_table(p: object, q: object, n: int, *, names: list[str] | None = Non
         samples = check_int(samples, "samples", 1)
     rows: list[CertifyReport | dict[str, str]] = []
     single_token = [k for k in NAMES if getattr(get(k), "kind", "token") != "multistep"]
-    for name in names or single_token:
+    names = names or single_token
+    if progress is not None:
+        progress.total = len(names)
+    for name in names:
         try:
             draft = get(name).make_draft(q, n)
-            rows.append(certify(name, p, draft, samples=samples, seed=seed, certificate=certificate))
+            rows.append(certify(name, p, draft, samples=samples, seed=seed, certificate=certificate,
+                                progress=progress))
         except (InputError, NotImplementedError) as exc:
             rows.append({"verifier": name, "error": str(exc)})
+        if progress is not None:
+            progress.update(1)
     return rows
 
 
@@ -555,6 +584,9 @@ def add_certify_arguments(parser: argparse.ArgumentParser) -> None:
 def run_certify_cli(args: argparse.Namespace) -> int:
     """Run ``otlp certify``; returns the exit code (2 on bad input, with the message on stderr)."""
 
+    from otlp._cli_util import Progress
+
+    bar = Progress("otlp certify", enabled=not args.json)
     try:
         check_int(args.n, "--n", 1)  # before anything else: the table would list every rule as not applicable
         if args.samples is not None:
@@ -570,8 +602,9 @@ def run_certify_cli(args: argparse.Namespace) -> int:
                                       alpha=args.alpha, mode=args.mode, name=args.verifier)
             print(json.dumps(report.to_dict(), indent=2) if args.json else report)
         elif args.verifier == "all":
-            rows = certify_table(p, q, args.n, samples=args.samples, seed=args.seed,
-                                 certificate=not args.no_certificate)
+            with bar:
+                rows = certify_table(p, q, args.n, samples=args.samples, seed=args.seed,
+                                     certificate=not args.no_certificate, progress=bar)
             if args.json:
                 print(json.dumps([r if isinstance(r, dict) else r.to_dict() for r in rows], indent=2))
             else:
@@ -580,8 +613,9 @@ def run_certify_cli(args: argparse.Namespace) -> int:
             from otlp.verifiers import get
 
             draft = get(args.verifier).make_draft(q, args.n)
-            report = certify(args.verifier, p, draft, samples=args.samples, seed=args.seed,
-                             certificate=not args.no_certificate)
+            with bar:
+                report = certify(args.verifier, p, draft, samples=args.samples, seed=args.seed,
+                                 certificate=not args.no_certificate, progress=bar)
             print(json.dumps(report.to_dict(), indent=2) if args.json else report)
     except InputError as exc:
         from otlp._cli_util import report_error

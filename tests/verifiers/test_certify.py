@@ -94,6 +94,28 @@ def test_large_vocabulary_uses_the_seeded_statistical_test() -> None:
     assert r2.optimum is None and any("alpha* not computed" in x for x in r2.notes)
 
 
+def test_long_certify_reports_each_stage_to_its_progress_line() -> None:
+    """At a large V the chi-square test runs in row chunks; the progress line names the rows done and each later
+    stage (alpha*, certificate), and is cleared at the end."""
+    import io
+
+    from otlp._cli_util import Progress
+
+    rng = np.random.default_rng(3)
+    p, q = make_pair(rng, 3000, "dirichlet")
+    stream = io.StringIO()
+    with Progress("otlp certify", stream=stream, force=True) as bar:
+        r = certify("rrs", p, q=q, n=2, samples=8000, progress=bar)
+    text = stream.getvalue()
+    assert r.preserves_target
+    assert "rrs: chi-square test, 8,000 / 8,000 rows" in text and "rrs: alpha*" in text
+    assert "rrs: exact rational certificate" in text and text.endswith("\r")
+    quiet = io.StringIO()
+    with Progress("otlp certify", stream=quiet, enabled=False) as bar:  # --json: nothing drawn
+        certify("rrs", p, q=q, n=2, samples=100, progress=bar)
+    assert quiet.getvalue() == ""
+
+
 def test_statistical_test_catches_a_biased_sampler() -> None:
     """Negative control for the large-V path: a rule that skips the residual correction (emits the first draft
     always) must fail the chi-square test."""

@@ -22,6 +22,7 @@ _MODULES: dict[str, str] = {
     "SubsetSelection": "otlp.formulations.subset_selection",
     "MultiPathLP": "otlp.formulations.multipath",
     "SkewedDraftLP": "otlp.formulations.skewed_draft",
+    "PathAwareOTLP": "otlp.formulations.path_aware",
     "Formulation": "otlp.formulations.base",
     "LinearModel": "otlp.formulations.model",
     "FlowNetwork": "otlp.formulations.model",

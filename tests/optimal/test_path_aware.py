@@ -1,0 +1,144 @@
+"""The path-aware optimal rule (issue 18): law = p and acceptance = alpha* by enumeration of every drafted tuple, and
+E[continuing paths] = the lexicographic LP's optimum (otlp.formulations.PathAwareOTLP, ordered tuples, solved by
+HiGHS and, on tiny instances, in exact rationals), never below the class-chain plan's.
+
+Instances: the 11 families of tests/optimal/instances.py (ties, zeros, point masses, near-ties of psi...), V <= 6,
+n = 2 and 3.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import otlp
+from otlp.errors import InputError
+from otlp.formulations.path_aware import PathAwareOTLP
+from otlp.optimal import OptimalTransport
+from otlp.optimal.paths import (
+    PathAwareTransport,
+    continuing_paths,
+    expected_paths,
+    multiset_probabilities,
+    multisets,
+    window_size,
+)
+
+from .instances import FAMILIES, draw
+
+#: acceptance the LP may give up (HiGHS' feasibility tolerance is 1e-10 absolute; PathAwareOTLP.tol is 1e-9)
+ACC_TOL = 1e-9
+#: the law is p by construction (residual = (p - R) / (1 - sum R)): rounding only
+LAW_TOL = 1e-12
+
+
+def instances(seed: int, per_family: int, n: int, V_max: int = 6):
+    rng = np.random.default_rng(seed)
+    for family in sorted(FAMILIES):
+        for _ in range(per_family):
+            V = int(rng.integers(2, V_max + 1))
+            yield family, *draw(family, rng, V, n)
+
+
+def enumerate_rule(rule, q: np.ndarray, n: int) -> tuple[np.ndarray, float, float]:
+    """(output law [V], acceptance, E[continuing paths]) over every ordered tuple of V^n, from the slices alone:
+    E[paths] = sum_omega P(omega) sum_k pi(omega_k | omega) (each draft slot whose token is output continues)."""
+    omegas, probs = otlp.IID(q, n).enumerate()
+    slices = rule.slices(omegas)  # [V^n, V]
+    rows = np.arange(omegas.shape[0])
+    in_set = np.zeros_like(slices, dtype=bool)
+    paths = np.zeros(omegas.shape[0])
+    for k in range(n):
+        in_set[rows, omegas[:, k]] = True
+        paths += slices[rows, omegas[:, k]]
+    return probs @ slices, float(probs @ np.where(in_set, slices, 0.0).sum(1)), float(probs @ paths)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_law_acceptance_and_paths_by_enumeration(n):
+    """11 families x 100 instances per n (2200 in all): law = p, acceptance = alpha*, paths >= the class chains'."""
+    checked = gained = 0
+    for family, p, q in instances(18 + n, 100, n):
+        rule = PathAwareTransport(p, q, n)
+        assert rule.exact_window and rule.status == "optimal", family
+        law, acceptance, paths = enumerate_rule(rule, q, n)
+        assert np.abs(law - p).sum() <= LAW_TOL, family
+        assert abs(acceptance - rule.alpha) <= ACC_TOL, (family, acceptance, rule.alpha)
+        assert rule.alpha == pytest.approx(otlp.optimal_acceptance(p, otlp.IID(q, n)), abs=1e-12)
+        base_law, base_acc, base_paths = enumerate_rule(rule.base, q, n)
+        assert abs(base_acc - rule.alpha) <= 1e-12
+        assert paths >= base_paths - ACC_TOL, family
+        assert paths == pytest.approx(rule.lp_value, abs=1e-9)  # the slices' count is the rule's own account
+        assert base_paths == pytest.approx(rule.base_value, abs=1e-12)
+        checked += 1
+        gained += paths > base_paths + 1e-6
+    assert checked == 1100
+    assert gained > 100  # the second-order freedom is real: the class chains are not path-optimal
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_equals_the_ordered_lexicographic_lp(n):
+    """The multiset window LP (all tokens) reaches the optimum of PathAwareOTLP over ordered tuples (two stages)."""
+    for family, p, q in instances(7 * n, 15, n):
+        rule = PathAwareTransport(p, q, n)
+        sol = PathAwareOTLP(p, otlp.IID(q, n)).solve("highs")
+        assert sol.optimal and sol.info["alpha"] == pytest.approx(rule.alpha, abs=1e-9)
+        assert sol.info["acceptance"] >= rule.alpha - 2e-9
+        # the LP may trade up to tol = 1e-9 of acceptance: its count can exceed the rule's by a few tol at most
+        assert rule.lp_value == pytest.approx(sol.value, abs=1e-7), family
+        # the completed coupling of the ordered LP is a valid rule too: law p by GR eq. (3)
+        f = PathAwareOTLP(p, otlp.IID(q, n), alpha=sol.info["alpha"])
+        C = f.complete(f.solve("highs"))  # [V, M]
+        assert np.abs(C.sum(1) - p).max() <= 1e-9
+
+
+def test_exact_rationals_agree_with_highs():
+    """Stage 2 in exact rational arithmetic (backend "exact") on tiny instances: the same optimum as HiGHS."""
+    rng = np.random.default_rng(5)
+    for _ in range(12):
+        V, n = int(rng.integers(2, 5)), 2
+        p = rng.integers(1, 6, V).astype(float)
+        q = rng.integers(0, 6, V).astype(float)
+        q[0] += 1
+        p, q = p / p.sum(), q / q.sum()
+        alpha = otlp.optimal_acceptance(p, otlp.IID(q, n))
+        exact = PathAwareOTLP(p, otlp.IID(q, n), alpha=alpha).solve("exact")
+        assert exact.optimal and isinstance(exact.value, Fraction)
+        assert exact.certificate().ok
+        assert float(exact.value) == pytest.approx(PathAwareTransport(p, q, n).lp_value, abs=1e-8)
+
+
+def test_window_smaller_than_the_support():
+    """A window of the top tokens only: still law p and acceptance alpha*; paths between the class chains' and the
+    full optimum."""
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        V, n = int(rng.integers(6, 9)), int(rng.integers(2, 4))
+        p, q = rng.dirichlet(np.full(V, 0.5)), rng.dirichlet(np.full(V, 0.5))
+        small = PathAwareTransport(p, q, n, max_tuples=10)
+        assert not small.exact_window and small.window.size == window_size(q, n, 10) < V
+        law, acceptance, paths = enumerate_rule(small, q, n)
+        assert np.abs(law - p).sum() <= LAW_TOL and abs(acceptance - small.alpha) <= ACC_TOL
+        full = PathAwareTransport(p, q, n, max_tuples=200)
+        assert full.exact_window
+        assert small.base_value - ACC_TOL <= paths <= full.lp_value + ACC_TOL
+
+
+def test_multisets_and_their_probabilities():
+    q = np.array([0.5, 0.3, 0.2, 0.0])
+    w = multisets(np.array([2, 0, 1]), 3)
+    assert w.shape == (10, 3) and len({tuple(sorted(r)) for r in w.tolist()}) == 10
+    assert multiset_probabilities(w, q).sum() == pytest.approx(1.0)
+    omegas, probs = otlp.IID(q, 2).enumerate()
+    base = OptimalTransport(np.array([0.1, 0.6, 0.3, 0.0]), otlp.IID(q, 2))
+    accept, _ = base.rule(omegas)
+    assert expected_paths(base, q, 2) == pytest.approx(float(probs @ continuing_paths(accept, omegas)))
+
+
+def test_bad_input():
+    with pytest.raises(InputError):
+        PathAwareTransport([0.5, 0.5], [0.5, 0.5], 2, max_tuples=0)
+    with pytest.raises(InputError):
+        PathAwareTransport([0.5, 0.5], [0.5, 0.4], 2)

@@ -15,19 +15,26 @@ speed ratio is about compute per step, which does not depend on the weights.
 Run (a few minutes on 2 CPU cores; rows print as they finish):
     flock /tmp/team/bench.lock python benchmarks/decode_hf.py [--sizes 10M,100M --contexts 128,1024
         --n 2 --L 3 --tokens 8 --device cpu --threads 1]
-Writes benchmarks/results/decode_hf.json.
+Writes benchmarks/results/decode_hf.json and publishes the README's table (benchmarks/published/decode_hf.json,
+see readme_tables.py); ``--from-json benchmarks/results/decode_hf.json`` publishes a finished run without re-running.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import readme_tables  # noqa: E402 - benchmarks/readme_tables.py, beside this script
 
 V = 32000
 SIZES = {  # name -> (target config, draft config): hidden, layers, intermediate, heads
@@ -50,6 +57,34 @@ def _save(folder: Path, spec: tuple[int, int, int, int], seed: int, max_position
     return sum(p.numel() for p in model.parameters())
 
 
+def _round(x: float) -> str:
+    return str(math.floor(x + 0.5))
+
+
+def publish(rows: list[dict], meta: dict) -> None:
+    """The README table: one line per (size, context) from the recompute, cached and speed-up rows of a run."""
+    cols = ["target, context", "target positions per step (recompute / cached)", "per emitted token",
+            "tokens/s recompute", "tokens/s cached", "speed-up (steady)"]
+    runs = {(r["size"], r["context"], r["tree"]): r for r in rows if "tree" in r}
+
+    def rate(x: float) -> str:
+        return f"{x:.1f}" if x >= 2 else f"{x:.2f}"
+
+    cells = []
+    for r in rows:
+        if "speedup_tokens_per_second" not in r:
+            continue
+        rec, cac = runs[r["size"], r["context"], "recompute"], runs[r["size"], r["context"], "cached"]
+        steady = r["speedup_steady_tokens_per_second"]
+        cells.append([f"{r['size']}, {r['context']}",
+                      f"{_round(rec['target_positions_per_step'])} / {_round(cac['target_positions_per_step'])}",
+                      f"{_round(rec['target_positions_per_token'])} / {_round(cac['target_positions_per_token'])}",
+                      rate(rec["tokens_per_second"]), rate(cac["tokens_per_second"]),
+                      f"{r['speedup_tokens_per_second']:.1f}x ({f'{steady:.1f}' if steady < 10 else _round(steady)}x)"])
+    readme_tables.publish("decode_hf", "cached_vs_recompute", cols, cells, meta)
+    print(f"\n<!-- table: decode_hf/cached_vs_recompute -->\n{readme_tables.markdown(cols, cells)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10M,100M")
@@ -62,7 +97,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1: steadier on a shared machine; 0 = torch's default)")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "decode_hf.json"))
+    parser.add_argument("--from-json", metavar="PATH", help="publish the README table of a finished run and exit")
     args = parser.parse_args()
+    if args.from_json:
+        done = json.loads(Path(args.from_json).read_text())
+        publish(done["rows"], {"machine": done["machine"], "threads": done["threads"]})
+        return
     if args.threads > 0:
         torch.set_num_threads(args.threads)
 
@@ -132,9 +172,10 @@ def main() -> None:
                       f"same tokens: {rec_tokens == cac_tokens}", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": platform.processor() or platform.machine(),
-                               "threads": torch.get_num_threads(), "rows": rows}, indent=2))
+    meta = {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads()}
+    out.write_text(json.dumps({**meta, "rows": rows}, indent=2))
     print(f"wrote {out}")
+    publish(rows, meta)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ DEFAULT_SCHEMES = {
     "weighted_is": "iid",
     "greedy": "greedy",
     "optimal": "iid",
+    "optimal_paths": "iid",
 }
 #: Block verifiers decide on whole paths, not token by token; the tree loop does not drive them.
 BLOCK_VERIFIERS = ("bv", "gbv", "optimal_block")  # the multi-step rules (kind "multistep" in otlp.verifiers)

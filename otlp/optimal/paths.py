@@ -279,6 +279,27 @@ def _enumerated_value(rule: object, q: np.ndarray, n: int) -> float:
     return float(multiset_probabilities(w, q) @ continuing_paths(accept, w))
 
 
+def two_draft_optimum(p: object, q: object) -> float:
+    """The largest E[continuing paths] of an alpha*-optimal rule for n = 2 i.i.d. drafts, in closed form:
+
+        alpha* + sum_a min(q_a^2, p_a).
+
+    Proof. E[paths] = acceptance + P(a doubled tuple (a, a) is accepted), and (a, a) can output a only, so its
+    accepted mass is at most min(q_a^2, p_a): the value is an upper bound. It is attained: accept (a, a) with
+    probability min(1, p_a / q_a^2) first, which leaves targets p'_a = (p_a - q_a^2)_+ for the mixed tuples {a, b}
+    (mass 2 q_a q_b). By max-flow/min-cut their largest acceptance is
+    min_H [p'(H) + (1 - Q(H)^2 - sum_{a not in H} q_a^2) + sum_{a not in H} (q_a^2 - p_a)_+]
+    = min_H [p(H) + 1 - Q(H)^2] - sum_a min(q_a^2, p_a) (use (p - q^2)_+ + min(q^2, p) = p), i.e. alpha* minus
+    what the doubled tuples took (GR Thm 3.1: alpha* = 1 + min_H [p(H) - Q(H)^2]). So the total acceptance is alpha*.
+    (For n >= 3 the per-token analogue of this bound is not attained: tests/optimal/test_path_aware.py.)"""
+    from otlp.drafts import IID
+    from otlp.subsets import optimal_acceptance
+
+    p_arr = check_distribution(p, "p")
+    q_arr = check_distribution(q, "q", size=p_arr.size)
+    return float(optimal_acceptance(p_arr, IID(q_arr, 2)) + np.minimum(q_arr**2, p_arr).sum())
+
+
 def expected_paths(rule: object, q: object, n: int) -> float:
     """E[continuing paths] of a symmetric rule (``rule.rule(omegas) -> (accept, reject)``, e.g. an
     :class:`OptimalTransport` or :class:`PathAwareTransport`) for n i.i.d. drafts from q, by enumeration."""
@@ -286,4 +307,4 @@ def expected_paths(rule: object, q: object, n: int) -> float:
 
 
 __all__ = ["MAX_TUPLES", "PathAwareTransport", "continuing_paths", "expected_paths", "multiset_probabilities",
-           "multisets", "window_size"]
+           "multisets", "two_draft_optimum", "window_size"]

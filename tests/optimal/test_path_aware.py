@@ -23,6 +23,7 @@ from otlp.optimal.paths import (
     expected_paths,
     multiset_probabilities,
     multisets,
+    two_draft_optimum,
     window_size,
 )
 
@@ -72,6 +73,8 @@ def test_law_acceptance_and_paths_by_enumeration(n):
         assert paths >= base_paths - ACC_TOL, family
         assert paths == pytest.approx(rule.lp_value, abs=1e-9)  # the slices' count is the rule's own account
         assert base_paths == pytest.approx(rule.base_value, abs=1e-12)
+        if n == 2:  # the closed form (an independent route): alpha* + sum_a min(q_a^2, p_a)
+            assert paths == pytest.approx(two_draft_optimum(p, q), abs=1e-9), family
         checked += 1
         gained += paths > base_paths + 1e-6
     assert checked == 1100
@@ -142,3 +145,50 @@ def test_bad_input():
         PathAwareTransport([0.5, 0.5], [0.5, 0.5], 2, max_tuples=0)
     with pytest.raises(InputError):
         PathAwareTransport([0.5, 0.5], [0.5, 0.4], 2)
+
+
+def test_the_per_token_bound_is_not_attained_beyond_two_drafts():
+    """The n = 2 closed form's argument (each token's accepted mass from its highest-multiplicity tuples first) is
+    only an upper bound at n = 3: on Dirichlet(0.5) instances the LP optimum falls strictly below it."""
+    from math import comb
+
+    rng = np.random.default_rng(11)
+    below = 0
+    for _ in range(30):
+        V, n = 5, 3
+        p, q = rng.dirichlet(np.full(V, 0.5)), rng.dirichlet(np.full(V, 0.5))
+        rule = PathAwareTransport(p, q, n)
+        bound = rule.alpha
+        for a in range(V):
+            left = p[a]
+            for c in range(n, 0, -1):
+                take = min(comb(n, c) * q[a] ** c * (1 - q[a]) ** (n - c), left)
+                left -= take
+                bound += (c - 1) * take
+        assert rule.lp_value <= bound + 1e-9
+        below += rule.lp_value < bound - 1e-6
+    assert below >= 10
+
+
+def test_the_registered_verifier_and_its_torch_sampler():
+    """``get("optimal_paths")``: exact quantities from the same plan, and the torch sampler draws what the plan's
+    numpy sampler draws with the same uniforms (its stream law in the decode loop: tests/decode/test_loop_law.py)."""
+    import torch
+
+    from otlp.verifiers import get
+
+    v = get("optimal_paths")
+    p, q = np.array([0.1, 0.6, 0.3]), np.array([0.5, 0.3, 0.2])
+    draft = v.make_draft(q, 2)
+    assert v.acceptance(p, draft) == pytest.approx(0.85, abs=1e-12)
+    assert np.allclose(v.output_law(p, draft), p, atol=1e-12)
+    rng = np.random.default_rng(0)
+    B = 64
+    drafts = rng.choice(3, size=(B, 2), p=q)
+    u = rng.random((B, 2))
+    tokens, index = v.sample(torch.tensor(np.tile(p, (B, 1))), torch.tensor(np.tile(q, (B, 1))),
+                             torch.tensor(drafts), uniforms=torch.tensor(u))
+    ref_tokens, ref_index = PathAwareTransport(p, q, 2).sample(drafts, uniforms=u)
+    assert tokens.tolist() == ref_tokens.tolist() and index.tolist() == ref_index.tolist()
+    accepted = index.numpy() >= 0
+    assert np.all(drafts[np.arange(B), np.maximum(index.numpy(), 0)][accepted] == tokens.numpy()[accepted])

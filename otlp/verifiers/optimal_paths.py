@@ -1,0 +1,107 @@
+"""``optimal_paths``: an alpha*-optimal rule for i.i.d. drafts that keeps the most drafted paths alive (issue 18).
+
+The rule of :class:`otlp.optimal.paths.PathAwareTransport`: the class-chain plan of ``optimal``, with the tuples
+drawn from the ``max_tuples``-multiset window of the likeliest draft tokens re-planned by a linear program that
+maximises E[number of drafted paths that continue] at acceptance alpha*. Law = p and acceptance = alpha* exactly
+(to the LP's tolerance, 1e-10); the path count is the lexicographic optimum when the window holds every token of
+positive q (small V), else between the class chains' and that optimum.
+
+The torch ``sample`` is a host-side reference: it solves one LP per distinct (p, q) row on the CPU (milliseconds;
+the last ``CACHE_SIZE`` plans are kept, so repeated rows reuse theirs) and synchronises with the device. It is for
+measuring block efficiency (``otlp decode --verifier optimal_paths``), not for serving.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from otlp.drafts import IID, DraftScheme
+from otlp.errors import InputError
+from otlp.verifiers.base import Verifier, check_tensors
+
+#: plans kept by one verifier instance (keyed by the exact bytes of p, q and n)
+CACHE_SIZE = 256
+
+
+class OptimalPaths(Verifier):
+    """The path-aware optimal transport (acceptance alpha*, then the most continuing drafted paths)."""
+
+    name = "optimal_paths"
+    scheme = "iid"
+
+    def __init__(self, max_tuples: int | None = None):
+        from otlp.optimal.paths import MAX_TUPLES
+
+        self.max_tuples = MAX_TUPLES if max_tuples is None else max_tuples
+        self._cache: OrderedDict[bytes, object] = OrderedDict()
+
+    def make_draft(self, q: object, n: int) -> DraftScheme:
+        return IID(q, n)
+
+    def plan(self, p: np.ndarray, q: np.ndarray, n: int):  # noqa: ANN201
+        """The :class:`~otlp.optimal.paths.PathAwareTransport` of (p, q, n), cached."""
+        from otlp.optimal.paths import PathAwareTransport
+
+        key = p.tobytes() + q.tobytes() + int(n).to_bytes(4, "little")
+        rule = self._cache.get(key)
+        if rule is None:
+            rule = PathAwareTransport(p, q, n, max_tuples=self.max_tuples)
+            self._cache[key] = rule
+            if len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        return rule
+
+    def transport(self, p: object, draft: DraftScheme):  # noqa: ANN201
+        p, draft = self.check_draft(p, draft)
+        return self.plan(p, np.asarray(draft.q, dtype=np.float64), draft.n)
+
+    def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rule = self.transport(p, draft)
+        _, reject = rule.rule(omegas)
+        return rule.slices(omegas), 1.0 - reject
+
+    def acceptance(self, p: object, draft: DraftScheme) -> float:
+        return float(self.transport(p, draft).acceptance())
+
+    def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
+        return self.acceptance(p, draft)
+
+    def sample_exact(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray, rng: np.random.Generator,
+                     max_cells: int = 1 << 23) -> tuple[np.ndarray, np.ndarray]:
+        rule = self.transport(p, draft)
+        tokens, _ = rule.sample(omegas, rng)
+        _, reject = rule.rule(omegas)
+        return tokens, 1.0 - reject
+
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None, validate=None):  # noqa: ANN001, ANN201
+        """``p [B, V]``, ``q [B, V]``, ``drafts [B, n]`` (i.i.d. from q) -> ``(tokens [B], accepted_index [B])``;
+        ``uniforms [B, 2]`` as for ``get("optimal").sample`` (else drawn from ``generator``). One plan per row, on
+        the host (module docstring)."""
+        import torch
+
+        if isinstance(q, torch.Tensor) and q.ndim == 3:
+            raise InputError(f"optimal_paths implements the i.i.d. rule only (q of shape [B, V]), got q of shape "
+                             f"{tuple(q.shape)}")
+        B, n, V = check_tensors(p, q, drafts, validate=validate)
+        if uniforms is None:
+            uniforms = torch.rand((B, 2), generator=generator, device=p.device, dtype=torch.float64)
+        elif not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, 2):
+            raise InputError(f"uniforms must be a floating point tensor of shape [{B}, 2], got "
+                             f"{getattr(uniforms, 'shape', type(uniforms).__name__)}")
+        P = p.detach().to("cpu", torch.float64).numpy()
+        Q = q.detach().to("cpu", torch.float64).numpy()
+        W = drafts.detach().to("cpu", torch.int64).numpy()
+        U = uniforms.detach().to("cpu", torch.float64).numpy()
+        tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
+        for b in range(B):  # one LP-backed plan per row (host side)
+            pb, qb = P[b] / P[b].sum(), Q[b] / Q[b].sum()
+            t, i = self.plan(pb, qb, n).sample(W[b : b + 1], uniforms=U[b : b + 1])
+            tokens[b], index[b] = t[0], i[0]
+        return torch.from_numpy(tokens).to(p.device), torch.from_numpy(index).to(p.device)
+
+
+__all__ = ["OptimalPaths"]

@@ -4,8 +4,8 @@ For each pair, each draft top-k (q truncated to its k largest entries, ties to t
 p unchanged, as in ``otlp bench acceptance`` and GR App. N) and each n:
 
 - ``alpha_star`` = alpha*(p, IID(q, n)) = 1 + min_m psi_m over the prefixes of the tokens sorted by decreasing q/p
-  (GR Thm 3.1, Lemma 6.3), by ``otlp.subsets.sorted_prefix_psi`` on a whole block of rows; the sort by q/p does
-  not depend on n, so it is done once per (block, top-k) and each n re-reads the sorted rows (already in order).
+  (GR Thm 3.1, Lemma 6.3), by ``otlp.optimal.chains.prefix`` on each row's tokens bucketed by q/p, with only the
+  buckets that can hold the minimum taken token by token (:func:`alpha_star_rows`, exact to rounding);
 - ``alpha_star_lower`` = alpha_star - min(P_T, 1 - (1 - Q_T)^n): the proven lower end for a sparse capture (the
   bound and its proof: :mod:`otlp.sweep.capture`); equal to alpha_star for dense rows and whenever the draft top-k
   leaves no q mass in the tail.
@@ -30,15 +30,21 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from otlp.errors import InputError
-from otlp.subsets import sorted_prefix_psi
 from otlp.sweep.loader import PairBlock
 
 #: Version of the per-pair result columns; part of every result key, so a change recomputes old shards.
 RESULTS_VERSION = 1
 #: Default budget of (tuple, token) cells for a rule whose exact acceptance enumerates the draft support.
 MAX_ENUM_CELLS = 1 << 20
-#: Rows per chunk: about this many float64 cells of one [rows, W] array (4 rows at V = 32k: cache-sized).
-CHUNK_CELLS = 1 << 17
+#: Rows per chunk of :func:`alpha_star_rows`: about this many cells of one [rows, W] array (8 rows at V = 32k: 2 MiB
+#: float64, cache-sized; fewer rows pay its per-call overhead more often, benchmarks/sweep.py).
+CHUNK_CELLS = 1 << 18
+#: :func:`alpha_star_rows` buckets the candidates by this many leading mantissa bits of q/p (64 per octave).
+BUCKET_BITS = 6
+#: At most this many buckets per row: the top one also takes every larger ratio (+inf included).
+MAX_BUCKETS = 4096
+#: A bucket stays collapsed when its lower bound on psi exceeds the best boundary psi by this (rounding is ~1e-15).
+BOUND_MARGIN = 1e-12
 
 #: Integer node columns copied into the results (the rest of the numeric metadata stays float64, NaN = unset).
 INT_META = ("context_id", "sequence", "position", "depth", "width")
@@ -130,45 +136,93 @@ def top_k_draft(q: np.ndarray, k: int, sparse: bool) -> np.ndarray:
 def alpha_star_rows(p: np.ndarray, q: np.ndarray, ns: Sequence[int]) -> np.ndarray:
     """alpha*(p_m, IID(q_m, n)) for rows of ``p, q [M, W]`` and each n: ``float64 [len(ns), M]``.
 
-    Only the candidates x with q(x)/p(x) > 1/n_max are sorted; the other tokens are collapsed into one token placed
-    last. This is exact: let m* be the first argmin of psi_m = P_m - Q_m^n over the prefixes in decreasing q/p order
-    (GR Lemma 6.3). If m* > 0 its last token x has psi_m* < psi_(m*-1), i.e. p(x) < Q_m*^n - (Q_m* - q(x))^n <=
-    n q(x) Q_m*^(n-1) <= n q(x), so q(x)/p(x) > 1/n, and every earlier token has a ratio at least as large. So the
-    minimum is attained on a prefix made of candidates; the collapsed rest has ratio q(rest)/p(rest) <= 1/n_max,
-    below every candidate, so it sorts last, every candidate prefix keeps its sets and sums, and the one new prefix
-    is the whole vocabulary (psi = 0). The sort by q/p does not depend on n: it is done once per row, and each n
-    hands the sorted rows to ``otlp.subsets.sorted_prefix_psi`` (whose stable sort then finds them in order).
-    Rows are sorted with numpy's default (SIMD) argsort and re-sorted stably where two candidates tie, so the order,
-    and every bit of the result, is the same on any machine.
+    alpha* = 1 + min_m psi_m over the prefixes of the tokens in decreasing q/p order (GR Thm 3.1, Lemma 6.3), with
+    psi by ``otlp.optimal.chains.prefix`` (the one implementation of the sorted-prefix closed form), called on two
+    small problems per row instead of one sort of W tokens:
+
+    1. *Collapse.* A token x ending the first argmin prefix m* > 0 has psi_m* < psi_(m*-1), i.e. p(x) < Q_m*^n -
+       (Q_m* - q(x))^n <= n q(x), so q(x)/p(x) > 1/n >= 1/n_max. Tokens below the bucket of 1/n_max (q = 0 and p = q
+       = 0 included) form one "rest" bucket, last in the order.
+    2. *Buckets.* The other tokens (the candidates) are bucketed by the leading ``BUCKET_BITS`` mantissa bits of
+       q/p (the float's bit pattern, monotone in the ratio: bucket j holds ratios in [lo_j, hi_j), in decreasing
+       order; the top bucket also holds every ratio above ``MAX_BUCKETS`` buckets, +inf included, with hi = inf).
+       Level 1 is
+       ``chains.prefix`` on the bucket sums (Pb, Qb): its alpha is psi of a union of buckets, an upper bound
+       1 + best of alpha* (any subset's psi is >= the minimum), attained by it when m* ends on a bucket boundary.
+    3. *Bound.* A prefix ending inside bucket j holds the buckets above (masses Pa, Qa) and a part of bucket j of q
+       mass x in (0, Qb) and p mass y. Every token of the bucket has lo <= q/p < hi, so y >= x / hi and, the rest
+       of the bucket having p <= q / lo, y >= Pb - (Qb - x) / lo. Hence psi >= Pa + max(x / hi, Pb - (Qb - x) / lo)
+       - (Qa + x)^n, which is the first line minus (Qa + x)^n up to the crossing x_c = (Qb / lo - Pb) / (1 / lo -
+       1 / hi) of the two lines and the second after it: concave on [0, x_c] and on [x_c, Qb], so its minimum lies
+       at x = 0 or Qb (both bucket boundaries, where it is psi: >= best) or at x_c. A
+       bucket whose bound at x_c is >= best + ``BOUND_MARGIN`` (the margin covers the rounding of both sides) holds
+       no prefix below best, and stays collapsed. The others are *refined* (the union over the ns).
+    4. Level 2 is ``chains.prefix`` on the refined buckets' tokens, one by one, plus one token per run of unrefined
+       buckets between them (each run's ratio lies between its neighbours' buckets, so the order is kept); it has
+       every prefix ending inside a refined bucket. alpha* = min(level 1, level 2).
+
+    On LM-shaped rows at V = 32k a few hundred tokens per row are refined (benchmarks/sweep.py). The result equals
+    the full sort's to rounding (the sums run in another order): tests/sweep/test_compute.py checks it against brute
+    force and ``otlp.optimal_acceptance``. Every step is elementwise or per row, so a row's bits never depend on the
+    other rows of its block or on the machine's thread count.
     """
+    from otlp.optimal import chains
+
     M, W = p.shape
-    n_max = max(int(n) for n in ns)
+    ns = [int(n) for n in ns]
+    out = np.empty((len(ns), M))
+    if M == 0:
+        return out
+    thr = 1.0 / max(ns)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = q / p  # [M, W]
     zero = p == 0
-    if zero.any():  # the conventions of otlp.subsets.ratio_order: p = 0 < q first, p = q = 0 last
-        ratio[zero] = np.where(q[zero] > 0, np.inf, -1.0)
-    cand = ratio > 1.0 / n_max
-    counts = cand.sum(axis=1)
-    C = int(counts.max()) if M else 0
-    slots = np.arange(C + 1)[None, :] < counts[:, None]  # [M, C + 1]: row-major boolean copies keep token order
-    pr, qr, rr = np.zeros((M, C + 1)), np.zeros((M, C + 1)), np.full((M, C + 1), -1.0)  # padding: p = q = 0
-    pr[slots], qr[slots], rr[slots] = p[cand], q[cand], ratio[cand]
-    pr[:, C] = np.where(cand, 0.0, p).sum(axis=1)  # the collapsed rest, last in the order
-    qr[:, C] = np.where(cand, 0.0, q).sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rr[:, C] = np.where(pr[:, C] > 0, qr[:, C] / np.where(pr[:, C] > 0, pr[:, C], 1.0), -1.0)
-    order = np.argsort(-rr, axis=1)  # [M, C + 1]
-    ranked = np.take_along_axis(rr, order, axis=1)
-    tied = ((ranked[:, 1:] == ranked[:, :-1]) & (ranked[:, 1:] > -1.0)).any(axis=1)  # p = q = 0: any order
-    if tied.any():
-        order[tied] = np.argsort(-rr[tied], axis=1, kind="stable")
-    take = np.arange(M)[:, None]
-    ps, qs = pr[take, order], qr[take, order]
-    out = np.empty((len(ns), M))
+    if zero.any():  # p = 0 < q: +inf (first); p = q = 0: 0 (no mass, in the rest)
+        ratio[zero] = np.where(q[zero] > 0, np.inf, 0.0)
+    shift = 52 - BUCKET_BITS
+    base = int(np.float64(thr).view(np.int64)) >> shift
+    # the bucket of a ratio >= 0 from its bit pattern (monotone): 0 is thr's, [lo_0, hi_0) with lo_0 <= thr; the
+    # rest (ratio < lo_0 <= thr) is -1 (a ratio in [lo_0, thr] joins bucket 0: a candidate too many is exact)
+    key = ratio.view(np.int64) >> shift  # [M, W] (in place from here: big temporaries cost page faults)
+    key -= base
+    np.maximum(key, -1, out=key)
+    top = int(key.max()) + 1
+    K = max(1, min(top, MAX_BUCKETS, (0x7FF0000000000000 >> shift) - base))  # +inf's bucket is never an own one
+    np.minimum(key, K - 1, out=key)
+    np.subtract(K - 1, key, out=key)  # bucket by decreasing ratio; the rest (key -1) is bucket K
+    key += (np.arange(M, dtype=np.int64) * (K + 1))[:, None]
+    flat = key.ravel()
+    Pb = np.bincount(flat, weights=p.ravel(), minlength=M * (K + 1)).reshape(M, K + 1)  # [M, K + 1]
+    Qb = np.bincount(flat, weights=q.ravel(), minlength=M * (K + 1)).reshape(M, K + 1)
+    edges = ((base + np.arange(K, -1, -1, dtype=np.int64)) << shift).view(np.float64)  # [K + 1] decreasing
+    hi, lo = edges[:-1].copy(), edges[1:]  # [K]
+    if top > K:  # the top bucket also holds every larger ratio
+        hi[0] = np.inf
+    Pa, Qa = np.zeros((M, K)), np.zeros((M, K))  # the masses of the buckets above
+    np.cumsum(Pb[:, :K - 1], axis=1, out=Pa[:, 1:])
+    np.cumsum(Qb[:, :K - 1], axis=1, out=Qa[:, 1:])
+    pb, qb = Pb[:, :K], Qb[:, :K]
+    x_c = np.clip((qb / lo - pb) / (1.0 / lo - 1.0 / hi), 0.0, qb)  # [M, K]
+    y_c = Pa + x_c / hi
+    level1 = [chains.prefix(Pb, Qb, n).alpha for n in ns]
+    refine = np.zeros((M, K + 1), dtype=bool)  # the rest (column K) is never refined
+    for n, alpha in zip(ns, level1, strict=True):
+        refine[:, :K] |= (y_c - (Qa + x_c) ** n < (alpha - 1.0 + BOUND_MARGIN)[:, None]) & (qb > 0)
+    # level 2: the refined buckets' tokens one by one, each run of unrefined buckets as one token
+    sel = refine.ravel()[flat].reshape(M, W)  # [M, W]
+    counts = sel.sum(axis=1)
+    R = int(counts.max())
+    run = np.cumsum(refine, axis=1)  # [M, K + 1]: an unrefined bucket's run = the refined buckets before it
+    G = int(run[:, -1].max()) + 1
+    rflat = (run + (np.arange(M, dtype=np.int64) * G)[:, None]).ravel()
+    P2, Q2 = np.zeros((M, G + R)), np.zeros((M, G + R))  # [M, G + R]; padding p = q = 0 changes no prefix
+    P2[:, :G] = np.bincount(rflat, weights=np.where(refine, 0.0, Pb).ravel(), minlength=M * G).reshape(M, G)
+    Q2[:, :G] = np.bincount(rflat, weights=np.where(refine, 0.0, Qb).ravel(), minlength=M * G).reshape(M, G)
+    slots = np.arange(R)[None, :] < counts[:, None]  # [M, R]; row-major boolean copies keep the token order
+    P2[:, G:][slots] = p[sel]
+    Q2[:, G:][slots] = q[sel]
     for b, n in enumerate(ns):
-        _, psi = sorted_prefix_psi(ps, qs, int(n))  # rows already sorted: the order it finds is the identity
-        out[b] = 1.0 + psi.min(axis=1)
+        out[b] = np.minimum(level1[b], chains.prefix(P2, Q2, n).alpha)
     return out
 
 

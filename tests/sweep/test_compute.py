@@ -1,5 +1,6 @@
-"""The sweep's batched alpha* (candidates q/p > 1/n_max sorted, the rest collapsed) against brute force over all
-subsets and otlp.optimal_acceptance, on the adversarial families (ties, zeros, point masses, p = q)."""
+"""The sweep's batched alpha* (tokens bucketed by q/p, only the buckets that can hold the minimum sorted one by one)
+against brute force over all subsets and otlp.optimal_acceptance, on the adversarial families (ties, zeros, point
+masses, p = q) and on rows that stress the buckets (edges, +inf and huge ratios, any bucket width)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,43 @@ def test_alpha_star_rows_at_lm_sizes_and_under_permutation():
     assert np.allclose(alpha_star_rows(p[:, perm], q[:, perm], ns), got, rtol=0, atol=1e-13)
     # the threshold 1/n_max: sweeping n = 2 alone gives the same values as inside a sweep up to n = 8
     assert np.allclose(alpha_star_rows(p, q, (2,))[0], got[1], rtol=0, atol=1e-13)
+
+
+def _edge_rows(rng: np.random.Generator, V: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows that stress the buckets: ratios exactly on bucket edges (powers of two, p = q), p = 0 < q (ratio +inf),
+    p = 1e-300 (ratios beyond the last bucket), q truncated to a top-k (q = 0), p = q = 0, and LM-shaped rows."""
+    from tests.sweep.conftest import lm_pairs
+
+    p, q = lm_pairs(rng, 8, V)
+    q[0] = p[0] * np.exp2(rng.integers(-4, 4, V))
+    q[1] = p[1]
+    q[1, : V // 3] *= 2.0
+    p[2, rng.random(V) < 0.2] = 0.0
+    p[3, rng.random(V) < 0.2] = 1e-300
+    q[4, np.argsort(-q[4])[12:]] = 0.0
+    zero = rng.random(V) < 0.5
+    p[5, zero] = q[5, zero] = 0.0
+    p[6] = np.round(p[6] * 40) + 1
+    q[6] = np.round(q[6] * 40) + 1
+    return p / p.sum(axis=1, keepdims=True), q / q.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("bits, max_buckets", [(6, 4096), (0, 4096), (2, 3), (1, 1), (12, 64)])
+def test_alpha_star_rows_is_exact_for_any_bucketing(bits, max_buckets, monkeypatch):  # noqa: ANN001
+    # the buckets only decide which tokens are sorted one by one: coarse buckets (most refined), one bucket (its
+    # upper edge +inf), clipped ranges and fine buckets must all give the sorted prefix's minimum
+    import otlp.sweep.compute as compute
+
+    monkeypatch.setattr(compute, "BUCKET_BITS", bits)
+    monkeypatch.setattr(compute, "MAX_BUCKETS", max_buckets)
+    rng = np.random.default_rng(13)
+    for V in (7, 600):
+        p, q = _edge_rows(rng, V)
+        for ns in ((1, 2, 4, 8), (3,), (5, 16)):
+            got = compute.alpha_star_rows(p, q, ns)
+            for b, n in enumerate(ns):
+                want = [otlp.optimal_acceptance(p[m], otlp.IID(q[m], n)) for m in range(len(p))]
+                assert np.allclose(got[b], want, rtol=0, atol=1e-12), (bits, max_buckets, V, n)
 
 
 def test_top_k_draft_keeps_lower_ids_on_ties_and_never_the_sparse_tail():

@@ -16,6 +16,7 @@ violated antichains found by :func:`most_violated_antichains` until none is viol
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -207,8 +208,10 @@ class MultiPathLP(Formulation):
         """Most violated antichain caps for node budgets D [num_nodes] (see :func:`most_violated_antichains`)."""
         return most_violated_antichains(D * self.p_prefix, self.q_prefix, self.V, self.L, self.K)
 
-    def solve(self, backend: str = "highs", *, time_limit: float | None = None, **options: object):
-        """Solve; with antichains="generate", by constraint generation.  Returns an ``otlp.solution.Solution``
+    def solve(self, backend: str = "highs", *, time_limit: float | None = None,
+              on_round: Callable[[int, float], None] | None = None, **options: object):
+        """Solve; with antichains="generate", by constraint generation (``on_round(rounds, violation)`` after each
+        round: progress).  Returns an ``otlp.solution.Solution``
         whose ``primal["D"]`` are the node budgets and ``info`` holds ``antichain_rows``, ``rounds``,
         ``max_violation`` (the largest antichain-cap violation over ALL antichains, found by separation) and
         ``converged``.  Generation stopped by ``max_rounds`` or ``time_limit`` (seconds) leaves an upper bound
@@ -227,6 +230,8 @@ class MultiPathLP(Formulation):
             violation = max(cuts[0][0], 0.0) if cuts else 0.0
             new = [T for v, T in cuts if v > self.tol and np.sort(T).tobytes() not in seen]
             converged = violation <= self.tol
+            if on_round is not None:
+                on_round(rounds, violation)
             if converged or self.mode != "generate" or not new:
                 break
             if rounds >= self.max_rounds or (time_limit is not None and time.perf_counter() - start > time_limit):

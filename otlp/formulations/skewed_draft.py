@@ -30,6 +30,7 @@ Its optimum equals the antichain LP's (Thm 4.3, ``MultiPathLP``), which the test
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -158,9 +159,11 @@ class SkewedDraftLP(Formulation):
             center = z
         return center, order
 
-    def solve(self, backend: str = "highs", *, time_limit: float | None = None, **options: object):
+    def solve(self, backend: str = "highs", *, time_limit: float | None = None,
+              on_round: Callable[[int, float], None] | None = None, **options: object):
         """Solve by generation of ranking families (module docstring); status "time_limit" when stopped early
-        by ``max_rounds`` or ``time_limit`` (seconds), leaving an upper bound on the optimum."""
+        by ``max_rounds`` or ``time_limit`` (seconds), leaving an upper bound on the optimum.
+        ``on_round(rounds, violation)`` is called after each round (progress)."""
         start = time.perf_counter()
         rounds, converged, violation = 0, False, float("nan")
         seen = {o.tobytes() for o in self.orderings}
@@ -175,6 +178,8 @@ class SkewedDraftLP(Formulation):
             r = np.asarray(solution.primal["r"], dtype=np.float64)
             violation, order = self.separate(r[self.leaf0:])
             converged = violation <= self.tol or self.K == 1
+            if on_round is not None:
+                on_round(rounds, violation)
             if converged:
                 break
             center, order = self._in_out(center, r[self.leaf0:], order)

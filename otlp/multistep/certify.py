@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +38,9 @@ from otlp.errors import InputError
 from otlp.multistep.armodel import ARModel, depth_offsets, num_nodes, random_pair
 from otlp.multistep.efficiency import _check_pair, bv_efficiency, check_K, gbv_efficiency, sps_efficiency
 from otlp.multistep.enumeration import RULES, efficiency_from_law, output_law, target_matching_error
+
+if TYPE_CHECKING:
+    from otlp._cli_util import Progress
 
 SINGLE_PATH_RULES = ("sps", "bv")
 LAW_TOLERANCE = 1e-9  # target-matching error and antichain-cap violation accepted as exact (float64 roundoff)
@@ -54,7 +58,7 @@ class MultiStepReport:
     V: int
     L: int
     K: int
-    block_efficiency: float
+    block_efficiency: float | None  # None: the rule could not be built (``target_check`` says why)
     optimum: float | None
     gap: float | None
     preserves_target: bool | None
@@ -137,24 +141,42 @@ def _law_checks(R: np.ndarray, target: ARModel, draft: ARModel, L: int, K: int) 
     return ok, tm, pm, text
 
 
-def _optimum(target: ARModel, draft: ARModel, L: int, K: int, backend: str,
-             time_limit: float | None) -> tuple[float | None, str, list[str]]:
-    """(optimum or None, method, notes) from the multi-path LP."""
+def _lp_rounds(progress: Progress | None, what: str):  # noqa: ANN202 - a callback or None
+    """An ``on_round`` callback that names the LP's round and violation on the progress line."""
+    if progress is None:
+        return None
+    return lambda rounds, violation: progress.set_note(f"{what}: round {rounds}, cap violation {violation:.1e}")
+
+
+def _optimum(target: ARModel, draft: ARModel, L: int, K: int, backend: str, time_limit: float | None,
+             optima: dict | None = None, progress: Progress | None = None) -> tuple[float | None, str, list[str]]:
+    """(optimum or None, method, notes) from the multi-path LP; ``optima`` (keyed by K) holds the results of
+    earlier calls on the same pair, so that a table of rules solves each LP once."""
     from otlp.formulations.multipath import MultiPathLP
 
+    if optima is not None and K in optima:
+        value, method, notes = optima[K]
+        return value, method, list(notes)
     try:
         lp = MultiPathLP(target, draft, L, K)
-        sol = lp.solve(backend=backend, time_limit=time_limit)
+        sol = lp.solve(backend=backend, time_limit=time_limit,
+                       on_round=_lp_rounds(progress, f"multi-path LP optimum (K = {K})"))
     except InputError as exc:
-        return None, "multi-path LP", [f"LP optimum not computed: {exc}"]
-    info = sol.info
-    method = (f"MultiPathLP ({backend}, antichains {info.get('mode')}, {info.get('antichain_rows')} cap rows, "
-              f"{info.get('rounds')} round(s))")
-    if not sol.optimal or not info.get("converged", False):
-        bound = "" if sol.value is None else f"; upper bound {float(sol.value):.12g}"
-        return None, method, [f"LP optimum not certified: status {sol.status}, converged "
-                              f"{info.get('converged')}, max antichain violation {info.get('max_violation')}{bound}"]
-    return float(sol.value), method, []
+        out = None, "multi-path LP", [f"LP optimum not computed: {exc}"]
+    else:
+        info = sol.info
+        method = (f"MultiPathLP ({backend}, antichains {info.get('mode')}, {info.get('antichain_rows')} cap rows, "
+                  f"{info.get('rounds')} round(s))")
+        if not sol.optimal or not info.get("converged", False):
+            bound = "" if sol.value is None else f"; upper bound {float(sol.value):.12g}"
+            out = None, method, [f"LP optimum not certified: status {sol.status}, converged "
+                                 f"{info.get('converged')}, max antichain violation {info.get('max_violation')}"
+                                 f"{bound}"]
+        else:
+            out = float(sol.value), method, []
+    if optima is not None:
+        optima[K] = out
+    return out[0], out[1], list(out[2])
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -164,10 +186,12 @@ def _optimum(target: ARModel, draft: ARModel, L: int, K: int, backend: str,
 
 def certify_output_law(R: np.ndarray, target: ARModel, draft: ARModel, L: int, K: int = 1, *,
                        rule: str = "law", block_efficiency: float | None = None, backend: str = "highs",
-                       time_limit: float | None = 60.0) -> MultiStepReport:
+                       time_limit: float | None = 60.0, optima: dict | None = None,
+                       progress: Progress | None = None) -> MultiStepReport:
     """Certify an output law R on V^{<=L+1} (R[root] = 0) of a rule drafting K i.i.d. paths.
 
     ``block_efficiency`` defaults to E[length] of R.  This is the route for rules outside ``RULES``.
+    ``optima``: see :func:`certify_multistep`; ``progress`` (an ``otlp._cli_util.Progress``) names the LP's rounds.
     """
     _check_pair(target, draft, L)
     K = check_K(K)
@@ -180,15 +204,20 @@ def certify_output_law(R: np.ndarray, target: ARModel, draft: ARModel, L: int, K
     if block_efficiency is None:
         block_efficiency, method["block_efficiency"] = law_eff, "E[length] of the output law"
     ok, tm, pm, text = _law_checks(R, target, draft, L, K)
-    optimum, method["optimum"], notes = _optimum(target, draft, L, K, backend, time_limit)
+    optimum, method["optimum"], notes = _optimum(target, draft, L, K, backend, time_limit, optima, progress)
     gap = None if optimum is None else optimum - float(block_efficiency)
     return MultiStepReport(rule, target.V, int(L), K, float(block_efficiency), optimum, gap, bool(ok), tm, pm,
                            law_eff, text, method, notes)
 
 
 def certify_multistep(rule: str, target: ARModel, draft: ARModel, L: int, K: int = 1, *, backend: str = "highs",
-                      time_limit: float | None = 60.0) -> MultiStepReport:
+                      time_limit: float | None = 60.0, optima: dict | None = None,
+                      progress: Progress | None = None) -> MultiStepReport:
     """Certify the multi-step rule ``rule`` in RULES on (target, draft) with block length L and K drafted paths.
+
+    ``time_limit`` bounds each LP's constraint generation (checked between rounds). ``optima``, a dict passed to
+    several calls on the same (target, draft, L), keeps the multi-path LP optimum per K so that it is solved once.
+    ``progress`` (an ``otlp._cli_util.Progress``) names the LP rounds as they run.
 
     Examples
     --------
@@ -218,13 +247,14 @@ def certify_multistep(rule: str, target: ARModel, draft: ARModel, L: int, K: int
     elif rule == "optimal":  # one LP solve serves the efficiency and the law
         from otlp.multistep.optimal_rule import optimal_k_path_rule
 
-        opt = optimal_k_path_rule(target, draft, L, K, backend=backend, time_limit=time_limit)
+        opt = optimal_k_path_rule(target, draft, L, K, backend=backend, time_limit=time_limit,
+                                  on_round=_lp_rounds(progress, f"Thm 4.6 LP of the optimal rule (K = {K})"))
         eff = opt.block_efficiency
         method["block_efficiency"] = (f"Eq. 83 with the realised q^Gamma* (Thm 4.6 LP, {opt.info['rounds']} "
                                       f"round(s); {opt.mixture.num_rankings} greedy rankings)")
         R = opt.output_law(target)
         report = certify_output_law(R, target, draft, L, K, rule=rule, block_efficiency=eff, backend=backend,
-                                    time_limit=time_limit)
+                                    time_limit=time_limit, optima=optima, progress=progress)
         report.method.update(method)
         report.target_check += "; law = selection law (rankings mixture) x BV's law per path"
         return report
@@ -236,12 +266,12 @@ def certify_multistep(rule: str, target: ARModel, draft: ARModel, L: int, K: int
     except InputError as exc:  # ModelTooLargeError: too many draft tuples to enumerate
         if eff is None:
             raise
-        optimum, method["optimum"], lp_notes = _optimum(target, draft, L, K, backend, time_limit)
+        optimum, method["optimum"], lp_notes = _optimum(target, draft, L, K, backend, time_limit, optima, progress)
         return MultiStepReport(rule, target.V, int(L), K, float(eff), optimum,
                                None if optimum is None else optimum - eff, None, None,
                                target_check=f"not checked: {exc}", method=method, notes=notes + lp_notes)
     report = certify_output_law(R, target, draft, L, K, rule=rule, block_efficiency=eff, backend=backend,
-                                time_limit=time_limit)
+                                time_limit=time_limit, optima=optima, progress=progress)
     report.method.update(method)
     report.notes = notes + report.notes
     if abs(report.block_efficiency - report.law_efficiency) > 1e-9:
@@ -250,10 +280,32 @@ def certify_multistep(rule: str, target: ARModel, draft: ARModel, L: int, K: int
     return report
 
 
-def certify_rules(target: ARModel, draft: ARModel, L: int, K: int, rules: tuple[str, ...] = RULES,
-                  **options: object) -> list[MultiStepReport]:
-    """``certify_multistep`` for each rule (the table across rules)."""
-    return [certify_multistep(rule, target, draft, L, K, **options) for rule in rules]
+def certify_rules(target: ARModel, draft: ARModel, L: int, K: int, rules: tuple[str, ...] = RULES, *,
+                  progress: Progress | None = None, **options: object) -> list[MultiStepReport]:
+    """``certify_multistep`` for each rule (the table across rules), with one multi-path LP solve per K shared by
+    all. A rule that cannot be built (the optimal rule's LP not converging in time, too many paths) gives a row
+    with ``block_efficiency`` None and the reason in ``target_check``, so the other rows still come out."""
+    optima: dict = {}
+    reports = []
+    if progress is not None:
+        progress.total = len(rules)
+    for rule in rules:
+        if progress is not None:
+            progress.set_note(rule)
+        try:
+            reports.append(certify_multistep(rule, target, draft, L, K, optima=optima, progress=progress,
+                                             **options))
+        except InputError as exc:
+            if len(rules) == 1:
+                raise
+            k = 1 if rule in SINGLE_PATH_RULES else check_K(K)
+            optimum, method, notes = optima.get(k, (None, "", []))
+            reports.append(MultiStepReport(rule, target.V, int(L), k, None, optimum, None, None, None,
+                                           target_check=f"not computed: {exc}", method={"optimum": method},
+                                           notes=list(notes)))
+        if progress is not None:
+            progress.update(1)
+    return reports
 
 
 def format_multistep_table(reports: list[MultiStepReport]) -> str:
@@ -261,6 +313,9 @@ def format_multistep_table(reports: list[MultiStepReport]) -> str:
             f"{'PM viol.':>9}  target")
     out = [head, "-" * len(head)]
     for r in reports:
+        if r.block_efficiency is None:
+            out.append(f"{r.rule:<11} {r.K:>2} {'n/a':>14} {'':>14} {'':>12} {'':>9} {'':>9}  {r.target_check}")
+            continue
         opt = "n/a" if r.optimum is None else f"{r.optimum:14.10f}"
         gap = "n/a" if r.gap is None else f"{r.gap:12.4e}"
         tm = "n/a" if r.target_matching_error is None else f"{r.target_matching_error:9.1e}"
@@ -287,7 +342,9 @@ def add_multistep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--closeness", type=float, default=0.0,
                         help="mix the draft towards the target, in [0, 1) (default 0: independent)")
     parser.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
-                        help="LP constraint-generation limit in seconds (default 60)")
+                        help="limit of each LP's constraint generation, checked between rounds, in seconds "
+                             "(default 60); at most two LPs run: the multi-path LP optimum, shared by all rules, "
+                             "and the optimal rule's Thm 4.6 LP")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -307,7 +364,10 @@ def run_multistep_cli(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(seed)
     target, draft = random_pair(V, L, rng, args.concentration, args.closeness)
     rules = RULES if args.rule == "all" else (args.rule,)
-    reports = certify_rules(target, draft, L, K, rules, time_limit=args.time_limit)
+    from otlp._cli_util import Progress
+
+    with Progress("otlp certify-block", enabled=not args.json) as bar:
+        reports = certify_rules(target, draft, L, K, rules, time_limit=args.time_limit, progress=bar)
     if args.json:
         print(json.dumps({"V": V, "L": L, "K": K, "seed": args.seed, "concentration": args.concentration,
                           "closeness": args.closeness, "reports": [r.to_dict() for r in reports]}, indent=2))

@@ -23,6 +23,7 @@ work with ``ModelTooLargeError``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,8 +117,10 @@ def check_size(V: int, L: int) -> None:
 
 
 def optimal_k_path_rule(target: ARModel, draft: ARModel, L: int, K: int, *, backend: str = "highs",
-                        time_limit: float | None = 60.0, tol: float = 1e-9) -> OptimalKPathRule:
-    """Precompute the optimal K-path rule (module docstring).
+                        time_limit: float | None = 60.0, tol: float = 1e-9,
+                        on_round: Callable[[int, float], None] | None = None) -> OptimalKPathRule:
+    """Precompute the optimal K-path rule (module docstring); ``on_round(rounds, violation)`` reports the LP's
+    progress.
 
     Raises ModelTooLargeError above MAX_PATHS paths and InputError when the LP does not reach ``tol`` within
     ``time_limit`` seconds (the rule would then not be optimal).
@@ -139,7 +142,7 @@ def optimal_k_path_rule(target: ARModel, draft: ARModel, L: int, K: int, *, back
     check_size(V, L)
     start = time.perf_counter()
     lp = SkewedDraftLP(target, draft, L, K, tol=tol)
-    sol = lp.solve(backend, time_limit=time_limit)
+    sol = lp.solve(backend, time_limit=time_limit, on_round=on_round)
     if not sol.optimal or not sol.info.get("converged"):
         raise InputError(f"the Thm 4.6 LP (V={V}, L={L}, K={K}) did not converge: status {sol.status}, "
                          f"{sol.info.get('rounds')} rounds, cap violation {sol.info.get('max_violation')}; "

@@ -190,6 +190,50 @@ def test_bad_input_is_refused() -> None:
         certify_output_law(np.zeros(5), target, draft, 2, 1)
 
 
+def test_a_table_of_rules_solves_each_multipath_lp_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """certify_rules shares the multi-path LP optimum across rules: one solve for K = 1 (sps, bv) and one for K,
+    and every row carries the same optimum as a rule certified on its own."""
+    import io
+
+    from otlp._cli_util import Progress
+    from otlp.formulations.multipath import MultiPathLP
+    from otlp.multistep.certify import certify_rules
+
+    target, draft = random_pair(2, 2, np.random.default_rng(5))
+    alone = {rule: certify_multistep(rule, target, draft, 2, 2).optimum for rule in RULES}
+    solves = []
+    solve = MultiPathLP.solve
+
+    def counted(self, *args, **kwargs):  # noqa: ANN001, ANN202
+        solves.append(self.K)
+        return solve(self, *args, **kwargs)
+
+    monkeypatch.setattr(MultiPathLP, "solve", counted)
+    stream = io.StringIO()
+    with Progress("otlp certify-block", stream=stream, force=True) as bar:
+        reports = certify_rules(target, draft, 2, 2, progress=bar)
+    assert sorted(solves) == [1, 2]
+    assert {r.rule: r.optimum for r in reports} == pytest.approx(alone, abs=1e-12)
+    text = stream.getvalue()
+    assert f"{len(RULES) - 1}/{len(RULES)}" in text and "multi-path LP optimum (K = 2): round 1" in text
+
+
+def test_a_rule_that_cannot_be_built_leaves_the_other_rows(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import otlp.multistep.optimal_rule as optimal_rule
+
+    def fails(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise InputError("the Thm 4.6 LP did not converge")
+
+    monkeypatch.setattr(optimal_rule, "optimal_k_path_rule", fails)
+    assert run_multistep_cli(_cli("--rule", "all", "--V", "2", "--L", "2", "--K", "2")) == 0
+    out = capsys.readouterr().out
+    assert "not computed: the Thm 4.6 LP did not converge" in out
+    assert all(rule in out for rule in RULES)
+    with pytest.raises(InputError, match="did not converge"):  # asked alone, it is the command's error
+        run_multistep_cli(_cli("--rule", "optimal", "--V", "2", "--L", "2", "--K", "2"))
+
+
 def _cli(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_multistep_arguments(parser)

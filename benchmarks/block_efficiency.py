@@ -4,7 +4,10 @@ For K in {1, 2, 3, 4} drafted paths and block lengths L in {2, 3, 4}: token-wise
 GBV, the multi-draft token tree (RRS at each node), the optimal K-path rule (issue 16: Thm 4.6's q^Gamma*
 decomposed into greedy rankings, ``otlp.multistep.optimal_rule``), two cheap rules cut from its mixture, and
 the antichain-LP optimum (MultiPathLP, papers/002 Thm 4.3; constraint generation under a time budget, "-" where
-it did not converge in time).  Every number is exact (closed forms / recursions on the prefix tree), averaged
+it did not converge in time), and the token tree with an alpha*-optimal rule at every node (issue 18): "tree opt"
+with the class-chain plan of ``optimal`` (otlp/optimal/chains.py), "tree paths" with the path-aware plan of
+``optimal_paths`` (otlp/optimal/paths.py: alpha*, then the most continuing drafted paths), both exact
+(otlp.optimal.tree_law).  Every number is exact (closed forms / recursions on the prefix tree), averaged
 over ``--instances`` random model pairs.
 
 Cheap rules (each a valid sampler: a mixture of greedy rankings run with BV on its own exact q^Gamma, Eq. 19):
@@ -27,6 +30,9 @@ Writes benchmarks/results/block_efficiency.json.
 ``--timing``: instead, the optimal rule's precomputation time against V^L (decode-projected pairs, K = 2 and 4,
 first decode context; LP rounds, LP seconds, decomposition seconds, rankings), written to
 benchmarks/results/optimal_rule_timing.json.
+``--trees``: instead, only the token-tree columns (RRS, class-chain optimal, peeled-blocks optimal, path-aware
+optimal) with SpS and GBV, over more instances (``--instances``, random family, V = ``--V``), with the mean paired
+difference paths - class chains and its standard error; written to benchmarks/results/block_efficiency_trees.json.
 ``--decomposition``: the decomposition alone at N = 10^3 and 10^4 paths (a point of B(psi) mixing q with 20
 random greedy vertices, Dirichlet(0.5) q), written to benchmarks/results/decomposition_timing.json.
 """
@@ -55,6 +61,7 @@ from otlp.multistep.efficiency import bv_budget_mass
 from otlp.multistep.from_lm import projected_pair
 from otlp.multistep.optimal_rule import _prefix_marginals
 from otlp.multistep.rankings import vertex_values
+from otlp.optimal.tree_law import tree_efficiency
 
 KS = (1, 2, 3, 4)
 LS = (2, 3, 4)
@@ -129,6 +136,9 @@ def run(instances: int, lp_budget: float, V: int, seed: int, families: list[str]
                 cell["gbv"] = float(np.mean([gbv_efficiency(p, q, L, K) for p, q in pairs]))
                 cell["token_tree"] = float(np.mean(
                     [efficiency_from_law(token_tree_output_law(p, q, L, K), V, L) for p, q in pairs]))
+                cell["tree_class_chains"] = float(np.mean([tree_efficiency(p, q, L, K, "class_chains")
+                                                           for p, q in pairs]))
+                cell["tree_paths"] = float(np.mean([tree_efficiency(p, q, L, K, "paths") for p, q in pairs]))
                 opt, best1, top4, opt_seconds = [], [], [], 0.0
                 for p, q in pairs:
                     start = time.perf_counter()
@@ -161,15 +171,16 @@ def fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
 
 
-HEADER = (f"{'family':<7} {'L':>2} {'K':>2} | {'SpS':>7} {'BV':>7} {'GBV':>7} {'tree':>7} {'optimal':>7} "
-          f"{'best 1':>7} {'top 4':>7} {'LP opt':>7} | {'GBV/LP':>7} {'tree/LP':>7} {'GBV/BV':>7} | {'LP s':>6} "
-          f"{'opt s':>6}")
+HEADER = (f"{'family':<7} {'L':>2} {'K':>2} | {'SpS':>7} {'BV':>7} {'GBV':>7} {'tree':>7} {'tr opt':>7} "
+          f"{'tr path':>7} {'optimal':>7} {'best 1':>7} {'top 4':>7} {'LP opt':>7} | {'GBV/LP':>7} {'tree/LP':>7} "
+          f"{'GBV/BV':>7} | {'LP s':>6} {'opt s':>6}")
 
 
 def print_row(c: dict) -> None:
     lp = c["lp"]
     print(f"{c['family']:<7} {c['L']:>2} {c['K']:>2} | {c['sps']:7.4f} {c['bv']:7.4f} {c['gbv']:7.4f} "
-          f"{c['token_tree']:7.4f} {c['optimal']:7.4f} {c['best_ranking']:7.4f} {c['top4_rankings']:7.4f} "
+          f"{c['token_tree']:7.4f} {c['tree_class_chains']:7.4f} {c['tree_paths']:7.4f} "
+          f"{c['optimal']:7.4f} {c['best_ranking']:7.4f} {c['top4_rankings']:7.4f} "
           f"{fmt(lp):>7} | {fmt(c['gbv_over_lp']):>7} "
           f"{fmt(None if lp is None else c['token_tree'] / lp):>7} {c['gbv'] / c['bv']:7.4f} | "
           f"{c['lp_seconds']:6.2f} {c['optimal_seconds']:6.2f}", flush=True)
@@ -203,6 +214,36 @@ def timing(lp_budget: float) -> list[dict]:
             print(f"{V:>3} {L:>2} {V**L:>6} {K:>2} | {row['rounds']:>6} {row['lp_seconds']:7.2f} "
                   f"{row['decomposition_seconds']:8.3f} {row['rankings']:>8} {row['optimal']:8.4f} "
                   f"{row['gbv']:8.4f}", flush=True)
+    return rows
+
+
+TREE_RULES = ("class_chains", "blocks", "paths")
+
+
+def trees(instances: int, V: int, seed: int) -> list[dict]:
+    """The token-tree columns only, over ``instances`` random pairs per (L, K) (module docstring)."""
+    rows = []
+    print(f"{'V':>2} {'L':>2} {'K':>2} | {'SpS':>7} {'GBV':>7} {'tree rrs':>8} {'tr opt':>7} {'tr blk':>7} "
+          f"{'tr path':>7} | {'path-opt':>9} {'+- se':>8} {'>0':>5} {'<0':>5}")
+    for L in LS:
+        pairs = instances_of("random", V, L, instances, seed)
+        for K in KS:
+            row = {"family": "random", "V": V, "L": L, "K": K, "instances": instances,
+                   "sps": float(np.mean([sps_efficiency(p, q, L) for p, q in pairs])),
+                   "gbv": float(np.mean([gbv_efficiency(p, q, L, K) for p, q in pairs])),
+                   "tree_rrs": float(np.mean([efficiency_from_law(token_tree_output_law(p, q, L, K), V, L)
+                                              for p, q in pairs]))}
+            values = {r: np.array([tree_efficiency(p, q, L, K, r) for p, q in pairs]) for r in TREE_RULES}
+            diff = values["paths"] - values["class_chains"]
+            row.update({f"tree_{r}": float(v.mean()) for r, v in values.items()})
+            row.update(paths_minus_chains=float(diff.mean()),
+                       paths_minus_chains_se=float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else 0.0,
+                       paths_above=int((diff > 1e-9).sum()), paths_below=int((diff < -1e-9).sum()))
+            rows.append(row)
+            print(f"{V:>2} {L:>2} {K:>2} | {row['sps']:7.4f} {row['gbv']:7.4f} {row['tree_rrs']:8.4f} "
+                  f"{row['tree_class_chains']:7.4f} {row['tree_blocks']:7.4f} {row['tree_paths']:7.4f} | "
+                  f"{row['paths_minus_chains']:+9.5f} {row['paths_minus_chains_se']:8.5f} {row['paths_above']:>5} "
+                  f"{row['paths_below']:>5}", flush=True)
     return rows
 
 
@@ -241,8 +282,15 @@ def main() -> None:
     parser.add_argument("--families", default="random,decode", help="comma-separated: random, decode")
     parser.add_argument("--timing", action="store_true", help="the optimal rule's precomputation time vs V^L")
     parser.add_argument("--decomposition", action="store_true", help="the decomposition alone at N = 1e3, 1e4")
+    parser.add_argument("--trees", action="store_true", help="token-tree columns only, over --instances pairs")
     args = parser.parse_args()
     out = pathlib.Path(__file__).parent / "results"
+    if args.trees:
+        rows = trees(args.instances, args.V, args.seed)
+        out.mkdir(exist_ok=True)
+        (out / "block_efficiency_trees.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+        print(f"wrote {out / 'block_efficiency_trees.json'}")
+        return
     if args.decomposition:
         rows = decomposition_timing()
         out.mkdir(exist_ok=True)

@@ -7,6 +7,19 @@ and the ratio of block efficiency to the i.i.d. "optimal" rule's. Theory: for on
 README table (block efficiency / acceptance at depth 1 by verifier and n; benchmarks/published/, readme_tables.py).
 Run: python benchmarks/decode_block_efficiency.py [--tokens 256 --batch 16 --L 4]
 README: python benchmarks/decode_block_efficiency.py --tokens 96 --batch 32
+
+``--variants R``: instead, the two alpha*-optimal plans side by side (issue 18): "optimal" (the class-chain plan of
+otlp/optimal/chains.py) and "optimal_paths" (the path-aware plan of otlp/optimal/paths.py: alpha*, then the most
+continuing drafted paths), R independent runs per n (seeds --seed .. --seed + R - 1, both rules on the same seed),
+each of --batch prompts x --tokens tokens. Block efficiency is reported as the mean over runs +- its standard error
+(runs are independent), and the paired difference paths - chains +- its standard error. Runs accumulate in
+benchmarks/results/decode_optimal_variants.json (keyed by n, rule, seed, batch, tokens, L), so the runs can be
+split over several invocations: ``--variants 4 --seed 0``, then ``--variants 4 --seed 4``...
+
+``--paths-gap N``: the path-aware rule's gap to the optimum at decode scale (V = 2000), on the (p, q) of the first N
+step roots of an ``optimal`` run (--batch prompts): E[continuing paths] of the class-chain plan (every multiset
+enumerated), of the windowed path-aware plan, and, at n = 2, of the optimum (closed form alpha* + sum_a min(q_a^2,
+p_a), otlp.optimal.paths.two_draft_optimum); written to benchmarks/results/decode_paths_gap.json.
 """
 
 from __future__ import annotations
@@ -39,7 +52,15 @@ def main() -> None:
     parser.add_argument("--ns", default="1,2,4")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--verifiers", default=",".join(available_verifiers()))
+    parser.add_argument("--variants", type=int, default=0, help="R runs of optimal vs optimal_paths (docstring)")
+    parser.add_argument("--paths-gap", type=int, default=0, help="the path-aware rule's gap on N decode roots")
     args = parser.parse_args()
+    if args.paths_gap:
+        paths_gap(args)
+        return
+    if args.variants:
+        variants(args)
+        return
     pair = embedded_models()
     texts = [DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)] for i in range(args.batch)]
     prompts = prompt_ids(pair.tokenizer, texts)
@@ -74,6 +95,101 @@ def main() -> None:
     out.write_text(json.dumps(rows, indent=2))
     print(f"wrote {out}")
     publish(rows, args)
+
+
+VARIANTS = ("optimal", "optimal_paths")
+
+
+def variants(args: argparse.Namespace) -> None:
+    """The two optimal plans over independent runs (module docstring)."""
+    import numpy as np
+
+    pair = embedded_models()
+    texts = [DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)] for i in range(args.batch)]
+    prompts = prompt_ids(pair.tokenizer, texts)
+    out = Path(__file__).resolve().parent / "results" / "decode_optimal_variants.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs = json.loads(out.read_text()) if out.exists() else []
+    setting = {"batch": args.batch, "tokens": args.tokens, "L": args.L}
+    for n in (int(x) for x in args.ns.split(",")):
+        for seed in range(args.seed, args.seed + args.variants):
+            for name in VARIANTS:
+                key = {"n": n, "verifier": name, "seed": seed, **setting}
+                if any(all(r.get(k) == v for k, v in key.items()) for r in runs):
+                    continue
+                m = decode(pair.draft, pair.target, name, n, args.L, prompts=prompts, max_new_tokens=args.tokens,
+                           seed=seed).metrics
+                runs.append({**key, "block_efficiency": m.block_efficiency, "sequence_steps": m.sequence_steps,
+                             "acceptance_depth1": m.acceptance_per_position[0], "seconds": m.seconds})
+                print(f"n={n} seed={seed} {name:<14} BE {m.block_efficiency:.4f}  acc@1 "
+                      f"{m.acceptance_per_position[0]:.3f}  {m.seconds:6.1f} s", flush=True)
+                out.write_text(json.dumps(runs, indent=1))
+    print(f"\nL = {args.L}, {args.batch} prompts x {args.tokens} tokens per run; mean over runs +- standard error")
+    print(f"{'n':>2} {'runs':>4} {'prompts':>7} | {'optimal':>16} {'optimal_paths':>16} | {'paths - chains':>18} "
+          f"{'z':>6}")
+    for n in sorted({r["n"] for r in runs if all(r.get(k) == v for k, v in setting.items())}):
+        mine = [r for r in runs if r["n"] == n and all(r.get(k) == v for k, v in setting.items())]
+        seeds = sorted({r["seed"] for r in mine if r["verifier"] == VARIANTS[0]}
+                       & {r["seed"] for r in mine if r["verifier"] == VARIANTS[1]})
+        if not seeds:
+            continue
+        be = {v: np.array([next(r["block_efficiency"] for r in mine if r["verifier"] == v and r["seed"] == s)
+                           for s in seeds]) for v in VARIANTS}
+        se = {v: float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("nan") for v, x in be.items()}
+        diff = be[VARIANTS[1]] - be[VARIANTS[0]]
+        d_se = float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else float("nan")
+        print(f"{n:>2} {len(seeds):>4} {len(seeds) * args.batch:>7} | "
+              + " ".join(f"{be[v].mean():8.4f} +-{se[v]:.4f}" for v in VARIANTS)
+              + f" | {diff.mean():+9.4f} +-{d_se:.4f} {diff.mean() / d_se if d_se > 0 else float('nan'):6.2f}")
+    print(f"runs in {out}")
+
+
+def paths_gap(args: argparse.Namespace) -> None:
+    """E[continuing paths]: class chains, the windowed path-aware plan, and the n = 2 optimum (module docstring)."""
+    import time
+
+    import numpy as np
+
+    from otlp.optimal.paths import PathAwareTransport, two_draft_optimum
+
+    pair = embedded_models()
+    texts = [DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)] for i in range(args.batch)]
+    result = decode(pair.draft, pair.target, "optimal", 2, args.L, prompts=prompt_ids(pair.tokenizer, texts),
+                    max_new_tokens=args.tokens, seed=args.seed, collect=args.paths_gap)
+    rows = []
+    print(f"{'n':>2} {'root':>4} | {'alpha*':>7} {'chains':>8} {'window':>8} {'optimum':>8} | {'captured':>8} "
+          f"{'LP ms':>6}")
+    for n in (int(x) for x in args.ns.split(",")):
+        for j, (p, q) in enumerate(zip(result.root_p, result.root_q, strict=True)):
+            p, q = p.numpy() / p.numpy().sum(), q.numpy() / q.numpy().sum()
+            start = time.perf_counter()
+            rule = PathAwareTransport(p, q, n)
+            ms = 1e3 * (time.perf_counter() - start)
+            row = {"n": n, "root": j, "alpha": rule.alpha, "window_tokens": int(rule.window.size), "lp_ms": ms,
+                   "window_gain": rule.window_gain}
+            if n == 2:  # every multiset of V = 2000 is enumerated for the class chains (2M): n = 2 only
+                row["chains"] = rule.base_value
+                row["window"] = row["chains"] + rule.window_gain
+                row["optimum"] = two_draft_optimum(p, q)
+                gap = row["optimum"] - row["chains"]
+                row["captured"] = rule.window_gain / gap if gap > 0 else 1.0
+            rows.append(row)
+            print(f"{n:>2} {j:>4} | {rule.alpha:7.4f} {row.get('chains', float('nan')):8.4f} "
+                  f"{row.get('window', float('nan')):8.4f} {row.get('optimum', float('nan')):8.4f} | "
+                  f"{row.get('captured', float('nan')):8.3f} {ms:6.1f}", flush=True)
+    for n in sorted({r["n"] for r in rows}):
+        mine = [r for r in rows if r["n"] == n]
+        line = f"n = {n}: mean window gain {np.mean([r['window_gain'] for r in mine]):.4f} paths"
+        if n == 2:
+            line += (f", chains {np.mean([r['chains'] for r in mine]):.4f} -> window "
+                     f"{np.mean([r['window'] for r in mine]):.4f}, optimum {np.mean([r['optimum'] for r in mine]):.4f}"
+                     f"; the window captures {np.mean([r['captured'] for r in mine]):.3f} of the gain on average "
+                     f"(min {np.min([r['captured'] for r in mine]):.3f})")
+        print(line)
+    out = Path(__file__).resolve().parent / "results" / "decode_paths_gap.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {out}")
 
 
 def publish(rows: list[dict], args: argparse.Namespace) -> None:

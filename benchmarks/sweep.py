@@ -3,15 +3,21 @@
 All in one run, on synthetic LM-shaped pairs (Zipf-like target logits, draft = target + Gaussian noise, a per-row
 temperature between peaked and flat):
 
-1. pairs/s per core (one worker process, the whole pipeline: read + SHA-256 check + compute + save + assemble) at
+1. pairs/s per core (one process, the whole pipeline: read + SHA-256 check + compute + save + assemble) at
    V = 2k dense, V = 32k dense and V = 32k sparse top-256, for alpha* alone (--verifiers none) and for all rules,
    n = 1,2,4,8, q untruncated;
-2. the physical floor: reading one V = 32k dense pair from its shard (page cache hot, SHA-256 checked, Parquet
-   decoded) against alpha* for that pair (one n, and n = 1,2,4,8); target ratio <= 2;
-3. scaling: the same sweep (all rules, V = 2k dense, 16 shards) on a LocalCluster of 1 worker and of 2 workers
-   (processes, 1 thread each), clusters started before the clock; target >= 1.7x.
+2. the physical floor: reading one V = 32k dense pair from its shard (page cache hot, as ``shard_task`` reads it:
+   the file's bytes, their SHA-256 against the manifest, the Parquet decode into float64 [M, V]) against alpha* for
+   that pair (n = 2, and n = 1,2,4,8), best of 5 each; target ratio <= 2;
+3. scaling: the same sweep (all rules, V = 2k dense, 16 shards of 128 pairs) on a LocalCluster of 1 worker and of
+   2 workers (processes, 1 thread each), in a steady state: each cluster is started and runs a small warm-up sweep
+   (imports, first calls) before the clock; the sizes alternate 1, 2, 1, 2 and the best of each counts (every run
+   is in the JSON, with the CPU seconds of the workers and of the client process, which hosts the scheduler, saves
+   each shard's result and assembles pairs.parquet); target >= 1.7x.
 
-Run: flock /tmp/team/bench.lock python benchmarks/sweep.py [--quick]. Writes benchmarks/results/sweep.json.
+Run: flock /tmp/team/bench.lock python benchmarks/sweep.py [--quick]. Writes benchmarks/results/sweep.json; a full
+run (no --quick, no --skip) publishes the README tables (benchmarks/published/sweep.json, :mod:`readme_tables`) and
+prints them.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import argparse
 import json
 import os
 import platform
+import resource
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -81,13 +89,13 @@ def throughput(root: Path, quick: bool) -> list[dict]:
 
 
 def floor(root: Path) -> dict:
-    """Read one V = 32k dense pair vs alpha* on it (both per pair, best of 3, one process)."""
+    """Read one V = 32k dense pair vs alpha* on it (both per pair, best of 5, one process)."""
     from otlp.sweep import open_capture
     from otlp.sweep.compute import CHUNK_CELLS, alpha_star_rows
 
     M, V = 64, 32000
     cap = open_capture(make_capture(root / "floor", V, M, "dense", M, seed=1))
-    read = best_of(lambda: cap.read(0)) / M
+    read = best_of(lambda: cap.read(0), 5) / M
     block = cap.read(0)
     chunk = max(1, CHUNK_CELLS // V)
 
@@ -95,8 +103,8 @@ def floor(root: Path) -> dict:
         for s in range(0, M, chunk):
             alpha_star_rows(block.p[s:s + chunk], block.q[s:s + chunk], ns)
 
-    one = best_of(lambda: alpha((2,))) / M
-    four = best_of(lambda: alpha((1, 2, 4, 8))) / M
+    one = best_of(lambda: alpha((2,)), 5) / M
+    four = best_of(lambda: alpha((1, 2, 4, 8)), 5) / M
     out = {"V": V, "read_ms": 1e3 * read, "alpha_n2_ms": 1e3 * one, "alpha_n1248_ms": 1e3 * four,
            "ratio_n2": one / read, "ratio_n1248": four / read, "shard_bytes_per_pair": cap.shards[0].bytes / M}
     print(f"V = 32k dense, per pair: read {out['read_ms']:.2f} ms (SHA-256 + Parquet, page cache hot); alpha* n=2 "
@@ -105,27 +113,67 @@ def floor(root: Path) -> dict:
     return out
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of the calling process (run on each worker through ``client.run``)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def scaling(root: Path, quick: bool) -> dict:
     from dask.distributed import Client, LocalCluster
 
     from otlp.sweep import run_sweep
 
-    cap = make_capture(root / "scaling", 2000, 16 * (16 if quick else 32), "dense", 16 if quick else 32, seed=2)
-    seconds = {}
-    for workers in (1, 2):
+    shards, rows = 16, 32 if quick else 128
+    cap = make_capture(root / "scaling", 2000, shards * rows, "dense", rows, seed=2)
+    warm = make_capture(root / "warm", 2000, 8, "dense", 4, seed=3)
+    runs = []
+    for k, workers in enumerate((1, 2, 1, 2)):
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
                           silence_logs=40) as lc, Client(lc) as client:
-            client.run(lambda: __import__("otlp.sweep.runner"))  # imports outside the clock
+            run_sweep(warm, ns=(1, 2, 4, 8), verifiers="all", out=root / f"warm{k}", client=client, plots=False)
+            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+            before, mine = client.run(cpu_seconds), cpu_seconds()
             t = time.perf_counter()
-            run_sweep(cap, ns=(1, 2, 4, 8), verifiers="all", out=root / f"scale{workers}", client=client, plots=False)
-            seconds[workers] = time.perf_counter() - t
-    out = {"pairs": 16 * (16 if quick else 32), "shards": 16, "seconds_1": seconds[1], "seconds_2": seconds[2],
-           "speedup": seconds[1] / seconds[2], "cpu_count": os.cpu_count(),
-           "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
-    print(f"LocalCluster, all rules, V = 2k dense, {out['pairs']} pairs in 16 shards: 1 worker {seconds[1]:.2f} s, "
-          f"2 workers {seconds[2]:.2f} s, speedup {out['speedup']:.2f}x (target >= 1.7; {os.cpu_count()} cores, "
-          f"load {out['load_average']})", flush=True)
+            run_sweep(cap, ns=(1, 2, 4, 8), verifiers="all", out=root / f"scale{k}", client=client, plots=False)
+            seconds = time.perf_counter() - t
+            after = client.run(cpu_seconds)
+            runs.append({"workers": workers, "seconds": seconds, "load_average_before": load,
+                         "worker_cpu_seconds": sum(after[w] - before[w] for w in after),
+                         "client_cpu_seconds": cpu_seconds() - mine})
+            print(f"  {workers} worker(s): {seconds:.2f} s (workers' CPU {runs[-1]['worker_cpu_seconds']:.2f} s, "
+                  f"client's {runs[-1]['client_cpu_seconds']:.2f} s; load before {load:.2f})", flush=True)
+    best = {w: min(r["seconds"] for r in runs if r["workers"] == w) for w in (1, 2)}
+    out = {"pairs": shards * rows, "shards": shards, "V": 2000, "seconds_1": best[1], "seconds_2": best[2],
+           "speedup": best[1] / best[2], "cpu_count": os.cpu_count(), "runs": runs}
+    print(f"LocalCluster, all rules, V = 2k dense, {out['pairs']} pairs in {shards} shards (best of 2): 1 worker "
+          f"{best[1]:.2f} s, 2 workers {best[2]:.2f} s, speedup {out['speedup']:.2f}x (target >= 1.7; "
+          f"{os.cpu_count()} cores)", flush=True)
     return out
+
+
+def publish(result: dict) -> None:
+    """The README tables (``sweep/throughput``, ``sweep/targets``) to benchmarks/published/sweep.json."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import readme_tables
+
+    by = {(r["case"], r["verifiers"]): r for r in result["throughput"]}
+    columns = ["capture", "alpha* alone: pairs/s/core", "all rules: pairs/s/core"]
+    rows = [[case, f"{by[(case, 'none')]['pairs_per_second_per_core']:.0f}",
+             f"{by[(case, 'all')]['pairs_per_second_per_core']:.0f}"]
+            for case in dict.fromkeys(r["case"] for r in result["throughput"])]
+    readme_tables.publish("sweep", "throughput", columns, rows, {"machine": result["machine"],
+                                                                  "cpu_count": result["cpu_count"]})
+    print("\n<!-- table: sweep/throughput -->\n" + readme_tables.markdown(columns, rows))
+    f, s = result["floor"], result["scaling"]
+    columns = ["measure", "measured", "target"]
+    rows = [["alpha* (n = 2) / read, one V = 32k dense pair", f"{f['ratio_n2']:.2f}x ({f['alpha_n2_ms']:.2f} ms / "
+             f"{f['read_ms']:.2f} ms)", "<= 2x"],
+            ["alpha* (n = 1,2,4,8) / read", f"{f['ratio_n1248']:.2f}x ({f['alpha_n1248_ms']:.2f} ms)", "-"],
+            [f"2 vs 1 LocalCluster workers, all rules, {s['pairs']} pairs at V = 2k", f"{s['speedup']:.2f}x "
+             f"({s['seconds_1']:.2f} s / {s['seconds_2']:.2f} s)", ">= 1.7x"]]
+    readme_tables.publish("sweep", "targets", columns, rows, {"floor": f, "scaling": s})
+    print("\n<!-- table: sweep/targets -->\n" + readme_tables.markdown(columns, rows))
 
 
 def main() -> None:
@@ -148,6 +196,8 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")
+    if not args.quick and not (skip - {""}):
+        publish(result)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ from otlp.sweep.compute import MAX_ENUM_CELLS, parse_ints
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("capture", help="capture folder (written by `otlp decode --capture DIR` or CaptureWriter)")
     parser.add_argument("--verifiers", default="all",
-                        help="comma list of rules, 'all' (every one-token rule; optimal is the alpha* column) or "
-                             "'none' (alpha* alone); default all")
+                        help="comma list of rules, 'all' (every one-token rule; optimal and optimal_paths are the "
+                             "alpha* column) or 'none' (alpha* alone); default all")
     parser.add_argument("--n", default="1,2,4,8", help="comma list of draft counts (default 1,2,4,8)")
     parser.add_argument("--top-k", default="all",
                         help="comma list of draft top-k values, 'all' = q untruncated (default all); on a sparse "

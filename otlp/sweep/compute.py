@@ -64,9 +64,14 @@ class SweepParams:
         return json.dumps({**asdict(self), "results_version": RESULTS_VERSION}, sort_keys=True)
 
 
+#: Rules whose acceptance is alpha* itself (GR Thm 3.1; ``optimal_paths`` keeps alpha*, then maximises the drafted
+#: paths): the ``alpha_star`` column, so ``"all"`` leaves them out (a gap of 0 at an LP's cost per pair).
+ALPHA_STAR_RULES = ("optimal", "optimal_paths")
+
+
 def resolve_verifiers(names: Sequence[str] | str) -> tuple[str, ...]:
-    """``"all"`` -> every one-token rule except ``optimal`` (its acceptance is alpha* itself, GR Thm 3.1: the
-    ``alpha_star`` column); otherwise the listed names, checked against ``otlp.verifiers.NAMES``."""
+    """``"all"`` -> every one-token rule except :data:`ALPHA_STAR_RULES`; otherwise the listed names, checked
+    against ``otlp.verifiers.NAMES``."""
     from otlp.verifiers import NAMES, get
 
     if isinstance(names, str):
@@ -74,7 +79,8 @@ def resolve_verifiers(names: Sequence[str] | str) -> tuple[str, ...]:
     if list(names) in (["all"], []):
         if not names:
             return ()
-        return tuple(n for n in NAMES if getattr(get(n), "kind", "token") != "multistep" and n != "optimal")
+        return tuple(n for n in NAMES
+                     if getattr(get(n), "kind", "token") != "multistep" and n not in ALPHA_STAR_RULES)
     out = []
     for name in names:
         if name == "none":

@@ -33,7 +33,7 @@ from otlp.errors import InputError
 from otlp.sweep.loader import PairBlock
 
 #: Version of the per-pair result columns; part of every result key, so a change recomputes old shards.
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2
 #: Default budget of (tuple, token) cells for a rule whose exact acceptance enumerates the draft support.
 MAX_ENUM_CELLS = 1 << 20
 #: Rows per chunk of :func:`alpha_star_rows`: about this many cells of one [rows, W] array (8 rows at V = 32k: 2 MiB
@@ -235,9 +235,10 @@ def alpha_star_rows(p: np.ndarray, q: np.ndarray, ns: Sequence[int]) -> np.ndarr
 def entropy_bits(p: np.ndarray) -> np.ndarray:
     """Shannon entropy in bits of each row of ``p [M, W]`` (a sparse row's tail counts as one token: a lower
     bound on the entropy of the full row)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(p > 0, -p * np.log2(np.where(p > 0, p, 1.0)), 0.0)
-    return terms.sum(axis=1)
+    terms = np.maximum(p, np.finfo(np.float64).smallest_subnormal)  # [M, W]; log2 finite, p log2 p = 0 at p = 0
+    np.log2(terms, out=terms)
+    terms *= p
+    return 0.0 - terms.sum(axis=1)  # (+0.0 for a point mass)
 
 
 def nominal_width(V: int, storage: str, top_k: int | None) -> int:
@@ -263,8 +264,8 @@ def compute_block(block: PairBlock, params: SweepParams, nominal: int) -> dict[s
     lower = np.empty((K, N, M))
     acc = {name: np.full((K, N, M), np.nan) for name in rules}
     errors: dict[str, list] = {}
-    entropy = entropy_bits(block.p)
     chunk = max(1, CHUNK_CELLS // max(W, 1))
+    entropy = np.concatenate([entropy_bits(block.p[s:s + chunk]) for s in range(0, M, chunk)] or [np.zeros(0)])
     for a, k in enumerate(params.top_ks):
         qk = top_k_draft(block.q, int(k), block.sparse)
         q_tail = qk[:, 0] if block.sparse else np.zeros(M)

@@ -31,8 +31,10 @@ Writes benchmarks/results/block_efficiency.json.
 first decode context; LP rounds, LP seconds, decomposition seconds, rankings), written to
 benchmarks/results/optimal_rule_timing.json.
 ``--trees``: instead, only the token-tree columns (RRS, class-chain optimal, peeled-blocks optimal, path-aware
-optimal) with SpS and GBV, over more instances (``--instances``, random family, V = ``--V``), with the mean paired
-difference paths - class chains and its standard error; written to benchmarks/results/block_efficiency_trees.json.
+optimal) with SpS, GBV and the antichain-LP optimum, over more instances (``--instances``, random family,
+V = ``--V``), with the mean paired difference paths - class chains and its standard error; written to
+benchmarks/results/block_efficiency_trees.json, and the README table ``block_efficiency/trees`` published
+(``--from-json FILE`` publishes a finished run).
 ``--decomposition``: the decomposition alone at N = 10^3 and 10^4 paths (a point of B(psi) mixing q with 20
 random greedy vertices, Dirichlet(0.5) q), written to benchmarks/results/decomposition_timing.json.
 """
@@ -220,11 +222,12 @@ def timing(lp_budget: float) -> list[dict]:
 TREE_RULES = ("class_chains", "blocks", "paths")
 
 
-def trees(instances: int, V: int, seed: int) -> list[dict]:
-    """The token-tree columns only, over ``instances`` random pairs per (L, K) (module docstring)."""
+def trees(instances: int, V: int, seed: int, lp_budget: float) -> list[dict]:
+    """The token-tree columns only, over ``instances`` random pairs per (L, K) (module docstring), with the
+    antichain-LP optimum (None where a pair's LP did not converge within ``lp_budget`` seconds)."""
     rows = []
     print(f"{'V':>2} {'L':>2} {'K':>2} | {'SpS':>7} {'GBV':>7} {'tree rrs':>8} {'tr opt':>7} {'tr blk':>7} "
-          f"{'tr path':>7} | {'path-opt':>9} {'+- se':>8} {'>0':>5} {'<0':>5}")
+          f"{'tr path':>7} {'LP opt':>7} | {'path-opt':>9} {'+- se':>8} {'>0':>5} {'<0':>5}")
     for L in LS:
         pairs = instances_of("random", V, L, instances, seed)
         for K in KS:
@@ -235,16 +238,43 @@ def trees(instances: int, V: int, seed: int) -> list[dict]:
                                               for p, q in pairs]))}
             values = {r: np.array([tree_efficiency(p, q, L, K, r) for p, q in pairs]) for r in TREE_RULES}
             diff = values["paths"] - values["class_chains"]
+            lps = [MultiPathLP(p, q, L, K).solve(time_limit=lp_budget) for p, q in pairs]
+            row["lp"] = float(np.mean([s.value for s in lps])) if all(s.info["converged"] for s in lps) else None
             row.update({f"tree_{r}": float(v.mean()) for r, v in values.items()})
             row.update(paths_minus_chains=float(diff.mean()),
                        paths_minus_chains_se=float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else 0.0,
                        paths_above=int((diff > 1e-9).sum()), paths_below=int((diff < -1e-9).sum()))
             rows.append(row)
-            print(f"{V:>2} {L:>2} {K:>2} | {row['sps']:7.4f} {row['gbv']:7.4f} {row['tree_rrs']:8.4f} "
-                  f"{row['tree_class_chains']:7.4f} {row['tree_blocks']:7.4f} {row['tree_paths']:7.4f} | "
-                  f"{row['paths_minus_chains']:+9.5f} {row['paths_minus_chains_se']:8.5f} {row['paths_above']:>5} "
-                  f"{row['paths_below']:>5}", flush=True)
+            print_tree_row(row)
     return rows
+
+
+def print_tree_row(row: dict) -> None:
+    V, L, K = row["V"], row["L"], row["K"]
+    print(f"{V:>2} {L:>2} {K:>2} | {row['sps']:7.4f} {row['gbv']:7.4f} {row['tree_rrs']:8.4f} "
+          f"{row['tree_class_chains']:7.4f} {row['tree_blocks']:7.4f} {row['tree_paths']:7.4f} "
+          f"{fmt(row.get('lp')):>7} | "
+          f"{row['paths_minus_chains']:+9.5f} {row['paths_minus_chains_se']:8.5f} {row['paths_above']:>5} "
+          f"{row['paths_below']:>5}", flush=True)
+
+
+def publish_trees(rows: list[dict], args: argparse.Namespace) -> None:
+    """The README table of ``--trees`` (benchmarks/readme_tables.py): K >= 2 at the largest L."""
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    import readme_tables
+
+    L = max(r["L"] for r in rows)
+    columns = ["K", "GBV", "tree, RRS", "tree, optimal (class chains)", "tree, optimal_paths",
+               "paths - chains (+- se)", "pairs up / down", "antichain-LP optimum"]
+    cells = [[str(r["K"]), f"{r['gbv']:.4f}", f"{r['tree_rrs']:.4f}", f"{r['tree_class_chains']:.4f}",
+              f"{r['tree_paths']:.4f}", f"{r['paths_minus_chains']:+.4f} (+-{r['paths_minus_chains_se']:.4f})",
+              f"{r['paths_above']} / {r['paths_below']}", fmt(r.get("lp"))]
+             for r in rows if r["L"] == L and r["K"] >= 2]
+    settings = {"instances": rows[0]["instances"], "V": rows[0]["V"], "L": L, "seed": args.seed}
+    readme_tables.publish("block_efficiency", "trees", columns, cells, settings)
+    print("\n<!-- table: block_efficiency/trees -->\n" + readme_tables.markdown(columns, cells))
 
 
 def decomposition_timing() -> list[dict]:
@@ -283,13 +313,22 @@ def main() -> None:
     parser.add_argument("--timing", action="store_true", help="the optimal rule's precomputation time vs V^L")
     parser.add_argument("--decomposition", action="store_true", help="the decomposition alone at N = 1e3, 1e4")
     parser.add_argument("--trees", action="store_true", help="token-tree columns only, over --instances pairs")
+    parser.add_argument("--from-json", help="--trees: publish the rows of this JSON (a finished run) instead")
     args = parser.parse_args()
     out = pathlib.Path(__file__).parent / "results"
     if args.trees:
-        rows = trees(args.instances, args.V, args.seed)
-        out.mkdir(exist_ok=True)
-        (out / "block_efficiency_trees.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
-        print(f"wrote {out / 'block_efficiency_trees.json'}")
+        if args.from_json:
+            stored = json.loads(pathlib.Path(args.from_json).read_text())
+            rows, args.seed = stored["rows"], stored["args"]["seed"]
+            for row in rows:
+                print_tree_row(row)
+        else:
+            rows = trees(args.instances, args.V, args.seed, args.lp_budget)
+            out.mkdir(exist_ok=True)
+            (out / "block_efficiency_trees.json").write_text(json.dumps({"args": vars(args), "rows": rows},
+                                                                        indent=1))
+            print(f"wrote {out / 'block_efficiency_trees.json'}")
+        publish_trees(rows, args)
         return
     if args.decomposition:
         rows = decomposition_timing()

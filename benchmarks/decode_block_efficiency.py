@@ -16,10 +16,10 @@ each of --batch prompts x --tokens tokens. Block efficiency is reported as the m
 benchmarks/results/decode_optimal_variants.json (keyed by n, rule, seed, batch, tokens, L), so the runs can be
 split over several invocations: ``--variants 4 --seed 0``, then ``--variants 4 --seed 4``...
 
-``--paths-gap N``: the path-aware rule's gap to the optimum at decode scale (V = 2000), on the (p, q) of the first N
-step roots of an ``optimal`` run (--batch prompts): E[continuing paths] of the class-chain plan (every multiset
-enumerated), of the windowed path-aware plan, and, at n = 2, of the optimum (closed form alpha* + sum_a min(q_a^2,
-p_a), otlp.optimal.paths.two_draft_optimum); written to benchmarks/results/decode_paths_gap.json.
+``--paths-gap N``: the path-aware rule's gap to the optimum at decode scale (V = 2000), on the distinct (p, q) among
+the first N step roots of an ``optimal`` run (--batch prompts): E[continuing paths] of the class-chain plan (every
+multiset enumerated), of the windowed path-aware plan, and, at n = 2, of the optimum (closed form alpha* +
+sum_a min(q_a^2, p_a), otlp.optimal.paths.two_draft_optimum); written to benchmarks/results/decode_paths_gap.json.
 """
 
 from __future__ import annotations
@@ -124,6 +124,7 @@ def variants(args: argparse.Namespace) -> None:
                 print(f"n={n} seed={seed} {name:<14} BE {m.block_efficiency:.4f}  acc@1 "
                       f"{m.acceptance_per_position[0]:.3f}  {m.seconds:6.1f} s", flush=True)
                 out.write_text(json.dumps(runs, indent=1))
+    cells, used = [], {}
     print(f"\nL = {args.L}, {args.batch} prompts x {args.tokens} tokens per run; mean over runs +- standard error")
     print(f"{'n':>2} {'runs':>4} {'prompts':>7} | {'optimal':>16} {'optimal_paths':>16} | {'paths - chains':>18} "
           f"{'z':>6}")
@@ -141,7 +142,15 @@ def variants(args: argparse.Namespace) -> None:
         print(f"{n:>2} {len(seeds):>4} {len(seeds) * args.batch:>7} | "
               + " ".join(f"{be[v].mean():8.4f} +-{se[v]:.4f}" for v in VARIANTS)
               + f" | {diff.mean():+9.4f} +-{d_se:.4f} {diff.mean() / d_se if d_se > 0 else float('nan'):6.2f}")
+        used[str(n)] = seeds
+        cells.append([str(n), f"{len(seeds)} x {args.batch} = {len(seeds) * args.batch}",
+                      *(f"{be[v].mean():.3f} +- {se[v]:.3f}" for v in VARIANTS), f"{diff.mean():+.3f} +- {d_se:.3f}"])
     print(f"runs in {out}")
+    if cells:
+        columns = ["n", "runs x prompts", "optimal (class chains)", "optimal_paths", "paths - chains"]
+        readme_tables.publish("decode_block_efficiency", "optimal_variants", columns, cells,
+                              {**setting, "seeds": used})
+        print("\n<!-- table: decode_block_efficiency/optimal_variants -->\n" + readme_tables.markdown(columns, cells))
 
 
 def paths_gap(args: argparse.Namespace) -> None:
@@ -156,11 +165,17 @@ def paths_gap(args: argparse.Namespace) -> None:
     texts = [DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)] for i in range(args.batch)]
     result = decode(pair.draft, pair.target, "optimal", 2, args.L, prompts=prompt_ids(pair.tokenizer, texts),
                     max_new_tokens=args.tokens, seed=args.seed, collect=args.paths_gap)
+    roots, seen = [], set()
+    for p, q in zip(result.root_p, result.root_q, strict=True):  # distinct roots only (prompts repeat in a batch)
+        key = p.numpy().tobytes() + q.numpy().tobytes()
+        if key not in seen:
+            seen.add(key)
+            roots.append((p, q))
     rows = []
     print(f"{'n':>2} {'root':>4} | {'alpha*':>7} {'chains':>8} {'window':>8} {'optimum':>8} | {'captured':>8} "
           f"{'LP ms':>6}")
     for n in (int(x) for x in args.ns.split(",")):
-        for j, (p, q) in enumerate(zip(result.root_p, result.root_q, strict=True)):
+        for j, (p, q) in enumerate(roots):
             p, q = p.numpy() / p.numpy().sum(), q.numpy() / q.numpy().sum()
             start = time.perf_counter()
             rule = PathAwareTransport(p, q, n)

@@ -267,16 +267,25 @@ def _repair(S: np.ndarray, tokens: np.ndarray, cols: np.ndarray, cap: np.ndarray
     return S * np.where(row > cap, cap / np.where(row > 0, row, 1.0), 1.0)[tokens]
 
 
+#: the most multisets :func:`expected_paths` enumerates (V = 2000 at n = 2 is 2,001,000), in chunks of ``_CHUNK``
+MAX_ENUMERATED = 5_000_000
+_CHUNK = 100_000
+
+
 def _enumerated_value(rule: object, q: np.ndarray, n: int) -> float:
     """E[continuing paths] of a symmetric rule with ``rule(omegas) -> (accept, reject)``, over every multiset of
-    the support of q (small V)."""
+    the support of q."""
     support = np.flatnonzero(q > 0)
-    if comb(support.size + n - 1, n) > 200_000:
-        raise InputError(f"E[continuing paths] by enumeration needs {comb(support.size + n - 1, n):,} multisets; "
-                         "at most 200,000")
+    count = comb(support.size + n - 1, n)
+    if count > MAX_ENUMERATED:
+        raise InputError(f"E[continuing paths] by enumeration needs {count:,} multisets; at most {MAX_ENUMERATED:,}")
     w = multisets(support, n)
-    accept, _ = rule.rule(w)
-    return float(multiset_probabilities(w, q) @ continuing_paths(accept, w))
+    total = 0.0
+    for lo in range(0, w.shape[0], _CHUNK):
+        chunk = w[lo : lo + _CHUNK]
+        accept, _ = rule.rule(chunk)
+        total += float(multiset_probabilities(chunk, q) @ continuing_paths(accept, chunk))
+    return total
 
 
 def two_draft_optimum(p: object, q: object) -> float:

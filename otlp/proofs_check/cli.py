@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -11,6 +12,9 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--theorem", action="append", default=None, metavar="NAME",
                         help="check name or prefix (e.g. gr.thm3.1, spectr.); repeatable; default: all")
     parser.add_argument("--instances", type=int, default=20, metavar="N", help="instances per check (default 20)")
+    parser.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
+                        help="each check stops generating instances after this many seconds and says how many it "
+                             "tried (default 60; inf for none)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the instance generators, >= 0 (default 0)")
     parser.add_argument("--exact", action="store_true",
                         help="rational arithmetic (V <= 5) for the checks that support it; equalities compared exactly")
@@ -27,6 +31,9 @@ def run_check_cli(args: argparse.Namespace) -> int:
 
     check_int(args.instances, "--instances", 1)
     check_int(args.seed, "--seed", 0)  # numpy seeds are >= 0 (run_checks refuses it too; here it also covers --list)
+    from otlp._cli_util import check_time_limit
+
+    time_limit = check_time_limit(args.time_limit, "--time-limit")
     if args.list:
         checks = build_registry().select(args.theorem)
         if args.json:
@@ -47,8 +54,10 @@ def run_check_cli(args: argparse.Namespace) -> int:
     with Progress("otlp check", total=len(names), enabled=not args.json) as bar:
         for name in names:  # one at a time, for the progress line; run_checks validates and seeds each the same
             bar.set_note(name)
-            results.extend(_skip_missing(r) for r in run_checks([name], instances=args.instances, seed=args.seed,
-                                                                 exact=args.exact))
+            results.extend(_skip_missing(r) for r in run_checks(
+                [name], instances=args.instances, seed=args.seed, exact=args.exact,
+                time_limit=None if math.isinf(time_limit) else time_limit,
+                on_instance=lambda k, name=name: bar.update(0, f"{name}: {k} / {args.instances} instances")))
             bar.update(1)
     skipped = [r for r in results if r.status == SKIP]
     if args.json:
@@ -57,6 +66,9 @@ def run_check_cli(args: argparse.Namespace) -> int:
         ran = [r for r in results if r.status != SKIP]
         table = format_table(ran) if ran else "no check ran"
         print(table)
+        for r in ran:
+            if r.stopped:
+                print(f"{r.name}: {r.stopped}")
         for r in skipped:
             print(f"{r.name}: skipped: {r.details}")
     return 0 if all(r.ok or r.status == SKIP for r in results) else 1

@@ -28,6 +28,8 @@ from fractions import Fraction
 import numpy as np
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
+#: instances generated per call of a check's generator (see Check._instances)
+GENERATE_CHUNK = 10_000
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,8 @@ class CheckResult:
 
     instances: how many instances were tried; worst_violation: the largest violation seen (0 = holds exactly);
     status: "pass", "fail" (a violation above the tolerance) or "error" (the check itself raised);
-    details: where the worst violation happened (instance label), or the error message.
+    details: where the worst violation happened (instance label), or the error message;
+    stopped: why fewer instances than asked were tried (the time limit), else "".
     """
 
     name: str
@@ -49,6 +52,7 @@ class CheckResult:
     details: str
     exact: bool
     seconds: float
+    stopped: str = ""
 
     @property
     def ok(self) -> bool:
@@ -146,16 +150,27 @@ class Check:
             out[key] = impl[key] if key in impl else load_hook(path)
         return out
 
+    def _instances(self, rng: np.random.Generator, instances: int, exact: bool):  # noqa: ANN202 - a generator
+        """The generated instances, in lists of at most GENERATE_CHUNK, so that a time limit also bounds the
+        generation (a million instances took 40 s to generate before the first was checked)."""
+        for start in range(0, instances, GENERATE_CHUNK):
+            yield from self.generate(rng, min(GENERATE_CHUNK, instances - start), exact)
+
     def run(self, instances: int = 20, seed: int = 0, exact: bool = False,
-            impl: Mapping[str, Callable] | None = None) -> CheckResult:
-        """Try the statement on ``instances`` generated instances (seeded) and report the worst violation."""
+            impl: Mapping[str, Callable] | None = None, time_limit: float | None = None,
+            on_instance: Callable[[int], None] | None = None) -> CheckResult:
+        """Try the statement on ``instances`` generated instances (seeded) and report the worst violation.
+
+        ``time_limit`` (seconds): stop after the instance that crosses it (``instances`` in the result says how
+        many ran, ``details`` says it stopped); ``on_instance(tried)`` is called after each instance (progress)."""
         start = time.perf_counter()
+        stopped = ""
         exact = bool(exact and self.exact_supported)
         worst, where, tried, hard = 0.0, "", 0, False
         try:
             hooks = self.resolve(impl)
             rng = np.random.default_rng(seed)
-            for instance in self.generate(rng, int(instances), exact):
+            for instance in self._instances(rng, int(instances), exact):
                 raw = self.verify(instance, hooks, exact)
                 value = float(raw)
                 tried += 1
@@ -167,6 +182,11 @@ class Check:
                 elif (tried == 1 or value > worst) and not hard:
                     note = getattr(raw, "note", "")
                     worst, where = value, f"{getattr(instance, 'label', instance)}" + (f": {note}" if note else "")
+                if on_instance is not None:
+                    on_instance(tried)
+                if time_limit is not None and tried < instances and time.perf_counter() - start > time_limit:
+                    stopped = f"stopped at the {time_limit:g} s time limit after {tried} of {int(instances)} instances"
+                    break
         except Exception as exc:  # noqa: BLE001 - a check that raises is reported, never crashes the run
             tb = traceback.extract_tb(exc.__traceback__)[-1]
             return CheckResult(self.name, self.title, self.source, tried, float("nan"), self.tolerance, ERROR,
@@ -174,7 +194,7 @@ class Check:
                                time.perf_counter() - start)
         status = PASS if worst <= self.tolerance and not hard else FAIL
         return CheckResult(self.name, self.title, self.source, tried, worst, self.tolerance, status,
-                           where if status == FAIL or worst > 0 else "", exact, time.perf_counter() - start)
+                           where if status == FAIL or worst > 0 else "", exact, time.perf_counter() - start, stopped)
 
 
 def load_hook(path: str) -> Callable:

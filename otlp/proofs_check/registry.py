@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from otlp.distributions import check_int
 from otlp.proofs_check.core import CheckResult, Registry
@@ -20,17 +20,20 @@ def build_registry() -> Registry:
 
 
 def run_checks(names: Iterable[str] | None = None, instances: int = 20, seed: int = 0, exact: bool = False,
-               impl: dict | None = None) -> list[CheckResult]:
+               impl: dict | None = None, time_limit: float | None = None,
+               on_instance: Callable[[int], None] | None = None) -> list[CheckResult]:
     """Run the selected checks (all by default; names may be prefixes like ``"gr."``) and return their results.
 
     ``impl`` maps a hook name to an implementation injected into every selected check that has that hook.
+    ``time_limit`` and ``on_instance`` apply to each check (see :meth:`otlp.proofs_check.core.Check.run`).
     """
     check_int(seed, "seed", 0)
     registry = build_registry()
     results = []
     for check in registry.select(None if names is None else list(names)):
         own = {k: v for k, v in (impl or {}).items() if k in check.hooks}
-        results.append(check.run(instances=instances, seed=seed, exact=exact, impl=own))
+        results.append(check.run(instances=instances, seed=seed, exact=exact, impl=own, time_limit=time_limit,
+                                 on_instance=on_instance))
     return results
 
 

@@ -58,6 +58,38 @@ def test_violation_exits_1(monkeypatch, capsys):
     assert "FAIL" in capsys.readouterr().out
 
 
+def test_time_limit_stops_a_check_and_says_after_how_many(monkeypatch, capsys):
+    """Instances are generated in chunks, so the limit also bounds the generation; the check passes on the instances
+    it tried and the table says it stopped."""
+    import time
+
+    import otlp.proofs_check.core as core
+
+    generated = []
+
+    def slow(inst, hooks, exact):
+        time.sleep(0.002)
+        return 0.0
+
+    def build():
+        reg = Registry()
+        reg.register(Check(name="fake.slow", title="t", source="s", statement="x",
+                           generate=lambda rng, count, exact: generated.append(count) or list(range(count)),
+                           verify=slow, hooks={}))
+        return reg
+
+    monkeypatch.setattr(registry_mod, "build_registry", build)
+    monkeypatch.setattr(core, "GENERATE_CHUNK", 50)
+    assert run_check_cli(_args("--instances", "100000", "--time-limit", "0.05")) == 0
+    out = capsys.readouterr().out
+    (result,) = run_checks(instances=100000, time_limit=0.05)
+    assert result.ok and 1 <= result.instances < 100000 and "time limit" in result.stopped
+    assert "fake.slow: stopped at the 0.05 s time limit after" in out
+    assert max(generated) == 50 and sum(generated) < 100000
+    (full,) = run_checks(instances=30, time_limit=60)
+    assert full.instances == 30 and full.stopped == ""
+
+
 def test_error_is_reported_not_raised(monkeypatch):
     def boom(inst, hooks, exact):
         raise RuntimeError("solver exploded")

@@ -112,7 +112,9 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
 
 
 def _progress(total: int, enabled: bool, desc: str):  # noqa: ANN202
-    if not enabled:
+    """A tqdm bar on stderr, only on a terminal (like ``otlp._cli_util.Progress``): a pipe or a log file gets no
+    carriage-return frames, and an error line never lands on a bar."""
+    if not enabled or not sys.stderr.isatty():
         return None
     try:
         from tqdm import tqdm

@@ -127,7 +127,7 @@ class SkewedDraftLP(Formulation):
 
     def _prefix_caps(self, ordering: np.ndarray) -> np.ndarray:
         """psi of every prefix of ``ordering`` (paths), in the stable suffix form (no 1 - (1 - s)^K cancellation)."""
-        from otlp.multistep.rankings import power_gap
+        from otlp.optimal.chains import power_gap
 
         qs = self.q_prefix[self.leaf0 + ordering]
         tail = np.cumsum(qs[::-1])[::-1] - qs

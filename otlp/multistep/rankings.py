@@ -35,16 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from otlp.errors import InputError
-
-
-def power_gap(u: np.ndarray | float, d: np.ndarray | float, K: int) -> np.ndarray:
-    """(u + d)^K - u^K as d * sum_{m<K} (u + d)^m u^(K-1-m), for u, d >= 0 (no cancellation)."""
-    u = np.asarray(u, dtype=np.float64)
-    d = np.asarray(d, dtype=np.float64)
-    total = np.zeros(np.broadcast(u, d).shape)
-    for m in range(K):
-        total = total + (u + d) ** m * u ** (K - 1 - m)
-    return d * total
+from otlp.optimal.chains import power_gap  # (u + d)^K - u^K without cancellation
 
 
 def vertex_values(q_ranked: np.ndarray, K: int, below: float = 0.0) -> np.ndarray:
@@ -230,5 +221,5 @@ def project_into_base(x: np.ndarray, q: np.ndarray, K: int, tol: float = 1e-14, 
     raise InputError(f"project_into_base did not reach P(psi) in {max_steps} steps")  # pragma: no cover
 
 
-__all__ = ["RankingMixture", "base_violation", "decompose", "most_violated_prefix", "power_gap",
+__all__ = ["RankingMixture", "base_violation", "decompose", "most_violated_prefix",
            "project_into_base", "vertex_values"]

@@ -205,6 +205,18 @@ def paths_gap(args: argparse.Namespace) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1))
     print(f"wrote {out}")
+    two = [r for r in rows if r["n"] == 2]
+    if two:
+        columns = ["n", "distinct roots", "E[paths]: class chains", "path-aware (window)", "optimum (closed form)",
+                   "share of the gain captured (mean / min)", "ms per plan (median)"]
+        cells = [["2", str(len(two)), f"{np.mean([r['chains'] for r in two]):.4f}",
+                  f"{np.mean([r['window'] for r in two]):.4f}", f"{np.mean([r['optimum'] for r in two]):.4f}",
+                  f"{np.mean([r['captured'] for r in two]):.3f} / {np.min([r['captured'] for r in two]):.3f}",
+                  f"{np.median([r['lp_ms'] for r in two]):.0f}"]]
+        readme_tables.publish("decode_block_efficiency", "paths_gap", columns, cells,
+                              {"batch": args.batch, "tokens": args.tokens, "L": args.L, "seed": args.seed,
+                               "collected_roots": args.paths_gap})
+        print("\n<!-- table: decode_block_efficiency/paths_gap -->\n" + readme_tables.markdown(columns, cells))
 
 
 def publish(rows: list[dict], args: argparse.Namespace) -> None:

@@ -207,11 +207,14 @@ def paths_gap(args: argparse.Namespace) -> None:
     print(f"wrote {out}")
     two = [r for r in rows if r["n"] == 2]
     if two:
+        gaps = np.array([r["optimum"] - r["chains"] for r in two])
+        gains = np.array([r["window_gain"] for r in two])
+        big = gaps > 1e-3  # the per-root share is noise where there is almost nothing to gain
         columns = ["n", "distinct roots", "E[paths]: class chains", "path-aware (window)", "optimum (closed form)",
-                   "share of the gain captured (mean / min)", "ms per plan (median)"]
+                   "share of the gain captured (all roots / worst root with a gap > 1e-3)", "ms per plan (median)"]
         cells = [["2", str(len(two)), f"{np.mean([r['chains'] for r in two]):.4f}",
                   f"{np.mean([r['window'] for r in two]):.4f}", f"{np.mean([r['optimum'] for r in two]):.4f}",
-                  f"{np.mean([r['captured'] for r in two]):.3f} / {np.min([r['captured'] for r in two]):.3f}",
+                  f"{gains.sum() / gaps.sum():.3f} / {(gains[big] / gaps[big]).min() if big.any() else 1.0:.3f}",
                   f"{np.median([r['lp_ms'] for r in two]):.0f}"]]
         readme_tables.publish("decode_block_efficiency", "paths_gap", columns, cells,
                               {"batch": args.batch, "tokens": args.tokens, "L": args.L, "seed": args.seed,

@@ -192,3 +192,14 @@ def test_the_registered_verifier_and_its_torch_sampler():
     assert tokens.tolist() == ref_tokens.tolist() and index.tolist() == ref_index.tolist()
     accepted = index.numpy() >= 0
     assert np.all(drafts[np.arange(B), np.maximum(index.numpy(), 0)][accepted] == tokens.numpy()[accepted])
+
+
+def test_distinct_draft_schemes_have_nothing_to_gain():
+    """Without replacement every draft is a distinct token, so each continuing path is one accepted draft: the
+    lexicographic optimum is alpha* itself (the formulation takes any enumerable scheme)."""
+    rng = np.random.default_rng(8)
+    for _ in range(5):
+        p, q = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
+        draft = otlp.WithoutReplacement(q, 2)
+        sol = PathAwareOTLP(p, draft).solve()
+        assert sol.value == pytest.approx(otlp.optimal_acceptance(p, draft), abs=1e-8)

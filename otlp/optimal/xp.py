@@ -8,6 +8,8 @@ synchronise with the host and never build a data-dependent shape (they run insid
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 
@@ -26,31 +28,59 @@ def is_numpy(x: object) -> bool:
     return isinstance(x, np.ndarray)
 
 
+def _torch_scans(x):  # noqa: ANN001, ANN202
+    """``x`` as a torch tensor (zero copy) when torch is already imported and the array can be shared, else None.
+
+    numpy's running sums and minima are scalar loops (about 2.7 ns per float64 entry in cache); torch's CPU kernels
+    do the same sequential scan about 6x faster (benchmarks/verifiers.py, issue 19). Nothing here imports torch, so
+    a numpy-only program keeps numpy's kernels."""
+    torch = sys.modules.get("torch")
+    if torch is None or x.ndim != 2 or not x.flags.writeable or x.dtype not in _SCAN_DTYPES:
+        return None
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+_SCAN_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
+
+
 def cumsum(x):  # noqa: ANN001, ANN201
     """Running sum along the rows."""
-    return np.cumsum(x, axis=-1) if is_numpy(x) else x.cumsum(-1)
+    if is_numpy(x):
+        t = _torch_scans(x)
+        return np.cumsum(x, axis=-1) if t is None else t.cumsum(-1).numpy()
+    return x.cumsum(-1)
 
 
 def suffix_sum(x):  # noqa: ANN001, ANN201
     """``out[..., i] = sum_{j >= i} x[..., j]``, summed from the top (so the tail carries no cancellation)."""
     if is_numpy(x):
-        return np.cumsum(x[..., ::-1], axis=-1)[..., ::-1]
+        t = _torch_scans(x)
+        return np.cumsum(x[..., ::-1], axis=-1)[..., ::-1] if t is None else t.flip(-1).cumsum(-1).flip(-1).numpy()
     return x.flip(-1).cumsum(-1).flip(-1)
 
 
 def cummin(x):  # noqa: ANN001, ANN201
-    return np.minimum.accumulate(x, axis=-1) if is_numpy(x) else x.cummin(-1).values
+    if is_numpy(x):
+        t = _torch_scans(x)
+        return np.minimum.accumulate(x, axis=-1) if t is None else t.cummin(-1).values.numpy()
+    return x.cummin(-1).values
 
 
 def suffix_min(x):  # noqa: ANN001, ANN201
     """``out[..., i] = min_{j >= i} x[..., j]``."""
     if is_numpy(x):
-        return np.minimum.accumulate(x[..., ::-1], axis=-1)[..., ::-1]
+        t = _torch_scans(x)
+        if t is None:
+            return np.minimum.accumulate(x[..., ::-1], axis=-1)[..., ::-1]
+        return t.flip(-1).cummin(-1).values.flip(-1).numpy()
     return x.flip(-1).cummin(-1).values.flip(-1)
 
 
 def cummax(x):  # noqa: ANN001, ANN201
-    return np.maximum.accumulate(x, axis=-1) if is_numpy(x) else x.cummax(-1).values
+    if is_numpy(x):
+        t = _torch_scans(x)
+        return np.maximum.accumulate(x, axis=-1) if t is None else t.cummax(-1).values.numpy()
+    return x.cummax(-1).values
 
 
 def take(x, idx):  # noqa: ANN001, ANN201

@@ -1,0 +1,49 @@
+"""otlp.optimal.xp's row scans on numpy arrays: torch's kernels (used when torch is already imported) give exactly
+numpy's own sequential results, bit for bit, and a read-only array falls back to numpy without a warning."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from otlp.optimal import xp as X
+
+torch = pytest.importorskip("torch")  # the torch kernels are only taken when torch is loaded
+
+NUMPY = {
+    "cumsum": lambda x: np.cumsum(x, axis=-1),
+    "suffix_sum": lambda x: np.cumsum(x[..., ::-1], axis=-1)[..., ::-1],
+    "cummin": lambda x: np.minimum.accumulate(x, axis=-1),
+    "suffix_min": lambda x: np.minimum.accumulate(x[..., ::-1], axis=-1)[..., ::-1],
+    "cummax": lambda x: np.maximum.accumulate(x, axis=-1),
+}
+
+
+def _rows(rng: np.random.Generator) -> list[np.ndarray]:
+    heavy = rng.random((7, 3001)) ** 12  # entries spanning many binades: the summation order shows in the bits
+    ties = np.round(rng.random((4, 50)), 1)
+    special = np.array([[0.5, np.inf, -np.inf, 0.0, 1e-300, -0.0, 2.0, np.inf]])
+    ints = rng.integers(-5, 5, size=(3, 100))
+    return [heavy, ties, special, ints, heavy[:, ::2], heavy.T.copy()[:5]]
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY))
+def test_scans_equal_numpys_bit_for_bit(name: str) -> None:
+    assert X._torch_scans(np.zeros((2, 3))) is not None  # the torch kernels are in use here
+    for x in _rows(np.random.default_rng(0)):
+        with np.errstate(invalid="ignore"):  # inf + -inf in the special row: nan on both routes
+            got, want = getattr(X, name)(x), NUMPY[name](x)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_read_only_and_other_dtypes_take_numpy_quietly() -> None:
+    x = np.random.default_rng(1).random((3, 40))
+    x.flags.writeable = False
+    assert X._torch_scans(x) is None and X._torch_scans(x.astype(np.float32)) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(X.cumsum(x), np.cumsum(x, axis=-1))
+        np.testing.assert_array_equal(X.suffix_min(x), NUMPY["suffix_min"](x))

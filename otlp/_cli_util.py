@@ -84,6 +84,27 @@ def as_missing_dependency(exc: ImportError, feature: str, extra: str | None = No
     return MissingDependencyError(package, feature, extra or own_extra)
 
 
+def int_list(text: object, name: str, *, allow_all: bool = False, all_value: object = None) -> tuple:
+    """A comma list of integers >= 1 (``"1,2,4,8"`` -> ``(1, 2, 4, 8)``, repeats dropped); with ``allow_all`` the
+    words all / none / V / 0 stand for "no truncation" and give ``all_value``. An empty entry (``"1,,2"``) is an
+    error, not skipped."""
+    out: list = []
+    for tok in str(text).split(","):
+        tok = tok.strip()
+        if allow_all and tok.lower() in ("all", "none", "v", "0"):
+            out.append(all_value)
+            continue
+        try:
+            value = int(tok)
+        except ValueError:
+            what = "an empty entry" if not tok else f"{tok!r} is not an integer"
+            raise InputError(f"{name}: {what} in {str(text)!r} (expected a comma list such as 1,2,4,8)") from None
+        if value < 1:
+            raise InputError(f"{name}: values must be >= 1, got {value}")
+        out.append(value)
+    return tuple(dict.fromkeys(out))
+
+
 def wants_json(argv: Sequence[str]) -> bool:
     """Whether ``--json`` was asked for, read from the raw arguments (the parse itself may be what failed)."""
     return "--json" in argv

@@ -262,3 +262,17 @@ def test_solve_example_prints_p_and_q(capsys):
     code, out, _ = run(["solve", "--example", "--formulation", "relaxed", "--backend", "highs"], capsys)
     assert code == 0
     assert "p = [0.1, 0.6, 0.3], q = [0.5, 0.3, 0.2]" in out.splitlines()[0]
+
+
+def test_the_one_comma_list_parser() -> None:
+    """``otlp sweep --n/--top-k`` and ``otlp bench acceptance --ns/--top-ks`` share it: repeats dropped, the words
+    for "no truncation" only where allowed, and an empty entry is an error (it was silently skipped)."""
+    from otlp._cli_util import int_list
+    from otlp.errors import InputError
+
+    assert int_list("1, 2,4,2", "--n") == (1, 2, 4)
+    assert int_list("all,10,V", "--top-k", allow_all=True, all_value=0) == (0, 10)
+    assert int_list("none,10", "--top-ks", allow_all=True) == (None, 10)
+    for bad, match in (("1,,2", "empty entry"), ("1,x", "'x' is not an integer"), ("0", ">= 1"), ("all", "'all'")):
+        with pytest.raises(InputError, match=match):
+            int_list(bad, "--n")

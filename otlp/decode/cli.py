@@ -279,23 +279,6 @@ def add_acceptance_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
     return parser
 
 
-def _int_list(text: str, name: str, allow_all: bool = False) -> list:
-    out: list = []
-    for tok in text.split(","):
-        tok = tok.strip()
-        if allow_all and tok.lower() in ("all", "v", "none"):
-            out.append(None)
-            continue
-        try:
-            value = int(tok)
-        except ValueError:
-            raise InputError(f"{name}: {tok!r} is not an integer") from None
-        if value < 1:
-            raise InputError(f"{name}: values must be >= 1, got {value}")
-        out.append(value)
-    return out
-
-
 def _check_out_dir(out: str) -> None:
     """Create ``--out`` (as the run would) and check it takes files; ``InputError`` in one line if not."""
     try:
@@ -319,8 +302,10 @@ def run_acceptance_cli(args: argparse.Namespace) -> int:
                          "collect)")
     check_int(args.seed, "--seed", 0)
     check_int(args.vocab_size, "--vocab-size", 2)
-    ns = _int_list(args.ns, "--ns")
-    top_ks = _int_list(args.top_ks, "--top-ks", allow_all=True)
+    from otlp._cli_util import int_list
+
+    ns = int_list(args.ns, "--ns")
+    top_ks = int_list(args.top_ks, "--top-ks", allow_all=True)
     _check_out_dir(args.out)  # before the minutes of collection, not after
     pair = load_model_pair(args.draft, args.target, args.vocab_size, args.device)
     prompts = [pair.encode(t) for t in DEFAULT_PROMPTS]

@@ -6,8 +6,9 @@ import argparse
 import json
 import sys
 
+from otlp._cli_util import int_list
 from otlp.errors import InputError
-from otlp.sweep.compute import MAX_ENUM_CELLS, parse_ints
+from otlp.sweep.compute import MAX_ENUM_CELLS
 
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -42,8 +43,8 @@ def run_sweep_cli(args: argparse.Namespace) -> int:
         raise InputError(f"--workers must be >= 1, got {args.workers}")
     if not args.max_enum_cells >= 1:
         raise InputError(f"--max-enum-cells must be >= 1, got {args.max_enum_cells}")
-    ns = parse_ints(args.n, "--n")
-    top_ks = parse_ints(args.top_k, "--top-k", allow_all=True)
+    ns = int_list(args.n, "--n")
+    top_ks = int_list(args.top_k, "--top-k", allow_all=True, all_value=0)
     bar = Progress("sweep", enabled=not (args.no_progress or args.json))
 
     def show(state: dict) -> None:

@@ -317,27 +317,5 @@ def skipped_rules(params: SweepParams, W: int) -> dict[str, dict[int, str]]:
     return out
 
 
-def parse_ints(text: str, name: str, allow_all: bool = False) -> tuple[int, ...]:
-    """``"1,2,4,8"`` -> (1, 2, 4, 8); with ``allow_all`` the words all/none/0 mean no truncation (0)."""
-    out: list[int] = []
-    for tok in str(text).split(","):
-        tok = tok.strip()
-        if not tok:
-            continue
-        if allow_all and tok.lower() in ("all", "none", "v", "0"):
-            out.append(0)
-            continue
-        try:
-            value = int(tok)
-        except ValueError:
-            raise InputError(f"{name}: {tok!r} is not an integer (expected a comma list such as 1,2,4,8)") from None
-        if value < 1:
-            raise InputError(f"{name}: values must be >= 1, got {value}")
-        out.append(value)
-    if not out:
-        raise InputError(f"{name}: give at least one value")
-    return tuple(dict.fromkeys(out))
-
-
 def isfinite_or_none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None

@@ -42,6 +42,21 @@ def ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return np.argsort(-ratio, axis=-1, kind="stable")
 
 
+def prefix_psi(xp, prefix_p, prefix_q, suffix_p, suffix_q, n: int):  # noqa: ANN001, ANN201 - numpy or torch
+    """psi_m = P_m - Q_m^n on the prefixes of an order, from the prefix sums ``P, Q`` and the suffix sums
+    ``Pbar, Qbar`` (mass at positions >= m, summed from the top): all ``[..., V + 1]``, ``xp`` numpy or torch.
+
+    Where Q_m > 1/2 the suffix form 1 - (1 - Qbar_m)^n - Pbar_m (with expm1/log1p) is used, so the p = q = 0 tail
+    and psi_V = 0 come out exact rather than as 1e-16 rounding noise (design note §3, §4); psi_0 = psi_V = 0.
+    The one implementation of this formula: :func:`sorted_prefix_arrays` and ``otlp.optimal.chains.prefix`` use it.
+    """
+    tail = -xp.expm1(n * xp.log1p(-suffix_q.clip(max=1.0))) - suffix_p
+    out = xp.where(prefix_q > 0.5, tail, prefix_p - prefix_q**n)
+    out[..., 0] = 0.0
+    out[..., -1] = 0.0
+    return out
+
+
 def sorted_prefix_psi(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """psi on the prefixes of the decreasing-q/p order, for i.i.d. drafts (GR Lemma 6.3).
 
@@ -74,12 +89,8 @@ def sorted_prefix_arrays(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarr
     # mass of the positions > m, summed from the top so the tail is exact
     np.cumsum(ps[..., ::-1], axis=-1, out=suffix_p[..., -2::-1])
     np.cumsum(qs[..., ::-1], axis=-1, out=suffix_q[..., -2::-1])
-    head = prefix_p - prefix_q**n
     with np.errstate(divide="ignore"):
-        tail = -np.expm1(n * np.log1p(-np.minimum(suffix_q, 1.0))) - suffix_p
-    out = np.where(prefix_q > 0.5, tail, head)
-    out[..., 0] = 0.0
-    out[..., -1] = 0.0
+        out = prefix_psi(np, prefix_p, prefix_q, suffix_p, suffix_q, n)
     return order, out, ps, qs, prefix_q
 
 

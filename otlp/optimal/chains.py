@@ -41,6 +41,7 @@ from math import comb, inf
 import numpy as np
 
 from otlp.optimal import xp as X
+from otlp.psi import prefix_psi
 
 #: Newton steps of :func:`slot_mass` for n >= 3 when the caller cannot iterate to convergence (device code). From the
 #: tighter of two upper bounds of the root (module docstring of :func:`slot_mass`) the iteration converges
@@ -71,17 +72,13 @@ def prefix(P, Q, n: int) -> Prefix:  # noqa: ANN001 - [B, V] arrays
     compute psi on the prefixes (GR Lemma 6.3, the suffix form where Q_m > 1/2), m* and alpha*."""
     xp = X.namespace(P)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        V = P.shape[-1]
         pos_p = P > 0
         ratio = xp.where(pos_p, Q / xp.where(pos_p, P, 1.0), xp.where(Q > 0, inf, -1.0))
         order = X.sort_descending(ratio)  # [B, V]
         ps, qs = X.take(P, order), X.take(Q, order)  # [B, V]
         prefix_p, prefix_q = X.pad_first(X.cumsum(ps), 0.0), X.pad_first(X.cumsum(qs), 0.0)  # [B, V + 1]
         suffix_p, suffix_q = X.pad_last(X.suffix_sum(ps), 0.0), X.pad_last(X.suffix_sum(qs), 0.0)  # positions >= m
-        tail = -xp.expm1(n * xp.log1p(-X.minimum(suffix_q, 1.0))) - suffix_p
-        psi = xp.where(prefix_q > 0.5, tail, prefix_p - prefix_q**n)  # [B, V + 1]
-        psi[..., 0] = 0.0
-        psi[..., V] = 0.0
+        psi = prefix_psi(xp, prefix_p, prefix_q, suffix_p, suffix_q, n)  # [B, V + 1]
         m_star = X.argmin_rows(psi)  # [B], first exact argmin
         alpha = 1.0 + X.take(psi, m_star[:, None])[:, 0]
     return Prefix(n=n, order=order, ps=ps, qs=qs, prefix_q=prefix_q, suffix_q=suffix_q, psi=psi, m_star=m_star,

@@ -235,20 +235,85 @@ class PathAwareTransport:
         np.add.at(out, (np.repeat(np.arange(w.shape[0]), self.n), w.ravel()), accept.ravel())
         return out
 
-    def sample(self, omegas: object, rng: object = None, uniforms: np.ndarray | None = None) -> np.ndarray:
+    def sample(self, omegas: object, rng: object = None, uniforms: np.ndarray | None = None):  # noqa: ANN201
         """One output token per drafted tuple: slot by ``u[:, 0]``, residual token by ``u[:, 1]`` (``uniforms [M,
         2]``, else drawn from ``rng``) -> ``(tokens int64 [M], accepted_index int64 [M])`` (-1: residual)."""
-        w = check_token_tuples(omegas, self.n, self.V)
-        M = w.shape[0]
-        u = as_generator(rng).random((M, 2)) if uniforms is None else np.asarray(uniforms, dtype=np.float64)
-        accept, _ = self.rule(w)
-        slot = (u[:, :1] >= np.cumsum(accept, axis=1)).sum(1)  # [M]; n: reject
-        accepted = slot < self.n
-        tokens = w[np.arange(M), np.minimum(slot, self.n - 1)].copy()
-        cdf = np.cumsum(self.residual)
-        drawn = np.minimum(np.searchsorted(cdf, u[:, 1] * cdf[-1], side="right"), self.V - 1)
-        tokens = np.where(accepted, tokens, drawn)
-        return tokens.astype(np.int64), np.where(accepted, slot, -1).astype(np.int64)
+        return _sample(self, omegas, rng, uniforms)
+
+
+class TwoDraftPaths:
+    """The exact path-optimal rule for n = 2 i.i.d. drafts (:func:`two_draft_tuple_rule`) for one (p, q): the
+    class-chain plan with the doubled tuples of H* accepted at min(1, p_a / q_a^2) and the tokens of H* scaled
+    down in mixed tuples to keep their row sums. Law p, acceptance alpha*, E[continuing paths] = alpha* +
+    sum_a min(q_a^2, p_a) (the optimum). Same interface as :class:`PathAwareTransport` (``rule``, ``slices``,
+    ``sample``, ``acceptance``, ``alpha``, ``residual``); no LP, any V.
+
+    >>> rule = TwoDraftPaths([0.1, 0.6, 0.3], [0.5, 0.3, 0.2])
+    >>> round(rule.alpha, 12), round(expected_paths(rule, [0.5, 0.3, 0.2], 2), 12)
+    (0.85, 1.08)
+    """
+
+    n = 2
+
+    def __init__(self, p: object, q: object):
+        self.p = check_distribution(p, "p")
+        self.q = check_distribution(q, "q", size=self.p.size)
+        self.V = self.p.size
+        self.base = OptimalTransport.from_arrays(self.p, self.q, 2, method="class_chains")
+        self.alpha = self.base.alpha
+        self.residual = self.base.residual
+        inner = np.zeros(self.V, dtype=bool)
+        inner[self.base.h_star] = True
+        tokens = np.arange(self.V)
+        x0 = self.base.rule(np.stack([tokens, tokens], 1))[0].sum(1)  # [V] the class chains on (a, a)
+        q2 = self.q * self.q
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x_star = np.maximum(np.where(q2 > 0, np.minimum(self.p / np.where(q2 > 0, q2, 1.0), 1.0), 1.0), x0)
+            den = self.p - q2 * x0
+            kappa = np.where(inner & (den > 0), np.maximum(self.p - q2 * x_star, 0.0) / np.where(den > 0, den, 1.0),
+                             1.0)
+        self._inner, self._x_star, self._kappa = inner, x_star, np.minimum(kappa, 1.0)
+
+    def acceptance(self) -> float:
+        return self.base.acceptance()
+
+    def rule(self, omegas: object) -> tuple[np.ndarray, np.ndarray]:
+        """``omegas int [M, 2]`` -> ``(accept [M, 2], reject [M])`` as :meth:`OptimalTransport.rule`."""
+        w = check_token_tuples(omegas, 2, self.V)
+        accept, _ = self.base.rule(w)
+        a = w[:, 0]
+        doubled = a == w[:, 1]
+        first = np.where(doubled & self._inner[a], self._x_star[a], accept[:, 0] * np.where(doubled, 1.0,
+                                                                                             self._kappa[a]))
+        second = np.where(doubled, accept[:, 1], accept[:, 1] * self._kappa[w[:, 1]])
+        acc = np.stack([first, second], 1)
+        return acc, np.maximum(1.0 - acc.sum(1), 0.0)
+
+    def slices(self, omegas: object) -> np.ndarray:
+        """pi(· | omega) for many tuples: ``[M, 2]`` -> ``float [M, V]``."""
+        w = check_token_tuples(omegas, 2, self.V)
+        accept, reject = self.rule(w)
+        out = reject[:, None] * self.residual[None, :]
+        np.add.at(out, (np.repeat(np.arange(w.shape[0]), 2), w.ravel()), accept.ravel())
+        return out
+
+    def sample(self, omegas: object, rng: object = None, uniforms: np.ndarray | None = None):  # noqa: ANN201
+        """As :meth:`PathAwareTransport.sample`."""
+        return _sample(self, omegas, rng, uniforms)
+
+
+def _sample(rule: object, omegas: object, rng: object, uniforms: np.ndarray | None):  # noqa: ANN202
+    w = check_token_tuples(omegas, rule.n, rule.V)
+    M = w.shape[0]
+    u = as_generator(rng).random((M, 2)) if uniforms is None else np.asarray(uniforms, dtype=np.float64)
+    accept, _ = rule.rule(w)
+    slot = (u[:, :1] >= np.cumsum(accept, axis=1)).sum(1)  # [M]; n: reject
+    accepted = slot < rule.n
+    tokens = w[np.arange(M), np.minimum(slot, rule.n - 1)].copy()
+    cdf = np.cumsum(rule.residual)
+    drawn = np.minimum(np.searchsorted(cdf, u[:, 1] * cdf[-1], side="right"), rule.V - 1)
+    tokens = np.where(accepted, tokens, drawn)
+    return tokens.astype(np.int64), np.where(accepted, slot, -1).astype(np.int64)
 
 
 def _first_slots(w: np.ndarray) -> np.ndarray:
@@ -265,6 +330,52 @@ def _repair(S: np.ndarray, tokens: np.ndarray, cols: np.ndarray, cap: np.ndarray
     S = S * np.where(col > P, P / np.where(col > 0, col, 1.0), 1.0)[cols]
     row = np.bincount(tokens, weights=S, minlength=cap.size)
     return S * np.where(row > cap, cap / np.where(row > 0, row, 1.0), 1.0)[tokens]
+
+
+def two_draft_tuple_rule(pre: object, w: object, *, window: int | str | None = None,  # noqa: ANN201
+                         steps: int | None = None):
+    """The exact path-optimal rule for n = 2 on one drafted pair per row, from the class-chain prefix structure
+    (:func:`otlp.optimal.chains.prefix` with n = 2): ``w int64 [B, 2]`` -> ``(accept [B, 2], reject [B])``,
+    numpy or torch (no host synchronisation with ``window=None``), as :func:`.chains.tuple_rule`.
+
+    Start from the class-chain rule pi0. Every alpha*-optimal plan serves the tuples drawn inside H* with the tokens
+    of H* (row sums R_a = p_a there) and accepts every other doubled tuple (a, a) fully, so E[paths] = alpha* +
+    sum_a q_a^2 x_a with x_a the acceptance of (a, a). On a token a of H*:
+
+    * the doubled tuple (a, a) accepts with x*_a = min(1, p_a / q_a^2) instead of pi0's x0_a <= x*_a;
+    * in every mixed tuple a's acceptance is scaled by kappa_a = (p_a - q_a^2 x*_a) / (p_a - q_a^2 x0_a) <= 1
+      (1 where the denominator is 0), so a's row sum stays p_a;
+    * the tuple rejects what it no longer accepts, and rejections draw from pi0's residual (outside H*).
+
+    Row sums, hence the law (= p) and the acceptance (= alpha*), are pi0's; E[paths] reaches the upper bound alpha*
+    + sum_a min(q_a^2, p_a) of :func:`two_draft_optimum`. x0_a is pi0 on the doubled tuple: in its class chain both
+    draws share one position, so x0_a = 1 - e^{-2 Lambda_a} (1 - beta) with Lambda_a the group's hazard at or below
+    a, computed here by the chains themselves (:func:`.chains.tuple_rule` on (a, a))."""
+    from otlp.optimal import chains as C
+    from otlp.optimal import xp as X
+
+    xp = X.namespace(pre.psi)
+    accept, reject = C.tuple_rule(pre, w, window=window, steps=steps)  # [B, 2], [B]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pos = X.take(X.inverse_permutation(pre.order), w)  # [B, 2]
+        inner = pos < pre.m_star[:, None]  # the token is in H*
+        ps_w, qs_w = X.take(pre.ps, pos), X.take(pre.qs, pos)  # p_a, q_a of each draw
+        x0 = []
+        for k in range(2):
+            twin = xp.stack([w[:, k], w[:, k]], 1)  # [B, 2]: the doubled tuple of draw k
+            acc_twin, _ = C.tuple_rule(pre, twin, window=window, steps=steps)
+            x0.append(acc_twin.sum(-1))
+        x0 = xp.stack(x0, 1)  # [B, 2]
+        q2 = qs_w * qs_w
+        x_star = xp.where(q2 > 0, X.minimum(ps_w / xp.where(q2 > 0, q2, 1.0), 1.0), 1.0)
+        x_star = X.maximum(x_star, x0)  # rounding: never below the class chains'
+        den = ps_w - q2 * x0
+        kappa = xp.where(inner & (den > 0), X.maximum(ps_w - q2 * x_star, 0.0) / xp.where(den > 0, den, 1.0), 1.0)
+        kappa = X.minimum(kappa, 1.0)
+        doubled = (w[:, 0] == w[:, 1])[:, None]  # [B, 1]
+        first = X.arange_like(accept, 2)[None, :] == 0
+        acc = xp.where(doubled, xp.where(first & inner, x_star, accept), accept * kappa)
+        return acc, X.maximum(1.0 - acc.sum(-1), 0.0)
 
 
 #: the most multisets :func:`expected_paths` enumerates (V = 2000 at n = 2 is 2,001,000), in chunks of ``_CHUNK``
@@ -315,5 +426,5 @@ def expected_paths(rule: object, q: object, n: int) -> float:
     return _enumerated_value(rule, check_distribution(q, "q"), check_n(n))
 
 
-__all__ = ["MAX_TUPLES", "PathAwareTransport", "continuing_paths", "expected_paths", "multiset_probabilities",
-           "multisets", "two_draft_optimum", "window_size"]
+__all__ = ["MAX_TUPLES", "PathAwareTransport", "TwoDraftPaths", "continuing_paths", "expected_paths",
+           "multiset_probabilities", "multisets", "two_draft_optimum", "two_draft_tuple_rule", "window_size"]

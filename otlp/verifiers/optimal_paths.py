@@ -6,9 +6,14 @@ maximises E[number of drafted paths that continue] at acceptance alpha*. Law = p
 (to the LP's tolerance, 1e-10); the path count is the lexicographic optimum when the window holds every token of
 positive q (small V), else between the class chains' and that optimum.
 
-The torch ``sample`` is a host-side reference: it solves one LP per distinct (p, q) row on the CPU (milliseconds;
-the last ``CACHE_SIZE`` plans are kept, so repeated rows reuse theirs) and synchronises with the device. It is for
-measuring block efficiency (``otlp decode --verifier optimal_paths``), not for serving.
+For n = 2 there is no LP: :class:`otlp.optimal.paths.TwoDraftPaths` is the exact path-optimal rule (the class
+chains with the doubled tuples of H* accepted at min(1, p_a / q_a^2) and the mixed tuples scaled to keep the row
+sums), and ``sample`` runs it vectorised over the batch (:func:`otlp.optimal.paths.two_draft_tuple_rule`): numpy
+on the CPU, torch operations with static shapes on an accelerator, like ``optimal``'s sampler.
+
+For n >= 3 the torch ``sample`` is a host-side reference: it solves one LP per distinct (p, q) row on the CPU
+(milliseconds; the last ``CACHE_SIZE`` plans are kept, so repeated rows reuse theirs) and synchronises with the
+device. It is for measuring block efficiency (``otlp decode --verifier optimal_paths``), not for serving.
 """
 
 from __future__ import annotations
@@ -42,12 +47,12 @@ class OptimalPaths(Verifier):
 
     def plan(self, p: np.ndarray, q: np.ndarray, n: int):  # noqa: ANN201
         """The :class:`~otlp.optimal.paths.PathAwareTransport` of (p, q, n), cached."""
-        from otlp.optimal.paths import PathAwareTransport
+        from otlp.optimal.paths import PathAwareTransport, TwoDraftPaths
 
         key = p.tobytes() + q.tobytes() + int(n).to_bytes(4, "little")
         rule = self._cache.get(key)
         if rule is None:
-            rule = PathAwareTransport(p, q, n, max_tuples=self.max_tuples)
+            rule = TwoDraftPaths(p, q) if n == 2 else PathAwareTransport(p, q, n, max_tuples=self.max_tuples)
             self._cache[key] = rule
             if len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
@@ -79,8 +84,8 @@ class OptimalPaths(Verifier):
 
     def sample(self, p, q, drafts, generator=None, *, uniforms=None, validate=None):  # noqa: ANN001, ANN201
         """``p [B, V]``, ``q [B, V]``, ``drafts [B, n]`` (i.i.d. from q) -> ``(tokens [B], accepted_index [B])``;
-        ``uniforms [B, 2]`` as for ``get("optimal").sample`` (else drawn from ``generator``). One plan per row, on
-        the host (module docstring)."""
+        ``uniforms [B, 2]`` as for ``get("optimal").sample`` (else drawn from ``generator``). n = 2: vectorised;
+        n >= 3: one plan per row, on the host (module docstring)."""
         import torch
 
         if isinstance(q, torch.Tensor) and q.ndim == 3:
@@ -92,6 +97,8 @@ class OptimalPaths(Verifier):
         elif not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, 2):
             raise InputError(f"uniforms must be a floating point tensor of shape [{B}, 2], got "
                              f"{getattr(uniforms, 'shape', type(uniforms).__name__)}")
+        if n == 2:
+            return _two_drafts(p, q, drafts.long(), uniforms)
         P = p.detach().to("cpu", torch.float64).numpy()
         Q = q.detach().to("cpu", torch.float64).numpy()
         W = drafts.detach().to("cpu", torch.int64).numpy()
@@ -102,6 +109,28 @@ class OptimalPaths(Verifier):
             t, i = self.plan(pb, qb, n).sample(W[b : b + 1], uniforms=U[b : b + 1])
             tokens[b], index[b] = t[0], i[0]
         return torch.from_numpy(tokens).to(p.device), torch.from_numpy(index).to(p.device)
+
+
+def _two_drafts(p, q, drafts, uniforms):  # noqa: ANN001, ANN202 - torch tensors
+    """n = 2, vectorised: the class-chain prefix of every row, the path-optimal pair rule, one draw (as
+    :func:`otlp.optimal.sampler.verify`: numpy on the CPU, torch on an accelerator)."""
+    import torch
+
+    from otlp.optimal import chains as C
+    from otlp.optimal.paths import two_draft_tuple_rule
+    from otlp.optimal.sampler import _normalised
+
+    P, Q, U = _normalised(p), _normalised(q), uniforms.to(torch.float64)
+    if p.device.type != "cpu":
+        pre = C.prefix(P, Q, 2)
+        accept, reject = two_draft_tuple_rule(pre, drafts)
+        tokens, index = C.sample(pre, accept, reject, drafts, U)
+        return tokens.long(), index.long()
+    Pn, Qn, Wn, Un = P.numpy(), Q.numpy(), drafts.numpy(), U.numpy()
+    pre = C.prefix(Pn, Qn, 2)
+    accept, reject = two_draft_tuple_rule(pre, Wn, window="auto")
+    tokens, index = C.sample(pre, accept, reject, Wn, Un)
+    return torch.from_numpy(np.asarray(tokens, dtype=np.int64)), torch.from_numpy(np.asarray(index, dtype=np.int64))
 
 
 __all__ = ["OptimalPaths"]

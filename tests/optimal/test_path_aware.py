@@ -19,11 +19,13 @@ from otlp.formulations.path_aware import PathAwareOTLP
 from otlp.optimal import OptimalTransport
 from otlp.optimal.paths import (
     PathAwareTransport,
+    TwoDraftPaths,
     continuing_paths,
     expected_paths,
     multiset_probabilities,
     multisets,
     two_draft_optimum,
+    two_draft_tuple_rule,
     window_size,
 )
 
@@ -171,27 +173,60 @@ def test_the_per_token_bound_is_not_attained_beyond_two_drafts():
 
 
 def test_the_registered_verifier_and_its_torch_sampler():
-    """``get("optimal_paths")``: exact quantities from the same plan, and the torch sampler draws what the plan's
-    numpy sampler draws with the same uniforms (its stream law in the decode loop: tests/decode/test_loop_law.py)."""
+    """``get("optimal_paths")``: exact quantities from its plan (n = 2: TwoDraftPaths; n = 3: the LP), and the torch
+    sampler draws what the plan's sampler draws with the same uniforms (its stream law in the decode loop:
+    tests/decode/test_loop_law.py)."""
     import torch
 
+    from otlp.optimal import chains as C
     from otlp.verifiers import get
 
     v = get("optimal_paths")
     p, q = np.array([0.1, 0.6, 0.3]), np.array([0.5, 0.3, 0.2])
-    draft = v.make_draft(q, 2)
-    assert v.acceptance(p, draft) == pytest.approx(0.85, abs=1e-12)
-    assert np.allclose(v.output_law(p, draft), p, atol=1e-12)
     rng = np.random.default_rng(0)
     B = 64
-    drafts = rng.choice(3, size=(B, 2), p=q)
-    u = rng.random((B, 2))
-    tokens, index = v.sample(torch.tensor(np.tile(p, (B, 1))), torch.tensor(np.tile(q, (B, 1))),
-                             torch.tensor(drafts), uniforms=torch.tensor(u))
-    ref_tokens, ref_index = PathAwareTransport(p, q, 2).sample(drafts, uniforms=u)
-    assert tokens.tolist() == ref_tokens.tolist() and index.tolist() == ref_index.tolist()
-    accepted = index.numpy() >= 0
-    assert np.all(drafts[np.arange(B), np.maximum(index.numpy(), 0)][accepted] == tokens.numpy()[accepted])
+    for n in (2, 3):
+        draft = v.make_draft(q, n)
+        assert v.acceptance(p, draft) == pytest.approx(0.85 if n == 2 else otlp.optimal_acceptance(p, draft), 1e-9)
+        assert np.allclose(v.output_law(p, draft), p, atol=1e-12)
+        drafts = rng.choice(3, size=(B, n), p=q)
+        u = rng.random((B, 2))
+        tokens, index = v.sample(torch.tensor(np.tile(p, (B, 1))), torch.tensor(np.tile(q, (B, 1))),
+                                 torch.tensor(drafts), uniforms=torch.tensor(u))
+        if n == 3:
+            ref_tokens, ref_index = PathAwareTransport(p, q, n).sample(drafts, uniforms=u)
+        else:  # the vectorised route draws over positions (chains.sample), as the optimal sampler does
+            pre = C.prefix(np.tile(p, (B, 1)), np.tile(q, (B, 1)), 2)
+            accept, reject = TwoDraftPaths(p, q).rule(drafts)
+            ref_tokens, ref_index = C.sample(pre, accept, reject, drafts, u)
+        assert tokens.tolist() == list(ref_tokens) and index.tolist() == list(ref_index)
+        accepted = index.numpy() >= 0
+        assert np.all(drafts[np.arange(B), np.maximum(index.numpy(), 0)][accepted] == tokens.numpy()[accepted])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_two_draft_fast_rule_is_exact_and_path_optimal(backend):
+    """n = 2 without an LP: law p, acceptance alpha*, E[paths] = the closed-form optimum, on the 11 families (550
+    instances), and the vectorised pair rule (numpy or torch: the device code) gives TwoDraftPaths' probabilities."""
+    import torch
+
+    from otlp.optimal import chains as C
+
+    for family, p, q in instances(31, 50, 2):
+        rule = TwoDraftPaths(p, q)
+        law, acceptance, paths = enumerate_rule(rule, q, 2)
+        assert np.abs(law - p).sum() <= LAW_TOL, family
+        assert abs(acceptance - rule.alpha) <= 1e-12, family
+        assert paths == pytest.approx(two_draft_optimum(p, q), abs=1e-12), family
+        omegas, _ = otlp.IID(q, 2).support()
+        M = omegas.shape[0]
+        P, Q, W = np.tile(p, (M, 1)), np.tile(q, (M, 1)), omegas
+        if backend == "torch":
+            P, Q, W = torch.tensor(P), torch.tensor(Q), torch.tensor(W)
+        accept, reject = two_draft_tuple_rule(C.prefix(P, Q, 2), W, window=None if backend == "torch" else "auto")
+        ref_accept, ref_reject = rule.rule(omegas)
+        assert np.allclose(np.asarray(accept), ref_accept, atol=1e-12, rtol=0), family
+        assert np.allclose(np.asarray(reject), ref_reject, atol=1e-12, rtol=0), family
 
 
 def test_distinct_draft_schemes_have_nothing_to_gain():

@@ -10,7 +10,8 @@ computed by a forward recursion over (node, m) with every drafted tuple enumerat
 
 ``rule(p, q, m)`` is any object with ``slices(omegas [M, m]) -> [M, V]`` (pi(. | omega) by tuple). ``RULES``
 names three: the class-chain plan of ``optimal`` (:mod:`.chains`), the peeled-blocks plan
-(``OptimalTransport(method="blocks")``) and the path-aware plan of ``optimal_paths`` (:mod:`.paths`); with RRS at
+(``OptimalTransport(method="blocks")``) and the path-aware plan of ``optimal_paths`` (:mod:`.paths`:
+``TwoDraftPaths`` at m = 2, ``PathAwareTransport`` above); with RRS at
 every node the recursion reproduces ``otlp.multistep.token_tree_output_law`` (tests/optimal/test_tree_law.py).
 """
 
@@ -36,9 +37,10 @@ def _blocks(p: np.ndarray, q: np.ndarray, m: int) -> object:
 
 
 def _paths(p: np.ndarray, q: np.ndarray, m: int) -> object:
-    from otlp.optimal.paths import PathAwareTransport
+    """The plan of the verifier ``optimal_paths``: the closed-form pair rule at m = 2, else the windowed LP."""
+    from otlp.optimal.paths import PathAwareTransport, TwoDraftPaths
 
-    return PathAwareTransport(p, q, m)
+    return TwoDraftPaths(p, q) if m == 2 else PathAwareTransport(p, q, m)
 
 
 #: rule name -> factory (p, q, m) -> object with slices(omegas)

@@ -42,7 +42,7 @@ from otlp.formulations.path_aware import tuple_counts
 from otlp.ir import LinearModel
 from otlp.optimal.transport import OptimalTransport
 
-#: the largest window (number of multisets) re-planned by default: every token at V <= 8 with n = 3, V <= 43 with
+#: the largest window (number of multisets) re-planned by default: every token at V <= 17 with n = 3, V <= 44 with
 #: n = 2, the top 10 tokens with n = 4.
 MAX_TUPLES = 1000
 

@@ -258,13 +258,53 @@ def print_tree_row(row: dict) -> None:
           f"{row['paths_below']:>5}", flush=True)
 
 
-def publish_trees(rows: list[dict], args: argparse.Namespace) -> None:
-    """The README table of ``--trees`` (benchmarks/readme_tables.py): K >= 2 at the largest L."""
+def _readme_tables():  # noqa: ANN202 - the module benchmarks/readme_tables.py, beside this script
     import sys
 
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     import readme_tables
 
+    return readme_tables
+
+
+def publish_main(rows: list[dict], args: dict) -> None:
+    """The README's block-efficiency table: every family and K at the largest L, 3 decimals, optimal in bold."""
+    readme_tables = _readme_tables()
+    L = max(r["L"] for r in rows)
+    columns = ["family", "K", "token-wise SpS", "BV", "GBV", "token tree", "tree, optimal", "tree, optimal_paths",
+               "optimal", "best 1", "top 4", "antichain-LP optimum"]
+    cells = [[r["family"], str(r["K"]), *(f"{r[k]:.3f}" for k in ("sps", "bv", "gbv", "token_tree",
+                                                                   "tree_class_chains", "tree_paths")),
+              f"**{r['optimal']:.3f}**", f"{r['best_ranking']:.3f}", f"{r['top4_rankings']:.3f}",
+              "-" if r["lp"] is None else f"{r['lp']:.3f}"] for r in rows if r["L"] == L]
+    settings = {"instances": args["instances"], "V": args["V"], "L": L, "seed": args["seed"],
+                "lp_budget": args["lp_budget"]}
+    readme_tables.publish("block_efficiency", "efficiency", columns, cells, settings)
+    print("\n<!-- table: block_efficiency/efficiency -->\n" + readme_tables.markdown(columns, cells))
+
+
+def publish_timing(rows: list[dict], args: dict) -> None:
+    """The README's precomputation table: LP rounds / seconds per V^L (columns) and K (rows)."""
+    readme_tables = _readme_tables()
+    sizes = sorted({r["paths"] for r in rows})
+
+    def cell(r: dict) -> str:
+        if "error" in r:
+            return f"> {args['lp_budget']:g} s"
+        s = r["lp_seconds"]
+        return f"{r['rounds']} / " + (f"{s:.2f}" if s < 1 else f"{s:.1f}" if s < 10 else f"{s:.0f}")
+
+    by = {(r["paths"], r["K"]): r for r in rows}
+    columns = ["V^L", *map(str, sizes)]
+    cells = [[f"K = {K}: LP rounds / seconds", *(cell(by[n, K]) for n in sizes)]
+             for K in sorted({r["K"] for r in rows})]
+    readme_tables.publish("block_efficiency", "timing", columns, cells, {"lp_budget": args["lp_budget"]})
+    print("\n<!-- table: block_efficiency/timing -->\n" + readme_tables.markdown(columns, cells))
+
+
+def publish_trees(rows: list[dict], args: argparse.Namespace) -> None:
+    """The README table of ``--trees`` (benchmarks/readme_tables.py): K >= 2 at the largest L."""
+    readme_tables = _readme_tables()
     L = max(r["L"] for r in rows)
     columns = ["K", "GBV", "tree, RRS", "tree, optimal (class chains)", "tree, optimal_paths",
                "paths - chains (+- se)", "pairs up / down", "antichain-LP optimum"]
@@ -313,7 +353,8 @@ def main() -> None:
     parser.add_argument("--timing", action="store_true", help="the optimal rule's precomputation time vs V^L")
     parser.add_argument("--decomposition", action="store_true", help="the decomposition alone at N = 1e3, 1e4")
     parser.add_argument("--trees", action="store_true", help="token-tree columns only, over --instances pairs")
-    parser.add_argument("--from-json", help="--trees: publish the rows of this JSON (a finished run) instead")
+    parser.add_argument("--from-json", help="publish the README table of this JSON (a finished run of the same mode: "
+                                             "plain, --timing or --trees) instead of running")
     args = parser.parse_args()
     out = pathlib.Path(__file__).parent / "results"
     if args.trees:
@@ -337,10 +378,19 @@ def main() -> None:
         print(f"wrote {out / 'decomposition_timing.json'}")
         return
     if args.timing:
+        if args.from_json:
+            stored = json.loads(pathlib.Path(args.from_json).read_text())
+            publish_timing(stored["rows"], stored["args"])
+            return
         rows = timing(args.lp_budget)
         out.mkdir(exist_ok=True)
         (out / "optimal_rule_timing.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
         print(f"wrote {out / 'optimal_rule_timing.json'}")
+        publish_timing(rows, vars(args))
+        return
+    if args.from_json:
+        stored = json.loads(pathlib.Path(args.from_json).read_text())
+        publish_main(stored["rows"], stored["args"])
         return
     print(HEADER)
     rows = run(args.instances, args.lp_budget, args.V, args.seed, args.families.split(","))
@@ -349,6 +399,7 @@ def main() -> None:
     report = {"args": vars(args), "decode_contexts": contexts, "rows": rows}
     (out / "block_efficiency.json").write_text(json.dumps(report, indent=1))
     print(f"wrote {out / 'block_efficiency.json'}")
+    publish_main(rows, vars(args))
 
 
 if __name__ == "__main__":

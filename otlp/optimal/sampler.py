@@ -30,11 +30,18 @@ CPU_CHUNK = 1 << 20
 BACKENDS = ("auto", "torch")
 
 
-def verify(p, q, drafts, u, *, backend: str = "auto"):  # noqa: ANN001, ANN201 - torch tensors
+def verify(p, q, drafts, u, *, backend: str = "auto", rule=None):  # noqa: ANN001, ANN201 - torch tensors
     """One verified token per row (see the module docstring): ``p, q [B, V]`` (any float dtype), ``drafts int64
     [B, n]``, ``u float [B, 2]`` uniforms in [0, 1). Returns ``(tokens int64 [B], accepted_index int64 [B])``
-    with -1 where the token came from the residual. ``backend="torch"`` keeps torch operations on the CPU too."""
+    with -1 where the token came from the residual. ``backend="torch"`` keeps torch operations on the CPU too.
+    ``rule(pre, w, window=...) -> (accept [B, n], reject [B])`` is the tuple rule on the class-chain prefix
+    (default :func:`.chains.tuple_rule` with ``NEWTON_STEPS``; ``optimal_paths`` passes its path-optimal pair rule);
+    ``window`` is ``None`` on the device route and ``"auto"`` on the CPU."""
     import torch
+
+    if rule is None:
+        def rule(pre, w, window=None):  # noqa: ANN001, ANN202
+            return C.tuple_rule(pre, w, window=window, steps=C.NEWTON_STEPS)
 
     if backend not in BACKENDS:
         raise InputError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
@@ -43,7 +50,7 @@ def verify(p, q, drafts, u, *, backend: str = "auto"):  # noqa: ANN001, ANN201 -
     U = u.to(torch.float64)
     if backend == "torch" or p.device.type != "cpu":
         pre = C.prefix(P, Q, n)
-        accept, reject = C.tuple_rule(pre, drafts, steps=C.NEWTON_STEPS)
+        accept, reject = rule(pre, drafts)
         tokens, index = C.sample(pre, accept, reject, drafts, U)
         return tokens.long(), index.long()
     B, V = P.shape
@@ -53,7 +60,7 @@ def verify(p, q, drafts, u, *, backend: str = "auto"):  # noqa: ANN001, ANN201 -
     for lo in range(0, B, step):  # chunks of rows, each vectorised
         sl = slice(lo, min(B, lo + step))
         pre = C.prefix(Pn[sl], Qn[sl], n)
-        accept, reject = C.tuple_rule(pre, Wn[sl], window="auto", steps=C.NEWTON_STEPS)
+        accept, reject = rule(pre, Wn[sl], window="auto")
         tokens[sl], index[sl] = C.sample(pre, accept, reject, Wn[sl], Un[sl])
     return torch.from_numpy(tokens), torch.from_numpy(index)
 

@@ -80,19 +80,29 @@ class Optimal(Verifier):
 
         from otlp.optimal.sampler import verify
 
-        if isinstance(q, torch.Tensor) and q.ndim == 3:
-            raise InputError(
-                f"the optimal torch sampler implements the i.i.d. rule only (q of shape [B, V]), got q of shape "
-                f"{tuple(q.shape)}; for other draft schemes use get('optimal').sample_exact(p, draft, omegas, rng) "
-                "or otlp.optimal.OptimalTransport(p, draft).sample(omegas, rng)")
-        B, n, V = check_tensors(p, q, drafts, validate=validate)
-        if uniforms is None:
-            uniforms = torch.rand((B, 2), generator=generator, device=p.device, dtype=torch.float64)
-        elif not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, 2) \
-                or not uniforms.is_floating_point() or uniforms.device != p.device:
-            raise InputError(f"uniforms must be a floating point tensor of shape [{B}, 2] on {p.device}, got "
-                             f"{getattr(uniforms, 'shape', type(uniforms).__name__)}")
-        if B == 0:  # an empty batch: nothing to verify
+        uniforms = iid_batch_uniforms(self.name, p, q, drafts, generator, uniforms, validate)
+        if p.shape[0] == 0:  # an empty batch: nothing to verify
             empty = torch.zeros(0, dtype=torch.long, device=p.device)
             return empty, empty.clone()
         return verify(p, q, drafts.long(), uniforms)
+
+
+def iid_batch_uniforms(name: str, p, q, drafts, generator, uniforms, validate):  # noqa: ANN001, ANN201
+    """The input side shared by the i.i.d. torch samplers (``optimal``, ``optimal_paths``): a per-draft
+    ``q [B, n, V]`` is refused (the rules are for i.i.d. drafts), the tensors are checked (``check_tensors`` with
+    ``validate``), and the randomness is the caller's ``uniforms [B, 2]`` (checked: floating point, on p's device)
+    or two uniforms per row drawn from ``generator``. Returns the uniforms."""
+    import torch
+
+    if isinstance(q, torch.Tensor) and q.ndim == 3:
+        raise InputError(
+            f"the {name} torch sampler implements the i.i.d. rule only (q of shape [B, V]), got q of shape "
+            f"{tuple(q.shape)}; for other draft schemes use get({name!r}).sample_exact(p, draft, omegas, rng)")
+    B, n, V = check_tensors(p, q, drafts, validate=validate)
+    if uniforms is None:
+        return torch.rand((B, 2), generator=generator, device=p.device, dtype=torch.float64)
+    if not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, 2) \
+            or not uniforms.is_floating_point() or uniforms.device != p.device:
+        raise InputError(f"uniforms must be a floating point tensor of shape [{B}, 2] on {p.device}, got "
+                         f"{getattr(uniforms, 'shape', type(uniforms).__name__)}")
+    return uniforms

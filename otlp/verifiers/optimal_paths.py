@@ -23,8 +23,7 @@ from collections import OrderedDict
 import numpy as np
 
 from otlp.drafts import IID, DraftScheme
-from otlp.errors import InputError
-from otlp.verifiers.base import Verifier, check_tensors
+from otlp.verifiers.base import Verifier
 
 #: plans kept by one verifier instance (keyed by the exact bytes of p, q and n)
 CACHE_SIZE = 256
@@ -88,17 +87,14 @@ class OptimalPaths(Verifier):
         n >= 3: one plan per row, on the host (module docstring)."""
         import torch
 
-        if isinstance(q, torch.Tensor) and q.ndim == 3:
-            raise InputError(f"optimal_paths implements the i.i.d. rule only (q of shape [B, V]), got q of shape "
-                             f"{tuple(q.shape)}")
-        B, n, V = check_tensors(p, q, drafts, validate=validate)
-        if uniforms is None:
-            uniforms = torch.rand((B, 2), generator=generator, device=p.device, dtype=torch.float64)
-        elif not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, 2):
-            raise InputError(f"uniforms must be a floating point tensor of shape [{B}, 2], got "
-                             f"{getattr(uniforms, 'shape', type(uniforms).__name__)}")
+        from otlp.optimal.paths import two_draft_tuple_rule
+        from otlp.optimal.sampler import verify
+        from otlp.verifiers.optimal import iid_batch_uniforms
+
+        uniforms = iid_batch_uniforms(self.name, p, q, drafts, generator, uniforms, validate)
+        B, n = drafts.shape
         if n == 2:
-            return _two_drafts(p, q, drafts.long(), uniforms)
+            return verify(p, q, drafts.long(), uniforms, rule=two_draft_tuple_rule)
         P = p.detach().to("cpu", torch.float64).numpy()
         Q = q.detach().to("cpu", torch.float64).numpy()
         W = drafts.detach().to("cpu", torch.int64).numpy()
@@ -109,28 +105,6 @@ class OptimalPaths(Verifier):
             t, i = self.plan(pb, qb, n).sample(W[b : b + 1], uniforms=U[b : b + 1])
             tokens[b], index[b] = t[0], i[0]
         return torch.from_numpy(tokens).to(p.device), torch.from_numpy(index).to(p.device)
-
-
-def _two_drafts(p, q, drafts, uniforms):  # noqa: ANN001, ANN202 - torch tensors
-    """n = 2, vectorised: the class-chain prefix of every row, the path-optimal pair rule, one draw (as
-    :func:`otlp.optimal.sampler.verify`: numpy on the CPU, torch on an accelerator)."""
-    import torch
-
-    from otlp.optimal import chains as C
-    from otlp.optimal.paths import two_draft_tuple_rule
-    from otlp.optimal.sampler import _normalised
-
-    P, Q, U = _normalised(p), _normalised(q), uniforms.to(torch.float64)
-    if p.device.type != "cpu":
-        pre = C.prefix(P, Q, 2)
-        accept, reject = two_draft_tuple_rule(pre, drafts)
-        tokens, index = C.sample(pre, accept, reject, drafts, U)
-        return tokens.long(), index.long()
-    Pn, Qn, Wn, Un = P.numpy(), Q.numpy(), drafts.numpy(), U.numpy()
-    pre = C.prefix(Pn, Qn, 2)
-    accept, reject = two_draft_tuple_rule(pre, Wn, window="auto")
-    tokens, index = C.sample(pre, accept, reject, Wn, Un)
-    return torch.from_numpy(np.asarray(tokens, dtype=np.int64)), torch.from_numpy(np.asarray(index, dtype=np.int64))
 
 
 __all__ = ["OptimalPaths"]

@@ -22,27 +22,26 @@ from collections import OrderedDict
 
 import numpy as np
 
-from otlp.drafts import IID, DraftScheme
-from otlp.verifiers.base import Verifier
+from otlp.drafts import DraftScheme
+from otlp.verifiers.optimal import Optimal
 
 #: plans kept by one verifier instance (keyed by the exact bytes of p, q and n)
 CACHE_SIZE = 256
 
 
-class OptimalPaths(Verifier):
-    """The path-aware optimal transport (acceptance alpha*, then the most continuing drafted paths)."""
+class OptimalPaths(Optimal):
+    """The path-aware optimal transport (acceptance alpha*, then the most continuing drafted paths): ``optimal``
+    with another plan (``transport``), i.i.d. drafts only. ``conditional`` and ``acceptance`` are optimal's, on
+    this plan."""
 
     name = "optimal_paths"
-    scheme = "iid"
+    compatible_schemes = ()
 
     def __init__(self, max_tuples: int | None = None):
         from otlp.optimal.paths import MAX_TUPLES
 
         self.max_tuples = MAX_TUPLES if max_tuples is None else max_tuples
         self._cache: OrderedDict[bytes, object] = OrderedDict()
-
-    def make_draft(self, q: object, n: int) -> DraftScheme:
-        return IID(q, n)
 
     def plan(self, p: np.ndarray, q: np.ndarray, n: int):  # noqa: ANN201
         """The :class:`~otlp.optimal.paths.PathAwareTransport` of (p, q, n), cached."""
@@ -62,17 +61,6 @@ class OptimalPaths(Verifier):
     def transport(self, p: object, draft: DraftScheme):  # noqa: ANN201
         p, draft = self.check_draft(p, draft)
         return self.plan(p, np.asarray(draft.q, dtype=np.float64), draft.n)
-
-    def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rule = self.transport(p, draft)
-        _, reject = rule.rule(omegas)
-        return rule.slices(omegas), 1.0 - reject
-
-    def acceptance(self, p: object, draft: DraftScheme) -> float:
-        return float(self.transport(p, draft).acceptance())
-
-    def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
-        return self.acceptance(p, draft)
 
     def sample_exact(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray, rng: np.random.Generator,
                      max_cells: int = 1 << 23) -> tuple[np.ndarray, np.ndarray]:

@@ -67,14 +67,16 @@ class Prefix:
     suffix_min: object
 
 
-def prefix(P, Q, n: int) -> Prefix:  # noqa: ANN001 - [B, V] arrays
+def prefix(P, Q, n: int, order=None) -> Prefix:  # noqa: ANN001 - [B, V] arrays
     """Sort every row of ``P, Q: float64 [B, V]`` by decreasing q/p (p = 0 < q first, p = q = 0 last, stable) and
-    compute psi on the prefixes (GR Lemma 6.3, the suffix form where Q_m > 1/2), m* and alpha*."""
+    compute psi on the prefixes (GR Lemma 6.3, the suffix form where Q_m > 1/2), m* and alpha*. ``order``: the
+    sort of an earlier ``prefix`` of the same rows (it does not depend on n), so that it is not redone."""
     xp = X.namespace(P)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        pos_p = P > 0
-        ratio = xp.where(pos_p, Q / xp.where(pos_p, P, 1.0), xp.where(Q > 0, inf, -1.0))
-        order = X.sort_descending(ratio)  # [B, V]
+        if order is None:
+            pos_p = P > 0
+            ratio = xp.where(pos_p, Q / xp.where(pos_p, P, 1.0), xp.where(Q > 0, inf, -1.0))
+            order = X.sort_descending(ratio)  # [B, V]
         ps, qs = X.take(P, order), X.take(Q, order)  # [B, V]
         prefix_p, prefix_q = X.pad_first(X.cumsum(ps), 0.0), X.pad_first(X.cumsum(qs), 0.0)  # [B, V + 1]
         suffix_p, suffix_q = X.pad_last(X.suffix_sum(ps), 0.0), X.pad_last(X.suffix_sum(qs), 0.0)  # positions >= m

@@ -30,39 +30,65 @@ CPU_CHUNK = 1 << 20
 BACKENDS = ("auto", "torch")
 
 
-def verify(p, q, drafts, u, *, backend: str = "auto", rule=None):  # noqa: ANN001, ANN201 - torch tensors
+def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  # noqa: ANN001, ANN201 - tensors
     """One verified token per row (see the module docstring): ``p, q [B, V]`` (any float dtype), ``drafts int64
     [B, n]``, ``u float [B, 2]`` uniforms in [0, 1). Returns ``(tokens int64 [B], accepted_index int64 [B])``
     with -1 where the token came from the residual. ``backend="torch"`` keeps torch operations on the CPU too.
     ``rule(pre, w, window=...) -> (accept [B, n], reject [B])`` is the tuple rule on the class-chain prefix
     (default :func:`.chains.tuple_rule` with ``NEWTON_STEPS``; ``optimal_paths`` passes its path-optimal pair rule);
-    ``window`` is ``None`` on the device route and ``"auto"`` on the CPU."""
+    ``window`` is ``None`` on the device route and ``"auto"`` on the CPU.
+
+    ``widths int64 [B]`` (1 <= widths <= n; default rule only) masks the drafts: row b has only its first
+    ``widths[b]`` drafts (a tree node with fewer children than n), the other slots are padding and never read, and
+    the row gets the rule for n = widths[b]. The device route computes every width 1..n on the whole batch and
+    selects per row (static shapes, no sync; the ratio sort is shared, the rest is n times one width's work); the
+    CPU route computes each width present on its own rows. Row b's result is the unmasked call's on
+    ``drafts[b, :widths[b]]`` with the same uniforms."""
     import torch
 
+    if backend not in BACKENDS:
+        raise InputError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+    if widths is not None and rule is not None:
+        raise InputError("widths (a draft mask) is supported with the default tuple rule only")
     if rule is None:
         def rule(pre, w, window=None):  # noqa: ANN001, ANN202
             return C.tuple_rule(pre, w, window=window, steps=C.NEWTON_STEPS)
 
-    if backend not in BACKENDS:
-        raise InputError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     n = drafts.shape[1]
     P, Q = _normalised(p), _normalised(q)
     U = u.to(torch.float64)
     if backend == "torch" or p.device.type != "cpu":
-        pre = C.prefix(P, Q, n)
-        accept, reject = rule(pre, drafts)
-        tokens, index = C.sample(pre, accept, reject, drafts, U)
-        return tokens.long(), index.long()
+        if widths is None:
+            return _device(P, Q, drafts, U, rule, n)[:2]
+        tokens = index = order = None
+        for m in range(1, n + 1):  # every width on every row, selected per row: static shapes
+            t, i, order = _device(P, Q, drafts[:, :m], U, rule, m, order)
+            here = widths == m
+            tokens = t if tokens is None else torch.where(here, t, tokens)
+            index = i if index is None else torch.where(here, i, index)
+        return tokens, index
     B, V = P.shape
     Pn, Qn, Wn, Un = P.numpy(), Q.numpy(), drafts.long().numpy(), U.numpy()
     tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
     step = max(1, CPU_CHUNK // max(V, 1))
-    for lo in range(0, B, step):  # chunks of rows, each vectorised
-        sl = slice(lo, min(B, lo + step))
-        pre = C.prefix(Pn[sl], Qn[sl], n)
-        accept, reject = rule(pre, Wn[sl], window="auto")
-        tokens[sl], index[sl] = C.sample(pre, accept, reject, Wn[sl], Un[sl])
+    groups = [(n, np.arange(B))] if widths is None else \
+        [(int(m), np.flatnonzero(widths.cpu().numpy() == m)) for m in np.unique(widths.cpu().numpy())]
+    for m, rows in groups:
+        for lo in range(0, rows.size, step):  # chunks of rows, each vectorised
+            sl = rows[lo:lo + step] if widths is not None else slice(lo, min(B, lo + step))
+            w = Wn[sl, :m]
+            pre = C.prefix(Pn[sl], Qn[sl], m)
+            accept, reject = rule(pre, w, window="auto")
+            tokens[sl], index[sl] = C.sample(pre, accept, reject, w, Un[sl])
     return torch.from_numpy(tokens), torch.from_numpy(index)
+
+
+def _device(P, Q, drafts, U, rule, n: int, order=None):  # noqa: ANN001, ANN202 - torch tensors
+    """The device route for one width: ``(tokens, index, order)`` (``order``: the shared ratio sort)."""
+    pre = C.prefix(P, Q, n, order)
+    accept, reject = rule(pre, drafts)
+    tokens, index = C.sample(pre, accept, reject, drafts, U)
+    return tokens.long(), index.long(), pre.order
 
 
 def _normalised(x):  # noqa: ANN001, ANN202

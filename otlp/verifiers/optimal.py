@@ -17,7 +17,7 @@ import numpy as np
 
 from otlp.drafts import IID, DraftScheme
 from otlp.errors import InputError
-from otlp.verifiers.base import Verifier, check_tensors
+from otlp.verifiers.base import Verifier, check_tensors, validation_enabled
 
 
 class Optimal(Verifier):
@@ -69,22 +69,42 @@ class Optimal(Verifier):
         _, reject = ot.rule(omegas)  # [M]
         return tokens, 1.0 - reject
 
-    def sample(self, p, q, drafts, generator=None, *, uniforms=None, validate=None):  # noqa: ANN001, ANN201
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None, validate=None,  # noqa: ANN001, ANN201
+               widths=None):
         """The i.i.d. optimal rule on a batch, on the tensors' device (:func:`otlp.optimal.sampler.verify`):
         ``p [B, V]``, ``q [B, V]`` (any float dtype; rows are normalised in float64), ``drafts [B, n]`` drawn i.i.d.
         from q -> ``(tokens [B], accepted_index [B])``. The randomness is ``uniforms [B, 2]`` in [0, 1) when given
         (as serving engines supply it: no hidden state, replays bit for bit), else two uniforms per row from
         ``generator``. Exact only for i.i.d. drafts (module docstring); a per-draft ``q [B, n, V]`` is refused.
-        ``validate``: as :func:`otlp.verifiers.base.check_tensors`."""
+        ``validate``: as :func:`otlp.verifiers.base.check_tensors`. ``widths int64 [B]`` (optional): row b drew only
+        its first ``widths[b]`` drafts (1..n; a tree node with fewer children), the other slots are padding, and the
+        row is verified with the rule for n = widths[b] (one call for a whole tree depth, no re-shape per width;
+        its values are checked unless validation is off)."""
         import torch
 
         from otlp.optimal.sampler import verify
 
         uniforms = iid_batch_uniforms(self.name, p, q, drafts, generator, uniforms, validate)
+        if widths is not None:
+            _check_widths(widths, drafts, validation_enabled() if validate is None else validate)
         if p.shape[0] == 0:  # an empty batch: nothing to verify
             empty = torch.zeros(0, dtype=torch.long, device=p.device)
             return empty, empty.clone()
-        return verify(p, q, drafts.long(), uniforms)
+        return verify(p, q, drafts.long(), uniforms, widths=widths)
+
+
+def _check_widths(widths, drafts, values: bool) -> None:  # noqa: ANN001 - torch tensors
+    """``widths``: an integer tensor [B] on the drafts' device; with ``values`` (a host read) each in 1..n."""
+    import torch
+
+    B, n = drafts.shape
+    if not isinstance(widths, torch.Tensor) or tuple(widths.shape) != (B,) or widths.is_floating_point() \
+            or widths.dtype == torch.bool or widths.device != drafts.device:
+        raise InputError(f"widths must be an integer tensor of shape [{B}] on {drafts.device} (the number of valid "
+                         f"drafts per row), got {getattr(widths, 'shape', type(widths).__name__)}")
+    if values and B and bool(((widths < 1) | (widths > n)).any()):
+        raise InputError(f"widths must be between 1 and n = {n} (the drafts per row), got values in "
+                         f"[{int(widths.min())}, {int(widths.max())}]")
 
 
 def iid_batch_uniforms(name: str, p, q, drafts, generator, uniforms, validate):  # noqa: ANN001, ANN201

@@ -82,6 +82,47 @@ def test_uniforms_replay_bit_for_bit_and_both_routes_agree() -> None:
     assert np.abs(a - at.numpy()).max() < 1e-12 and np.abs(r - rt.numpy()).max() < 1e-12
 
 
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_a_width_mask_gives_each_row_the_rule_for_its_own_width(backend: str) -> None:
+    """widths [B]: row b is verified with its first widths[b] drafts by the n = widths[b] rule, exactly the unmasked
+    call on drafts[b, :widths[b]] with the same uniforms (whose law is tested by enumeration above), and the padding
+    slots are never read."""
+    B, n = 24, 4
+    p, q = _lm_pair(B, 60, 7)
+    g = torch.Generator().manual_seed(8)
+    drafts = torch.multinomial(q, n, replacement=True, generator=g)
+    u = torch.rand(B, 2, dtype=torch.float64, generator=g)
+    widths = torch.arange(B) % n + 1  # every width, interleaved
+    tokens, index = verify(p, q, drafts, u, backend=backend, widths=widths)
+    padded = drafts.clone()
+    padded[torch.arange(n)[None, :] >= widths[:, None]] = 59  # other padding: same result
+    again = verify(p, q, padded, u, backend=backend, widths=widths)
+    assert torch.equal(tokens, again[0]) and torch.equal(index, again[1])
+    for b in range(B):
+        m = int(widths[b])
+        t, i = verify(p[b:b + 1], q[b:b + 1], drafts[b:b + 1, :m], u[b:b + 1], backend=backend)
+        assert (int(tokens[b]), int(index[b])) == (int(t[0]), int(i[0])), b
+        assert int(index[b]) < m
+
+
+def test_the_width_mask_never_synchronises_and_bad_widths_are_refused() -> None:
+    p, q = _lm_pair(6, 200, 9)
+    drafts = torch.multinomial(q, 3, replacement=True, generator=torch.Generator().manual_seed(1))
+    u = torch.rand(6, 2, dtype=torch.float64)
+    widths = torch.tensor([1, 2, 3, 3, 2, 1])
+    with _Recorder() as rec:
+        verify(p, q, drafts, u, backend="torch", widths=widths)
+    assert not rec.ops & set(SYNC_OPS), sorted(rec.ops & set(SYNC_OPS))
+    optimal = get("optimal")
+    tokens, _ = optimal.sample(p, q, drafts, uniforms=u, widths=widths)
+    assert torch.equal(tokens, verify(p, q, drafts, u, widths=widths)[0])
+    for bad, match in ((torch.tensor([1, 2, 3]), "shape"), (widths.double(), "integer"),
+                       (torch.tensor([1, 2, 4, 3, 2, 1]), "between 1 and n = 3"),
+                       (torch.tensor([0, 2, 3, 3, 2, 1]), "between 1 and n = 3")):
+        with pytest.raises(otlp.InputError, match=match):
+            optimal.sample(p, q, drafts, uniforms=u, widths=bad)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_lm_probabilities_are_normalised_and_the_law_is_exact(dtype: str) -> None:
     """Rows that sum to 1 only within their dtype's rounding are accepted; the rule's law (by enumeration over V^n)

@@ -167,9 +167,9 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     A float64 >= 0 compares like its bit pattern read as an integer, so ``bits >> shift`` keeps the order (merging
     only keys within 2^-(52 - shift) relative of each other); shifted up by ``s = bit_length(V - 1)`` bits, with
     ``V - 1 - id`` below, every key is distinct, and their decreasing order is the stable decreasing order of the
-    truncated keys. Negative keys (the p = q = 0 tokens) sort below 0 through one more bit. A row where equal
-    truncated keys hold different exact keys (exact ties are already in id order, as a stable sort puts them) is
-    sorted again with ``argsort(kind="stable")``.
+    truncated keys. Negative keys (the p = q = 0 tokens) sort below 0 through one more bit. Runs of equal
+    truncated keys (rare: keys within about 2^-(52 - s) relative) are then put in exact order, by (exact key
+    decreasing, id increasing), with one ``lexsort`` over their members only.
     """
     B, V = key.shape
     s = max(int(V - 1).bit_length(), 1)
@@ -180,12 +180,18 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     packed = packed[:, ::-1]
     order = (V - 1) - (packed & ((1 << s) - 1))  # decreasing keys; ids increasing within ties
     trunc = packed >> s
-    same = trunc[:, 1:] == trunc[:, :-1]  # [B, V - 1]
+    same = trunc[:, 1:] == trunc[:, :-1]  # [B, V - 1]: position i + 1 ties position i
     if same.any():
-        ks = np.take_along_axis(key, order, axis=-1)
-        bad = (same & (ks[:, 1:] != ks[:, :-1])).any(axis=-1)  # [B]
-        if bad.any():
-            order[bad] = np.argsort(-key[bad], axis=-1, kind="stable")
+        order = np.ascontiguousarray(order)
+        member = np.zeros((B, V), dtype=bool)
+        member[:, 1:] |= same
+        member[:, :-1] |= same
+        rows, cols = np.nonzero(member)  # [M], row by row, positions increasing
+        ids = order[rows, cols]
+        cont = np.zeros(rows.size, dtype=bool)  # the member continues the run of the one before it
+        cont[1:] = (rows[1:] == rows[:-1]) & (cols[1:] == cols[:-1] + 1) & same[rows[1:], cols[1:] - 1]
+        run = np.cumsum(~cont)  # [M] run number
+        order[rows, cols] = ids[np.lexsort((ids, -key[rows, ids], run))]  # each run keeps its positions
     return np.ascontiguousarray(order)
 
 

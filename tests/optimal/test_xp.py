@@ -31,7 +31,7 @@ def _rows(rng: np.random.Generator) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("name", sorted(NUMPY))
 def test_scans_equal_numpys_bit_for_bit(name: str) -> None:
-    assert X._torch_scans(np.zeros((2, 3))) is not None  # the torch kernels are in use here
+    assert X._as_torch(np.zeros((2, 3))) is not None  # the torch kernels are in use here
     for x in _rows(np.random.default_rng(0)):
         with np.errstate(invalid="ignore"):  # inf + -inf in the special row: nan on both routes
             got, want = getattr(X, name)(x), NUMPY[name](x)
@@ -42,7 +42,7 @@ def test_scans_equal_numpys_bit_for_bit(name: str) -> None:
 def test_read_only_and_other_dtypes_take_numpy_quietly() -> None:
     x = np.random.default_rng(1).random((3, 40))
     x.flags.writeable = False
-    assert X._torch_scans(x) is None and X._torch_scans(x.astype(np.float32)) is None
+    assert X._as_torch(x) is None and X._as_torch(x.astype(np.float32)) is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         np.testing.assert_array_equal(X.cumsum(x), np.cumsum(x, axis=-1))
@@ -62,3 +62,13 @@ def test_packed_sort_repairs_only_the_tied_runs_and_equals_a_stable_argsort() ->
         if trial % 5 == 0:
             key[:, rng.integers(0, V, size=3)] = np.inf
         np.testing.assert_array_equal(X._packed_sort(key), np.argsort(-key, axis=-1, kind="stable"))
+
+
+def test_inverse_permutation_through_torch_equals_numpys() -> None:
+    order = np.argsort(np.random.default_rng(5).random((4, 1000)), axis=-1)
+    assert X._as_torch(order) is not None
+    inv = X.inverse_permutation(order)
+    expected = np.empty_like(order)
+    np.put_along_axis(expected, order, np.broadcast_to(np.arange(1000), order.shape), axis=-1)
+    np.testing.assert_array_equal(inv, expected)
+    np.testing.assert_array_equal(np.take_along_axis(order, inv, axis=-1), np.broadcast_to(np.arange(1000), (4, 1000)))

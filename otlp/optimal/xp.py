@@ -171,8 +171,10 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     only keys within 2^-(52 - shift) relative of each other); shifted up by ``s = bit_length(V - 1)`` bits, with
     ``V - 1 - id`` below, every key is distinct, and their decreasing order is the stable decreasing order of the
     truncated keys. Negative keys (the p = q = 0 tokens) sort below 0 through one more bit. Runs of equal
-    truncated keys (rare: keys within about 2^-(52 - s) relative) are then put in exact order, by (exact key
-    decreasing, id increasing), with one ``lexsort`` over their members only.
+    truncated keys that hold different exact keys (rare: keys within about 2^-(52 - s) relative) are then put in
+    exact order, by (exact key decreasing, id increasing): with one ``lexsort`` over their members only
+    (:func:`_repair_runs`), or, in a row where more than V / 8 positions tie (n-gram laws), one stable argsort of
+    the row. Runs of exact ties are already in id order.
     """
     B, V = key.shape
     s = max(int(V - 1).bit_length(), 1)
@@ -184,18 +186,42 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     order = (V - 1) - (packed & ((1 << s) - 1))  # decreasing keys; ids increasing within ties
     trunc = packed >> s
     same = trunc[:, 1:] == trunc[:, :-1]  # [B, V - 1]: position i + 1 ties position i
-    if same.any():
-        order = np.ascontiguousarray(order)
-        member = np.zeros((B, V), dtype=bool)
-        member[:, 1:] |= same
-        member[:, :-1] |= same
-        rows, cols = np.nonzero(member)  # [M], row by row, positions increasing
-        ids = order[rows, cols]
-        cont = np.zeros(rows.size, dtype=bool)  # the member continues the run of the one before it
-        cont[1:] = (rows[1:] == rows[:-1]) & (cols[1:] == cols[:-1] + 1) & same[rows[1:], cols[1:] - 1]
-        run = np.cumsum(~cont)  # [M] run number
-        order[rows, cols] = ids[np.lexsort((ids, -key[rows, ids], run))]  # each run keeps its positions
+    if not same.any():
+        return np.ascontiguousarray(order)
+    ks = np.take_along_axis(key, order, axis=-1)  # [B, V] exact keys in that order
+    inexact = same & (ks[:, 1:] != ks[:, :-1])  # a tie of truncated keys only (exact ties are in id order)
+    bad = inexact.any(axis=-1)  # [B]
+    if not bad.any():
+        return np.ascontiguousarray(order)
+    order = np.ascontiguousarray(order)
+    dense = bad & (same.sum(axis=-1) > V // 8)  # many ties (n-gram laws): one stable argsort of the row is cheaper
+    if dense.any():
+        order[dense] = np.argsort(-key[dense], axis=-1, kind="stable")
+    sub = np.flatnonzero(bad & ~dense)
+    if sub.size:
+        order[sub] = _repair_runs(order[sub], ks[sub], same[sub], inexact[sub])
     return np.ascontiguousarray(order)
+
+
+def _repair_runs(order: np.ndarray, ks: np.ndarray, same: np.ndarray, inexact: np.ndarray) -> np.ndarray:
+    """Put each run of tied truncated keys that holds different exact keys in exact order (exact key decreasing, id
+    increasing), with one ``lexsort`` over those runs' members: ``order, ks [R, V]``, ``same, inexact [R, V - 1]``
+    (see :func:`_packed_sort`)."""
+    R, V = order.shape
+    member = np.zeros((R, V), dtype=bool)
+    member[:, 1:] |= same
+    member[:, :-1] |= same
+    rows, cols = np.nonzero(member)  # [M], row by row, positions increasing
+    cont = np.zeros(rows.size, dtype=bool)  # the member continues the run of the one before it
+    cont[1:] = (rows[1:] == rows[:-1]) & (cols[1:] == cols[:-1] + 1) & same[rows[1:], cols[1:] - 1]
+    run = np.cumsum(~cont)  # [M] run number
+    wrong = np.zeros(run[-1] + 1, dtype=bool)  # the runs that hold different exact keys
+    wrong[run[cont & inexact[rows, cols - 1]]] = True  # (cols - 1 = -1 only where cont is False)
+    keep = wrong[run]
+    r, c, run = rows[keep], cols[keep], run[keep]
+    ids = order[r, c]
+    order[r, c] = ids[np.lexsort((ids, -ks[r, c], run))]  # each run keeps its positions
+    return order
 
 
 def searchsorted_rows(cdf, values):  # noqa: ANN001, ANN201

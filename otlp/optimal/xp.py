@@ -43,44 +43,37 @@ def _as_torch(x):  # noqa: ANN001, ANN202
 _SCAN_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
 
 
+def _rows(x, numpy_op, torch_op):  # noqa: ANN001, ANN202
+    """``torch_op(x)`` for a tensor; for a numpy array ``torch_op`` on a zero-copy view when torch is loaded
+    (:func:`_as_torch`), else ``numpy_op(x)``. Each row operation below is written once per library."""
+    if not is_numpy(x):
+        return torch_op(x)
+    t = _as_torch(x)
+    return numpy_op(x) if t is None else torch_op(t).numpy()
+
+
 def cumsum(x):  # noqa: ANN001, ANN201
     """Running sum along the rows."""
-    if is_numpy(x):
-        t = _as_torch(x)
-        return np.cumsum(x, axis=-1) if t is None else t.cumsum(-1).numpy()
-    return x.cumsum(-1)
+    return _rows(x, lambda a: np.cumsum(a, axis=-1), lambda t: t.cumsum(-1))
 
 
 def suffix_sum(x):  # noqa: ANN001, ANN201
     """``out[..., i] = sum_{j >= i} x[..., j]``, summed from the top (so the tail carries no cancellation)."""
-    if is_numpy(x):
-        t = _as_torch(x)
-        return np.cumsum(x[..., ::-1], axis=-1)[..., ::-1] if t is None else t.flip(-1).cumsum(-1).flip(-1).numpy()
-    return x.flip(-1).cumsum(-1).flip(-1)
+    return _rows(x, lambda a: np.cumsum(a[..., ::-1], axis=-1)[..., ::-1], lambda t: t.flip(-1).cumsum(-1).flip(-1))
 
 
 def cummin(x):  # noqa: ANN001, ANN201
-    if is_numpy(x):
-        t = _as_torch(x)
-        return np.minimum.accumulate(x, axis=-1) if t is None else t.cummin(-1).values.numpy()
-    return x.cummin(-1).values
+    return _rows(x, lambda a: np.minimum.accumulate(a, axis=-1), lambda t: t.cummin(-1).values)
 
 
 def suffix_min(x):  # noqa: ANN001, ANN201
     """``out[..., i] = min_{j >= i} x[..., j]``."""
-    if is_numpy(x):
-        t = _as_torch(x)
-        if t is None:
-            return np.minimum.accumulate(x[..., ::-1], axis=-1)[..., ::-1]
-        return t.flip(-1).cummin(-1).values.flip(-1).numpy()
-    return x.flip(-1).cummin(-1).values.flip(-1)
+    return _rows(x, lambda a: np.minimum.accumulate(a[..., ::-1], axis=-1)[..., ::-1],
+                 lambda t: t.flip(-1).cummin(-1).values.flip(-1))
 
 
 def cummax(x):  # noqa: ANN001, ANN201
-    if is_numpy(x):
-        t = _as_torch(x)
-        return np.maximum.accumulate(x, axis=-1) if t is None else t.cummax(-1).values.numpy()
-    return x.cummax(-1).values
+    return _rows(x, lambda a: np.maximum.accumulate(a, axis=-1), lambda t: t.cummax(-1).values)
 
 
 def take(x, idx):  # noqa: ANN001, ANN201

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -55,8 +54,7 @@ def run_check_cli(args: argparse.Namespace) -> int:
         for name in names:  # one at a time, for the progress line; run_checks validates and seeds each the same
             bar.set_note(name)
             results.extend(_skip_missing(r) for r in run_checks(
-                [name], instances=args.instances, seed=args.seed, exact=args.exact,
-                time_limit=None if math.isinf(time_limit) else time_limit,
+                [name], instances=args.instances, seed=args.seed, exact=args.exact, time_limit=time_limit,
                 on_instance=lambda k, name=name: bar.update(0, f"{name}: {k} / {args.instances} instances")))
             bar.update(1)
     skipped = [r for r in results if r.status == SKIP]

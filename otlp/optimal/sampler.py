@@ -71,8 +71,11 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     Pn, Qn, Wn, Un = P.numpy(), Q.numpy(), drafts.long().numpy(), U.numpy()
     tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
     step = max(1, CPU_CHUNK // max(V, 1))
-    groups = [(n, np.arange(B))] if widths is None else \
-        [(int(m), np.flatnonzero(widths.cpu().numpy() == m)) for m in np.unique(widths.cpu().numpy())]
+    if widths is None:
+        groups = [(n, np.arange(B))]
+    else:
+        wn = widths.cpu().numpy()
+        groups = [(int(m), np.flatnonzero(wn == m)) for m in np.unique(wn)]
     for m, rows in groups:
         for lo in range(0, rows.size, step):  # chunks of rows, each vectorised
             sl = rows[lo:lo + step] if widths is not None else slice(lo, min(B, lo + step))

@@ -7,7 +7,7 @@
 (16, True)
 """
 
-import importlib
+from otlp._lazy import lazy_exports
 
 #: public name -> submodule; loaded on first use, so importing otlp.decode (and `otlp decode`'s argument checks) does
 #: not import torch
@@ -22,9 +22,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> object:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"otlp.decode.{_EXPORTS[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'otlp.decode' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {name: f"{__name__}.{module}" for name, module in _EXPORTS.items()}, globals())

@@ -10,7 +10,7 @@ fails to import fails only when one of its names is used, with its own error.
 
 from __future__ import annotations
 
-import importlib
+from otlp._lazy import lazy_exports
 
 #: public name -> module that defines it
 _MODULES: dict[str, str] = {
@@ -33,12 +33,7 @@ _MODULES: dict[str, str] = {
 __all__ = list(_MODULES)
 
 
-def __getattr__(name: str) -> object:
-    if name not in _MODULES:
-        raise AttributeError(f"module 'otlp.formulations' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_MODULES[name]), name)
-    globals()[name] = value  # cache: later lookups skip __getattr__
-    return value
+__getattr__ = lazy_exports(__name__, _MODULES, globals())
 
 
 def __dir__() -> list[str]:

@@ -11,7 +11,7 @@ Names are resolved lazily (PEP 562), so importing the package imports neither to
 
 from __future__ import annotations
 
-import importlib
+from otlp._lazy import lazy_exports
 
 #: public name -> module that defines it
 _MODULES: dict[str, str] = {
@@ -47,9 +47,4 @@ _MODULES: dict[str, str] = {
 __all__ = sorted(_MODULES)
 
 
-def __getattr__(name: str) -> object:
-    if name not in _MODULES:
-        raise AttributeError(f"module 'otlp.multistep' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_MODULES[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _MODULES, globals())

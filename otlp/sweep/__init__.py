@@ -12,7 +12,7 @@ pyarrow and dask.distributed come with ``pip install 'otlp[sweep]'``; importing 
 
 from __future__ import annotations
 
-import importlib
+from otlp._lazy import lazy_exports
 
 _EXPORTS = {
     "CaptureWriter": "otlp.sweep.capture",
@@ -28,7 +28,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> object:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'otlp.sweep' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())

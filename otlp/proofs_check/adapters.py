@@ -83,23 +83,6 @@ def target_matching_error(rule: str, target: object, draft: object, L: int, K: i
     return float(error(output_law(rule, target, draft, L, K), target, L))
 
 
-def block_log_weights(p: np.ndarray, draft: object) -> tuple[np.ndarray, np.ndarray]:
-    """The production solver's per-token block log-weights alpha_i and block index (blocks in increasing position,
-    so a larger index has priority): ``(log_w float [V], block int [V])`` (exact-ot-design §2).
-
-    These are the softmax weights of the *unpeeled* block programs (GR Thm 6.4 / 6.5 speak of the softmax on every
-    block); the production rule may replace part of a block by a priority chain (``otlp.optimal.peeling``), so it is
-    solved here with peeling switched off."""
-    from otlp.distributions import check_distribution
-    from otlp.optimal.solve import prepare, solve_instances
-
-    p = check_distribution(p, "p")
-    inst = prepare(p, check_distribution(draft.q, "q", size=p.size), int(draft.n), peel=False)
-    solve_instances([inst])
-    block = inst.block_of_position[inst.position].astype(np.int64)  # [V]
-    return inst.log_weight.copy(), block
-
-
 def relaxed_otlp_solve(p: np.ndarray, draft: object, exact: bool) -> tuple[object, np.ndarray, np.ndarray]:
     """``otlp.formulations.RelaxedOTLP(p, draft)`` solved by the product's ``exact`` backend (``exact=True``: the
     value is a ``Fraction`` of the float data read as exact rationals) or by ``highs``:

@@ -4,9 +4,9 @@ the nonnegativity / convexity of Phi (Lemma I.1).
 
 The truth side enumerates the drafted tuples omega in V^n one by one (rows S_{i, omega}, gradients of Phi_T and
 Theta_T as sums over tuples), independent of the compact-coefficient code under test. Thm 6.4 / 6.5 hold for ANY alpha:
-each is tried on random alphas, on the production solver's block log-weights (``otlp.optimal``), and on those
-weights lifted by the block index, which turns the production rule's strict between-block priority into a softmax
-limit (the existence part of Thm 6.4: a point with ||grad Phi|| ~ 0).
+each is tried on random alphas, on the minimisers of the block programs (:mod:`.block_programs`, solved by scipy,
+independently of the production class chains), and on those weights lifted by the block index, which turns strict
+between-block priority into a softmax limit (the existence part of Thm 6.4: a point with ||grad Phi|| ~ 0).
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ def _truncations(tokens: np.ndarray, q: np.ndarray, rng: np.random.Generator) ->
 
 
 def _alphas(V: int, rng: np.random.Generator, log_w: np.ndarray, block: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """Random alphas at three scales, the production log-weights (non-finite ones, e.g. peeled tokens, set to 0:
-    the theorems hold for any alpha) and those lifted by LIFT per block."""
+    """Random alphas at three scales, the block programs' log-weights (non-finite ones set to 0: the theorems hold
+    for any alpha) and those lifted by LIFT per block."""
     base = np.where(np.isfinite(log_w), log_w, 0.0)
     return [("alpha=0", np.zeros(V)), ("alpha~N(0,2)", rng.normal(0, 2, V)), ("alpha~N(0,8)", rng.normal(0, 8, V)),
-            ("production weights", base), ("production weights lifted by block", base + LIFT * block)]
+            ("block weights", base), ("block weights lifted by block", base + LIFT * block)]
 
 
 def _softmax(a: np.ndarray, slack: bool) -> np.ndarray:
@@ -81,7 +81,7 @@ def verify_thm64(inst: Instance, hooks: dict, exact: bool) -> float:
             bound = float(np.abs(grad).sum()) + 3 * eps_T
             t.leq(f"T={T.tolist()} {name}: outer L1 deviation <= ||grad Phi_T||_1 + 3 eps_T", deviation, bound + 1e-12)
             if T.size == outer.size and name.endswith("lifted by block"):
-                t.leq("existence: ||grad Phi|| at the lifted production weights (-> 0)", float(np.abs(grad).sum()),
+                t.leq("existence: ||grad Phi|| at the lifted block weights (-> 0)", float(np.abs(grad).sum()),
                       1e-9)
     return t.result()
 
@@ -92,12 +92,12 @@ THM64 = Check(
     source="GR Thm 6.4, eqs. (12), (14); notes §2.11",
     statement="For every T subset V minus H* and ANY alpha, S_{i,w} = P(w) e^{alpha_i} / sum_{j in set(w) minus H*} "
     "e^{alpha_j} meets every p_draft equality over V^n minus (H*)^n exactly, and sum_{i not in H*} |sum_w S_{i,w} - "
-    "p_i| <= ||grad Phi_T(alpha)||_1 + 3 eps_T with eps_T = 1 - q(H* + T)^n; the production block weights lifted by "
+    "p_i| <= ||grad Phi_T(alpha)||_1 + 3 eps_T with eps_T = 1 - q(H* + T)^n; the block programs' minimisers lifted by "
     "block index give ||grad Phi|| ~ 0 (existence).",
     generate=_gen_iid,
     verify=verify_thm64,
     hooks={"outer_residuals": "otlp.proofs_check.adapters:outer_residual_targets",
-           "block_weights": "otlp.proofs_check.adapters:block_log_weights"},
+           "block_weights": "otlp.proofs_check.block_programs:block_log_weights"},
     tolerance=1e-9,
 )
 
@@ -147,7 +147,7 @@ THM65 = Check(
     generate=_gen_iid,
     verify=verify_thm65,
     hooks={"outer_residuals": "otlp.proofs_check.adapters:outer_residual_targets",
-           "block_weights": "otlp.proofs_check.adapters:block_log_weights"},
+           "block_weights": "otlp.proofs_check.block_programs:block_log_weights"},
     tolerance=1e-9,
 )
 
@@ -184,11 +184,11 @@ def verify_appk(inst: Instance, hooks: dict, exact: bool) -> float:
             if rest and all(j in pos for j in rest):
                 mass[tuple(sorted(pos[j] for j in rest))] += probs[m]
         for k, s in enumerate(subs):
-            t.equal(f"{side} U={[int(T[j]) for j in s]}: production vs tuple enumeration", coef[k], mass[s])
+            t.equal(f"{side} U={[int(T[j]) for j in s]}: compact formula vs tuple enumeration", coef[k], mass[s])
         qH = float(q[h].sum())
         total = 1 - qH**n if side.startswith("outer") else qH**n
         t.equal(f"sanity sum of the {side} (notes §2.13)", coef.sum(), total)
-        # the compact gradient with the production coefficients equals the tuple gradient (outer: targets p_i)
+        # the compact gradient with the compact coefficients equals the tuple gradient (outer: targets p_i)
         target = p_i if side.startswith("outer") else np.asarray(p)
         a = rng.normal(0, 3, len(p))
         compact = np.zeros(len(p))
@@ -215,7 +215,7 @@ APPK = Check(
     generate=_gen_iid,
     verify=verify_appk,
     hooks={"outer_residuals": "otlp.proofs_check.adapters:outer_residual_targets",
-           "subset_coefficients": "otlp.optimal.coefficients:subset_coefficients"},
+           "subset_coefficients": "otlp.proofs_check.block_programs:subset_coefficients"},
     tolerance=1e-12,
 )
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp.optimal.coefficients import subset_coefficients
 from otlp.proofs_check import build_registry
-from otlp.proofs_check.adapters import block_log_weights, outer_residual_targets
+from otlp.proofs_check.adapters import outer_residual_targets
+from otlp.proofs_check.block_programs import block_log_weights, subset_coefficients
 
 REGISTRY = build_registry()
 

@@ -30,9 +30,9 @@ Writes benchmarks/results/block_efficiency.json.
 ``--timing``: instead, the optimal rule's precomputation time against V^L (decode-projected pairs, K = 2 and 4,
 first decode context; LP rounds, LP seconds, decomposition seconds, rankings), written to
 benchmarks/results/optimal_rule_timing.json.
-``--trees``: instead, only the token-tree columns (RRS, class-chain optimal, peeled-blocks optimal, path-aware
-optimal) with SpS, GBV and the antichain-LP optimum, over more instances (``--instances``, random family,
-V = ``--V``), with the mean paired difference paths - class chains and its standard error; written to
+``--trees``: instead, only the token-tree columns (RRS, class-chain optimal, path-aware optimal) with SpS, GBV
+and the antichain-LP optimum, over more instances (``--instances``, random family, V = ``--V``), with the mean
+paired difference paths - class chains and its standard error; written to
 benchmarks/results/block_efficiency_trees.json, and the README table ``block_efficiency/trees`` published
 (``--from-json FILE`` publishes a finished run).
 ``--decomposition``: the decomposition alone at N = 10^3 and 10^4 paths (a point of B(psi) mixing q with 20
@@ -219,14 +219,14 @@ def timing(lp_budget: float) -> list[dict]:
     return rows
 
 
-TREE_RULES = ("class_chains", "blocks", "paths")
+TREE_RULES = ("class_chains", "paths")
 
 
 def trees(instances: int, V: int, seed: int, lp_budget: float) -> list[dict]:
     """The token-tree columns only, over ``instances`` random pairs per (L, K) (module docstring), with the
     antichain-LP optimum (None where a pair's LP did not converge within ``lp_budget`` seconds)."""
     rows = []
-    print(f"{'V':>2} {'L':>2} {'K':>2} | {'SpS':>7} {'GBV':>7} {'tree rrs':>8} {'tr opt':>7} {'tr blk':>7} "
+    print(f"{'V':>2} {'L':>2} {'K':>2} | {'SpS':>7} {'GBV':>7} {'tree rrs':>8} {'tr opt':>7} "
           f"{'tr path':>7} {'LP opt':>7} | {'path-opt':>9} {'+- se':>8} {'>0':>5} {'<0':>5}")
     for L in LS:
         pairs = instances_of("random", V, L, instances, seed)
@@ -252,7 +252,7 @@ def trees(instances: int, V: int, seed: int, lp_budget: float) -> list[dict]:
 def print_tree_row(row: dict) -> None:
     V, L, K = row["V"], row["L"], row["K"]
     print(f"{V:>2} {L:>2} {K:>2} | {row['sps']:7.4f} {row['gbv']:7.4f} {row['tree_rrs']:8.4f} "
-          f"{row['tree_class_chains']:7.4f} {row['tree_blocks']:7.4f} {row['tree_paths']:7.4f} "
+          f"{row['tree_class_chains']:7.4f} {row['tree_paths']:7.4f} "
           f"{fmt(row.get('lp')):>7} | "
           f"{row['paths_minus_chains']:+9.5f} {row['paths_minus_chains_se']:8.5f} {row['paths_above']:>5} "
           f"{row['paths_below']:>5}", flush=True)

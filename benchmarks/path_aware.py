@@ -5,7 +5,6 @@ continue] = sum_omega P(omega) sum_i pi(i | omega) count_i(omega). For random in
 Dirichlet(0.5), ``--instances`` per n) this prints that expectation under
 
 - the class-chain plan of ``optimal`` (otlp/optimal/chains.py),
-- the peeled-blocks plan (``OptimalTransport(method="blocks")``),
 - the path-aware plan (otlp.optimal.paths.PathAwareTransport, every token in its window: the lexicographic LP's
   optimum, tests/optimal/test_path_aware.py), and
 - the path-aware plan with a small window (``--window`` multisets, the top tokens of q only): its share of the gain,
@@ -26,8 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otlp.optimal import OptimalTransport
-from otlp.optimal.paths import PathAwareTransport, expected_paths
+from otlp.optimal.paths import PathAwareTransport
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import readme_tables  # noqa: E402 - benchmarks/readme_tables.py, beside this script
@@ -41,33 +39,29 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     rows = []
-    print(f"{'n':>2} | {'E[paths]: chains':>16} {'blocks':>7} {'small win':>9} {'optimum':>8} | gain over chains "
-          f"(mean / median / max) | over blocks (mean / max) | small window's share of the gain")
+    print(f"{'n':>2} | {'E[paths]: chains':>16} {'small win':>9} {'optimum':>8} | gain over chains "
+          f"(mean / median / max) | small window's share of the gain")
     for n in (2, 3, 4):
-        vals = {"chains": [], "blocks": [], "window": [], "optimum": []}
+        vals = {"chains": [], "window": [], "optimum": []}
         for _ in range(args.instances):
             V = int(rng.integers(3, 8))
             p, q = rng.dirichlet(np.full(V, 0.5)), rng.dirichlet(np.full(V, 0.5))
             full = PathAwareTransport(p, q, n)
             small = PathAwareTransport(p, q, n, max_tuples=args.window)
             vals["chains"].append(full.base_value)
-            vals["blocks"].append(expected_paths(OptimalTransport.from_arrays(p, q, n, method="blocks"), q, n))
             vals["window"].append(small.lp_value)
             vals["optimum"].append(full.lp_value)
         v = {k: np.array(x) for k, x in vals.items()}
         gain = v["optimum"] / v["chains"] - 1.0
-        gain_b = v["optimum"] / v["blocks"] - 1.0
         room = v["optimum"] - v["chains"]
         share = np.where(room > 1e-9, (v["window"] - v["chains"]) / np.where(room > 1e-9, room, 1.0), 1.0)
         row = {"n": n, "instances": args.instances, **{k: float(x.mean()) for k, x in v.items()},
                "gain_mean": float(gain.mean()), "gain_median": float(np.median(gain)), "gain_max": float(gain.max()),
-               "gain_over_blocks_mean": float(gain_b.mean()), "gain_over_blocks_max": float(gain_b.max()),
                "improved": float((gain > 1e-6).mean()), "window_share_mean": float(share.mean()),
                "window_share_min": float(share.min())}
         rows.append(row)
-        print(f"{n:>2} | {row['chains']:16.4f} {row['blocks']:7.4f} {row['window']:9.4f} {row['optimum']:8.4f} | "
+        print(f"{n:>2} | {row['chains']:16.4f} {row['window']:9.4f} {row['optimum']:8.4f} | "
               f"{100 * row['gain_mean']:5.1f}% / {100 * row['gain_median']:5.1f}% / {100 * row['gain_max']:5.1f}%  | "
-              f"{100 * row['gain_over_blocks_mean']:5.1f}% / {100 * row['gain_over_blocks_max']:5.1f}% | "
               f"{row['window_share_mean']:.3f} (min {row['window_share_min']:.3f})", flush=True)
     timing = {}
     p, q = rng.dirichlet(np.full(2000, 0.05)), rng.dirichlet(np.full(2000, 0.05))
@@ -82,9 +76,9 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "rows": rows, "timing": timing}, indent=1))
     print(f"wrote {out}")
-    columns = ["n", "E[paths]: class chains", "peeled blocks", "path-aware optimum", "gain over class chains "
-               "(mean / median / max)", f"window of {args.window} multisets: share of the gain (mean / min)"]
-    cells = [[str(r["n"]), f"{r['chains']:.4f}", f"{r['blocks']:.4f}", f"{r['optimum']:.4f}",
+    columns = ["n", "E[paths]: class chains", "path-aware optimum", "gain over class chains (mean / median / max)",
+               f"window of {args.window} multisets: share of the gain (mean / min)"]
+    cells = [[str(r["n"]), f"{r['chains']:.4f}", f"{r['optimum']:.4f}",
               f"{100 * r['gain_mean']:.1f}% / {100 * r['gain_median']:.1f}% / {100 * r['gain_max']:.1f}%",
               f"{r['window_share_mean']:.2f} / {r['window_share_min']:.2f}"] for r in rows]
     readme_tables.publish("path_aware", "lp_gain", columns, cells,

@@ -19,10 +19,8 @@ Instance sources (``--source heavy|decode|both``, default both; one table per so
   would verify if both models were truncated to the target's top k, not the loop's V = 2000 pair itself.
 
 Methods
-* ``optimal``: otlp.optimal.OptimalTransport with its default ``method="auto"``: for V <= 256 every group a
-  water-filling class chain computed in plain Python floats (otlp.optimal.scalar), above that the same chains on
-  numpy arrays (otlp.optimal.chains). The ``blocks ms`` column times ``method="blocks"`` (peeling + Newton, the
-  design note's rule) on the same pairs, for the ratio.
+* ``optimal``: otlp.optimal.OptimalTransport: for V <= 256 every group a water-filling class chain computed in
+  plain Python floats (otlp.optimal.scalar), above that the same chains on numpy arrays (otlp.optimal.chains).
 * ``highs``: the relaxed OTLP (GR eq. (2)) with scipy's HiGHS (``linprog(method="highs")``), model building
   included, then the slice by the residual completion (GR eq. (3)).
 * ``maxflow``: OR-Tools SimpleMaxFlow on s -> i -> omega -> t (GR §5.2), int64 capacities scaled by 2^40.
@@ -44,11 +42,11 @@ convention: on a shared 2-core machine the slower calls measure other processes,
 a pair); a baseline repeats each call at once, and not past 0.25 s. Every method gets its fastest of
 ``--repeat``, so the ratios compare like with like.
 
-Columns: median / p95 / max ms per token, success rate (optimal: every block at machine precision; baselines:
-finished within the limit), max law error (optimal, L1 of the enumerated output law vs p where V^n <= 2e5, else the
-certified bound sum ||R - t||_1 over blocks, marked *; the law is summed from the timed ``slice`` itself where V^n
-<= 1e4, else from ``slices``, the vectorised evaluation of the same rule; success and law error cover both methods
-timed), the baselines' median ms, speed-up of the median over HiGHS. The JSON also has, per baseline,
+Columns: median / p95 / max ms per token, success rate (optimal: every group's rows at machine precision;
+baselines: finished within the limit), max law error (optimal, L1 of the enumerated output law vs p where
+V^n <= 2e5, else the certified bound sum ||R - t||_1 over blocks, marked *; the law is summed from the timed
+``slice`` itself where V^n <= 1e4, else from ``slices``, the vectorised evaluation of the same rule), the
+baselines' median ms, speed-up of the median over HiGHS. The JSON also has, per baseline,
 ``max_value_error`` = max |baseline value - optimal alpha*| over the pairs it solved (an agreement check; max-flow's
 2^-40 rounding shows there), and for outer/inner the largest |sum of its slice - 1| (a drafted tuple of mass below
 the flow's 1e-9 tolerance may be left unsaturated: it shows).
@@ -150,11 +148,11 @@ def best_of(method, call_args: tuple, repeat: int, cap: float = 0.25) -> tuple:
     return best
 
 
-def run_optimal(p, q, n, omega, method="auto"):
+def run_optimal(p, q, n, omega):
     from otlp.optimal import OptimalTransport
 
     t0 = time.perf_counter()
-    ot = OptimalTransport.from_arrays(p, q, n, method=method)
+    ot = OptimalTransport.from_arrays(p, q, n)
     ot.slice(omega)
     return time.perf_counter() - t0, ot
 
@@ -253,29 +251,23 @@ def grid_point(pairs: list, omegas: list, V: int, n: int, args: argparse.Namespa
     """One row of the table. ``over[name] = (nvars, k, n)``: the smallest model of that baseline found over the
     limit so far in this source; a model at least as big is not run (reported "> limit", with that reason)."""
     from otlp.optimal import OptimalTransport
-    methods = ("auto", "blocks")
-    for method in methods:  # warm caches (combination tables) and the interpreter's first calls; not timed
-        for p, q in pairs[:5]:
-            OptimalTransport.from_arrays(p, q, n, method=method).slice(np.zeros(n, dtype=np.int64))
+    for p, q in pairs[:5]:  # warm the interpreter's first calls; not timed
+        OptimalTransport.from_arrays(p, q, n).slice(np.zeros(n, dtype=np.int64))
     ok, errs, alphas, enumerated = 0, [], [], True
-    seconds = np.full((len(methods), args.repeat, len(pairs)), np.inf)  # [method, pass, pair]
+    seconds = np.full((args.repeat, len(pairs)), np.inf)  # [pass, pair]
     for r in range(args.repeat):  # passes over all pairs, so a slow spell of the machine hits one pass, not a pair
-        for m, method in enumerate(methods):
-            for j, ((p, q), omega) in enumerate(zip(pairs, omegas, strict=True)):
-                seconds[m, r, j], ot = run_optimal(p, q, n, omega, method)
-                if r == 0:
-                    ok += ot.success
-                    if m == 0:
-                        alphas.append(float(ot.alpha))
-                    err, enum = law_error(ot, p, q, n)
-                    errs.append(err)
-                    enumerated &= enum
-    ms = seconds.min(1) * 1e3  # [method, pair]
+        for j, ((p, q), omega) in enumerate(zip(pairs, omegas, strict=True)):
+            seconds[r, j], ot = run_optimal(p, q, n, omega)
+            if r == 0:
+                ok += ot.success
+                alphas.append(float(ot.alpha))
+                err, enum = law_error(ot, p, q, n)
+                errs.append(err)
+                enumerated &= enum
+    ms = seconds.min(0) * 1e3  # [pair]
     row = {"k": V, "n": n, "pairs": len(pairs),
-           "optimal": stats(list(ms[0])) | {"success": ok / (len(pairs) * len(methods)), "max_law_error": max(errs),
-                                            "law_error_enumerated": enumerated, "method": "auto"}}
-    if len(methods) > 1:
-        row["blocks"] = stats(list(ms[1])) | {"status": "ok"}
+           "optimal": stats(list(ms)) | {"success": ok / len(pairs), "max_law_error": max(errs),
+                                         "law_error_enumerated": enumerated}}
     nvars = V**n * n
     for name in BASELINES:
         if name != "highs" and not have_ortools:
@@ -327,8 +319,7 @@ def print_row(row: dict, limit: float) -> None:
     else:
         speed = f"> {limit * 1e3 / o['median']:.0f}x"
     star = "*" if not o["law_error_enumerated"] else " "
-    blocks = f"{row['blocks']['median']:.2f}" if "blocks" in row else "(same)"
-    print(f"{str((row['k'], row['n'])):>9} | {o['median']:7.2f} / {o['p95']:6.2f} / {o['max']:6.2f} | {blocks:>9} | "
+    print(f"{str((row['k'], row['n'])):>9} | {o['median']:7.2f} / {o['p95']:6.2f} / {o['max']:6.2f} | "
           f"{o['success']:4.0%} | {o['max_law_error']:8.1e}{star} | {cell(h):>8} | {cell(row['maxflow']):>8} | "
           f"{cell(row['outer_inner']):>11} | {speed}")
 
@@ -345,7 +336,7 @@ def run_source(source: str, args: argparse.Namespace, have_ortools: bool) -> dic
     what = {"heavy": "heavy-tailed generator (z = 2 t_3, q = softmax(z + N(0,1)))",
             "decode": "embedded KN 4-gram target / bigram draft at corpus contexts, top-k of p, renormalised"}[source]
     print(f"\nsource: {source} -- {what}")
-    header = (f"{'(k,n)':>9} | {'optimal med/p95/max ms':>24} | blocks ms | succ | {'law err':>9} | {'HiGHS ms':>8} | "
+    header = (f"{'(k,n)':>9} | {'optimal med/p95/max ms':>24} | succ | {'law err':>9} | {'HiGHS ms':>8} | "
               f"{'flow ms':>8} | {'out/inn ms':>11} | speed-up vs HiGHS")
     print(header)
     print("-" * len(header))
@@ -444,15 +435,15 @@ def publish(results: dict) -> None:
         return f"{r['median']:.1f}" if r.get("status") == "ok" else f"> {limit_ms:g}"
 
     heavy, decode = (results["sources"][s]["grid"] for s in ("heavy", "decode"))
-    columns = ["(V, n)", "heavy: median / p95", "decode: median / p95", "blocks (heavy)", "HiGHS relaxed LP",
+    columns = ["(V, n)", "heavy: median / p95", "decode: median / p95", "HiGHS relaxed LP",
                "OR-Tools max-flow", "outer/inner flow", "speed-up vs HiGHS"]
     rows = []
     for h, d in zip(heavy, decode, strict=True):
         o, hi = h["optimal"], h["highs"]
         speed = f"{hi['median'] / o['median']:.0f}x" if hi.get("status") == "ok" else f"> {limit_ms / o['median']:.0f}x"
         rows.append([f"({h['k']}, {h['n']})", f"{o['median']:.2f} / {o['p95']:.2f}",
-                     f"{d['optimal']['median']:.2f} / {d['optimal']['p95']:.2f}", f"{h['blocks']['median']:.2f}",
-                     cell(hi), cell(h["maxflow"]), cell(h["outer_inner"]), speed])
+                     f"{d['optimal']['median']:.2f} / {d['optimal']['p95']:.2f}", cell(hi), cell(h["maxflow"]),
+                     cell(h["outer_inner"]), speed])
     readme_tables.publish("solve_times", "grid", columns, rows, {"config": results["config"],
                                                                   "batch": results.get("batch")})
     print("\n<!-- table: solve_times/grid -->\n" + readme_tables.markdown(columns, rows))

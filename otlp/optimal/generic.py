@@ -29,7 +29,6 @@ from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
 from otlp.errors import InputError
 from otlp.formulations.completion import residual_completion
-from otlp.optimal.rule import _first_occurrence
 
 #: the algorithms tried in turn by :func:`relaxed_lp_plan`. First the interior-point method (then crossover to a
 #: vertex): dual simplex stalls on degenerate instances, e.g. Independent drafts with a draft equal to p
@@ -131,7 +130,9 @@ class LinearProgramRule:
 
 def _distinct_slots(omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The slots (m, k) whose token does not occur earlier in tuple m: ``omegas [M, n]`` -> ``(m [K], k [K])``."""
-    return np.nonzero(_first_occurrence(omegas[:, :, None] == omegas[:, None, :]))
+    same = omegas[:, :, None] == omegas[:, None, :]  # [M, n, n]
+    # slot k holds the first occurrence of its token: the first l with w_l == w_k (argmax of a bool row) is k itself
+    return np.nonzero(same.argmax(2) == np.arange(omegas.shape[1]))
 
 
 def _encode(omegas: np.ndarray, V: int) -> np.ndarray:

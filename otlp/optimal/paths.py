@@ -115,7 +115,7 @@ class PathAwareTransport:
         self.V = self.p.size
         if isinstance(max_tuples, bool) or not isinstance(max_tuples, (int, np.integer)) or max_tuples < 1:
             raise InputError(f"max_tuples must be a positive integer, got {max_tuples!r}")
-        self.base = OptimalTransport.from_arrays(self.p, self.q, self.n, method="class_chains")
+        self.base = OptimalTransport.from_arrays(self.p, self.q, self.n)
         self.alpha = self.base.alpha
         k = window_size(self.q, self.n, int(max_tuples))
         self.window = np.argsort(-self.q, kind="stable")[:k].astype(np.int64)  # [k]
@@ -259,7 +259,7 @@ class TwoDraftPaths:
         self.p = check_distribution(p, "p")
         self.q = check_distribution(q, "q", size=self.p.size)
         self.V = self.p.size
-        self.base = OptimalTransport.from_arrays(self.p, self.q, 2, method="class_chains")
+        self.base = OptimalTransport.from_arrays(self.p, self.q, 2)
         self.alpha = self.base.alpha
         self.residual = self.base.residual
         inner = np.zeros(self.V, dtype=bool)

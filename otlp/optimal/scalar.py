@@ -1,15 +1,12 @@
 """Class chains of one small (p, q, n) in plain Python floats: the single-pair fast path for V <= SCALAR_MAX_V.
 
 The same rule as :func:`otlp.optimal.chains.build` (every group of the psi records a water-filling
-class chain, :mod:`.waterfill`), computed position by position with Python floats instead of ``[1, V]`` numpy
+class chain), computed position by position with Python floats instead of ``[1, V]`` numpy
 arrays. Below a few hundred tokens the numpy path's cost is its per-call overhead (some hundred array operations of
 about a microsecond each, whatever V is), while the scalar loops cost about 1.5 us per position (most groups are
-single tokens, which skip the slot loops). OptimalTransport build + one slice, heavy-tailed pairs, median of 20
-(method="blocks" / this): V = 10: 373 / 100 us at n = 2, 396 / 80 us at n = 3; V = 128: 546 / 222 us (n = 2),
-3282 / 918 us (n = 5); V = 200: 510 / 341 us (n = 2); V = 300: 650 / 464 us (n = 2), 1103 / 1122 us (n = 3);
-V = 500: 643 / 759 us (n = 2), where the scalar loops lose.
+single tokens, which skip the slot loops); somewhere past V = 256 the array path wins.
 
-Quantities (design note §2, :mod:`.waterfill`), positions i = 0..V-1 in decreasing q/p order, prefix index m:
+Quantities (design note §2, :mod:`.chains`), positions i = 0..V-1 in decreasing q/p order, prefix index m:
 
 * psi_m = P_m - Q_m^n (suffix form 1 - (1 - Qbar_m)^n - Pbar_m where Q_m > 1/2), m* its first argmin,
   alpha* = 1 + psi_{m*}; records cut the positions into groups (inner: strict prefix minima up to m*; outer:
@@ -235,7 +232,7 @@ def _beta(slack: float, capacity: float) -> float:
 
 def scalar_rule(chains: ScalarChains, omega: list) -> tuple[list, float]:
     """The class-chain rule on one drafted tuple ``omega`` (token ids; scalar twin of
-    :func:`otlp.optimal.rule.class_chain_rule`). Returns ``(accept [n], reject)``, a
+    :func:`otlp.optimal.chains.evaluate`). Returns ``(accept [n], reject)``, a
     repeated token's draws summed on its first slot.
 
     The group G of the highest-positioned draw serves the tuple. With G's draws by rank d_1 >= ... >= d_c, piece k

@@ -8,10 +8,6 @@ from the residual r ∝ (p - R)_+ on the tokens outside H* (GR eq. (8)). For V <
 built in plain Python floats (:mod:`.scalar`: there numpy's per-call overhead, not the arithmetic, is the cost), and
 their array form on first use.
 
-``method="blocks"`` builds the design note's softmax blocks instead: peeled priority chains (:mod:`.peeling`) and
-softmax leaves solved by Newton (:mod:`.newton`), evaluated by :mod:`.rule`; the theorem checks of GR's convex
-programs use it. Both are exact optimal rules with the same alpha* (the optimal plan is not unique).
-
 The rule transports the draft law to exactly p and accepts with probability alpha* = 1 + min_H psi(H)
 (GR Thm 3.1). Other draft schemes (Independent, WithoutReplacement, Greedy, SpecHub, Joint) go through the
 relaxed OTLP (GR eq. (2)) solved by HiGHS and the residual completion (GR eq. (3)); see :mod:`.generic`.
@@ -28,54 +24,33 @@ from otlp.distributions import as_generator, check_distribution, check_n, check_
 from otlp.errors import InputError
 from otlp.formulations.completion import residual_law
 from otlp.optimal import chains
-from otlp.optimal.rule import evaluate_rule
 from otlp.optimal.scalar import SCALAR_MAX_V, ScalarChains, scalar_chains, scalar_rule
-from otlp.optimal.solve import SUCCESS_TOLERANCE, InstanceSolution, prepare, solve_instances
 
-#: the rules OptimalTransport can build for i.i.d. drafts (class docstring).
-METHODS = ("auto", "blocks", "class_chains")
+#: ||R - t||_1 below which the rule's row sums meet their targets (:attr:`OptimalTransport.tolerance`'s floor).
+SUCCESS_TOLERANCE = 1e-12
 
 @dataclass(frozen=True)
 class Block:
-    """One block G = (start, stop] of the sorted order (design note §2).
+    """One group G = (start, stop] of the sorted order, cut by the records of psi (design note §2), served by one
+    water-filling class chain (:mod:`.chains`).
 
     kind : "inner" (the rule may reject) or "outer" (always accepts).
-    start, stop : 1-based positions; the block holds positions start+1 .. stop.
+    start, stop : the block holds positions start+1 .. stop (1-based).
     tokens : token ids in the block, in q/p order.
-    log_weights : alpha_i of those tokens (softmax weights w_i = e^{alpha_i}).
     targets : row sums the block must reach (p on inner blocks; GR Thm 6.2 vertex on outer blocks).
-    row_sums : the rule's row sums R_i, evaluated from the final weights.
+    row_sums : the rule's row sums R_i.
     null_mass : Q_s, the q-mass of the positions below the block.
-    gradient_norm : ||R - t||_1 over the block (0 for singletons, which have closed forms).
-    iterations : Newton iterations (0 for singletons; the most over the leaves of a peeled block).
-    peeled : token ids of the priority chains of a peeled block (:mod:`.peeling`): the block's own chain in
-        priority order, then the chains of its peeled leaves (nested peels), by depth.
-    fire_probabilities : the per-draw fire probability a_j of each peeled token.
-    fallback : the block's own chain kind: True when, with nothing fired and no remainder token drafted, the
-        last-ranked drafted chain token is output (False: such a tuple is rejected).
-    depth : how many nested chain levels the block has (0: unpeeled).
-    class_chain : the block is one water-filling class chain (:mod:`.waterfill`; no chains, leaves or weights).
-    leaves : the softmax sub-blocks of the block after peeling (token ids; one leaf = the block when unpeeled).
-    leaf_null_masses : the null mass of each leaf (unfired peeled draws count as null).
+    gradient_norm : ||R - t||_1 over the block.
     """
 
     kind: str
     start: int
     stop: int
     tokens: np.ndarray
-    log_weights: np.ndarray
     targets: np.ndarray
     row_sums: np.ndarray
     null_mass: float
     gradient_norm: float
-    iterations: int
-    peeled: np.ndarray = None
-    fire_probabilities: np.ndarray = None
-    fallback: bool = False
-    depth: int = 0
-    class_chain: bool = False
-    leaves: tuple = ()
-    leaf_null_masses: np.ndarray = None
 
     @property
     def size(self) -> int:
@@ -89,19 +64,16 @@ class OptimalTransport:
     ----------
     p : target distribution, float [V].
     draft : a draft scheme. ``otlp.IID(q, n)`` (or any object with ``.q`` and ``.n`` that is not another
-        scheme) takes the fast block route; other schemes take the relaxed-LP route (small V).
+        scheme) takes the fast class-chain route; other schemes take the relaxed-LP route (small V).
     top_k : keep only the top-k tokens of q (renormalised) as in GR App. N; p is NOT renormalised.
-    method : IID drafts only. ``"auto"`` (default) and ``"class_chains"``: every group one water-filling class
-        chain (:mod:`.chains`); ``"blocks"``: the design note's peeled softmax blocks. Both exact, same alpha*.
 
     Attributes
     ----------
     alpha : alpha* = 1 + psi(H*), the optimal acceptance.
     h_star : token ids of H* (the first m* tokens in decreasing q/p order).
-    blocks : list of :class:`Block` (block route only).
+    blocks : list of :class:`Block` (class-chain route only).
     residual : the law r the rule draws from after a rejection, float [V].
-    route : "blocks" or "lp".
-    method : the rule built on the block route, "blocks" or "class_chains" ("lp" on the LP route).
+    route : "class_chains" (IID drafts) or "lp".
 
     Examples
     --------
@@ -113,23 +85,16 @@ class OptimalTransport:
     1.0
     """
 
-    route = "blocks"
-    method = "blocks"
+    route = "class_chains"
 
-    def __init__(self, p: object, draft: object, *, top_k: int | None = None, method: str = "auto"):
-        if method not in METHODS:
-            raise InputError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
+    def __init__(self, p: object, draft: object, *, top_k: int | None = None):
         if _is_iid(draft):
             q, n = draft.q, draft.n
             p_arr = check_distribution(p, "p")
             q_arr = check_distribution(q, "q", size=p_arr.size)
             n = check_n(n)
             q_arr = truncate_top_k(q_arr, top_k)
-            if method == "blocks":
-                inst = prepare(p_arr, q_arr, n)
-                solve_instances([inst])
-                self._init_from_instance(inst)
-            elif p_arr.size <= SCALAR_MAX_V:
+            if p_arr.size <= SCALAR_MAX_V:
                 self._init_scalar(scalar_chains(p_arr.tolist(), q_arr.tolist(), n), p_arr, q_arr)
             else:
                 self._init_chains(chains.build(p_arr[None], q_arr[None], n), p_arr, q_arr)
@@ -138,11 +103,8 @@ class OptimalTransport:
 
             if top_k is not None:
                 raise InputError("top_k truncation is only defined here for IID drafts (GR App. N)")
-            if method != "auto":
-                raise InputError(f"method={method!r} chooses among the IID rules; {type(draft).__name__} drafts "
-                                 "take the relaxed-LP route")
             self._lp = LinearProgramRule(p, draft)
-            self.route = self.method = "lp"
+            self.route = "lp"
             self.p, self.n, self.V = self._lp.p, self._lp.n, self._lp.V
             self.q = None
             self.alpha = self._lp.alpha
@@ -151,22 +113,13 @@ class OptimalTransport:
 
     # -- construction ---------------------------------------------------------------------------------
     @classmethod
-    def from_arrays(cls, p: object, q: object, n: int, *, top_k: int | None = None,
-                    method: str = "auto") -> OptimalTransport:
-        """The block route for ``IID(q, n)`` without building a draft object."""
-        return cls(p, _PlainIID(q, n), top_k=top_k, method=method)
-
-    @classmethod
-    def _from_instance(cls, inst: InstanceSolution, method: str = "blocks") -> OptimalTransport:
-        self = cls.__new__(cls)
-        self._init_from_instance(inst)
-        self.method = method
-        return self
+    def from_arrays(cls, p: object, q: object, n: int, *, top_k: int | None = None) -> OptimalTransport:
+        """The class-chain route for ``IID(q, n)`` without building a draft object."""
+        return cls(p, _PlainIID(q, n), top_k=top_k)
 
     def _init_scalar(self, chains: ScalarChains, p: np.ndarray, q: np.ndarray) -> None:
         """A class-chain instance from :func:`.scalar.scalar_chains`; its numpy arrays wait for their first use."""
         self._scalar = chains
-        self.method = "class_chains"
         self.p, self.q, self.n, self.V = p, q, chains.n, p.size
         self.alpha = chains.alpha
         self.h_star = np.asarray(chains.order[: chains.m_star], dtype=np.int64)
@@ -174,7 +127,6 @@ class OptimalTransport:
     def _init_chains(self, ch: chains.Chains, p: np.ndarray, q: np.ndarray) -> None:
         """A class-chain instance from :func:`.chains.build` (one row)."""
         self._ch = ch
-        self.method = "class_chains"
         self.p, self.q, self.n, self.V = p, q, ch.pre.n, p.size
         self.alpha = float(ch.pre.alpha[0])
         self.h_star = ch.pre.order[0, : int(ch.pre.m_star[0])].copy()
@@ -186,31 +138,9 @@ class OptimalTransport:
             return self._ch
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def _init_from_instance(self, inst: InstanceSolution) -> None:
-        self._inst = inst
-        self.p, self.q, self.n = inst.p, inst.q, inst.n
-        self.V = inst.p.size
-        cuts = inst.cuts
-        self.alpha = cuts.alpha_star
-        self.h_star = cuts.order[: cuts.m_star].copy()
-        self._position = inst.position  # [V]
-        self._leaf = inst.leaf_of_token  # [V]
-        self._leaf_inner = inst.leaf_inner  # [L]
-        self._fire = inst.fire  # [V]
-        self._rank = inst.peel_rank  # [V]
-        self._chain_node = inst.chain_node  # [V]
-        self._path = inst.path  # [V, D]
-        self._node_fallback = inst.node_fallback  # [nodes]
-        self._class = (inst.class_rank, inst.class_lam, inst.class_certain, inst.node_class, inst.node_beta,
-                       inst.node_hazard, inst.node_certain)
-        self._log_w = inst.log_weight  # [V]
-
     @cached_property
     def residual(self) -> np.ndarray:
         """``[V]`` the law r a rejected tuple's output is drawn from: (p - R)_+ outside H*, normalised (GR eq. (8))."""
-        if self.method == "blocks":
-            rows, in_h = self._inst.row_sums, self._inst.position <= self._inst.cuts.m_star
-            return residual_law(np.where(in_h, 0.0, np.maximum(self.p - rows, 0.0)), self.p)  # [V]
         chains_ = self.__dict__.get("_scalar")
         r = np.zeros(self.V)
         if chains_ is not None:  # the scalar lists (no array build): (p - R)_+ outside H*
@@ -231,39 +161,9 @@ class OptimalTransport:
     # -- inspection -----------------------------------------------------------------------------------
     @cached_property
     def blocks(self) -> list[Block]:
-        """The block records (kind, positions, tokens, weights, targets, row sums, convergence)."""
-        if self.route != "blocks":
+        """The groups cut by the records of psi (kind, positions, tokens, targets, row sums, row-sum error)."""
+        if self.route != "class_chains":
             return []
-        if self.method == "class_chains":
-            return self._chain_blocks()
-        inst = self._inst
-        rec = inst.cuts.records
-        out = []
-        order = inst.cuts.order
-        for j in range(rec.size - 1):
-            tokens = order[rec[j] : rec[j + 1]]
-            chain = tokens[inst.chain_node[tokens] >= 0]  # every chain of the group: by node depth, node, rank
-            node = inst.chain_node[chain]
-            chain = chain[np.lexsort((inst.peel_rank[chain], node, inst.node_depth[node]))]
-            leaf_ids = np.flatnonzero(inst.leaf_group == j)
-            leaves = tuple(tokens[inst.leaf_of_token[tokens] == leaf] for leaf in leaf_ids)
-            present = np.array([leaf.size > 0 for leaf in leaves], dtype=bool)
-            leaf_ids = leaf_ids[present]
-            out.append(Block(
-                kind="inner" if inst.cuts.inner[j] else "outer", start=int(rec[j]), stop=int(rec[j + 1]),
-                tokens=tokens.copy(), log_weights=inst.log_weight[tokens].copy(),
-                targets=inst.targets[tokens].copy(), row_sums=inst.row_sums[tokens].copy(),
-                null_mass=float(inst.null_mass[j]),
-                gradient_norm=float(inst.gradient_norm[leaf_ids].sum() + inst.chain_error[j]),
-                iterations=int(inst.iterations[leaf_ids].max(initial=0)),
-                peeled=chain, fire_probabilities=inst.fire[chain].copy(),
-                fallback=bool(inst.node_fallback[j]) and not inst.node_class[j], class_chain=bool(inst.node_class[j]),
-                depth=int(inst.node_depth[inst.chain_node[chain]].max(initial=-1)) + 1,
-                leaves=tuple(leaf for leaf in leaves if leaf.size), leaf_null_masses=inst.leaf_null[leaf_ids].copy(),
-            ))
-        return out
-
-    def _chain_blocks(self) -> list[Block]:
         ch = self._ch
         rows, t = self._chain_rows
         order, end = ch.pre.order[0], ch.end[0]
@@ -272,11 +172,9 @@ class OptimalTransport:
             e = int(end[s])
             tokens = order[s:e]
             out.append(Block(kind="outer" if e > int(ch.pre.m_star[0]) else "inner", start=int(s), stop=e,
-                             tokens=tokens.copy(), log_weights=np.full(e - s, -np.inf), targets=t[tokens].copy(),
-                             row_sums=rows[tokens].copy(), null_mass=float(ch.pre.prefix_q[0, s]),
-                             gradient_norm=float(np.abs(rows[tokens] - t[tokens]).sum()), iterations=0,
-                             peeled=np.zeros(0, dtype=np.int64), fire_probabilities=np.zeros(0), class_chain=True,
-                             leaves=(), leaf_null_masses=np.zeros(0)))
+                             tokens=tokens.copy(), targets=t[tokens].copy(), row_sums=rows[tokens].copy(),
+                             null_mass=float(ch.pre.prefix_q[0, s]),
+                             gradient_norm=float(np.abs(rows[tokens] - t[tokens]).sum())))
         return out
 
     @cached_property
@@ -293,9 +191,9 @@ class OptimalTransport:
     def row_sums(self) -> np.ndarray:
         """``[V]`` the rule's row sums R_i = P(output i and the rule accepts it) by token (p on H*; None on the LP
         route)."""
-        if self.route != "blocks":
+        if self.route != "class_chains":
             return None
-        return self._chain_rows[0] if self.method == "class_chains" else self._inst.row_sums
+        return self._chain_rows[0]
 
     @property
     def tolerance(self) -> float:
@@ -306,44 +204,35 @@ class OptimalTransport:
 
     @property
     def success(self) -> bool:
-        """The rule's row sums meet their targets to rounding (:attr:`row_error` <= :attr:`tolerance`; the blocks
-        route: every block program and chain); the LP route: HiGHS optimal (its plan is repaired to exact
+        """The rule's row sums meet their targets to rounding (:attr:`row_error` <= :attr:`tolerance`); the LP route:
+        HiGHS optimal (its plan is repaired to exact
         feasibility, so the law is p to rounding and the acceptance is alpha* to HiGHS' tolerance, about 1e-12;
         :mod:`otlp.optimal.generic`)."""
-        if self.route != "blocks":
+        if self.route != "class_chains":
             return True
-        if self.method == "class_chains":
-            return self.row_error <= self.tolerance
-        inst = self._inst
-        return bool(np.all(inst.gradient_norm <= self.tolerance) and np.all(inst.chain_error <= self.tolerance))
+        return self.row_error <= self.tolerance
 
     @property
     def row_error(self) -> float:
-        """sum ||R - t||_1 over every group (the blocks route: every leaf program and priority chain): the rule's row
-        sums miss their targets (p on H*, the GR Thm 6.2 vertex outside) by at most this in L1 (0 on the LP
-        route)."""
-        if self.route != "blocks":
+        """sum ||R - t||_1 over every group: the rule's row sums miss their targets (p on H*, the GR Thm 6.2 vertex
+        outside) by at most this in L1 (0 on the LP route)."""
+        if self.route != "class_chains":
             return 0.0
-        if self.method == "class_chains":
-            rows, t = self._chain_rows
-            return float(np.abs(rows - t).sum())
-        return float(self._inst.gradient_norm.sum() + self._inst.chain_error.sum())
+        rows, t = self._chain_rows
+        return float(np.abs(rows - t).sum())
 
     @property
     def max_gradient_norm(self) -> float:
-        if self.route != "blocks":
+        if self.route != "class_chains":
             return 0.0
-        if self.method == "class_chains":
-            return max((b.gradient_norm for b in self.blocks), default=0.0)
-        return float(max(self._inst.gradient_norm.max(initial=0.0), self._inst.chain_error.max(initial=0.0)))
+        return max((b.gradient_norm for b in self.blocks), default=0.0)
 
     def acceptance(self) -> float:
         """The rule's own acceptance sum_i R_i, capped at alpha* (it equals alpha* up to rounding; never reported
         above it)."""
-        if self.route != "blocks":
+        if self.route != "class_chains":
             return self._lp.acceptance()
-        rows = self._chain_rows[0] if self.method == "class_chains" else self._inst.row_sums
-        return min(float(rows.sum()), self.alpha)
+        return min(float(self._chain_rows[0].sum()), self.alpha)
 
     # -- the rule -------------------------------------------------------------------------------------
     def rule(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -357,17 +246,9 @@ class OptimalTransport:
 
     def _rule(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`rule` on checked tuples ``w int64 [M, n]``."""
-        if self.route != "blocks":
+        if self.route != "class_chains":
             return self._lp.rule(w)
-        if self.method == "class_chains":
-            return chains.evaluate(self._ch, w)
-        return evaluate_rule(w, self._position[w], self._path[w], self._chain_node[w], self._leaf[w], self._log_w[w],
-                             self._fire[w], self._rank[w], self._leaf_inner, self._node_fallback,
-                             self._class_data(w))
-
-    def _class_data(self, w: np.ndarray) -> tuple | None:
-        rank, lam, certain, node_class, beta, hazard, total_certain = self._class
-        return (rank[w], lam[w], certain[w], node_class, beta, hazard, total_certain) if node_class.any() else None
+        return chains.evaluate(self._ch, w)
 
     def slices(self, omegas: np.ndarray) -> np.ndarray:
         """pi(· | omega) for many tuples: ``omegas int [M, n]`` -> ``float [M, V]``."""
@@ -412,14 +293,13 @@ class OptimalTransport:
         return out.astype(np.int64)
 
     def _residual_total(self) -> float:
-        return float(self._residual_cdf[-1]) if self.route == "blocks" else float(self._lp.residual.sum())
+        return float(self._residual_cdf[-1]) if self.route == "class_chains" else float(self._lp.residual.sum())
 
     def _check_omegas(self, omegas: object) -> np.ndarray:
         return check_token_tuples(omegas, self.n, self.V)
 
     def __repr__(self) -> str:
-        method = f", method={self.method!r}" if self.route == "blocks" else ""
-        return f"OptimalTransport(V={self.V}, n={self.n}, alpha={self.alpha:.6g}, route={self.route!r}{method})"
+        return f"OptimalTransport(V={self.V}, n={self.n}, alpha={self.alpha:.6g}, route={self.route!r})"
 
 
 def truncate_top_k(q: np.ndarray, top_k: int | None) -> np.ndarray:

@@ -9,9 +9,8 @@ accepted tokens a bonus token follows. So E[tau + 1] = 1 + sum over nodes of dep
 computed by a forward recursion over (node, m) with every drafted tuple enumerated (V^m of them: small tables).
 
 ``rule(p, q, m)`` is any object with ``slices(omegas [M, m]) -> [M, V]`` (pi(. | omega) by tuple). ``RULES``
-names three: the class-chain plan of ``optimal`` (:mod:`.chains`), the peeled-blocks plan
-(``OptimalTransport(method="blocks")``) and the path-aware plan of ``optimal_paths`` (:mod:`.paths`:
-``TwoDraftPaths`` at m = 2, ``PathAwareTransport`` above); with RRS at
+names two: the class-chain plan of ``optimal`` (:mod:`.chains`) and the path-aware plan of ``optimal_paths``
+(:mod:`.paths`: ``TwoDraftPaths`` at m = 2, ``PathAwareTransport`` above); with RRS at
 every node the recursion reproduces ``otlp.multistep.token_tree_output_law`` (tests/optimal/test_tree_law.py).
 """
 
@@ -27,13 +26,7 @@ from otlp.drafts import IID
 def _class_chains(p: np.ndarray, q: np.ndarray, m: int) -> object:
     from otlp.optimal import OptimalTransport
 
-    return OptimalTransport.from_arrays(p, q, m, method="class_chains")
-
-
-def _blocks(p: np.ndarray, q: np.ndarray, m: int) -> object:
-    from otlp.optimal import OptimalTransport
-
-    return OptimalTransport.from_arrays(p, q, m, method="blocks")
+    return OptimalTransport.from_arrays(p, q, m)
 
 
 def _paths(p: np.ndarray, q: np.ndarray, m: int) -> object:
@@ -46,7 +39,6 @@ def _paths(p: np.ndarray, q: np.ndarray, m: int) -> object:
 #: rule name -> factory (p, q, m) -> object with slices(omegas)
 RULES: dict[str, Callable[[np.ndarray, np.ndarray, int], object]] = {
     "class_chains": _class_chains,
-    "blocks": _blocks,
     "paths": _paths,
 }
 

@@ -96,7 +96,7 @@ def test_agrees_with_the_scalar_path() -> None:
     for i in range(200):
         V, n = int(rng.integers(2, 60)), int(rng.integers(1, 6))
         p, q = random_pair(rng, V, FAMILIES[i % len(FAMILIES)])
-        ot = OptimalTransport(p, otlp.IID(q, n), method="class_chains")
+        ot = OptimalTransport(p, otlp.IID(q, n))
         omegas = otlp.IID(q, n).sample(64, rng)
         ref_a, ref_r = ot.rule(omegas)
         pre = C.prefix(np.tile(p, (64, 1)), np.tile(q, (64, 1)), n)

@@ -3,9 +3,9 @@
 For every instance: the output law sum_omega P(omega) pi(. | omega) equals p, and the acceptance
 sum_omega P(omega) pi(set(omega) | omega) equals alpha*, both to 1e-12 in L1; alpha* itself is checked against
 an independent route, the minimum of psi over all 2^V subsets (GR Thm 3.1), not the sorted prefix the solver uses.
-11 families x n in 1..4 x 45 seeded instances = 1980 instances here (V <= 8, V^n <= 4096), for each of the two
-rules OptimalTransport builds: the blocks (peeled chains, softmax leaves) and the class chains (computed by the
-scalar path at these V, otlp.optimal.scalar).
+11 families x n in 1..4 x 45 seeded instances = 1980 instances here (V <= 8, V^n <= 4096), of the class chains
+OptimalTransport builds (by the scalar path at these V, otlp.optimal.scalar; its single slices are compared with the
+array chains' ``slices``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,6 @@ from otlp.subsets import brute_force_min_psi
 from .instances import FAMILIES, draw
 
 TOL = 1e-12
-
-#: the two i.i.d. rules (method="auto" is "class_chains" up to V = SCALAR_MAX_V = 256, "blocks" above)
-METHODS = ("blocks", "class_chains")
 
 
 def enumerate_rule(ot: OptimalTransport, draft) -> tuple[np.ndarray, float]:
@@ -57,10 +54,9 @@ def check_exact(p: np.ndarray, q: np.ndarray, n: int, **kwargs) -> OptimalTransp
     return ot
 
 
-@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_law_and_acceptance_exact(family: str, n: int, method: str) -> None:
+def test_law_and_acceptance_exact(family: str, n: int) -> None:
     rng = np.random.default_rng([sorted(FAMILIES).index(family), n])
     for trial in range(45):
         V = int(rng.integers(2, 9))
@@ -68,28 +64,26 @@ def test_law_and_acceptance_exact(family: str, n: int, method: str) -> None:
             V -= 1
         p, q = draw(family, rng, V, n)
         try:
-            check_exact(p, q, n, method=method)
+            check_exact(p, q, n)
         except AssertionError as exc:
             raise AssertionError(f"{family} trial {trial} V={V} n={n}\np={p.tolist()}\nq={q.tolist()}\n{exc}") from exc
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_heavy_tailed_larger_blocks(method: str) -> None:
+def test_heavy_tailed_larger_blocks() -> None:
     """Heavy-tailed at (10, 4), (10, 3), (30, 2), (60, 2): bigger blocks than the V <= 8 sweep."""
     rng = np.random.default_rng(7)
     for V, n, count in [(10, 4, 4), (10, 3, 10), (30, 2, 10), (60, 2, 5)]:
         for _ in range(count):
             p, q = FAMILIES["heavy"](rng, V)
-            ot = OptimalTransport(p, otlp.IID(q, n), method=method)
+            ot = OptimalTransport(p, otlp.IID(q, n))
             law, acceptance = enumerate_rule(ot, otlp.IID(q, n))
             assert np.abs(law - p).sum() < TOL
             assert abs(acceptance - ot.alpha) < TOL
             assert abs(ot.alpha - otlp.optimal_acceptance(p, otlp.IID(q, n))) < TOL
 
 
-@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("n", [2, 3])
-def test_top_k_truncation(n: int, method: str) -> None:
+def test_top_k_truncation(n: int) -> None:
     """GR App. N: q is cut to its top-k tokens and renormalised, p is not; the law is still p and the
     acceptance is alpha* of (p, IID(q_topk, n)); tokens outside the top-k are served only by the residual."""
     rng = np.random.default_rng(11 + n)
@@ -97,20 +91,19 @@ def test_top_k_truncation(n: int, method: str) -> None:
         V = int(rng.integers(3, 9))
         k = int(rng.integers(1, V))
         p, q = FAMILIES["heavy"](rng, V)
-        ot = check_exact(p, q, n, top_k=k, method=method)
+        ot = check_exact(p, q, n, top_k=k)
         assert np.count_nonzero(ot.q) <= k
         outside = ot.q == 0
         assert np.all(np.isin(np.flatnonzero(outside), ot.h_star, invert=True))
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_n1_is_classic_speculative_sampling(method: str) -> None:
+def test_n1_is_classic_speculative_sampling() -> None:
     """n = 1: accept x with probability min(1, p(x)/q(x)), else draw from (p - q)_+ normalised (leviathan2023)."""
     rng = np.random.default_rng(3)
     for _ in range(50):
         V = int(rng.integers(2, 12))
         p, q = FAMILIES["zeros"](rng, V)
-        ot = OptimalTransport(p, otlp.IID(q, 1), method=method)
+        ot = OptimalTransport(p, otlp.IID(q, 1))
         residual = np.maximum(p - q, 0.0)
         residual = residual / residual.sum() if residual.sum() > 0 else residual
         assert abs(ot.alpha - np.minimum(p, q).sum()) < TOL
@@ -121,13 +114,12 @@ def test_n1_is_classic_speculative_sampling(method: str) -> None:
             np.testing.assert_allclose(ot.slice([x]), expected, atol=TOL)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_alpha_star_equals_one_means_no_rejection(method: str) -> None:
+def test_alpha_star_equals_one_means_no_rejection() -> None:
     """p = q: alpha* = 1 and every slice of a drafted tuple is supported on set(omega)."""
     rng = np.random.default_rng(5)
     for n in (2, 3):
         p = rng.dirichlet(np.ones(6))
-        ot = OptimalTransport(p, otlp.IID(p, n), method=method)
+        ot = OptimalTransport(p, otlp.IID(p, n))
         assert ot.alpha == 1.0 and ot.h_star.size == 0
         omegas, _ = otlp.IID(p, n).enumerate()
         accept, reject = ot.rule(omegas)

@@ -71,10 +71,10 @@ def test_single_slice_is_exact_by_enumeration(n: int) -> None:
     rng = np.random.default_rng([51, n])
     for family, p, q in small_instances(rng, n, per_family=4, max_tuples=1296):
         ot = OptimalTransport.from_arrays(p, q, n)
-        assert ot.method == "class_chains" and "_inst" not in ot.__dict__
+        assert ot.route == "class_chains" and "_ch" not in ot.__dict__
         omegas, probs = otlp.IID(q, n).enumerate()
         slices = np.stack([ot.slice(w) for w in omegas])  # [V^n, V]
-        assert "_inst" not in ot.__dict__, "the single slice built the numpy arrays"
+        assert "_ch" not in ot.__dict__, "the single slice built the numpy arrays"
         accepted = (slices * (omegas[:, :, None] == np.arange(p.size)).any(1)).sum(1)
         where = f"{family} V={p.size}"
         assert np.abs(slices.sum(1) - 1).max() < TOL and slices.min() >= 0, where
@@ -92,24 +92,18 @@ def test_numpy_arrays_are_built_on_first_use_and_agree() -> None:
     assert "_ch" not in ot.__dict__
     np.testing.assert_allclose(ot.slices(omegas), single, rtol=0, atol=1e-15)
     assert "_ch" in ot.__dict__ and ot.success and ot.row_error <= 1e-12
-    assert all(block.class_chain for block in ot.blocks)
     assert abs(ot.acceptance() - ot.alpha) < TOL
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         ot.nope  # noqa: B018 - the lazy attributes do not swallow unknown names
 
 
-def test_method_choice() -> None:
+def test_array_chains_above_scalar_max_v() -> None:
     rng = np.random.default_rng(53)
     p, q = FAMILIES["heavy"](rng, SCALAR_MAX_V + 1)
-    assert OptimalTransport.from_arrays(p, q, 2, method="blocks").method == "blocks"
-    ot = OptimalTransport.from_arrays(p, q, 2)  # auto: the array class chains above SCALAR_MAX_V
-    assert ot.method == "class_chains" and ot.success and all(block.class_chain for block in ot.blocks)
-    assert abs(ot.alpha - OptimalTransport.from_arrays(p, q, 2, method="blocks").alpha) < 1e-15
+    ot = OptimalTransport.from_arrays(p, q, 2)  # the array class chains above SCALAR_MAX_V
+    assert "_scalar" not in ot.__dict__ and "_ch" in ot.__dict__ and ot.success
+    assert abs(ot.alpha - otlp.optimal_acceptance(p, otlp.IID(q, 2))) < 1e-15
     omegas = rng.choice(p.size, size=(4000, 2), p=q)
     accept, reject = ot.rule(omegas)
     np.testing.assert_allclose(accept.sum(1) + reject, 1.0, atol=1e-12)
-    assert "method='class_chains'" in repr(ot)
-    with pytest.raises(otlp.InputError, match="method must be one of"):
-        OptimalTransport.from_arrays(p, q, 2, method="newton")
-    with pytest.raises(otlp.InputError, match="relaxed-LP route"):
-        OptimalTransport([0.5, 0.5], otlp.Independent([[0.5, 0.5], [0.2, 0.8]]), method="blocks")
+    assert "route='class_chains'" in repr(ot)

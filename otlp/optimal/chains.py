@@ -52,7 +52,7 @@ NEWTON_STEPS = 8
 @dataclass(frozen=True)
 class Prefix:
     """psi on the prefixes of each row's decreasing-q/p order, with what it is computed from (``[B, V]`` by
-    position, ``[B, V + 1]`` by prefix index). prefix_min / suffix_min: min of psi over prefix indices <= m / >= m."""
+    position, ``[B, V + 1]`` by prefix index). suffix_min: min of psi over prefix indices >= m."""
 
     n: int
     order: object
@@ -63,7 +63,6 @@ class Prefix:
     psi: object
     m_star: object
     alpha: object
-    prefix_min: object
     suffix_min: object
 
 
@@ -78,13 +77,13 @@ def prefix(P, Q, n: int, order=None) -> Prefix:  # noqa: ANN001 - [B, V] arrays
             ratio = xp.where(pos_p, Q / xp.where(pos_p, P, 1.0), xp.where(Q > 0, inf, -1.0))
             order = X.sort_descending(ratio)  # [B, V]
         ps, qs = X.take(P, order), X.take(Q, order)  # [B, V]
-        prefix_p, prefix_q = X.pad_first(X.cumsum(ps), 0.0), X.pad_first(X.cumsum(qs), 0.0)  # [B, V + 1]
-        suffix_p, suffix_q = X.pad_last(X.suffix_sum(ps), 0.0), X.pad_last(X.suffix_sum(qs), 0.0)  # positions >= m
+        prefix_p, prefix_q = X.padded_cumsum(ps), X.padded_cumsum(qs)  # [B, V + 1]
+        suffix_p, suffix_q = X.padded_suffix_sum(ps), X.padded_suffix_sum(qs)  # [B, V + 1]: positions >= m
         psi = prefix_psi(xp, prefix_p, prefix_q, suffix_p, suffix_q, n)  # [B, V + 1]
         m_star = X.argmin_rows(psi)  # [B], first exact argmin
         alpha = 1.0 + X.take(psi, m_star[:, None])[:, 0]
     return Prefix(n=n, order=order, ps=ps, qs=qs, prefix_q=prefix_q, suffix_q=suffix_q, psi=psi, m_star=m_star,
-                  alpha=alpha, prefix_min=X.cummin(psi), suffix_min=X.suffix_min(psi))
+                  alpha=alpha, suffix_min=X.suffix_min(psi))
 
 
 def records(pre: Prefix):  # noqa: ANN201
@@ -94,7 +93,7 @@ def records(pre: Prefix):  # noqa: ANN201
     V = pre.ps.shape[-1]
     psi, ms = pre.psi, pre.m_star[:, None]
     idx = X.arange_like(psi, V + 1)[None, :]
-    before_min = X.pad_first(pre.prefix_min[..., :V], inf)  # min of psi before m
+    before_min = X.pad_first(X.cummin(psi[..., :V]), inf)  # min of psi before m
     after_min = X.pad_last(pre.suffix_min[..., 1:], inf)  # min of psi after m
     inner = (psi < before_min) & (idx <= ms)
     outer = (psi <= after_min) & (idx >= ms)
@@ -398,16 +397,28 @@ def tuple_rule(pre: Prefix, w, *, window: int | str | None = None, steps: int | 
 
 def served_group(pre: Prefix, w):  # noqa: ANN001, ANN201
     """Positions of the draws ``[B, n]``, the top one ``[B, 1]`` and its group's first / one-past-last positions
-    ``s, e [B, 1]``: s = the last record <= top, e = the first record > top."""
+    ``s, e [B, 1]``: s = the last record <= top, e = the first record > top (:func:`records`), found without the
+    records of the whole row:
+
+    * top < m* (an inner group): the records <= top are the strict prefix minima of psi, so s is the first argmin
+      of psi over [0, top] and e the first m in (top, m*] with psi_m < psi_s (m* is one);
+    * top >= m* (an outer group): e is the first argmin of psi over (top, V] (the psi before it are larger than a
+      later one: no suffix minimum), and s the last m in [m*, top] with psi_m <= min psi over (m, V]."""
     xp = X.namespace(pre.psi)
     V = pre.ps.shape[-1]
+    psi, ms = pre.psi, pre.m_star[:, None]
     pos = X.take(X.inverse_permutation(pre.order), w)  # [B, n]
     top = X.take(pos, X.argmax_rows(pos)[:, None])  # [B, 1]
-    rec = records(pre)
-    idx = X.arange_like(pre.psi, V + 1)[None, :]
-    s = X.max_rows(xp.where(rec & (idx <= top), idx, 0))[:, None]
-    e = X.min_rows(xp.where(rec & (idx > top), idx, V))[:, None]
-    return pos, top, s, e
+    idx = X.arange_like(psi, V + 1)[None, :]
+    after = idx > top  # [B, V + 1]
+    s_in = X.argmin_rows(xp.where(after, inf, psi))[:, None]
+    e_in = X.first_true(after & (idx <= ms) & (psi < X.take(psi, s_in)))[:, None]
+    e_out = X.argmin_rows(xp.where(after, psi, inf))[:, None]
+    head = idx[..., :V]  # [1, V]: prefix indices 0 .. V - 1, each with a psi after it
+    suffix_record = (psi[..., :V] <= pre.suffix_min[..., 1:]) & (head >= ms) & (head <= top)
+    s_out = X.max_rows(xp.where(suffix_record, head, 0))[:, None]
+    inner = top < ms
+    return pos, top, xp.where(inner, s_in, s_out), xp.where(inner, e_in, e_out)
 
 
 def needed_window(pre: Prefix, w) -> int:

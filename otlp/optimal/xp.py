@@ -57,9 +57,44 @@ def cumsum(x):  # noqa: ANN001, ANN201
     return _rows(x, lambda a: np.cumsum(a, axis=-1), lambda t: t.cumsum(-1))
 
 
-def suffix_sum(x):  # noqa: ANN001, ANN201
-    """``out[..., i] = sum_{j >= i} x[..., j]``, summed from the top (so the tail carries no cancellation)."""
-    return _rows(x, lambda a: np.cumsum(a[..., ::-1], axis=-1)[..., ::-1], lambda t: t.flip(-1).cumsum(-1).flip(-1))
+def padded_cumsum(x):  # noqa: ANN001, ANN201
+    """``out[..., m] = sum_{j < m} x[..., j]``: ``[B, V]`` -> ``[B, V + 1]`` (written in place after the leading 0,
+    no concatenation)."""
+    def numpy_op(a):  # noqa: ANN001, ANN202
+        out = np.empty(a.shape[:-1] + (a.shape[-1] + 1,), dtype=a.dtype)
+        out[..., 0] = 0
+        np.cumsum(a, axis=-1, out=out[..., 1:])
+        return out
+
+    def torch_op(t):  # noqa: ANN001, ANN202
+        import torch
+
+        out = t.new_empty(t.shape[:-1] + (t.shape[-1] + 1,))
+        out[..., 0] = 0
+        torch.cumsum(t, -1, out=out[..., 1:])
+        return out
+
+    return _rows(x, numpy_op, torch_op)
+
+
+def padded_suffix_sum(x):  # noqa: ANN001, ANN201
+    """``out[..., m] = sum_{j >= m} x[..., j]``, summed from the top (so the tail carries no cancellation):
+    ``[B, V]`` -> ``[B, V + 1]`` with ``out[..., V] = 0``."""
+    def numpy_op(a):  # noqa: ANN001, ANN202
+        out = np.empty(a.shape[:-1] + (a.shape[-1] + 1,), dtype=a.dtype)
+        out[..., -1] = 0
+        np.cumsum(a[..., ::-1], axis=-1, out=out[..., -2::-1])
+        return out
+
+    def torch_op(t):  # noqa: ANN001, ANN202
+        import torch
+
+        out = t.new_empty(t.shape[:-1] + (t.shape[-1] + 1,))
+        out[..., 0] = 0
+        torch.cumsum(t.flip(-1), -1, out=out[..., 1:])
+        return out.flip(-1)
+
+    return _rows(x, numpy_op, torch_op)
 
 
 def cummin(x):  # noqa: ANN001, ANN201

@@ -14,7 +14,9 @@ torch = pytest.importorskip("torch")  # the torch kernels are only taken when to
 
 NUMPY = {
     "cumsum": lambda x: np.cumsum(x, axis=-1),
-    "suffix_sum": lambda x: np.cumsum(x[..., ::-1], axis=-1)[..., ::-1],
+    "padded_cumsum": lambda x: np.concatenate([np.zeros(x.shape[:-1] + (1,), x.dtype), np.cumsum(x, axis=-1)], -1),
+    "padded_suffix_sum": lambda x: np.concatenate([np.cumsum(x[..., ::-1], axis=-1)[..., ::-1],
+                                                   np.zeros(x.shape[:-1] + (1,), x.dtype)], -1),
     "cummin": lambda x: np.minimum.accumulate(x, axis=-1),
     "suffix_min": lambda x: np.minimum.accumulate(x[..., ::-1], axis=-1)[..., ::-1],
     "cummax": lambda x: np.maximum.accumulate(x, axis=-1),
@@ -46,6 +48,7 @@ def test_read_only_and_other_dtypes_take_numpy_quietly() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         np.testing.assert_array_equal(X.cumsum(x), np.cumsum(x, axis=-1))
+        np.testing.assert_array_equal(X.padded_suffix_sum(x), NUMPY["padded_suffix_sum"](x))
         np.testing.assert_array_equal(X.suffix_min(x), NUMPY["suffix_min"](x))
 
 

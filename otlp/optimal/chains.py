@@ -73,8 +73,8 @@ def prefix(P, Q, n: int, order=None) -> Prefix:  # noqa: ANN001 - [B, V] arrays
     xp = X.namespace(P)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         if order is None:
-            pos_p = P > 0
-            ratio = xp.where(pos_p, Q / xp.where(pos_p, P, 1.0), xp.where(Q > 0, inf, -1.0))
+            ratio = Q / P  # p = 0 < q: +inf; p = q = 0: NaN, below every ratio
+            ratio = xp.where(ratio == ratio, ratio, -1.0)
             order = X.sort_descending(ratio)  # [B, V]
         ps, qs = X.take(P, order), X.take(Q, order)  # [B, V]
         prefix_p, prefix_q = X.padded_cumsum(ps), X.padded_cumsum(qs)  # [B, V + 1]
@@ -401,23 +401,22 @@ def served_group(pre: Prefix, w):  # noqa: ANN001, ANN201
     records of the whole row:
 
     * top < m* (an inner group): the records <= top are the strict prefix minima of psi, so s is the first argmin
-      of psi over [0, top] and e the first m in (top, m*] with psi_m < psi_s (m* is one);
-    * top >= m* (an outer group): e is the first argmin of psi over (top, V] (the psi before it are larger than a
-      later one: no suffix minimum), and s the last m in [m*, top] with psi_m <= min psi over (m, V]."""
+      of psi over [0, top] and e the first m > top with psi_m < psi_s (one is <= m*, since psi_m* < psi_s);
+    * top >= m* (an outer group): e is the first argmin of psi over (top, V] (each psi before it in (top, e) is
+      above a later one: no suffix minimum), and s the last m <= top with psi_m <= psi_e (the psi after it up to
+      top are above psi_e, so not suffix minima, and it is one; m* qualifies, so s >= m*)."""
     xp = X.namespace(pre.psi)
     V = pre.ps.shape[-1]
-    psi, ms = pre.psi, pre.m_star[:, None]
+    psi = pre.psi
     pos = X.take(X.inverse_permutation(pre.order), w)  # [B, n]
     top = X.take(pos, X.argmax_rows(pos)[:, None])  # [B, 1]
     idx = X.arange_like(psi, V + 1)[None, :]
     after = idx > top  # [B, V + 1]
     s_in = X.argmin_rows(xp.where(after, inf, psi))[:, None]
-    e_in = X.first_true(after & (idx <= ms) & (psi < X.take(psi, s_in)))[:, None]
+    e_in = X.first_true(after & (psi < X.take(psi, s_in)))[:, None]
     e_out = X.argmin_rows(xp.where(after, psi, inf))[:, None]
-    head = idx[..., :V]  # [1, V]: prefix indices 0 .. V - 1, each with a psi after it
-    suffix_record = (psi[..., :V] <= pre.suffix_min[..., 1:]) & (head >= ms) & (head <= top)
-    s_out = X.max_rows(xp.where(suffix_record, head, 0))[:, None]
-    inner = top < ms
+    s_out = X.max_rows(xp.where(~after & (psi <= X.take(psi, e_out)), idx, 0))[:, None]
+    inner = top < pre.m_star[:, None]
     return pos, top, xp.where(inner, s_in, s_out), xp.where(inner, e_in, e_out)
 
 

@@ -31,9 +31,11 @@ def is_numpy(x: object) -> bool:
 def _as_torch(x):  # noqa: ANN001, ANN202
     """``x`` as a torch tensor (zero copy) when torch is already imported and the array can be shared, else None.
 
-    numpy's running sums and minima are scalar loops (about 2.7 ns per float64 entry in cache); torch's CPU kernels
-    do the same sequential scan about 6x faster, and its scatter inverts a permutation about 3x faster than
-    ``put_along_axis`` (issue 19). Nothing here imports torch, so a numpy-only program keeps numpy's kernels."""
+    numpy's running sums are scalar loops; torch's CPU kernel does the same sequential scan about 4x faster at every
+    shape, and its scatter inverts a permutation about 3x faster than ``put_along_axis``. torch's running minimum
+    and maximum are 2-3x faster than numpy's on one row but about 4x slower on several (measured at [1 .. 64,
+    2k .. 152k] float64, issue 19), so those take torch on a single row only (``single_row``). Nothing here imports
+    torch, so a numpy-only program keeps numpy's kernels."""
     torch = sys.modules.get("torch")
     if torch is None or x.ndim != 2 or not x.flags.writeable or x.dtype not in _SCAN_DTYPES:
         return None
@@ -43,12 +45,13 @@ def _as_torch(x):  # noqa: ANN001, ANN202
 _SCAN_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
 
 
-def _rows(x, numpy_op, torch_op):  # noqa: ANN001, ANN202
+def _rows(x, numpy_op, torch_op, single_row: bool = False):  # noqa: ANN001, ANN202
     """``torch_op(x)`` for a tensor; for a numpy array ``torch_op`` on a zero-copy view when torch is loaded
-    (:func:`_as_torch`), else ``numpy_op(x)``. Each row operation below is written once per library."""
+    (:func:`_as_torch`; with ``single_row``, only for a ``[1, V]`` array), else ``numpy_op(x)``. Each row operation
+    below is written once per library."""
     if not is_numpy(x):
         return torch_op(x)
-    t = _as_torch(x)
+    t = None if single_row and x.shape[0] != 1 else _as_torch(x)
     return numpy_op(x) if t is None else torch_op(t).numpy()
 
 
@@ -98,17 +101,17 @@ def padded_suffix_sum(x):  # noqa: ANN001, ANN201
 
 
 def cummin(x):  # noqa: ANN001, ANN201
-    return _rows(x, lambda a: np.minimum.accumulate(a, axis=-1), lambda t: t.cummin(-1).values)
+    return _rows(x, lambda a: np.minimum.accumulate(a, axis=-1), lambda t: t.cummin(-1).values, single_row=True)
 
 
 def suffix_min(x):  # noqa: ANN001, ANN201
     """``out[..., i] = min_{j >= i} x[..., j]``."""
     return _rows(x, lambda a: np.minimum.accumulate(a[..., ::-1], axis=-1)[..., ::-1],
-                 lambda t: t.flip(-1).cummin(-1).values.flip(-1))
+                 lambda t: t.flip(-1).cummin(-1).values.flip(-1), single_row=True)
 
 
 def cummax(x):  # noqa: ANN001, ANN201
-    return _rows(x, lambda a: np.maximum.accumulate(a, axis=-1), lambda t: t.cummax(-1).values)
+    return _rows(x, lambda a: np.maximum.accumulate(a, axis=-1), lambda t: t.cummax(-1).values, single_row=True)
 
 
 def take(x, idx):  # noqa: ANN001, ANN201
@@ -193,25 +196,25 @@ def sort_descending(key):  # noqa: ANN001, ANN201
 
 
 def _packed_sort(key: np.ndarray) -> np.ndarray:
-    """Stable descending order of each row of ``key [B, V]`` (float64) from one int64 sort per row.
+    """Stable descending order of each row of ``key [B, V]`` (float64: >= 0 or +inf, and one common negative value
+    such as -1 for the p = q = 0 tokens) from one int64 sort per row.
 
-    A float64 >= 0 compares like its bit pattern read as an integer, so ``bits >> shift`` keeps the order (merging
-    only keys within 2^-(52 - shift) relative of each other); shifted up by ``s = bit_length(V - 1)`` bits, with
-    ``V - 1 - id`` below, every key is distinct, and their decreasing order is the stable decreasing order of the
-    truncated keys. Negative keys (the p = q = 0 tokens) sort below 0 through one more bit. Runs of equal
-    truncated keys that hold different exact keys (rare: keys within about 2^-(52 - s) relative) are then put in
-    exact order, by (exact key decreasing, id increasing): with one ``lexsort`` over their members only
-    (:func:`_repair_runs`), or, in a row where more than V / 8 positions tie (n-gram laws), one stable argsort of
-    the row. Runs of exact ties are already in id order.
+    A float64 >= 0 compares like its bit pattern read as an integer, and every negative float's pattern is a
+    negative integer, so clearing the low ``s = bit_length(V - 1)`` bits keeps the order (merging only keys within
+    2^-(52 - s) relative of each other); with ``V - 1 - id`` in those bits every key is distinct, and their
+    decreasing order is the stable decreasing order of the truncated keys. Runs of equal truncated keys that hold
+    different exact keys (rare: keys within about 2^-(52 - s) relative) are then put in exact order, by (exact key
+    decreasing, id increasing): with one ``lexsort`` over their members only (:func:`_repair_runs`), or, in a row
+    where more than V / 8 positions tie (n-gram laws), one stable argsort of the row. Runs of exact ties are
+    already in id order. Three integer passes besides the sort and the tie check.
     """
     B, V = key.shape
     s = max(int(V - 1).bit_length(), 1)
-    nonneg = key >= 0
-    bits = np.where(nonneg, key, 0.0).view(np.int64) >> (s + 1)
-    packed = ((bits + nonneg) << s) | (V - 1 - np.arange(V, dtype=np.int64))  # distinct, order-preserving
+    low = (1 << s) - 1
+    packed = (np.ascontiguousarray(key).view(np.int64) & ~low) | (V - 1 - np.arange(V, dtype=np.int64))
     packed.sort(axis=-1)
     packed = packed[:, ::-1]
-    order = (V - 1) - (packed & ((1 << s) - 1))  # decreasing keys; ids increasing within ties
+    order = (V - 1) - (packed & low)  # decreasing keys; ids increasing within ties
     trunc = packed >> s
     same = trunc[:, 1:] == trunc[:, :-1]  # [B, V - 1]: position i + 1 ties position i
     if not same.any():

@@ -130,24 +130,34 @@ class Terms:
     beta: object
 
 
-def group_terms(pre: Prefix, pos, start, end, steps: int | None = None) -> Terms:  # noqa: ANN001
+def group_terms(pre: Prefix, pos, start, end, steps: int | None = None, rows=None) -> Terms:  # noqa: ANN001
     """The class chain at positions ``pos [B, W]`` (consecutive, the first column a group's first position; entries
     past V - 1 are clamped and meaningless), each in the group of positions ``start .. end - 1`` (``[B, W]`` or
-    ``[B, 1]``). ``steps``: Newton steps of :func:`slot_mass` (None: to convergence, numpy only)."""
+    ``[B, 1]``). ``steps``: Newton steps of :func:`slot_mass` (None: to convergence, numpy only).
+
+    ``rows int64 [1, T]`` (numpy only): ``pos, start, end`` are ``[1, T]``, the windows of several rows one after
+    the other, entry k of row ``rows[0, k]`` (each window starting at its group's first position)."""
     xp = X.namespace(pre.psi)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        return _group_terms(xp, pre, pos, start, end, steps)
+        return _group_terms(xp, pre, pos, start, end, steps, rows)
 
 
-def _group_terms(xp, pre: Prefix, pos, start, end, steps: int | None) -> Terms:  # noqa: ANN001
+def _group_terms(xp, pre: Prefix, pos, start, end, steps: int | None, rows) -> Terms:  # noqa: ANN001
     n, V = pre.n, pre.ps.shape[-1]
+    if rows is None:
+        take, m_star = X.take, pre.m_star[:, None]
+    else:
+        def take(x, idx):  # noqa: ANN001, ANN202
+            return x[rows, idx]
+
+        m_star = pre.m_star[rows]
     at = X.minimum(pos, V - 1)
-    ps, qs, H = X.take(pre.ps, at), X.take(pre.qs, at), X.take(pre.prefix_q, at)
-    psi, psi_s, psi_e = X.take(pre.psi, at), X.take(pre.psi, start), X.take(pre.psi, end)
+    ps, qs, H = take(pre.ps, at), take(pre.qs, at), take(pre.prefix_q, at)
+    psi, psi_s, psi_e = take(pre.psi, at), take(pre.psi, start), take(pre.psi, end)
     first = pos == start
-    inner = end <= pre.m_star[:, None]
+    inner = end <= m_star
     t = xp.where(first & ~inner, X.maximum(ps - (psi_e - psi_s), 0.0), ps)  # GR Thm 6.2 vertex on outer groups
-    L = X.take(pre.suffix_q, at) - X.take(pre.suffix_q, end)  # q(C_i), a difference of suffix sums from the top
+    L = take(pre.suffix_q, at) - take(pre.suffix_q, end)  # q(C_i), a difference of suffix sums from the top
     gap = X.maximum(xp.where(first, xp.where(inner, psi_s - psi_e, 0.0), psi - psi_e), 0.0)
     q_pos = qs > 0
     r = xp.where(q_pos, t / xp.where(q_pos, qs, 1.0), 0.0)
@@ -379,13 +389,16 @@ def tuple_rule(pre: Prefix, w, *, window: int | str | None = None, steps: int | 
     slots above it never matter: piece k's hazard spans (d_{k+1}, d_k]).
 
     ``window``: how many positions from the group's first one to compute, at least max(top - s) + 2 over the rows.
-    None: V, a static shape for device code; ``"auto"``: that data-dependent bound (a host integer: CPU callers).
-    ``steps``: Newton steps at n >= 3 (None: until no entry moves, numpy only)."""
+    None: V, a static shape for device code; ``"auto"`` (numpy only): each row its own top - s + 2 positions, all
+    rows' windows in one flat array (:func:`_ragged_rule`: a row whose top draw lies deep in a large group does not
+    widen the others). ``steps``: Newton steps at n >= 3 (None: until no entry moves, numpy only)."""
     xp = X.namespace(pre.psi)
     V = pre.ps.shape[-1]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         pos, top, s, e = served_group(pre, w)
-        W = V if window is None else _window(top, s) if window == "auto" else window
+        if window == "auto":
+            return _ragged_rule(pre, w, pos, top, s, e, steps)
+        W = V if window is None else window
         win = s + X.arange_like(pre.psi, W)[None, :]  # [B, W]
         tm = group_terms(pre, win, s, e, steps)
         live = (win <= top) & (win < e)  # the slots that can matter
@@ -423,12 +436,29 @@ def served_group(pre: Prefix, w):  # noqa: ANN001, ANN201
 def needed_window(pre: Prefix, w) -> int:
     """The smallest ``window`` :func:`tuple_rule` needs for these tuples (a host integer: for CPU callers)."""
     _, top, s, _ = served_group(pre, w)
-    return _window(top, s)
-
-
-def _window(top, s) -> int:  # noqa: ANN001
-    """Positions s .. top + 1 of every row: the top draw's slot and the class mass above it (a host integer)."""
     return int((top - s).max()) + 2
+
+
+def _ragged_rule(pre: Prefix, w, pos, top, s, e, steps: int | None):  # noqa: ANN001, ANN202 - numpy
+    """:func:`tuple_rule` with ``window="auto"``: the chain of row b on its positions s_b .. top_b + 1 only (the top
+    draw's slot and the class mass above it), the T = sum_b (top_b - s_b + 2) positions of all rows in one ``[1, T]``
+    array (:func:`group_terms` with ``rows``); the running hazards then per row on a ``[B, W]`` array."""
+    B = w.shape[0]
+    width = (top - s)[:, 0] + 2  # [B]
+    W = int(width.max())
+    first = np.cumsum(width) - width  # [B] where each row's window starts in the flat array
+    rows = np.repeat(np.arange(B), width)  # [T]
+    k = np.arange(rows.size) - first[rows]  # [T] offset in the row's window
+    win = (s[:, 0][rows] + k)[None, :]  # [1, T] positions
+    end = e[:, 0][rows][None, :]
+    tm = group_terms(pre, win, s[:, 0][rows][None, :], end, steps, rows=rows[None, :])
+    live = (win <= top[:, 0][rows][None, :]) & (win < end)  # [1, T] the slots that can matter
+    lam, certain = np.zeros((B, W)), np.zeros((B, W))
+    lam[rows, k] = np.where(live, tm.lam, 0.0)[0]
+    certain[rows, k] = (live & tm.certain)[0]
+    off = np.clip(pos - s, 0, W - 1)
+    return _pieces(np, w, pos, pos >= s, X.take(X.cumsum(lam), off), X.take(X.cumsum(certain), off),
+                   tm.beta[0, first])
 
 
 def _pieces(xp, w, pos, in_group, cum, cum_c, beta):  # noqa: ANN001, ANN202

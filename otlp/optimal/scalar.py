@@ -9,8 +9,8 @@ single tokens, which skip the slot loops); somewhere past V = 256 the array path
 Quantities (design note §2, :mod:`.chains`), positions i = 0..V-1 in decreasing q/p order, prefix index m:
 
 * psi_m = P_m - Q_m^n (suffix form 1 - (1 - Qbar_m)^n - Pbar_m where Q_m > 1/2; the one array computation
-  :func:`otlp.psi.prefix_psi`, read back as floats), m* its first argmin, alpha* = 1 + psi_{m*}; records cut the positions into groups (inner: strict prefix minima up to m*; outer:
-  suffix minima from m*, ties included);
+  :func:`otlp.psi.prefix_psi`, read back as floats), m* its first argmin, alpha* = 1 + psi_{m*}; records cut
+  the positions into groups (inner: strict prefix minima up to m*; outer: suffix minima from m*, ties included);
 * per group (s, e] (positions s..e-1): targets t (p; the outer group's first position t_s = p_s - (psi_e - psi_s)),
   H_i = Q_i the null mass below position i, gap_i = psi_i - psi_e (the group's slack at s: psi_s - psi_e when
   inner, 0 when outer), the class mass y_i after each step (:func:`otlp.optimal.chains.slot_mass`), slot

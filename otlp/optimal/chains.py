@@ -52,7 +52,7 @@ NEWTON_STEPS = 8
 @dataclass(frozen=True)
 class Prefix:
     """psi on the prefixes of each row's decreasing-q/p order, with what it is computed from (``[B, V]`` by
-    position, ``[B, V + 1]`` by prefix index). suffix_min: min of psi over prefix indices >= m."""
+    position, ``[B, V + 1]`` by prefix index)."""
 
     n: int
     order: object
@@ -63,7 +63,6 @@ class Prefix:
     psi: object
     m_star: object
     alpha: object
-    suffix_min: object
 
 
 def prefix(P, Q, n: int, order=None) -> Prefix:  # noqa: ANN001 - [B, V] arrays
@@ -83,7 +82,7 @@ def prefix(P, Q, n: int, order=None) -> Prefix:  # noqa: ANN001 - [B, V] arrays
         m_star = X.argmin_rows(psi)  # [B], first exact argmin
         alpha = 1.0 + X.take(psi, m_star[:, None])[:, 0]
     return Prefix(n=n, order=order, ps=ps, qs=qs, prefix_q=prefix_q, suffix_q=suffix_q, psi=psi, m_star=m_star,
-                  alpha=alpha, suffix_min=X.suffix_min(psi))
+                  alpha=alpha)
 
 
 def records(pre: Prefix):  # noqa: ANN201
@@ -94,7 +93,7 @@ def records(pre: Prefix):  # noqa: ANN201
     psi, ms = pre.psi, pre.m_star[:, None]
     idx = X.arange_like(psi, V + 1)[None, :]
     before_min = X.pad_first(X.cummin(psi[..., :V]), inf)  # min of psi before m
-    after_min = X.pad_last(pre.suffix_min[..., 1:], inf)  # min of psi after m
+    after_min = X.pad_last(X.suffix_min(psi[..., 1:]), inf)  # min of psi after m
     inner = (psi < before_min) & (idx <= ms)
     outer = (psi <= after_min) & (idx >= ms)
     return xp.where(idx == ms, True, inner | outer | (idx == 0) | (idx == V))
@@ -110,7 +109,7 @@ def residual_cdf(pre: Prefix):  # noqa: ANN201
     V = pre.ps.shape[-1]
     pos = X.arange_like(pre.psi, V)[None, :]
     psi_min = X.take(pre.psi, pre.m_star[:, None])
-    return xp.where(pos >= pre.m_star[:, None], X.maximum(pre.suffix_min[..., 1:] - psi_min, 0.0), 0.0)
+    return xp.where(pos >= pre.m_star[:, None], X.maximum(X.suffix_min(pre.psi[..., 1:]) - psi_min, 0.0), 0.0)
 
 
 @dataclass(frozen=True)
@@ -498,17 +497,23 @@ def sample(pre: Prefix, accept, reject, w, u):  # noqa: ANN001, ANN201
     """One output token per row: draft slot k with probability accept[:, k], else (reject) a draw from the residual
     by inverse CDF over positions (:func:`residual_cdf`). ``u [B, 2]`` uniforms in [0, 1) -> ``(tokens [B],
     accepted_index [B])`` (-1: drawn from the residual). A row with no residual mass (alpha* = 1) never rejects: its
-    reject probability is rounding, and the draw falls back to the drafts."""
+    reject probability is rounding, and the draw falls back to the drafts.
+
+    The residual draw needs no CDF array: F_j = min_{m > j} psi_m - psi_m* <= v (or j < m*) exactly when j < M, the
+    last prefix index with psi_M - psi_m* <= v, so the position drawn with v = u (1 - alpha*) is min(M, V - 1) (the
+    same comparisons as a search of F, so the same token)."""
     xp = X.namespace(accept)
     B, n = accept.shape
-    F = residual_cdf(pre)  # [B, V]
-    total = F[..., -1:]  # [B, 1]
+    V = pre.ps.shape[-1]
+    psi_min = X.take(pre.psi, pre.m_star[:, None])  # [B, 1]
+    total = X.maximum(-psi_min, 0.0)  # [B, 1] = F_{V-1} = 1 - alpha* (psi_V = 0)
     weights = X.pad_last(accept, 0.0) + xp.where(X.arange_like(accept, n + 1)[None, :] == n,
                                                  xp.where(total > 0, reject[:, None], 0.0), 0.0)  # [B, n + 1]
     cw = X.cumsum(weights)
     slot = X.minimum(X.searchsorted_rows(cw, u[:, :1] * cw[:, -1:]), n)  # [B]; n: reject
     slot = xp.where(weights.sum(-1) > 0, slot, 0)
-    drawn = X.minimum(X.searchsorted_rows(F, u[:, 1:] * total), F.shape[-1] - 1)  # [B] position
+    below = (pre.psi - psi_min) <= u[:, 1:] * total  # [B, V + 1]
+    drawn = X.minimum(X.max_rows(xp.where(below, X.arange_like(below, V + 1)[None, :], 0)), V - 1)  # [B] position
     residual_token = X.take(pre.order, drawn[:, None])[:, 0]
     accepted = slot < n
     chosen = X.take(w, X.minimum(slot, n - 1)[:, None])[:, 0]

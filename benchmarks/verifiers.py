@@ -2,10 +2,11 @@
 
 Grid: V in {2k, 32k, 128k, 152k}, n in {2, 4, 8}, B in {1, 8, 64}; float32 LM-like rows (softmax of scaled normals,
 the draft correlated with the target); ``verifier.sample(p, q, drafts, generator)`` timed as one call (median of
-``--reps`` after a warm-up), on the CPU with one thread and with torch's default threads, and on CUDA when a GPU is
-present. "read floor" is one ``p.sum() + q.sum()`` over the same tensors in the same run: the time to read the
-inputs once. Prints one table per (device, threads), writes ``benchmarks/results/verifiers.json`` and publishes the
-tables the README shows (``benchmarks/published/verifiers.json``, :mod:`readme_tables`).
+``--reps`` after a warm-up; the rules' calls interleaved, so a slow spell of a shared machine hits all alike), on
+the CPU with one thread and with torch's default threads, and on CUDA when a GPU is present. "read floor" is one
+``p.sum() + q.sum()`` over the same tensors in the same run: the time to read the inputs once. Prints one table per
+(device, threads), writes ``benchmarks/results/verifiers.json`` and publishes the tables the README shows
+(``benchmarks/published/verifiers.json``, :mod:`readme_tables`).
 
     python benchmarks/verifiers.py                      # the full grid (about 15 minutes on 2 cores)
     python benchmarks/verifiers.py --quick              # V = 2k and 32k, B = 1 and 64
@@ -41,29 +42,34 @@ def _inputs(B: int, V: int, n: int, device: str, seed: int = 0):  # noqa: ANN202
     return p.to(device), q.to(device), drafts.to(device)
 
 
-def _time(fn, reps: int, device: str) -> float:  # noqa: ANN001
-    fn()  # warm-up
-    out = []
+def _times(fns: dict[str, object], reps: int, device: str) -> dict[str, float]:
+    """Median seconds of each call in ``fns``, the calls interleaved round-robin (one warm-up each), so that a slow
+    spell of a shared machine falls on every method alike and the ratios stay comparable."""
+    for fn in fns.values():
+        fn()  # warm-up
+    out: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
+        for name, fn in fns.items():
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            out[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) for name, ts in out.items()}
 
 
 def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int) -> dict[str, object]:
     p, q, drafts = _inputs(B, V, n, device)
     gen = torch.Generator(device=device).manual_seed(0)
-    row: dict[str, object] = {"device": device, "threads": torch.get_num_threads(), "B": B, "V": V, "n": n,
-                              "read_floor_ms": 1e3 * _time(lambda: p.sum() + q.sum(), max(reps, 5), device)}
+    fns = {"read_floor": lambda: p.sum() + q.sum()}
     for rule in rules:
-        v = get(rule)
-        row[f"{rule}_ms"] = 1e3 * _time(lambda v=v: v.sample(p, q, drafts, gen), reps, device)
-    return row
+        verifier = get(rule)
+        fns[rule] = lambda v=verifier: v.sample(p, q, drafts, gen)
+    seconds = _times(fns, max(reps, 1), device)
+    return {"device": device, "threads": torch.get_num_threads(), "B": B, "V": V, "n": n,
+            **{f"{name}_ms": 1e3 * s for name, s in seconds.items()}}
 
 
 def publish(rows: list[dict], meta: dict) -> None:
@@ -88,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
     ap.add_argument("--threads", choices=["1", "default", "both"], default="both",
                     help="CPU threads: 1, torch's default, or both (default)")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "verifiers.json"))
     ap.add_argument("--from-json", metavar="PATH", help="publish the README tables of a finished run and exit")
     args = ap.parse_args(argv)

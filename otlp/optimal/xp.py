@@ -31,28 +31,40 @@ def is_numpy(x: object) -> bool:
 def _as_torch(x):  # noqa: ANN001, ANN202
     """``x`` as a torch tensor (zero copy) when torch is already imported and the array can be shared, else None.
 
-    numpy's running sums are scalar loops; torch's CPU kernel does the same sequential scan about 4x faster at every
-    shape, and its scatter inverts a permutation about 3x faster than ``put_along_axis``. torch's running minimum
-    and maximum are 2-3x faster than numpy's on one row but about 4x slower on several (measured at [1 .. 64,
-    2k .. 152k] float64, issue 19), so those take torch on a single row only (``single_row``). Nothing here imports
-    torch, so a numpy-only program keeps numpy's kernels."""
+    numpy's running sums and minima are scalar loops; torch's CPU kernels do the same sequential scans 2-3x faster
+    from a few thousand entries up, and its scatter inverts a permutation about 3x faster than ``put_along_axis``;
+    below ``TORCH_SCAN_MIN`` entries torch's per-call overhead (10-30 us) loses (measured at [1 .. 64] x [10 ..
+    128k] float64, issue 19). Nothing here imports torch, so a numpy-only program keeps numpy's kernels."""
     torch = sys.modules.get("torch")
-    if torch is None or x.ndim != 2 or not x.flags.writeable or x.dtype not in _SCAN_DTYPES:
+    if (torch is None or x.ndim != 2 or x.size < TORCH_SCAN_MIN or not x.flags.writeable
+            or x.dtype not in _SCAN_DTYPES):
         return None
     return torch.from_numpy(np.ascontiguousarray(x))
 
 
 _SCAN_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
 
+#: numpy arrays with fewer entries keep numpy's kernels (:func:`_as_torch`).
+TORCH_SCAN_MIN = 1024
 
-def _rows(x, numpy_op, torch_op, single_row: bool = False):  # noqa: ANN001, ANN202
-    """``torch_op(x)`` for a tensor; for a numpy array ``torch_op`` on a zero-copy view when torch is loaded
-    (:func:`_as_torch`; with ``single_row``, only for a ``[1, V]`` array), else ``numpy_op(x)``. Each row operation
-    below is written once per library."""
+#: from this many entries torch's running sum writes straight into the padded output (below, into a new tensor and
+#: then copied: torch's ``out=`` view costs more than the copy on small arrays).
+TORCH_OUT_MIN = 1 << 16
+
+
+def _rows(x, numpy_op, torch_op):  # noqa: ANN001, ANN202
+    """``torch_op(x)`` for a tensor; for a numpy array ``torch_op`` on a zero-copy view when torch is loaded and the
+    array is not tiny (:func:`_as_torch`), else ``numpy_op(x)``. Each row operation below is written once per
+    library."""
     if not is_numpy(x):
         return torch_op(x)
-    t = None if single_row and x.shape[0] != 1 else _as_torch(x)
+    t = _as_torch(x)
     return numpy_op(x) if t is None else torch_op(t).numpy()
+
+
+def _reversed(x):  # noqa: ANN001, ANN202
+    """Each row backwards, as a contiguous array (numpy's copy of a reversed view is cheaper than torch's flip)."""
+    return np.ascontiguousarray(x[..., ::-1])
 
 
 def cumsum(x):  # noqa: ANN001, ANN201
@@ -61,57 +73,53 @@ def cumsum(x):  # noqa: ANN001, ANN201
 
 
 def padded_cumsum(x):  # noqa: ANN001, ANN201
-    """``out[..., m] = sum_{j < m} x[..., j]``: ``[B, V]`` -> ``[B, V + 1]`` (written in place after the leading 0,
-    no concatenation)."""
-    def numpy_op(a):  # noqa: ANN001, ANN202
-        out = np.empty(a.shape[:-1] + (a.shape[-1] + 1,), dtype=a.dtype)
-        out[..., 0] = 0
-        np.cumsum(a, axis=-1, out=out[..., 1:])
-        return out
-
-    def torch_op(t):  # noqa: ANN001, ANN202
+    """``out[..., m] = sum_{j < m} x[..., j]``: ``[B, V]`` -> ``[B, V + 1]`` (no concatenation)."""
+    if not is_numpy(x):
         import torch
 
-        out = t.new_empty(t.shape[:-1] + (t.shape[-1] + 1,))
+        out = x.new_empty(x.shape[:-1] + (x.shape[-1] + 1,))
         out[..., 0] = 0
-        torch.cumsum(t, -1, out=out[..., 1:])
+        torch.cumsum(x, -1, out=out[..., 1:])
         return out
-
-    return _rows(x, numpy_op, torch_op)
+    out = np.empty(x.shape[:-1] + (x.shape[-1] + 1,), dtype=x.dtype)
+    out[..., 0] = 0
+    t = _as_torch(x) if x.size >= TORCH_OUT_MIN else None
+    if t is None:
+        out[..., 1:] = cumsum(x)
+    else:
+        sys.modules["torch"].cumsum(t, -1, out=sys.modules["torch"].from_numpy(out)[..., 1:])
+    return out
 
 
 def padded_suffix_sum(x):  # noqa: ANN001, ANN201
     """``out[..., m] = sum_{j >= m} x[..., j]``, summed from the top (so the tail carries no cancellation):
     ``[B, V]`` -> ``[B, V + 1]`` with ``out[..., V] = 0``."""
-    def numpy_op(a):  # noqa: ANN001, ANN202
-        out = np.empty(a.shape[:-1] + (a.shape[-1] + 1,), dtype=a.dtype)
-        out[..., -1] = 0
-        np.cumsum(a[..., ::-1], axis=-1, out=out[..., -2::-1])
-        return out
-
-    def torch_op(t):  # noqa: ANN001, ANN202
+    if not is_numpy(x):
         import torch
 
-        out = t.new_empty(t.shape[:-1] + (t.shape[-1] + 1,))
+        out = x.new_empty(x.shape[:-1] + (x.shape[-1] + 1,))
         out[..., 0] = 0
-        torch.cumsum(t.flip(-1), -1, out=out[..., 1:])
+        torch.cumsum(x.flip(-1), -1, out=out[..., 1:])
         return out.flip(-1)
-
-    return _rows(x, numpy_op, torch_op)
+    out = np.empty(x.shape[:-1] + (x.shape[-1] + 1,), dtype=x.dtype)
+    out[..., -1] = 0
+    out[..., -2::-1] = cumsum(_reversed(x))
+    return out
 
 
 def cummin(x):  # noqa: ANN001, ANN201
-    return _rows(x, lambda a: np.minimum.accumulate(a, axis=-1), lambda t: t.cummin(-1).values, single_row=True)
+    return _rows(x, lambda a: np.minimum.accumulate(a, axis=-1), lambda t: t.cummin(-1).values)
 
 
 def suffix_min(x):  # noqa: ANN001, ANN201
-    """``out[..., i] = min_{j >= i} x[..., j]``."""
-    return _rows(x, lambda a: np.minimum.accumulate(a[..., ::-1], axis=-1)[..., ::-1],
-                 lambda t: t.flip(-1).cummin(-1).values.flip(-1), single_row=True)
+    """``out[..., i] = min_{j >= i} x[..., j]`` (numpy: a reversed view of the scan of the reversed rows)."""
+    if not is_numpy(x):
+        return x.flip(-1).cummin(-1).values.flip(-1)
+    return cummin(_reversed(x))[..., ::-1]
 
 
 def cummax(x):  # noqa: ANN001, ANN201
-    return _rows(x, lambda a: np.maximum.accumulate(a, axis=-1), lambda t: t.cummax(-1).values, single_row=True)
+    return _rows(x, lambda a: np.maximum.accumulate(a, axis=-1), lambda t: t.cummax(-1).values)
 
 
 def take(x, idx):  # noqa: ANN001, ANN201

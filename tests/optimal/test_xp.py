@@ -28,12 +28,13 @@ def _rows(rng: np.random.Generator) -> list[np.ndarray]:
     ties = np.round(rng.random((4, 50)), 1)
     special = np.array([[0.5, np.inf, -np.inf, 0.0, 1e-300, -0.0, 2.0, np.inf]])
     ints = rng.integers(-5, 5, size=(3, 100))
-    return [heavy, heavy[:1], ties, special, ints, heavy[:, ::2], heavy.T.copy()[:5]]  # heavy[:1]: torch's min scans
+    wide = [np.tile(x, (1, 200)) for x in (ties, special, ints)]  # the same values past TORCH_SCAN_MIN entries
+    return [heavy, heavy[:1], ties, special, ints, *wide, heavy[:, ::2], heavy.T.copy()[:5]]
 
 
 @pytest.mark.parametrize("name", sorted(NUMPY))
 def test_scans_equal_numpys_bit_for_bit(name: str) -> None:
-    assert X._as_torch(np.zeros((2, 3))) is not None  # the torch kernels are in use here
+    assert X._as_torch(np.zeros((2, X.TORCH_SCAN_MIN))) is not None  # the torch kernels are in use here
     for x in _rows(np.random.default_rng(0)):
         with np.errstate(invalid="ignore"):  # inf + -inf in the special row: nan on both routes
             got, want = getattr(X, name)(x), NUMPY[name](x)

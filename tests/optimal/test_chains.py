@@ -164,3 +164,51 @@ def test_huge_n_is_exact_and_never_overflows(n: int) -> None:
         assert np.all(R <= p + 1e-12) and abs(R.sum() - ot.alpha) < 1e-11
         slices = ot.slices(otlp.IID(q, n).sample(50, rng))
         assert np.abs(slices.sum(1) - 1).max() < TOL and slices.min() >= -1e-15
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_each_rows_own_window_is_the_common_windows_rule(n: int) -> None:
+    """``window="auto"`` (each row's chain on its own positions, all rows in one flat array) gives the rule of one
+    window for every row and of the device route's full window, on rows whose served groups differ in size by 100x
+    (near-proportional p, q make psi flat: groups of hundreds of tokens, beside LM-like rows of singletons)."""
+    rng = np.random.default_rng(n)
+    B, V = 12, 400
+    P = rng.dirichlet(np.full(V, 0.3), size=B)
+    Q = rng.dirichlet(np.full(V, 0.3), size=B)
+    Q[::2] = P[::2] * (1.0 + 1e-3 * rng.standard_normal((B // 2, V)))  # flat psi on even rows
+    Q /= Q.sum(1, keepdims=True)
+    w = np.stack([rng.choice(V, size=n, p=Q[b]) for b in range(B)])  # [B, n]
+    pre = C.prefix(P, Q, n)
+    _, top, s, _ = C.served_group(pre, w)
+    widths = (top - s)[:, 0] + 2
+    assert widths.max() >= 100 * widths.min()  # the case this is about
+    ragged = C.tuple_rule(pre, w, window="auto")
+    common = C.tuple_rule(pre, w, window=C.needed_window(pre, w))
+    full = C.tuple_rule(pre, w, window=None)
+    for other in (common, full):
+        np.testing.assert_allclose(ragged[0], other[0], rtol=0, atol=1e-15)
+        np.testing.assert_allclose(ragged[1], other[1], rtol=0, atol=1e-15)
+
+
+def test_the_residual_draw_is_the_inverse_cdf_of_the_residual() -> None:
+    """:func:`chains.sample` finds the residual position as the last prefix index with psi - psi_m* <= v; it is the
+    inverse CDF of :func:`chains.residual_cdf` (the first position whose F exceeds v), on a grid of uniforms that
+    includes F's own breakpoints."""
+    rng = np.random.default_rng(11)
+    for i in range(60):
+        V, n = int(rng.integers(2, 300)), int(rng.integers(1, 5))
+        p, q = random_pair(rng, V, FAMILIES[i % len(FAMILIES)])
+        pre = C.prefix(p[None, :], q[None, :], n)
+        F = C.residual_cdf(pre)[0]  # [V]
+        if F[-1] <= 0:
+            continue
+        us = np.unique(np.concatenate([np.linspace(0, 1, 101, endpoint=False), F[:-1] / F[-1]]))
+        us = us[us < 1]
+        M = us.size
+        rows = C.Prefix(**{k: (np.repeat(v, M, axis=0) if isinstance(v, np.ndarray) else v)
+                           for k, v in vars(pre).items()})
+        w = np.zeros((M, 1), dtype=np.int64)
+        tokens, index = C.sample(rows, np.zeros((M, 1)), np.ones(M), w, np.stack([np.zeros(M), us], 1))
+        expected = pre.order[0, np.minimum(np.searchsorted(F, us * F[-1], side="right"), V - 1)]
+        assert (index == -1).all()
+        np.testing.assert_array_equal(tokens, expected)

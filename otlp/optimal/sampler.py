@@ -24,8 +24,9 @@ import numpy as np
 from otlp.errors import InputError
 from otlp.optimal import chains as C
 
-#: rows per CPU chunk: at most this many float64 values per [rows, V] temporary (8 MiB).
-CPU_CHUNK = 1 << 20
+#: rows per CPU chunk: at most this many float64 values per [rows, V] temporary (1 MiB, so a chunk's dozen live
+#: temporaries stay near the cache; one row at V >= 128k).
+CPU_CHUNK = 1 << 17
 
 BACKENDS = ("auto", "torch")
 

@@ -7,6 +7,8 @@ routes without importing ``otlp.subsets`` back.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from otlp.distributions import check_distribution
@@ -60,6 +62,20 @@ def int_power(x, k: int):  # noqa: ANN001, ANN201 - numpy array or tensor
         x = x * x
 
 
+def psi_head(prefix_p, prefix_q, n: int):  # noqa: ANN001, ANN201 - floats, numpy arrays or tensors
+    """P_m - Q_m^n, the prefix form of psi (:func:`prefix_psi`)."""
+    return prefix_p - (int_power(prefix_q, n) if n <= POWER_BY_SQUARING_MAX else prefix_q**n)
+
+
+def psi_tail(xp, suffix_p, qbar, n: int):  # noqa: ANN001, ANN201 - xp: math, numpy or torch
+    """1 - (1 - Qbar_m)^n - Pbar_m, the suffix form of psi (:func:`prefix_psi`), with ``qbar`` = Qbar_m <= 1."""
+    if n <= POWER_BY_SQUARING_MAX:
+        return 1.0 - int_power(1.0 - qbar, n) - suffix_p
+    if xp is math and qbar >= 1.0:  # math.log1p(-1) raises where numpy returns -inf
+        return 1.0 - suffix_p
+    return -xp.expm1(n * xp.log1p(-qbar)) - suffix_p
+
+
 def prefix_psi(xp, prefix_p, prefix_q, suffix_p, suffix_q, n: int):  # noqa: ANN001, ANN201 - numpy or torch
     """psi_m = P_m - Q_m^n on the prefixes of an order, from the prefix sums ``P, Q`` and the suffix sums
     ``Pbar, Qbar`` (mass at positions >= m, summed from the top): all ``[..., V + 1]``, ``xp`` numpy or torch.
@@ -67,14 +83,11 @@ def prefix_psi(xp, prefix_p, prefix_q, suffix_p, suffix_q, n: int):  # noqa: ANN
     Where Q_m > 1/2 the suffix form 1 - (1 - Qbar_m)^n - Pbar_m is used, so the p = q = 0 tail and psi_V = 0 come
     out exact rather than as 1e-16 rounding noise (design note §3, §4); psi_0 = psi_V = 0. The powers are products
     (:func:`int_power`) up to ``POWER_BY_SQUARING_MAX``, above it -expm1(n log1p(-Qbar)) and ``Q ** n``.
-    The one implementation of this formula: :func:`sorted_prefix_arrays` and ``otlp.optimal.chains.prefix`` use it.
+    The two forms are :func:`psi_head` and :func:`psi_tail`, which the scalar path (``otlp.optimal.scalar``) calls on
+    floats; :func:`sorted_prefix_arrays` and ``otlp.optimal.chains.prefix`` use this.
     """
-    qbar = suffix_q.clip(max=1.0)
-    if n <= POWER_BY_SQUARING_MAX:
-        tail, head = 1.0 - int_power(1.0 - qbar, n), int_power(prefix_q, n)
-    else:
-        tail, head = -xp.expm1(n * xp.log1p(-qbar)), prefix_q**n
-    out = xp.where(prefix_q > 0.5, tail - suffix_p, prefix_p - head)
+    tail = psi_tail(xp, suffix_p, suffix_q.clip(max=1.0), n)
+    out = xp.where(prefix_q > 0.5, tail, psi_head(prefix_p, prefix_q, n))
     out[..., 0] = 0.0
     out[..., -1] = 0.0
     return out

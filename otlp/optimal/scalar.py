@@ -8,8 +8,8 @@ single tokens, which skip the slot loops); somewhere past V = 256 the array path
 
 Quantities (design note §2, :mod:`.chains`), positions i = 0..V-1 in decreasing q/p order, prefix index m:
 
-* psi_m = P_m - Q_m^n (suffix form 1 - (1 - Qbar_m)^n - Pbar_m where Q_m > 1/2; the one array computation
-  :func:`otlp.psi.prefix_psi`, read back as floats), m* its first argmin, alpha* = 1 + psi_{m*}; records cut
+* psi_m = P_m - Q_m^n (suffix form 1 - (1 - Qbar_m)^n - Pbar_m where Q_m > 1/2; the two forms of
+  :func:`otlp.psi.prefix_psi`, called on floats), m* its first argmin, alpha* = 1 + psi_{m*}; records cut
   the positions into groups (inner: strict prefix minima up to m*; outer: suffix minima from m*, ties included);
 * per group (s, e] (positions s..e-1): targets t (p; the outer group's first position t_s = p_s - (psi_e - psi_s)),
   H_i = Q_i the null mass below position i, gap_i = psi_i - psi_e (the group's slack at s: psi_s - psi_e when
@@ -23,14 +23,13 @@ use for everything but the single slice.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import accumulate
 from math import expm1, inf, log1p, sqrt
 
-import numpy as np
-
-from otlp.optimal import xp as X
 from otlp.optimal.chains import power_gap  # (base + x)^n - base^n; on floats as on arrays
-from otlp.psi import prefix_psi
+from otlp.psi import psi_head, psi_tail
 
 #: the largest vocabulary that takes the scalar path by default (module docstring: the two routes cross near V = 300).
 SCALAR_MAX_V = 256
@@ -105,13 +104,17 @@ def slot_mass(H: float, L: float, r_below: float, gap: float, n: int) -> float:
 
 
 def _psi(ps: list, qs: list, n: int) -> tuple[list, list]:
-    """psi on the prefixes (GR Lemma 6.3, :func:`otlp.psi.prefix_psi` on the sums of :mod:`.xp`, as
-    :func:`.chains.prefix` computes it, bit for bit) and the prefix sums Q_m of q, both ``[V + 1]`` lists."""
-    a = np.array([ps, qs])  # [2, V]
-    head, tail = X.padded_cumsum(a), X.padded_suffix_sum(a)  # [2, V + 1]
-    with np.errstate(divide="ignore"):  # log1p(-1) = -inf where Qbar = 1 (n > 64 only), as in chains.prefix
-        psi = prefix_psi(np, head[0], head[1], tail[0], tail[1], n)
-    return psi.tolist(), head[1].tolist()
+    """psi on the prefixes (GR Lemma 6.3; :func:`otlp.psi.psi_head` / :func:`otlp.psi.psi_tail`, the forms of
+    :func:`otlp.psi.prefix_psi`, on Python floats and the same sequential sums, so the same bits as
+    :func:`.chains.prefix`) and the prefix sums Q_m of q, both ``[V + 1]``."""
+    V = len(ps)
+    Pp, Pq = list(accumulate(ps, initial=0.0)), list(accumulate(qs, initial=0.0))  # sequential sums, as np.cumsum
+    Sp = list(accumulate(reversed(ps), initial=0.0))[::-1]  # [V + 1]: mass of the positions >= m, from the top
+    Sq = list(accumulate(reversed(qs), initial=0.0))[::-1]
+    cut = bisect_right(Pq, 0.5, 1, V)  # the prefixes 1 <= m < cut have Q_m <= 1/2 (Q_m is non-decreasing)
+    head = [psi_head(a, b, n) for a, b in zip(Pp[1:cut], Pq[1:cut], strict=True)]
+    tail = [psi_tail(math, sp, min(sq, 1.0), n) for sp, sq in zip(Sp[cut:V], Sq[cut:V], strict=True)]
+    return [0.0, *head, *tail, 0.0], Pq
 
 
 def _records(psi: list, m_star: int) -> list:

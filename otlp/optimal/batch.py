@@ -1,9 +1,8 @@
 """Batched exact OT: many (p, q) pairs with the same V and n solved together (one drafted tuple per row).
 
 Every group of every row is a water-filling class chain computed on ``[B, V]`` arrays
-(:mod:`.chains`): no per-pair Python work (a row's :class:`OptimalTransport` is built only when indexed),
-about 6x less time per pair than looping over :class:`OptimalTransport` (itself the scalar class chains at this
-size) at B = 64, V = 100, n = 2 (benchmarks/solve_times.py).
+(:mod:`.chains`): no per-pair Python work (a row's :class:`OptimalTransport` is built only when indexed);
+benchmarks/solve_times.py measures it against looping over :class:`OptimalTransport`.
 :class:`TransportBatch` then evaluates or samples the rule for one tuple per row, vectorised.
 """
 

@@ -31,10 +31,10 @@ def is_numpy(x: object) -> bool:
 def _as_torch(x):  # noqa: ANN001, ANN202
     """``x`` as a torch tensor (zero copy) when torch is already imported and the array can be shared, else None.
 
-    numpy's running sums and minima are scalar loops; torch's CPU kernels do the same sequential scans 2-3x faster
-    from a few thousand entries up, and its scatter inverts a permutation about 3x faster than ``put_along_axis``;
-    below ``TORCH_SCAN_MIN`` entries torch's per-call overhead (10-30 us) loses (measured at [1 .. 64] x [10 ..
-    128k] float64, issue 19). Nothing here imports torch, so a numpy-only program keeps numpy's kernels."""
+    numpy's running sums and minima are scalar loops; torch's CPU kernels do the same sequential scans faster from a
+    few thousand entries up, and its scatter inverts a permutation faster than ``put_along_axis``; below
+    ``TORCH_SCAN_MIN`` entries torch's per-call overhead loses (measured at [1 .. 64] x [10 .. 128k] float64 for
+    issue 19). Nothing here imports torch, so a numpy-only program keeps numpy's kernels."""
     torch = sys.modules.get("torch")
     if (torch is None or x.ndim != 2 or x.size < TORCH_SCAN_MIN or not x.flags.writeable
             or x.dtype not in _SCAN_DTYPES):

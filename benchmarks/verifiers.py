@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
     ap.add_argument("--threads", choices=["1", "default", "both"], default="both",
                     help="CPU threads: 1, torch's default, or both (default)")
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "verifiers.json"))
     ap.add_argument("--from-json", metavar="PATH", help="publish the README tables of a finished run and exit")
     args = ap.parse_args(argv)

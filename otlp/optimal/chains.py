@@ -448,9 +448,9 @@ def _ragged_rule(pre: Prefix, w, pos, top, s, e, steps: int | None):  # noqa: AN
     first = np.cumsum(width) - width  # [B] where each row's window starts in the flat array
     rows = np.repeat(np.arange(B), width)  # [T]
     k = np.arange(rows.size) - first[rows]  # [T] offset in the row's window
-    win = (s[:, 0][rows] + k)[None, :]  # [1, T] positions
-    end = e[:, 0][rows][None, :]
-    tm = group_terms(pre, win, s[:, 0][rows][None, :], end, steps, rows=rows[None, :])
+    start, end = s[:, 0][rows][None, :], e[:, 0][rows][None, :]  # [1, T] each entry's group
+    win = start + k[None, :]  # [1, T] positions
+    tm = group_terms(pre, win, start, end, steps, rows=rows[None, :])
     live = (win <= top[:, 0][rows][None, :]) & (win < end)  # [1, T] the slots that can matter
     lam, certain = np.zeros((B, W)), np.zeros((B, W))
     lam[rows, k] = np.where(live, tm.lam, 0.0)[0]

@@ -29,6 +29,7 @@ from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
 from otlp.errors import InputError
 from otlp.formulations.completion import residual_completion
+from otlp.optimal import xp as X
 
 #: the algorithms tried in turn by :func:`relaxed_lp_plan`. First the interior-point method (then crossover to a
 #: vertex): dual simplex stalls on degenerate instances, e.g. Independent drafts with a draft equal to p
@@ -131,8 +132,7 @@ class LinearProgramRule:
 def _distinct_slots(omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The slots (m, k) whose token does not occur earlier in tuple m: ``omegas [M, n]`` -> ``(m [K], k [K])``."""
     same = omegas[:, :, None] == omegas[:, None, :]  # [M, n, n]
-    # slot k holds the first occurrence of its token: the first l with w_l == w_k (argmax of a bool row) is k itself
-    return np.nonzero(same.argmax(2) == np.arange(omegas.shape[1]))
+    return np.nonzero(X.first_true(same) == np.arange(omegas.shape[1]))  # the first l with w_l == w_k is k itself
 
 
 def _encode(omegas: np.ndarray, V: int) -> np.ndarray:

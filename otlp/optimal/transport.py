@@ -205,9 +205,8 @@ class OptimalTransport:
     @property
     def success(self) -> bool:
         """The rule's row sums meet their targets to rounding (:attr:`row_error` <= :attr:`tolerance`); the LP route:
-        HiGHS optimal (its plan is repaired to exact
-        feasibility, so the law is p to rounding and the acceptance is alpha* to HiGHS' tolerance, about 1e-12;
-        :mod:`otlp.optimal.generic`)."""
+        HiGHS optimal (its plan is repaired to exact feasibility, so the law is p to rounding and the acceptance is
+        alpha* to HiGHS' tolerance, about 1e-12; :mod:`otlp.optimal.generic`)."""
         if self.route != "class_chains":
             return True
         return self.row_error <= self.tolerance

@@ -87,7 +87,8 @@ def padded_cumsum(x):  # noqa: ANN001, ANN201
     if t is None:
         out[..., 1:] = cumsum(x)
     else:
-        sys.modules["torch"].cumsum(t, -1, out=sys.modules["torch"].from_numpy(out)[..., 1:])
+        torch = sys.modules["torch"]  # loaded: _as_torch found it
+        torch.cumsum(t, -1, out=torch.from_numpy(out)[..., 1:])
     return out
 
 

@@ -512,10 +512,19 @@ def sample(pre: Prefix, accept, reject, w, u):  # noqa: ANN001, ANN201
     cw = X.cumsum(weights)
     slot = X.minimum(X.searchsorted_rows(cw, u[:, :1] * cw[:, -1:]), n)  # [B]; n: reject
     slot = xp.where(weights.sum(-1) > 0, slot, 0)
-    below = (pre.psi - psi_min) <= u[:, 1:] * total  # [B, V + 1]
-    drawn = X.minimum(X.max_rows(xp.where(below, X.arange_like(below, V + 1)[None, :], 0)), V - 1)  # [B] position
+    drawn = X.minimum(residual_index(pre, u[:, 1:]), V - 1)  # [B] position
     residual_token = X.take(pre.order, drawn[:, None])[:, 0]
     accepted = slot < n
     chosen = X.take(w, X.minimum(slot, n - 1)[:, None])[:, 0]
     tokens = xp.where(accepted, chosen, residual_token)
     return tokens, xp.where(accepted, slot, -1)
+
+
+def residual_index(pre: Prefix, u):  # noqa: ANN001, ANN201
+    """``[B]`` the last prefix index M with psi_M - psi_m* <= u (1 - alpha*) for uniforms ``u [B, 1]``: the residual
+    draw of :func:`sample` is position min(M, V - 1)."""
+    xp = X.namespace(pre.psi)
+    V = pre.ps.shape[-1]
+    psi_min = X.take(pre.psi, pre.m_star[:, None])  # [B, 1]
+    below = (pre.psi - psi_min) <= u * X.maximum(-psi_min, 0.0)  # [B, V + 1]
+    return X.max_rows(xp.where(below, X.arange_like(below, V + 1)[None, :], 0))

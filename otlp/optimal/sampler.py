@@ -14,7 +14,8 @@ the slots or the residual with the caller's uniforms (``u[:, 0]`` picks the slot
 * On the CPU, where there is no device to synchronise with, the same equations run through numpy on zero-copy views,
   in chunks of rows of at most ``CPU_CHUNK`` floats (so that temporaries stay in cache and below the allocator's
   mmap threshold), with the data-dependent window the tuple needs (``backend="auto"``; measured in
-  benchmarks/verifiers.py).
+  benchmarks/verifiers.py). From ``buckets.MIN_V`` tokens the default rule sorts only the ratio buckets it needs
+  (:mod:`.buckets`, certified per row; a row it cannot certify takes the full sort).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from otlp.errors import InputError
+from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
 
 #: rows per CPU chunk: at most this many float64 values per [rows, V] temporary (1 MiB, so a chunk's dozen live
@@ -51,6 +53,7 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
         raise InputError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     if widths is not None and rule is not None:
         raise InputError("widths (a draft mask) is supported with the default tuple rule only")
+    partial = rule is None  # the default rule may take the bucketed partial order on the CPU
     if rule is None:
         def rule(pre, w, window=None):  # noqa: ANN001, ANN202
             return C.tuple_rule(pre, w, window=window, steps=C.NEWTON_STEPS)
@@ -80,11 +83,24 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     for m, rows in groups:
         for lo in range(0, rows.size, step):  # chunks of rows, each vectorised
             sl = rows[lo:lo + step] if widths is not None else slice(lo, min(B, lo + step))
-            w = Wn[sl, :m]
-            pre = C.prefix(Pn[sl], Qn[sl], m)
-            accept, reject = rule(pre, w, window="auto")
-            tokens[sl], index[sl] = C.sample(pre, accept, reject, w, Un[sl])
+            tokens[sl], index[sl] = _cpu_rows(Pn[sl], Qn[sl], Wn[sl, :m], Un[sl], m, rule,
+                                              partial and V >= BK.MIN_V)
     return torch.from_numpy(tokens), torch.from_numpy(index)
+
+
+def _cpu_rows(P, Q, w, U, n: int, rule, partial: bool):  # noqa: ANN001, ANN202 - numpy arrays
+    """The CPU route on a chunk of rows: the bucketed partial order (:mod:`.buckets`) where asked, the full sort for
+    the rows it cannot certify (and for all rows otherwise)."""
+    if partial:
+        tokens, index, done = BK.verify_rows(P, Q, w, U, n)
+        if done.all():
+            return tokens, index
+        rest = np.flatnonzero(~done)
+        tokens[rest], index[rest] = _cpu_rows(P[rest], Q[rest], w[rest], U[rest], n, rule, False)
+        return tokens, index
+    pre = C.prefix(P, Q, n)
+    accept, reject = rule(pre, w, window="auto")
+    return C.sample(pre, accept, reject, w, U)
 
 
 def _device(P, Q, drafts, U, rule, n: int, order=None):  # noqa: ANN001, ANN202 - torch tensors

@@ -43,8 +43,6 @@ CHUNK_CELLS = 1 << 18
 BUCKET_BITS = 6
 #: At most this many buckets per row: the top one also takes every larger ratio (+inf included).
 MAX_BUCKETS = 4096
-#: A bucket stays collapsed when its lower bound on psi exceeds the best boundary psi by this (rounding is ~1e-15).
-BOUND_MARGIN = 1e-12
 
 #: Integer node columns copied into the results (the rest of the numeric metadata stays float64, NaN = unset).
 INT_META = ("context_id", "sequence", "position", "depth", "width")
@@ -155,14 +153,11 @@ def alpha_star_rows(p: np.ndarray, q: np.ndarray, ns: Sequence[int]) -> np.ndarr
        Level 1 is
        ``chains.prefix`` on the bucket sums (Pb, Qb): its alpha is psi of a union of buckets, an upper bound
        1 + best of alpha* (any subset's psi is >= the minimum), attained by it when m* ends on a bucket boundary.
-    3. *Bound.* A prefix ending inside bucket j holds the buckets above (masses Pa, Qa) and a part of bucket j of q
-       mass x in (0, Qb) and p mass y. Every token of the bucket has lo <= q/p < hi, so y >= x / hi and, the rest
-       of the bucket having p <= q / lo, y >= Pb - (Qb - x) / lo. Hence psi >= Pa + max(x / hi, Pb - (Qb - x) / lo)
-       - (Qa + x)^n, which is the first line minus (Qa + x)^n up to the crossing x_c = (Qb / lo - Pb) / (1 / lo -
-       1 / hi) of the two lines and the second after it: concave on [0, x_c] and on [x_c, Qb], so its minimum lies
-       at x = 0 or Qb (both bucket boundaries, where it is psi: >= best) or at x_c. A
-       bucket whose bound at x_c is >= best + ``BOUND_MARGIN`` (the margin covers the rounding of both sides) holds
-       no prefix below best, and stays collapsed. The others are *refined* (the union over the ns).
+    3. *Bound.* A prefix ending inside bucket j has psi >= min(psi at its two boundaries, f(x_c))
+       (:func:`otlp.optimal.buckets.psi_interior_bound`, shared with the CPU sampler's partial order); the
+       boundaries' psi is >= best, so a bucket whose f(x_c) is >= best + ``BOUND_MARGIN`` (the margin covers the
+       rounding of both sides) holds no prefix below best, and stays collapsed. The others are *refined* (the union
+       over the ns).
     4. Level 2 is ``chains.prefix`` on the refined buckets' tokens, one by one, plus one token per run of unrefined
        buckets between them (each run's ratio lies between its neighbours' buckets, so the order is kept); it has
        every prefix ending inside a refined bucket. alpha* = min(level 1, level 2).
@@ -173,6 +168,7 @@ def alpha_star_rows(p: np.ndarray, q: np.ndarray, ns: Sequence[int]) -> np.ndarr
     other rows of its block or on the machine's thread count.
     """
     from otlp.optimal import chains
+    from otlp.optimal.buckets import BOUND_MARGIN, psi_interior_bound
 
     M, W = p.shape
     ns = [int(n) for n in ns]
@@ -208,12 +204,11 @@ def alpha_star_rows(p: np.ndarray, q: np.ndarray, ns: Sequence[int]) -> np.ndarr
     np.cumsum(Pb[:, :K - 1], axis=1, out=Pa[:, 1:])
     np.cumsum(Qb[:, :K - 1], axis=1, out=Qa[:, 1:])
     pb, qb = Pb[:, :K], Qb[:, :K]
-    x_c = np.clip((qb / lo - pb) / (1.0 / lo - 1.0 / hi), 0.0, qb)  # [M, K]
-    y_c = Pa + x_c / hi
     level1 = [chains.prefix(Pb, Qb, n).alpha for n in ns]
     refine = np.zeros((M, K + 1), dtype=bool)  # the rest (column K) is never refined
     for n, alpha in zip(ns, level1, strict=True):
-        refine[:, :K] |= (y_c - (Qa + x_c) ** n < (alpha - 1.0 + BOUND_MARGIN)[:, None]) & (qb > 0)
+        bound = psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n)  # [M, K]
+        refine[:, :K] |= (bound < (alpha - 1.0 + BOUND_MARGIN)[:, None]) & (qb > 0)
     # level 2: the refined buckets' tokens one by one, each run of unrefined buckets as one token
     sel = refine.ravel()[flat].reshape(M, W)  # [M, W]
     counts = sel.sum(axis=1)

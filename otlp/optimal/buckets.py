@@ -1,0 +1,229 @@
+"""The CPU sampler's partial order: the class-chain rule on a few sorted ratio buckets, certified by bounds on psi.
+
+The tuple rule and its draw (:func:`.chains.tuple_rule`, :func:`.chains.sample`) read the decreasing-q/p order of a
+row only at the first argmin m* of psi, at the drafted tokens' positions, on the served group (s, e] of the top draw
+(the positions s .. top and psi at s and e), and at the residual index M (:func:`.chains.residual_index`). A full sort
+of the row was the largest single cost of the CPU route (issue 19). Here instead, for rows ``P, Q: float64 [B, V]``:
+
+1. *Buckets* (:func:`bucket_of`). Each token goes to a bucket by the leading bits of its ratio's float64 pattern
+   (monotone in the ratio): ``BUCKET_BITS`` bits per octave over [2^-OCTAVES, 2^OCTAVES), one bucket above it (+inf
+   included) and one below it (0 and the p = q = 0 tokens included), numbered by decreasing ratio. The bucket sums
+   (Pb, Qb) give psi exactly at every bucket boundary (:func:`.chains.prefix` on the sums, in bucket order).
+2. *Bounds.* A prefix ending inside bucket j has psi >= f_j (:func:`psi_interior_bound`, GR Lemma 6.3's psi over the
+   masses a bucket of ratios in [lo, hi) allows), and f_j lies between the bucket's two boundary values' bound
+   pieces: on each of the two concave pieces of the bound, psi inside the bucket is >= the interpolation between an
+   end value and f_j.
+3. *Selection.* Sorted token by token: the buckets whose inside may reach the best boundary psi (m*), the drafted
+   tokens' buckets, and the buckets that may hold the residual threshold tau = psi* (1 - u) (after the last boundary
+   certainly at or below it).
+4. *Compressed instance.* The selected buckets' tokens one by one and each run of unselected buckets as one entry
+   (its sums; its sort key the lowest edge of its buckets, which lies between its neighbours' ratios), sorted, then
+   the same chains code on it: psi at its prefixes is psi of the full order at the matching prefixes (the sums run
+   in another order: equal to rounding).
+5. *Certificate* (:func:`_certify`). Nothing inside a merged run may change an answer: (strictly, where the rule takes
+   the first index of a tie) no prefix inside a run before m* at or below psi*, none after it below; the served
+   group's positions s .. top hold no run and no run's inside reaches psi_s (inner group) or psi_e (outer group)
+   where that would move s or e; no run inside at or after M at or below tau. A row that fails gets the failing
+   runs' buckets sorted too and is tried once more; then it takes the full sort (``None`` in its place).
+
+The answers equal the full sort's to rounding (tests/optimal/test_buckets.py checks tokens and laws against it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otlp.optimal import chains as C
+from otlp.optimal import xp as X
+
+#: buckets per octave of q/p (2^BUCKET_BITS), over ratios in [2^-OCTAVES, 2^OCTAVES).
+BUCKET_BITS = 5
+OCTAVES = 32
+#: A bucket's lower bound on psi is trusted only this far above a threshold (rounding of either side is ~1e-15).
+BOUND_MARGIN = 1e-12
+#: the CPU sampler takes this route from this vocabulary size up (below it the full sort is as cheap).
+MIN_V = 4096
+#: rows tried again with the failing runs sorted, before the full sort.
+ATTEMPTS = 2
+
+_SHIFT = 52 - BUCKET_BITS
+_TOP = int(np.float64(2.0**OCTAVES).view(np.int64)) >> _SHIFT  # the pattern key of the top bucket's lowest ratio
+NB = 2 * OCTAVES * (1 << BUCKET_BITS) + 2  # buckets per row
+_EDGES = ((_TOP - np.arange(NB - 1, dtype=np.int64)) << _SHIFT).view(np.float64)  # [NB - 1] the lower edges
+HI = np.concatenate([[np.inf], _EDGES])  # [NB] each bucket's ratios are < HI (the top's: every ratio)
+LO = np.concatenate([_EDGES, [0.0]])  # [NB] and >= LO (the bottom bucket's: >= 0, p = q = 0 tokens aside)
+KEY = np.concatenate([_EDGES, [-1.0]])  # [NB] a merged run's sort key: LO, -1 for the bottom (p = q = 0's key)
+
+
+def bucket_of(ratio: np.ndarray) -> np.ndarray:
+    """``int64 [B, V]`` the bucket of each ratio (``ratio`` >= 0 or +inf, or -1 for p = q = 0), 0 the highest."""
+    key = ratio.view(np.int64) >> _SHIFT  # a new array
+    np.subtract(_TOP, key, out=key)
+    np.maximum(key, 0, out=key)  # (np.clip on int64 is several times slower than the two)
+    np.minimum(key, NB - 1, out=key)  # -1's pattern is negative: the bottom bucket
+    return key
+
+
+def psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n: int):  # noqa: ANN001, ANN201 - numpy arrays
+    """A lower bound of psi over the prefixes that end inside a bucket (GR Lemma 6.3's psi = P - Q^n).
+
+    The bucket holds tokens of ratio q/p in [lo, hi) and masses (pb, qb); the buckets above it hold (Pa, Qa). A prefix
+    ending inside holds a part of the bucket of q mass x in [0, qb] and p mass y: y >= x / hi and, the rest having
+    p <= q / lo, y >= pb - (qb - x) / lo. So psi >= f(x) = Pa + max(x / hi, pb - (qb - x) / lo) - (Qa + x)^n: the
+    first line minus (Qa + x)^n up to the crossing x_c = (qb / lo - pb) / (1 / lo - 1 / hi), the second after it;
+    each piece is concave, so f >= min(f(0), f(x_c), f(qb)) with f(0) = psi at the bucket's start and f(qb) = psi at
+    its end. Returns f(x_c) (lo = 0: only the first line, x_c = qb)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        x_c = np.where(lo > 0, (qb / lo - pb) / (1.0 / lo - 1.0 / hi), qb)
+        x_c = np.clip(np.nan_to_num(x_c, nan=0.0), 0.0, qb)
+        return Pa + x_c / hi - (Qa + x_c) ** n
+
+
+def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: int):  # noqa: ANN201
+    """The default tuple rule and its draw for rows ``P, Q float64 [B, V]`` (normalised), drafts ``w int64 [B, n]``
+    and uniforms ``U [B, 2]``: ``(tokens [B], index [B], done bool [B])``; rows not ``done`` failed the certificate
+    and need the full sort (their entries are meaningless)."""
+    B, V = P.shape
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = Q / P
+        ratio = np.where(ratio == ratio, ratio, -1.0)  # [B, V] as chains.prefix keys it
+    flat = bucket_of(ratio)  # [B, V]
+    flat += (np.arange(B, dtype=np.int64) * NB)[:, None]  # [B, V] row b's buckets at b NB ..
+    Pb = np.bincount(flat.ravel(), weights=P.ravel(), minlength=B * NB).reshape(B, NB)
+    Qb = np.bincount(flat.ravel(), weights=Q.ravel(), minlength=B * NB).reshape(B, NB)
+    level = _Level(Pb, Qb, n)
+    selected = level.select(X.take(flat, w) - (np.arange(B) * NB)[:, None], U[:, 1])  # [B, NB]
+    tokens, index = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
+    done = np.zeros(B, dtype=bool)
+    rows = np.arange(B)
+    for attempt in range(ATTEMPTS):
+        pick = slice(None) if attempt == 0 else rows  # (no copies of the whole chunk on the first try)
+        sorted_tok = selected.ravel()[flat[pick]]  # [rows, V] the tokens to sort one by one
+        t, i, ok, bad = _attempt(P[pick], Q[pick], ratio[pick], sorted_tok, w[pick], U[pick], n, selected[pick],
+                                 level if attempt == 0 else level.rows(rows))
+        tokens[rows[ok]], index[rows[ok]], done[rows[ok]] = t[ok], i[ok], True
+        selected[rows[~ok]] |= bad[~ok]
+        rows = rows[~ok]
+        if rows.size == 0:
+            break
+    return tokens, index, done
+
+
+class _Level:
+    """psi at the bucket boundaries of each row and each bucket's interior bound (``[B, NB]`` by bucket)."""
+
+    def __init__(self, Pb: np.ndarray, Qb: np.ndarray, n: int):
+        B = Pb.shape[0]
+        self.Pb, self.Qb = Pb, Qb
+        pre = C.prefix(Pb, Qb, n, order=np.broadcast_to(np.arange(NB), (B, NB)))
+        self.psi = pre.psi  # [B, NB + 1]
+        Pa = X.padded_cumsum(Pb)[:, :NB]
+        self.f = psi_interior_bound(Pa, pre.prefix_q[:, :NB], Pb, Qb, LO, HI, n) - BOUND_MARGIN  # [B, NB]
+        # the lower bound of psi inside each bucket and at its ends
+        self.low = np.minimum(np.minimum(self.psi[:, :-1], self.psi[:, 1:]), self.f)
+        self.inner = np.minimum(self.f, self.psi[:, 1:])  # [B, NB]: the bound inside a run, with the end boundary
+
+    def rows(self, rows: np.ndarray) -> _Level:
+        """The same quantities for some rows only."""
+        out = object.__new__(_Level)
+        for name in ("Pb", "Qb", "psi", "f", "low", "inner"):
+            setattr(out, name, getattr(self, name)[rows])
+        return out
+
+    def select(self, draft_buckets: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """``bool [B, NB]``: the buckets to sort (module docstring, 3)."""
+        B = self.psi.shape[0]
+        best = self.psi.min(-1, keepdims=True)  # [B, 1] >= psi*
+        sel = self.f <= best  # may hold m* (or tie it)
+        lowest = np.minimum(best, np.where(sel, self.f, np.inf).min(-1, keepdims=True))  # <= psi*
+        keep = (1.0 - u)[:, None]
+        tau_lo, tau_hi = lowest * keep, best * keep  # tau = psi* (1 - u) lies between
+        idx = np.arange(NB + 1)[None, :]
+        last = np.where(self.psi <= tau_lo, idx, 0).max(-1, keepdims=True)  # [B, 1] M >= last
+        sel |= (idx[:, :NB] >= last) & (self.low <= tau_hi)
+        sel[np.arange(B)[:, None], draft_buckets] = True
+        return sel
+
+
+def _attempt(P, Q, ratio, sorted_tok, w, U, n: int, selected, level: _Level):  # noqa: ANN001, ANN202 - numpy arrays
+    """One try of the compressed instance on these rows (``sorted_tok bool [B, V]``: the tokens of the selected
+    buckets): ``(tokens [B], index [B], ok [B], bad bool [B, NB])`` with ``bad`` the unselected buckets whose runs
+    failed the certificate."""
+    B, V = P.shape
+    rows_b = np.arange(B, dtype=np.int64)
+    F = np.flatnonzero(sorted_tok)  # [T] sorted tokens, flat
+    frow = F // V
+    counts = np.bincount(frow, minlength=B)  # [B]
+    row_start = np.cumsum(counts) - counts
+    # run r of a row: its unselected buckets after its r-th selected one (consecutive, so one entry)
+    un = ~selected
+    rid = np.cumsum(selected, axis=1)  # [B, NB]
+    G = int(rid[:, -1].max()) + 1
+    rb, bb = np.nonzero(un)  # [U] row by row, buckets increasing: run indices non-decreasing
+    rflat = rb * G + rid[rb, bb]
+    members = np.bincount(rflat, minlength=B * G).reshape(B, G)
+    run_p = np.bincount(rflat, weights=level.Pb[rb, bb], minlength=B * G).reshape(B, G)
+    run_q = np.bincount(rflat, weights=level.Qb[rb, bb], minlength=B * G).reshape(B, G)
+    # the bound inside a run: its buckets' interior bounds and the boundaries between its buckets
+    nxt_un = np.zeros_like(un)
+    nxt_un[:, :-1] = un[:, 1:]
+    inside = np.where(nxt_un, level.inner, level.f)[rb, bb]  # [U]
+    run_low = np.full(B * G, np.inf)
+    if rflat.size:
+        starts = np.flatnonzero(np.r_[True, rflat[1:] != rflat[:-1]])
+        run_low[rflat[starts]] = np.minimum.reduceat(inside, starts)
+    run_low = run_low.reshape(B, G)
+    K = int((counts + G).max())
+    P2, Q2 = np.zeros((B, K)), np.zeros((B, K))
+    K2 = np.full((B, K), -1.0)  # padding: p = q = 0 with their key, in columns after their row's entries
+    col = np.arange(F.size) - row_start[frow]  # [T]
+    P2[frow, col], Q2[frow, col], K2[frow, col] = P.ravel()[F], Q.ravel()[F], ratio.ravel()[F]
+    runs = members > 0  # [B, G]
+    gr, gc = np.nonzero(runs)
+    P2[gr, counts[gr] + gc], Q2[gr, counts[gr] + gc] = run_p[gr, gc], run_q[gr, gc]
+    K2[rb, counts[rb] + rid[rb, bb]] = KEY[bb]  # any of a run's bucket keys lies between its neighbours
+    pre = C.prefix(P2, Q2, n, order=X.sort_descending(K2))
+    w2 = np.searchsorted(F, w + (rows_b * V)[:, None]) - row_start[:, None]  # [B, n] columns of the drafts
+    accept, reject = C.tuple_rule(pre, w2, window="auto")
+    _, index = C.sample(pre, accept, reject, w2, U)
+    # the certificate, by compressed position j
+    cols = pre.order  # [B, K]
+    r_of = cols - counts[:, None]
+    merged = (r_of >= 0) & (r_of < G)
+    merged &= np.take_along_axis(runs, np.clip(r_of, 0, G - 1), axis=1)
+    low = np.where(merged, np.take_along_axis(run_low, np.clip(r_of, 0, G - 1), axis=1), np.inf)  # [B, K]
+    ends = np.minimum(pre.psi[:, :-1], pre.psi[:, 1:])  # [B, K]
+
+    def below(thr):  # noqa: ANN001, ANN202 - some prefix inside a run may be < thr
+        return merged & (np.minimum(ends, low) < thr)
+
+    def at_or_below(thr):  # noqa: ANN001, ANN202 - some prefix inside a run may be <= thr
+        return merged & ((ends < thr) | (low <= thr))
+
+    j = np.arange(K)[None, :]
+    m = pre.m_star[:, None]
+    psi = pre.psi
+    psi_star = np.take_along_axis(psi, m, axis=1)
+    bad = (at_or_below(psi_star) & (j < m)) | (below(psi_star) & (j >= m))
+    _, top, s, e = C.served_group(pre, w2)
+    psi_s, psi_e = np.take_along_axis(psi, s, axis=1), np.take_along_axis(psi, e, axis=1)
+    chain = merged & (j >= s) & (j < top)  # the served chain's positions must be tokens
+    inner = top < m
+    bad |= chain | np.where(inner, (at_or_below(psi_s) & (j < s)) | (below(psi_s) & (j > top) & (j < e)),
+                            (at_or_below(psi_e) & (j > top) & (j < e)) | (below(psi_e) & (j >= e)))
+    # the residual draw: nothing inside a run at or after M may be within the threshold; its position a token
+    rejected = index < 0
+    M = C.residual_index(pre, U[:, 1:])[:, None]  # [B, 1]
+    v = U[:, 1:] * np.maximum(-psi_star, 0.0)
+    bad |= rejected[:, None] & merged & (j >= M) & ((ends - psi_star < v) | (low - psi_star <= v))
+    drawn = np.take_along_axis(cols, np.minimum(M, K - 1), axis=1)[:, 0]  # [B] its column
+    tokens = np.where(rejected, 0, np.take_along_axis(w, np.maximum(index, 0)[:, None], axis=1)[:, 0])
+    ok = ~bad.any(axis=1)
+    real = drawn < counts
+    ok &= ~rejected | real  # (a run at M fails above unless psi_M is exactly the threshold)
+    here = rejected & real
+    tokens[here] = F[row_start[here] + drawn[here]] - here.nonzero()[0] * V
+    bad_runs = np.zeros((B, G), dtype=bool)
+    br, bj = np.nonzero(bad)
+    bad_runs[br, r_of[br, bj]] = True
+    return tokens, index, ok, un & bad_runs[np.arange(B)[:, None], rid]

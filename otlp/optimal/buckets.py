@@ -5,17 +5,19 @@ row only at the first argmin m* of psi, at the drafted tokens' positions, on the
 (the positions s .. top and psi at s and e), and at the residual index M (:func:`.chains.residual_index`). A full sort
 of the row was the largest single cost of the CPU route (issue 19). Here instead, for rows ``P, Q: float64 [B, V]``:
 
-1. *Buckets* (:func:`bucket_of`). Each token goes to a bucket by the leading bits of its ratio's float64 pattern
-   (monotone in the ratio): ``BUCKET_BITS`` bits per octave over [2^-OCTAVES, 2^OCTAVES), one bucket above it (+inf
+1. *Buckets* (:class:`Scheme`). Each token goes to a bucket by the leading bits of its ratio's float64 pattern
+   (monotone in the ratio): :func:`bits_for` bits per octave over [2^-OCTAVES, 2^OCTAVES), one bucket above it (+inf
    included) and one below it (0 and the p = q = 0 tokens included), numbered by decreasing ratio. The bucket sums
    (Pb, Qb) give psi exactly at every bucket boundary (:func:`.chains.prefix` on the sums, in bucket order).
 2. *Bounds.* A prefix ending inside bucket j has psi >= f_j (:func:`psi_interior_bound`, GR Lemma 6.3's psi over the
    masses a bucket of ratios in [lo, hi) allows), and f_j lies between the bucket's two boundary values' bound
    pieces: on each of the two concave pieces of the bound, psi inside the bucket is >= the interpolation between an
    end value and f_j.
-3. *Selection.* Sorted token by token: the buckets whose inside may reach the best boundary psi (m*), the drafted
-   tokens' buckets, and the buckets that may hold the residual threshold tau = psi* (1 - u) (after the last boundary
-   certainly at or below it).
+3. *Selection* (:meth:`_Level.select`). Sorted token by token: the buckets whose inside may reach the best boundary
+   psi (m*); the drafted tokens' buckets; when the top draw's bucket d lies certainly before m* (after it), the
+   buckets before d whose inside may reach psi at d's start (after d, the least psi after d), which bound the
+   served group's s (e); and the buckets that may hold the residual threshold tau = psi* (1 - u) (after the last
+   boundary certainly at or below it).
 4. *Compressed instance.* The selected buckets' tokens one by one and each run of unselected buckets as one entry
    (its sums; its sort key the lowest edge of its buckets, which lies between its neighbours' ratios), sorted, then
    the same chains code on it: psi at its prefixes is psi of the full order at the matching prefixes (the sums run
@@ -31,13 +33,16 @@ The answers equal the full sort's to rounding (tests/optimal/test_buckets.py che
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import numpy as np
 
 from otlp.optimal import chains as C
 from otlp.optimal import xp as X
+from otlp.psi import prefix_psi
 
-#: buckets per octave of q/p (2^BUCKET_BITS), over ratios in [2^-OCTAVES, 2^OCTAVES).
-BUCKET_BITS = 5
+#: ratios in [2^-OCTAVES, 2^OCTAVES) get 2^bits buckets per octave, the rest one bucket above and one below.
 OCTAVES = 32
 #: A bucket's lower bound on psi is trusted only this far above a threshold (rounding of either side is ~1e-15).
 BOUND_MARGIN = 1e-12
@@ -45,23 +50,51 @@ BOUND_MARGIN = 1e-12
 MIN_V = 4096
 #: rows tried again with the failing runs sorted, before the full sort.
 ATTEMPTS = 2
-
-_SHIFT = 52 - BUCKET_BITS
-_TOP = int(np.float64(2.0**OCTAVES).view(np.int64)) >> _SHIFT  # the pattern key of the top bucket's lowest ratio
-NB = 2 * OCTAVES * (1 << BUCKET_BITS) + 2  # buckets per row
-_EDGES = ((_TOP - np.arange(NB - 1, dtype=np.int64)) << _SHIFT).view(np.float64)  # [NB - 1] the lower edges
-HI = np.concatenate([[np.inf], _EDGES])  # [NB] each bucket's ratios are < HI (the top's: every ratio)
-LO = np.concatenate([_EDGES, [0.0]])  # [NB] and >= LO (the bottom bucket's: >= 0, p = q = 0 tokens aside)
-KEY = np.concatenate([_EDGES, [-1.0]])  # [NB] a merged run's sort key: LO, -1 for the bottom (p = q = 0's key)
+#: rows per call: at most this many entries of one [rows, V] array (4 MiB float64: the route's few [rows, V] arrays
+#: are read in passes, so larger calls spread its per-call work over more rows; benchmarks/verifiers.py).
+CHUNK = 1 << 19
 
 
-def bucket_of(ratio: np.ndarray) -> np.ndarray:
-    """``int64 [B, V]`` the bucket of each ratio (``ratio`` >= 0 or +inf, or -1 for p = q = 0), 0 the highest."""
-    key = ratio.view(np.int64) >> _SHIFT  # a new array
-    np.subtract(_TOP, key, out=key)
-    np.maximum(key, 0, out=key)  # (np.clip on int64 is several times slower than the two)
-    np.minimum(key, NB - 1, out=key)  # -1's pattern is negative: the bottom bucket
-    return key
+def bits_for(V: int) -> int:
+    """Bucket bits per octave for V tokens: 2^(bits + 6) buckets per row, about V / 4 to V / 2 up to V = 64k (4 bits
+    at V = 32k), then at most 5 bits: the per-bucket work stays below the per-token passes while the selected buckets
+    stay small (measured at V = 2k, 32k and 128k for issue 19)."""
+    return int(np.clip(int(V).bit_length() - 11, 1, 5))
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """The buckets for ``bits`` bits per octave: ``NB`` per row, bucket 0 the highest ratios; ``LO, HI [NB]`` each
+    bucket's ratio range [LO, HI) (the top bucket's HI = inf takes +inf too; the bottom bucket's LO = 0, p = q = 0
+    tokens aside) and ``KEY [NB]`` a merged run's sort key (LO; -1, p = q = 0's key, for the bottom bucket)."""
+
+    bits: int
+    NB: int
+    LO: np.ndarray
+    HI: np.ndarray
+    KEY: np.ndarray
+
+    def bucket_of(self, ratio: np.ndarray) -> np.ndarray:
+        """``int64 [B, V]`` the bucket of each ratio (``ratio`` >= 0 or +inf, or -1 for p = q = 0)."""
+        shift = 52 - self.bits
+        key = ratio.view(np.int64) >> shift  # a new array
+        np.subtract(_top(self.bits), key, out=key)
+        np.maximum(key, 0, out=key)  # (np.clip on int64 is several times slower than the two)
+        np.minimum(key, self.NB - 1, out=key)  # -1's pattern is negative: the bottom bucket
+        return key
+
+
+def _top(bits: int) -> int:
+    """The pattern key of the top bucket's lowest ratio, 2^OCTAVES."""
+    return int(np.float64(2.0**OCTAVES).view(np.int64)) >> (52 - bits)
+
+
+@functools.cache
+def scheme(bits: int) -> Scheme:
+    NB = 2 * OCTAVES * (1 << bits) + 2
+    edges = ((_top(bits) - np.arange(NB - 1, dtype=np.int64)) << (52 - bits)).view(np.float64)  # [NB - 1] lower edges
+    return Scheme(bits=bits, NB=NB, LO=np.concatenate([edges, [0.0]]), HI=np.concatenate([[np.inf], edges]),
+                  KEY=np.concatenate([edges, [-1.0]]))
 
 
 def psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n: int):  # noqa: ANN001, ANN201 - numpy arrays
@@ -75,23 +108,27 @@ def psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n: int):  # noqa: ANN001, ANN201 
     its end. Returns f(x_c) (lo = 0: only the first line, x_c = qb)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         x_c = np.where(lo > 0, (qb / lo - pb) / (1.0 / lo - 1.0 / hi), qb)
-        x_c = np.clip(np.nan_to_num(x_c, nan=0.0), 0.0, qb)
+        x_c = np.minimum(np.maximum(x_c, 0.0), qb)  # (finite: hi > lo, and lo = 0 takes qb)
         return Pa + x_c / hi - (Qa + x_c) ** n
 
 
-def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: int):  # noqa: ANN201
+def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: int,
+                bits: int | None = None):  # noqa: ANN201
     """The default tuple rule and its draw for rows ``P, Q float64 [B, V]`` (normalised), drafts ``w int64 [B, n]``
     and uniforms ``U [B, 2]``: ``(tokens [B], index [B], done bool [B])``; rows not ``done`` failed the certificate
-    and need the full sort (their entries are meaningless)."""
+    and need the full sort (their entries are meaningless). ``bits``: bucket bits per octave (default
+    :func:`bits_for`)."""
     B, V = P.shape
+    sc = scheme(bits_for(V) if bits is None else bits)
+    NB = sc.NB
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = Q / P
         ratio = np.where(ratio == ratio, ratio, -1.0)  # [B, V] as chains.prefix keys it
-    flat = bucket_of(ratio)  # [B, V]
+    flat = sc.bucket_of(ratio)  # [B, V]
     flat += (np.arange(B, dtype=np.int64) * NB)[:, None]  # [B, V] row b's buckets at b NB ..
     Pb = np.bincount(flat.ravel(), weights=P.ravel(), minlength=B * NB).reshape(B, NB)
     Qb = np.bincount(flat.ravel(), weights=Q.ravel(), minlength=B * NB).reshape(B, NB)
-    level = _Level(Pb, Qb, n)
+    level = _Level(Pb, Qb, n, sc)
     selected = level.select(X.take(flat, w) - (np.arange(B) * NB)[:, None], U[:, 1])  # [B, NB]
     tokens, index = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
     done = np.zeros(B, dtype=bool)
@@ -100,7 +137,7 @@ def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: i
         pick = slice(None) if attempt == 0 else rows  # (no copies of the whole chunk on the first try)
         sorted_tok = selected.ravel()[flat[pick]]  # [rows, V] the tokens to sort one by one
         t, i, ok, bad = _attempt(P[pick], Q[pick], ratio[pick], sorted_tok, w[pick], U[pick], n, selected[pick],
-                                 level if attempt == 0 else level.rows(rows))
+                                 level if attempt == 0 else level.rows(rows), sc)
         tokens[rows[ok]], index[rows[ok]], done[rows[ok]] = t[ok], i[ok], True
         selected[rows[~ok]] |= bad[~ok]
         rows = rows[~ok]
@@ -112,13 +149,12 @@ def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: i
 class _Level:
     """psi at the bucket boundaries of each row and each bucket's interior bound (``[B, NB]`` by bucket)."""
 
-    def __init__(self, Pb: np.ndarray, Qb: np.ndarray, n: int):
-        B = Pb.shape[0]
+    def __init__(self, Pb: np.ndarray, Qb: np.ndarray, n: int, sc: Scheme):
+        NB = Pb.shape[1]
         self.Pb, self.Qb = Pb, Qb
-        pre = C.prefix(Pb, Qb, n, order=np.broadcast_to(np.arange(NB), (B, NB)))
-        self.psi = pre.psi  # [B, NB + 1]
-        Pa = X.padded_cumsum(Pb)[:, :NB]
-        self.f = psi_interior_bound(Pa, pre.prefix_q[:, :NB], Pb, Qb, LO, HI, n) - BOUND_MARGIN  # [B, NB]
+        Pa, Qa = X.padded_cumsum(Pb), X.padded_cumsum(Qb)  # [B, NB + 1]: the buckets are in decreasing-ratio order
+        self.psi = prefix_psi(np, Pa, Qa, X.padded_suffix_sum(Pb), X.padded_suffix_sum(Qb), n)  # [B, NB + 1]
+        self.f = psi_interior_bound(Pa[:, :NB], Qa[:, :NB], Pb, Qb, sc.LO, sc.HI, n) - BOUND_MARGIN  # [B, NB]
         # the lower bound of psi inside each bucket and at its ends
         self.low = np.minimum(np.minimum(self.psi[:, :-1], self.psi[:, 1:]), self.f)
         self.inner = np.minimum(self.f, self.psi[:, 1:])  # [B, NB]: the bound inside a run, with the end boundary
@@ -132,7 +168,7 @@ class _Level:
 
     def select(self, draft_buckets: np.ndarray, u: np.ndarray) -> np.ndarray:
         """``bool [B, NB]``: the buckets to sort (module docstring, 3)."""
-        B = self.psi.shape[0]
+        B, NB = self.f.shape
         best = self.psi.min(-1, keepdims=True)  # [B, 1] >= psi*
         sel = self.f <= best  # may hold m* (or tie it)
         lowest = np.minimum(best, np.where(sel, self.f, np.inf).min(-1, keepdims=True))  # <= psi*
@@ -141,11 +177,21 @@ class _Level:
         idx = np.arange(NB + 1)[None, :]
         last = np.where(self.psi <= tau_lo, idx, 0).max(-1, keepdims=True)  # [B, 1] M >= last
         sel |= (idx[:, :NB] >= last) & (self.low <= tau_hi)
+        # the served group's ends: with the top draw in bucket d, an inner group's s is the first argmin of psi
+        # over [0, top] (<= psi at d's start), an outer group's e the first argmin over (top, V] (<= psi after d)
+        d = draft_buckets.max(-1, keepdims=True)  # [B, 1]
+        j = idx[:, :NB]
+        m_lo = np.where(sel, j, NB).min(-1, keepdims=True)  # m* lies in or after the first candidate
+        m_hi = np.where(sel, j, -1).max(-1, keepdims=True)
+        psi_d = np.take_along_axis(self.psi, d, axis=1)
+        after = np.where(idx > d, self.psi, np.inf).min(-1, keepdims=True)
+        sel |= (d < m_lo) & (j < d) & (self.f <= psi_d)  # certainly inner
+        sel |= (d > m_hi) & (j > d) & (self.f <= after)  # certainly outer
         sel[np.arange(B)[:, None], draft_buckets] = True
         return sel
 
 
-def _attempt(P, Q, ratio, sorted_tok, w, U, n: int, selected, level: _Level):  # noqa: ANN001, ANN202 - numpy arrays
+def _attempt(P, Q, ratio, sorted_tok, w, U, n: int, selected, level: _Level, sc: Scheme):  # noqa: ANN001, ANN202
     """One try of the compressed instance on these rows (``sorted_tok bool [B, V]``: the tokens of the selected
     buckets): ``(tokens [B], index [B], ok [B], bad bool [B, NB])`` with ``bad`` the unselected buckets whose runs
     failed the certificate."""
@@ -181,17 +227,19 @@ def _attempt(P, Q, ratio, sorted_tok, w, U, n: int, selected, level: _Level):  #
     runs = members > 0  # [B, G]
     gr, gc = np.nonzero(runs)
     P2[gr, counts[gr] + gc], Q2[gr, counts[gr] + gc] = run_p[gr, gc], run_q[gr, gc]
-    K2[rb, counts[rb] + rid[rb, bb]] = KEY[bb]  # any of a run's bucket keys lies between its neighbours
+    K2[rb, counts[rb] + rid[rb, bb]] = sc.KEY[bb]  # any of a run's bucket keys lies between its neighbours
     pre = C.prefix(P2, Q2, n, order=X.sort_descending(K2))
     w2 = np.searchsorted(F, w + (rows_b * V)[:, None]) - row_start[:, None]  # [B, n] columns of the drafts
-    accept, reject = C.tuple_rule(pre, w2, window="auto")
+    group = C.served_group(pre, w2)
+    accept, reject = C.tuple_rule(pre, w2, window="auto", group=group)
     _, index = C.sample(pre, accept, reject, w2, U)
     # the certificate, by compressed position j
     cols = pre.order  # [B, K]
     r_of = cols - counts[:, None]
     merged = (r_of >= 0) & (r_of < G)
-    merged &= np.take_along_axis(runs, np.clip(r_of, 0, G - 1), axis=1)
-    low = np.where(merged, np.take_along_axis(run_low, np.clip(r_of, 0, G - 1), axis=1), np.inf)  # [B, K]
+    r_at = np.minimum(np.maximum(r_of, 0), G - 1)
+    merged &= np.take_along_axis(runs, r_at, axis=1)
+    low = np.where(merged, np.take_along_axis(run_low, r_at, axis=1), np.inf)  # [B, K]
     ends = np.minimum(pre.psi[:, :-1], pre.psi[:, 1:])  # [B, K]
 
     def below(thr):  # noqa: ANN001, ANN202 - some prefix inside a run may be < thr
@@ -205,7 +253,7 @@ def _attempt(P, Q, ratio, sorted_tok, w, U, n: int, selected, level: _Level):  #
     psi = pre.psi
     psi_star = np.take_along_axis(psi, m, axis=1)
     bad = (at_or_below(psi_star) & (j < m)) | (below(psi_star) & (j >= m))
-    _, top, s, e = C.served_group(pre, w2)
+    _, top, s, e = group
     psi_s, psi_e = np.take_along_axis(psi, s, axis=1), np.take_along_axis(psi, e, axis=1)
     chain = merged & (j >= s) & (j < top)  # the served chain's positions must be tokens
     inner = top < m

@@ -382,7 +382,8 @@ def evaluate(ch: Chains, w):  # noqa: ANN001, ANN201
                        X.take(ch.beta, s)[:, 0])
 
 
-def tuple_rule(pre: Prefix, w, *, window: int | str | None = None, steps: int | None = NEWTON_STEPS):  # noqa: ANN001, ANN201
+def tuple_rule(pre: Prefix, w, *, window: int | str | None = None, steps: int | None = NEWTON_STEPS,  # noqa: ANN001, ANN201
+               group: tuple | None = None):
     """The rule on one drafted tuple per row from the prefix structure alone: ``w int64 [B, n]`` -> ``(accept [B, n],
     reject [B])``, computing the class chain of the served group only on its positions up to the top draw (the
     slots above it never matter: piece k's hazard spans (d_{k+1}, d_k]).
@@ -390,11 +391,12 @@ def tuple_rule(pre: Prefix, w, *, window: int | str | None = None, steps: int | 
     ``window``: how many positions from the group's first one to compute, at least max(top - s) + 2 over the rows.
     None: V, a static shape for device code; ``"auto"`` (numpy only): each row its own top - s + 2 positions, all
     rows' windows in one flat array (:func:`_ragged_rule`: a row whose top draw lies deep in a large group does not
-    widen the others). ``steps``: Newton steps at n >= 3 (None: until no entry moves, numpy only)."""
+    widen the others). ``steps``: Newton steps at n >= 3 (None: until no entry moves, numpy only). ``group``: the
+    caller's :func:`served_group` of these tuples, if it has it."""
     xp = X.namespace(pre.psi)
     V = pre.ps.shape[-1]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        pos, top, s, e = served_group(pre, w)
+        pos, top, s, e = served_group(pre, w) if group is None else group
         if window == "auto":
             return _ragged_rule(pre, w, pos, top, s, e, steps)
         W = V if window is None else window
@@ -455,7 +457,7 @@ def _ragged_rule(pre: Prefix, w, pos, top, s, e, steps: int | None):  # noqa: AN
     lam, certain = np.zeros((B, W)), np.zeros((B, W))
     lam[rows, k] = np.where(live, tm.lam, 0.0)[0]
     certain[rows, k] = (live & tm.certain)[0]
-    off = np.clip(pos - s, 0, W - 1)
+    off = np.minimum(np.maximum(pos - s, 0), W - 1)
     return _pieces(np, w, pos, pos >= s, X.take(X.cumsum(lam), off), X.take(X.cumsum(certain), off),
                    tm.beta[0, first])
 

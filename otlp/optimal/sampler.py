@@ -15,7 +15,8 @@ the slots or the residual with the caller's uniforms (``u[:, 0]`` picks the slot
   in chunks of rows of at most ``CPU_CHUNK`` floats (so that temporaries stay in cache and below the allocator's
   mmap threshold), with the data-dependent window the tuple needs (``backend="auto"``; measured in
   benchmarks/verifiers.py). From ``buckets.MIN_V`` tokens the default rule sorts only the ratio buckets it needs
-  (:mod:`.buckets`, certified per row; a row it cannot certify takes the full sort).
+  (:mod:`.buckets`, certified per row, in chunks of ``buckets.CHUNK`` floats; a row it cannot certify takes the
+  full sort).
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     B, V = P.shape
     Pn, Qn, Wn, Un = P.numpy(), Q.numpy(), drafts.long().numpy(), U.numpy()
     tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
-    step = max(1, CPU_CHUNK // max(V, 1))
+    partial = partial and V >= BK.MIN_V
+    step = max(1, (BK.CHUNK if partial else CPU_CHUNK) // max(V, 1))
     if widths is None:
         groups = [(n, np.arange(B))]
     else:
@@ -83,8 +85,7 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     for m, rows in groups:
         for lo in range(0, rows.size, step):  # chunks of rows, each vectorised
             sl = rows[lo:lo + step] if widths is not None else slice(lo, min(B, lo + step))
-            tokens[sl], index[sl] = _cpu_rows(Pn[sl], Qn[sl], Wn[sl, :m], Un[sl], m, rule,
-                                              partial and V >= BK.MIN_V)
+            tokens[sl], index[sl] = _cpu_rows(Pn[sl], Qn[sl], Wn[sl, :m], Un[sl], m, rule, partial)
     return torch.from_numpy(tokens), torch.from_numpy(index)
 
 

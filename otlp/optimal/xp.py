@@ -206,16 +206,17 @@ def sort_descending(key):  # noqa: ANN001, ANN201
 
 def _packed_sort(key: np.ndarray) -> np.ndarray:
     """Stable descending order of each row of ``key [B, V]`` (float64: >= 0 or +inf, and one common negative value
-    such as -1 for the p = q = 0 tokens) from one int64 sort per row.
+    such as -1 for the p = q = 0 tokens) from int64 sorts.
 
     A float64 >= 0 compares like its bit pattern read as an integer, and every negative float's pattern is a
     negative integer, so clearing the low ``s = bit_length(V - 1)`` bits keeps the order (merging only keys within
     2^-(52 - s) relative of each other); with ``V - 1 - id`` in those bits every key is distinct, and their
     decreasing order is the stable decreasing order of the truncated keys. Runs of equal truncated keys that hold
-    different exact keys (rare: keys within about 2^-(52 - s) relative) are then put in exact order, by (exact key
-    decreasing, id increasing): with one ``lexsort`` over their members only (:func:`_repair_runs`), or, in a row
-    where more than V / 8 positions tie (n-gram laws), one stable argsort of the row. Runs of exact ties are
-    already in id order. Three integer passes besides the sort and the tie check.
+    different exact keys (keys within about 2^-(52 - s) relative: rare in LM rows, common in n-gram laws, whose
+    smoothed ratios differ in their last bits) differ only in those s low bits, so a second int64 sort of the rows
+    that have such runs puts them in exact order: its key packs the run's number, the s low bits (decreasing) and
+    the id (increasing), 3 s <= 63 bits for V <= 2^21 (a stable argsort above that). Runs of exact ties are already
+    in id order. Three integer passes besides each sort and the tie check.
     """
     B, V = key.shape
     s = max(int(V - 1).bit_length(), 1)
@@ -229,38 +230,20 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     if not same.any():
         return np.ascontiguousarray(order)
     ks = np.take_along_axis(key, order, axis=-1)  # [B, V] exact keys in that order
-    inexact = same & (ks[:, 1:] != ks[:, :-1])  # a tie of truncated keys only (exact ties are in id order)
-    bad = inexact.any(axis=-1)  # [B]
+    bad = (same & (ks[:, 1:] != ks[:, :-1])).any(axis=-1)  # [B] a tie of truncated keys only
     if not bad.any():
         return np.ascontiguousarray(order)
     order = np.ascontiguousarray(order)
-    dense = bad & (same.sum(axis=-1) > V // 8)  # many ties (n-gram laws): one stable argsort of the row is cheaper
-    if dense.any():
-        order[dense] = np.argsort(-key[dense], axis=-1, kind="stable")
-    sub = np.flatnonzero(bad & ~dense)
-    if sub.size:
-        order[sub] = _repair_runs(order[sub], ks[sub], same[sub], inexact[sub])
-    return np.ascontiguousarray(order)
-
-
-def _repair_runs(order: np.ndarray, ks: np.ndarray, same: np.ndarray, inexact: np.ndarray) -> np.ndarray:
-    """Put each run of tied truncated keys that holds different exact keys in exact order (exact key decreasing, id
-    increasing), with one ``lexsort`` over those runs' members: ``order, ks [R, V]``, ``same, inexact [R, V - 1]``
-    (see :func:`_packed_sort`)."""
-    R, V = order.shape
-    member = np.zeros((R, V), dtype=bool)
-    member[:, 1:] |= same
-    member[:, :-1] |= same
-    rows, cols = np.nonzero(member)  # [M], row by row, positions increasing
-    cont = np.zeros(rows.size, dtype=bool)  # the member continues the run of the one before it
-    cont[1:] = (rows[1:] == rows[:-1]) & (cols[1:] == cols[:-1] + 1) & same[rows[1:], cols[1:] - 1]
-    run = np.cumsum(~cont)  # [M] run number
-    wrong = np.zeros(run[-1] + 1, dtype=bool)  # the runs that hold different exact keys
-    wrong[run[cont & inexact[rows, cols - 1]]] = True  # (cols - 1 = -1 only where cont is False)
-    keep = wrong[run]
-    r, c, run = rows[keep], cols[keep], run[keep]
-    ids = order[r, c]
-    order[r, c] = ids[np.lexsort((ids, -ks[r, c], run))]  # each run keeps its positions
+    rows = np.flatnonzero(bad)
+    if 3 * s > 63:
+        order[rows] = np.argsort(-key[rows], axis=-1, kind="stable")
+        return order
+    run = np.zeros((rows.size, V), dtype=np.int64)  # [R, V] each position's run number (position order)
+    np.cumsum(~same[rows], axis=-1, out=run[:, 1:])
+    bits = low - (ks[rows].view(np.int64) & low)  # the low bits, decreasing key -> increasing
+    second = (run << (2 * s)) | (bits << s) | order[rows]
+    second.sort(axis=-1)
+    order[rows] = second & low
     return order
 
 

@@ -54,9 +54,9 @@ def test_read_only_and_other_dtypes_take_numpy_quietly() -> None:
 
 
 def test_packed_sort_repairs_only_the_tied_runs_and_equals_a_stable_argsort() -> None:
-    """Keys within the truncation's resolution (a few ulps apart) land in one truncated run; the repair orders each
-    run by (exact key decreasing, id increasing), as a stable argsort of -key does: by a lexsort of the runs' members
-    (a few runs) or by a stable argsort of the row (many ties)."""
+    """Keys within the truncation's resolution (a few ulps apart) land in one truncated run; the second packed sort
+    orders each run by (exact key decreasing, id increasing), as a stable argsort of -key does, with a few runs or
+    with a third of the row tied."""
     rng = np.random.default_rng(4)
     for trial in range(200):
         B, V = int(rng.integers(1, 5)), int(rng.integers(2, 3000))

@@ -46,8 +46,15 @@ from otlp.psi import prefix_psi
 OCTAVES = 32
 #: A bucket's lower bound on psi is trusted only this far above a threshold (rounding of either side is ~1e-15).
 BOUND_MARGIN = 1e-12
-#: the CPU sampler takes this route from this vocabulary size up (below it the full sort is as cheap).
-MIN_V = 4096
+#: the CPU sampler takes this route from this vocabulary size up, or from ``MIN_ENTRIES`` entries in a call (below
+#: both the full sort is as cheap or cheaper: measured at V = 1k-128k, B = 1-64 for issue 19).
+MIN_V = 8192
+MIN_ENTRIES = 1 << 16
+
+
+def takes(B: int, V: int) -> bool:
+    """Whether the CPU sampler takes this route for ``B`` rows of V tokens."""
+    return V >= MIN_V or B * V >= MIN_ENTRIES
 #: rows tried again with the failing runs sorted, before the full sort.
 ATTEMPTS = 2
 #: rows per call: at most this many entries of one [rows, V] array (4 MiB float64: the route's few [rows, V] arrays

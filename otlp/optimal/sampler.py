@@ -14,7 +14,7 @@ the slots or the residual with the caller's uniforms (``u[:, 0]`` picks the slot
 * On the CPU, where there is no device to synchronise with, the same equations run through numpy on zero-copy views,
   in chunks of rows of at most ``CPU_CHUNK`` floats (so that temporaries stay in cache and below the allocator's
   mmap threshold), with the data-dependent window the tuple needs (``backend="auto"``; measured in
-  benchmarks/verifiers.py). From ``buckets.MIN_V`` tokens the default rule sorts only the ratio buckets it needs
+  benchmarks/verifiers.py). On larger calls (``buckets.takes``) the default rule sorts only the ratio buckets it needs
   (:mod:`.buckets`, certified per row, in chunks of ``buckets.CHUNK`` floats; a row it cannot certify takes the
   full sort).
 """
@@ -75,7 +75,7 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     B, V = P.shape
     Pn, Qn, Wn, Un = P.numpy(), Q.numpy(), drafts.long().numpy(), U.numpy()
     tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
-    partial = partial and V >= BK.MIN_V
+    partial = partial and BK.takes(B, V)
     step = max(1, (BK.CHUNK if partial else CPU_CHUNK) // max(V, 1))
     if widths is None:
         groups = [(n, np.arange(B))]

@@ -145,19 +145,22 @@ def test_the_interior_bound_holds_on_every_prefix_inside_a_bucket() -> None:
 
 def test_bucket_numbers_decrease_with_the_ratio() -> None:
     ratios = np.array([[np.inf, 2.0**40, 2.0**32, 2.0**32 * 0.999, 1.0, 0.999, 2.0**-32, 1e-300, 0.0, -1.0]])
-    b = BK.bucket_of(ratios)
-    assert (np.diff(b[0]) >= 0).all() and b[0, 0] == 0 and b[0, -1] == BK.NB - 1
-    inside = (ratios[0] >= BK.LO[b[0]]) & ((ratios[0] < BK.HI[b[0]]) | (BK.HI[b[0]] == np.inf))
-    assert inside[:-1].all()  # every ratio lies in its bucket's [LO, HI) (-1: the p = q = 0 tokens, bottom bucket)
+    for bits in range(1, 8):
+        sc = BK.scheme(bits)
+        b = sc.bucket_of(ratios)
+        assert (np.diff(b[0]) >= 0).all() and b[0, 0] == 0 and b[0, -1] == sc.NB - 1
+        inside = (ratios[0] >= sc.LO[b[0]]) & ((ratios[0] < sc.HI[b[0]]) | (sc.HI[b[0]] == np.inf))
+        assert inside[:-1].all()  # every ratio in its bucket's [LO, HI) (-1: the p = q = 0 tokens, bottom bucket)
 
 
 def test_the_cpu_sampler_takes_the_partial_order_and_agrees_with_the_device_route() -> None:
-    """``verify`` on CPU tensors from ``MIN_V`` tokens up (the bucketed route, widths masked) draws what the torch
-    route (full sort on the tensors' device) draws, for the same uniforms."""
+    """``verify`` on CPU tensors where it takes the bucketed route (widths masked too) draws what the torch route
+    (full sort on the tensors' device) draws, for the same uniforms."""
     torch = pytest.importorskip("torch")
     from otlp.optimal.sampler import verify
 
-    B, V, n = 12, BK.MIN_V * 2, 4
+    B, V, n = 12, BK.MIN_V, 4
+    assert BK.takes(B, V)
     g = torch.Generator().manual_seed(5)
     p = torch.softmax(torch.randn(B, V, generator=g) * 3, dim=1)
     q = torch.softmax(torch.randn(B, V, generator=g) * 3 + 0.5 * torch.log(p), dim=1)

@@ -129,8 +129,8 @@ def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: i
     sc = scheme(bits_for(V) if bits is None else bits)
     NB = sc.NB
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = Q / P
-        ratio = np.where(ratio == ratio, ratio, -1.0)  # [B, V] as chains.prefix keys it
+        ratio = Q / P  # [B, V] keyed as chains.prefix keys it (in place: one [B, V] array fewer to allocate)
+        np.copyto(ratio, -1.0, where=ratio != ratio)
     flat = sc.bucket_of(ratio)  # [B, V]
     flat += (np.arange(B, dtype=np.int64) * NB)[:, None]  # [B, V] row b's buckets at b NB ..
     Pb = np.bincount(flat.ravel(), weights=P.ravel(), minlength=B * NB).reshape(B, NB)

@@ -8,11 +8,11 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
 1. *Buckets* (:class:`Scheme`). Each token goes to a bucket by the leading bits of its ratio's float64 pattern
    (monotone in the ratio): :func:`bits_for` bits per octave over [2^-OCTAVES, 2^OCTAVES), one bucket above it (+inf
    included) and one below it (0 and the p = q = 0 tokens included), numbered by decreasing ratio. The bucket sums
-   (Pb, Qb) give psi exactly at every bucket boundary (:func:`.chains.prefix` on the sums, in bucket order).
-2. *Bounds.* A prefix ending inside bucket j has psi >= f_j (:func:`psi_interior_bound`, GR Lemma 6.3's psi over the
-   masses a bucket of ratios in [lo, hi) allows), and f_j lies between the bucket's two boundary values' bound
-   pieces: on each of the two concave pieces of the bound, psi inside the bucket is >= the interpolation between an
-   end value and f_j.
+   (Pb, Qb) give psi exactly at every bucket boundary (``otlp.psi.prefix_psi`` on their running sums).
+2. *Bounds.* Every prefix ending inside bucket j has psi >= min(psi at the bucket's two ends, f_j)
+   (:func:`psi_interior_bound`: psi over the masses a bucket of ratios in [lo, hi) allows, GR Lemma 6.3), and psi
+   > t there when both ends are >= t and f_j > t (the bound is concave between each end and f_j's point). f_j is
+   taken ``BOUND_MARGIN`` lower, for rounding.
 3. *Selection* (:meth:`_Level.select`). Sorted token by token: the buckets whose inside may reach the best boundary
    psi (m*); the drafted tokens' buckets; when the top draw's bucket d lies certainly before m* (after it), the
    buckets before d whose inside may reach psi at d's start (after d, the least psi after d), which bound the
@@ -22,13 +22,14 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    (its sums; its sort key the lowest edge of its buckets, which lies between its neighbours' ratios), sorted, then
    the same chains code on it: psi at its prefixes is psi of the full order at the matching prefixes (the sums run
    in another order: equal to rounding).
-5. *Certificate* (:func:`_certify`). Nothing inside a merged run may change an answer: (strictly, where the rule takes
-   the first index of a tie) no prefix inside a run before m* at or below psi*, none after it below; the served
-   group's positions s .. top hold no run and no run's inside reaches psi_s (inner group) or psi_e (outer group)
-   where that would move s or e; no run inside at or after M at or below tau. A row that fails gets the failing
-   runs' buckets sorted too and is tried once more; then it takes the full sort (``None`` in its place).
+5. *Certificate* (in :func:`_attempt`). Nothing inside a merged run may change an answer: no prefix inside a run
+   before m* at or below psi* (the first argmin), none after it below; the served group's positions s .. top hold no
+   run, and no run's inside reaches psi_s (inner group) or psi_e (outer group) where that would move s or e; for a
+   rejected tuple, no run's inside at or after M at or below tau, and position M a token. A row that fails gets the
+   failing runs' buckets sorted too and is tried once more (``ATTEMPTS``); then the caller takes the full sort.
 
-The answers equal the full sort's to rounding (tests/optimal/test_buckets.py checks tokens and laws against it).
+Certified rows draw the full sort's token and slot for the same uniforms (tests/optimal/test_buckets.py, on every
+instance family of the exact tests and on LM rows).
 """
 
 from __future__ import annotations
@@ -50,11 +51,6 @@ BOUND_MARGIN = 1e-12
 #: both the full sort is as cheap or cheaper: measured at V = 1k-128k, B = 1-64 for issue 19).
 MIN_V = 8192
 MIN_ENTRIES = 1 << 16
-
-
-def takes(B: int, V: int) -> bool:
-    """Whether the CPU sampler takes this route for ``B`` rows of V tokens."""
-    return V >= MIN_V or B * V >= MIN_ENTRIES
 #: rows tried again with the failing runs sorted, before the full sort.
 ATTEMPTS = 2
 #: rows per call: at most this many entries of one [rows, V] array (4 MiB float64: the route's few [rows, V] arrays
@@ -62,10 +58,15 @@ ATTEMPTS = 2
 CHUNK = 1 << 19
 
 
+def takes(B: int, V: int) -> bool:
+    """Whether the CPU sampler takes this route for ``B`` rows of V tokens."""
+    return V >= MIN_V or B * V >= MIN_ENTRIES
+
+
 def bits_for(V: int) -> int:
-    """Bucket bits per octave for V tokens: 2^(bits + 6) buckets per row, about V / 4 to V / 2 up to V = 64k (4 bits
-    at V = 32k), then at most 5 bits: the per-bucket work stays below the per-token passes while the selected buckets
-    stay small (measured at V = 2k, 32k and 128k for issue 19)."""
+    """Bucket bits per octave for V tokens: 2^(bits + 6) buckets per row, one per 16 to 32 tokens up to V = 64k (4
+    bits at V = 32k), then 5 bits (one bucket per 64 tokens at V = 128k): the per-bucket work stays below the
+    per-token passes while the selected buckets stay small (measured at V = 2k, 32k and 128k for issue 19)."""
     return int(np.clip(int(V).bit_length() - 11, 1, 5))
 
 
@@ -176,24 +177,27 @@ class _Level:
     def select(self, draft_buckets: np.ndarray, u: np.ndarray) -> np.ndarray:
         """``bool [B, NB]``: the buckets to sort (module docstring, 3)."""
         B, NB = self.f.shape
+        idx = np.arange(NB + 1)[None, :]
+        j = idx[:, :NB]
         best = self.psi.min(-1, keepdims=True)  # [B, 1] >= psi*
-        sel = self.f <= best  # may hold m* (or tie it)
-        lowest = np.minimum(best, np.where(sel, self.f, np.inf).min(-1, keepdims=True))  # <= psi*
+        cand = self.f <= best  # may hold m* (or tie it)
+        # m* is the boundary of best or inside a candidate: its prefix index lies in [start(m_lo), start(m_hi)]
+        b_star = self.psi.argmin(-1)[:, None]
+        m_lo = np.minimum(b_star, np.where(cand, j, NB).min(-1, keepdims=True))
+        m_hi = np.maximum(b_star, np.where(cand, j + 1, 0).max(-1, keepdims=True))
+        lowest = np.minimum(best, np.where(cand, self.f, np.inf).min(-1, keepdims=True))  # <= psi*
         keep = (1.0 - u)[:, None]
         tau_lo, tau_hi = lowest * keep, best * keep  # tau = psi* (1 - u) lies between
-        idx = np.arange(NB + 1)[None, :]
         last = np.where(self.psi <= tau_lo, idx, 0).max(-1, keepdims=True)  # [B, 1] M >= last
-        sel |= (idx[:, :NB] >= last) & (self.low <= tau_hi)
-        # the served group's ends: with the top draw in bucket d, an inner group's s is the first argmin of psi
-        # over [0, top] (<= psi at d's start), an outer group's e the first argmin over (top, V] (<= psi after d)
+        sel = cand | ((j >= last) & (self.low <= tau_hi))
+        # the served group's ends: with the top draw in bucket d (positions start(d) .. start(d + 1) - 1), the group
+        # is inner when d < m_lo and its s, the first argmin of psi over [0, top], is <= psi at d's start; it is
+        # outer when m_hi <= d and its e, the first argmin over (top, V], is <= the least psi after d
         d = draft_buckets.max(-1, keepdims=True)  # [B, 1]
-        j = idx[:, :NB]
-        m_lo = np.where(sel, j, NB).min(-1, keepdims=True)  # m* lies in or after the first candidate
-        m_hi = np.where(sel, j, -1).max(-1, keepdims=True)
         psi_d = np.take_along_axis(self.psi, d, axis=1)
         after = np.where(idx > d, self.psi, np.inf).min(-1, keepdims=True)
-        sel |= (d < m_lo) & (j < d) & (self.f <= psi_d)  # certainly inner
-        sel |= (d > m_hi) & (j > d) & (self.f <= after)  # certainly outer
+        sel |= (d < m_lo) & (j < d) & (self.f <= psi_d)
+        sel |= (m_hi <= d) & (j > d) & (self.f <= after)
         sel[np.arange(B)[:, None], draft_buckets] = True
         return sel
 

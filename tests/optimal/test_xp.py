@@ -56,7 +56,7 @@ def test_read_only_and_other_dtypes_take_numpy_quietly() -> None:
 def test_packed_sort_repairs_only_the_tied_runs_and_equals_a_stable_argsort() -> None:
     """Keys within the truncation's resolution (a few ulps apart) land in one truncated run; the second packed sort
     orders each run by (exact key decreasing, id increasing), as a stable argsort of -key does, with a few runs or
-    with a third of the row tied."""
+    with a third of the row tied; and the whole order on exact ties, p = q = 0 keys, +inf and 0."""
     rng = np.random.default_rng(4)
     for trial in range(200):
         B, V = int(rng.integers(1, 5)), int(rng.integers(2, 3000))
@@ -67,6 +67,21 @@ def test_packed_sort_repairs_only_the_tied_runs_and_equals_a_stable_argsort() ->
         if trial % 5 == 0:
             key[:, rng.integers(0, V, size=3)] = np.inf
         np.testing.assert_array_equal(X._packed_sort(key), np.argsort(-key, axis=-1, kind="stable"))
+    rng = np.random.default_rng(7)  # exact ties, p = q = 0, ties of the truncated keys only, +inf and 0
+    for trial in range(100):
+        B, V = int(rng.integers(1, 4)), int(rng.integers(1, 2000))
+        k = rng.random((B, V)) ** int(rng.integers(1, 5))
+        mode = trial % 5
+        if mode == 1:
+            k = np.round(k * 7) / 7
+        elif mode == 2:
+            k[rng.random((B, V)) < 0.3] = -1.0
+        elif mode == 3:
+            k = 1.0 + rng.integers(0, 4, (B, V)) * 2.0**-50
+        elif mode == 4:
+            k[rng.random((B, V)) < 0.2] = np.inf
+            k[rng.random((B, V)) < 0.2] = 0.0
+        np.testing.assert_array_equal(X._packed_sort(k), np.argsort(-k, axis=1, kind="stable"))
 
 
 def test_inverse_permutation_through_torch_equals_numpys() -> None:

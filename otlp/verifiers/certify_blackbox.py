@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from otlp._cli_util import Progress
 from otlp.distributions import check_distribution, check_int
 from otlp.drafts import DraftScheme, Greedy, Independent, Joint, SpecHub, WithoutReplacement, as_draft
 from otlp.errors import InputError, ModelTooLargeError
@@ -420,26 +421,13 @@ def _call(fn: Callable[..., object], name: str, args: tuple, B: int, V: int):  #
     return tokens, index
 
 
-class _Progress:
-    def __init__(self, enabled: bool, name: str):
-        self.enabled = enabled
-        self.name = name
-        self.last = time.perf_counter()
-        self.shown = False
-
-    def update(self, done: int, limit: int, b: stats.Band | None) -> None:
-        now = time.perf_counter()
-        if not self.enabled or now - self.last < 0.5:
-            return
-        self.last = now
-        self.shown = True
-        band = "" if b is None else (f", TV in [{b.tv_lower:.2g}, {b.tv_upper:.2g}]" if math.isfinite(b.tv_upper)
-                                     else f", TV estimate {b.tv:.2g}, p-value {min(1.0, math.exp(b.log_p)):.2g}")
-        print(f"\rcertify {self.name}: {done:,} / {limit:,} samples{band}   ", end="", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.shown:
-            print(file=sys.stderr, flush=True)
+def _band_note(b: stats.Band | None) -> str:
+    """The progress line's note: the current TV band (or estimate and p-value) of the sampled law."""
+    if b is None:
+        return "samples"
+    if math.isfinite(b.tv_upper):
+        return f"samples, TV in [{b.tv_lower:.2g}, {b.tv_upper:.2g}]"
+    return f"samples, TV estimate {b.tv:.2g}, p-value {min(1.0, math.exp(b.log_p)):.2g}"
 
 
 def certify_callable(fn: object, p: object, draft: object = None, *, q: object = None, n: int | None = None,
@@ -527,7 +515,7 @@ def _black_box(fn: Callable[..., object], label: str, P: np.ndarray, drafts: lis
     has_index = True
     done = 0
     looks = stats.look_sizes(FIRST_LOOK, GROWTH, limit, J)
-    bar = _Progress(progress, label)
+    bar = Progress(f"certify {label}", total=limit, enabled=progress, force=progress)
     band: stats.Band | None = None
     log_p = 0.0
     stopped = "sample limit"
@@ -552,7 +540,7 @@ def _black_box(fn: Callable[..., object], label: str, P: np.ndarray, drafts: lis
                     safe = np.clip(index, 0, n - 1)
                     mismatched += int((acc & ((index >= n) | (omegas[np.arange(B), safe] != tokens))).sum())
                 done += B
-                bar.update(done, limit, band)
+                bar.update(B, _band_note(band))
             band = stats.band(counts, p0_all, k, alpha, tolerance)
             log_p = min(log_p, band.log_p)
             if band.rejects:

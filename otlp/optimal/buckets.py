@@ -8,7 +8,7 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
 1. *Buckets* (:class:`Scheme`). Each token goes to a bucket by the leading bits of its ratio's float64 pattern
    (monotone in the ratio): :func:`bits_for` bits per octave over [2^-OCTAVES, 2^OCTAVES), one bucket above it (+inf
    included) and one below it (0 and the p = q = 0 tokens included), numbered by decreasing ratio. The bucket sums
-   (Pb, Qb) give psi exactly at every bucket boundary (``otlp.psi.prefix_psi`` on their running sums).
+   (Pb, Qb) give psi exactly at every bucket boundary (:func:`.chains.sorted_psi` on them, in bucket order).
 2. *Bounds.* Every prefix ending inside bucket j has psi >= min(psi at the bucket's two ends, f_j)
    (:func:`psi_interior_bound`: psi over the masses a bucket of ratios in [lo, hi) allows, GR Lemma 6.3), and psi
    > t there when both ends are >= t and f_j > t (the bound is concave between each end and f_j's point). f_j is
@@ -41,7 +41,6 @@ import numpy as np
 
 from otlp.optimal import chains as C
 from otlp.optimal import xp as X
-from otlp.psi import prefix_psi
 
 #: ratios in [2^-OCTAVES, 2^OCTAVES) get 2^bits buckets per octave, the rest one bucket above and one below.
 OCTAVES = 32
@@ -129,9 +128,7 @@ def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: i
     B, V = P.shape
     sc = scheme(bits_for(V) if bits is None else bits)
     NB = sc.NB
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = Q / P  # [B, V] keyed as chains.prefix keys it (in place: one [B, V] array fewer to allocate)
-        np.copyto(ratio, -1.0, where=ratio != ratio)
+    ratio = C.ratio_keys(P, Q)  # [B, V] as chains.prefix keys them
     flat = sc.bucket_of(ratio)  # [B, V]
     flat += (np.arange(B, dtype=np.int64) * NB)[:, None]  # [B, V] row b's buckets at b NB ..
     Pb = np.bincount(flat.ravel(), weights=P.ravel(), minlength=B * NB).reshape(B, NB)
@@ -160,8 +157,7 @@ class _Level:
     def __init__(self, Pb: np.ndarray, Qb: np.ndarray, n: int, sc: Scheme):
         NB = Pb.shape[1]
         self.Pb, self.Qb = Pb, Qb
-        Pa, Qa = X.padded_cumsum(Pb), X.padded_cumsum(Qb)  # [B, NB + 1]: the buckets are in decreasing-ratio order
-        self.psi = prefix_psi(np, Pa, Qa, X.padded_suffix_sum(Pb), X.padded_suffix_sum(Qb), n)  # [B, NB + 1]
+        Pa, Qa, _, self.psi = C.sorted_psi(Pb, Qb, n)  # [B, NB + 1]: the buckets are in decreasing-ratio order
         self.f = psi_interior_bound(Pa[:, :NB], Qa[:, :NB], Pb, Qb, sc.LO, sc.HI, n) - BOUND_MARGIN  # [B, NB]
         # the lower bound of psi inside each bucket and at its ends
         self.low = np.minimum(np.minimum(self.psi[:, :-1], self.psi[:, 1:]), self.f)

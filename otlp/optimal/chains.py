@@ -69,20 +69,34 @@ def prefix(P, Q, n: int, order=None) -> Prefix:  # noqa: ANN001 - [B, V] arrays
     """Sort every row of ``P, Q: float64 [B, V]`` by decreasing q/p (p = 0 < q first, p = q = 0 last, stable) and
     compute psi on the prefixes (GR Lemma 6.3, the suffix form where Q_m > 1/2), m* and alpha*. ``order``: the
     sort of an earlier ``prefix`` of the same rows (it does not depend on n), so that it is not redone."""
-    xp = X.namespace(P)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         if order is None:
-            ratio = Q / P  # p = 0 < q: +inf; p = q = 0: NaN, below every ratio
-            ratio = xp.where(ratio == ratio, ratio, -1.0)
-            order = X.sort_descending(ratio)  # [B, V]
+            order = X.sort_descending(ratio_keys(P, Q))  # [B, V]
         ps, qs = X.take(P, order), X.take(Q, order)  # [B, V]
-        prefix_p, prefix_q = X.padded_cumsum(ps), X.padded_cumsum(qs)  # [B, V + 1]
-        suffix_p, suffix_q = X.padded_suffix_sum(ps), X.padded_suffix_sum(qs)  # [B, V + 1]: positions >= m
-        psi = prefix_psi(xp, prefix_p, prefix_q, suffix_p, suffix_q, n)  # [B, V + 1]
+        _, prefix_q, suffix_q, psi = sorted_psi(ps, qs, n)  # [B, V + 1]
         m_star = X.argmin_rows(psi)  # [B], first exact argmin
         alpha = 1.0 + X.take(psi, m_star[:, None])[:, 0]
     return Prefix(n=n, order=order, ps=ps, qs=qs, prefix_q=prefix_q, suffix_q=suffix_q, psi=psi, m_star=m_star,
                   alpha=alpha)
+
+
+def ratio_keys(P, Q):  # noqa: ANN001, ANN201 - [B, V] arrays
+    """The sort keys of the tokens: q/p, +inf for p = 0 < q, and -1 (below every ratio) for p = q = 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = Q / P  # p = q = 0: NaN
+    if X.is_numpy(ratio):
+        np.copyto(ratio, -1.0, where=ratio != ratio)  # in place: one [B, V] array fewer to allocate
+        return ratio
+    return ratio.where(ratio == ratio, -1.0)
+
+
+def sorted_psi(ps, qs, n: int):  # noqa: ANN001, ANN201 - [B, V] arrays
+    """psi on the prefixes of rows already in decreasing-ratio order (:func:`otlp.psi.prefix_psi`, the suffix form
+    where Q_m > 1/2): ``(prefix_p, prefix_q, suffix_q, psi)``, each ``[B, V + 1]``."""
+    xp = X.namespace(ps)
+    prefix_p, prefix_q = X.padded_cumsum(ps), X.padded_cumsum(qs)
+    suffix_p, suffix_q = X.padded_suffix_sum(ps), X.padded_suffix_sum(qs)  # positions >= m, summed from the top
+    return prefix_p, prefix_q, suffix_q, prefix_psi(xp, prefix_p, prefix_q, suffix_p, suffix_q, n)
 
 
 def records(pre: Prefix):  # noqa: ANN201

@@ -34,6 +34,7 @@ row in decreasing q/p order (stable), prefix index m = 0..V:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from math import comb, inf
@@ -324,7 +325,8 @@ def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: AN
     y_A, the root of the quadratic lower bound y (n H^(n-1) - r + C(n, 2) H^(n-2) y) <= g(y) + gap (every further
     term of the expansion is positive; accurate when y << H), and y_B = u_B - H with u_B = max((2 c+)^(1/n),
     (2 r)^(1/(n-1))), c = gap + H^n - r H (u = H + y solves u^n = r u + c <= 2 max(r u, c+); within 2^(1/(n-1)) of
-    the root when y >~ H). ``steps`` Newton steps (None: until no entry moves, numpy only).
+    the root when y >~ H). ``steps``: at most this many Newton steps (None: ``NEWTON_STEPS`` on torch tensors, at
+    most 200 on numpy arrays); on numpy arrays each entry also stops once it no longer moves (:func:`_newton_numpy`).
     """
     xp = X.namespace(H)
     gap = X.maximum(gap, 0.0)
@@ -350,30 +352,68 @@ def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: AN
     c = X.maximum(gap + Hn2 * H * H - r_below * H, 0.0)
     u_b = X.maximum((2.0 * c) ** (1.0 / n), (2.0 * X.maximum(r_below, 0.0)) ** (1.0 / (n - 1)))
     y = X.maximum(X.minimum(X.minimum(y_a, u_b - H), L), 0.0)
-    if n > POWER_GAP_EXPANSION_MAX:  # the expansion's coefficients overflow: g and g' in closed form
-        def g_and_slope(y):  # noqa: ANN001, ANN202
-            return power_gap(H, y, n) - r_below * y - gap, n * (H + y) ** (n - 1) - r_below
-    else:
-        coef = [comb(n, j + 1) for j in range(n)]  # D(y) = sum_j coef_j H^(n-1-j) y^j = ((H + y)^n - H^n) / y
-        powers = [H ** (n - 1 - j) for j in range(n)]
-
-        def g_and_slope(y):  # noqa: ANN001, ANN202
-            D = 0.0 * y + coef[n - 1] * powers[n - 1]
-            for j in range(n - 2, -1, -1):
-                D = D * y + coef[j] * powers[j]
-            return y * (D - r_below) - gap, D - r_below + _shift_horner(y, coef, powers, n)
-
-    k = 0
-    while steps is None or k < steps:
-        g, dg = g_and_slope(y)
-        ok = dg > 0
-        new = xp.where(ok, X.minimum(X.maximum(y - g / xp.where(ok, dg, 1.0), 0.0), L), y)
-        k += 1
-        moved = steps is None and bool(np.any(np.abs(new - y) > 4.5e-16 * y))  # numpy only: stop at rounding
-        y = new
-        if steps is None and (not moved or k >= 200):
-            break
+    if X.is_numpy(y) and y.size:
+        return _newton_numpy(y, H, L, r_below, gap, n, steps)
+    powers = _powers(H, n)
+    for _ in range(NEWTON_STEPS if steps is None else steps):  # device code: no data-dependent stop
+        y = _newton_step(y, H, L, r_below, gap, n, powers)
     return y
+
+
+def _powers(H, n: int) -> list:  # noqa: ANN001
+    """H^(n-1-j) for j = 0..n-1, the coefficients' powers in :func:`_newton_step` (unused above the expansion)."""
+    return [] if n > POWER_GAP_EXPANSION_MAX else [H ** (n - 1 - j) for j in range(n)]
+
+
+def _newton_step(y, H, L, r_below, gap, n: int, powers: list):  # noqa: ANN001, ANN202
+    """One Newton step of g(y) = (H + y)^n - H^n - r_below y - gap from an upper bound of its largest root, kept in
+    [0, L]: g = y (D(y) - r_below) with D(y) = ((H + y)^n - H^n) / y = sum_j C(n, j + 1) H^(n-1-j) y^j by Horner (no
+    cancellation), g' = D - r_below + y D'(y); above ``POWER_GAP_EXPANSION_MAX`` g and g' in closed form."""
+    xp = X.namespace(y)
+    if n > POWER_GAP_EXPANSION_MAX:  # the expansion's coefficients overflow
+        g, dg = power_gap(H, y, n) - r_below * y - gap, n * (H + y) ** (n - 1) - r_below
+    else:
+        coef = _coefficients(n)
+        D = 0.0 * y + coef[n - 1] * powers[n - 1]
+        for j in range(n - 2, -1, -1):
+            D = D * y + coef[j] * powers[j]
+        g, dg = y * (D - r_below) - gap, D - r_below + _shift_horner(y, coef, powers, n)
+    ok = dg > 0
+    return xp.where(ok, X.minimum(X.maximum(y - g / xp.where(ok, dg, 1.0), 0.0), L), y)
+
+
+@functools.cache
+def _coefficients(n: int) -> list:
+    return [comb(n, j + 1) for j in range(n)]
+
+
+def _newton_numpy(y, H, L, r_below, gap, n: int, steps: int | None):  # noqa: ANN001, ANN202 - numpy arrays
+    """:func:`slot_mass`'s Newton iteration on numpy arrays, each entry until it no longer moves (a change of at
+    most 2 ulp) or ``steps`` steps (None: at most 200): the entries still moving are gathered into smaller arrays
+    once they are fewer than half, so the many that converge in two or three steps stop costing."""
+    shape = y.shape
+    y = y.reshape(-1).copy()
+    H, L, r_below, gap = (np.broadcast_to(x, shape).reshape(-1) for x in (H, L, r_below, gap))
+    live = None  # the entries of y still iterating (None: all)
+    cur, sub = y, (H, L, r_below, gap)
+    powers = _powers(H, n)
+    limit = 200 if steps is None else steps
+    for _ in range(limit):
+        new = _newton_step(cur, *sub, n, powers)
+        moved = np.abs(new - cur) > 4.5e-16 * cur
+        if live is None:
+            y = new
+        else:
+            y[live] = new
+        if not moved.any():
+            break
+        if 2 * np.count_nonzero(moved) < moved.size:  # gather the moving entries
+            live = np.flatnonzero(moved) if live is None else live[moved]
+            cur, sub = new[moved], tuple(x[moved] for x in sub)
+            powers = [x[moved] for x in powers]
+        else:
+            cur = new
+    return y.reshape(shape)
 
 
 def _shift_horner(y, coef: list, powers: list, n: int):  # noqa: ANN001, ANN202
@@ -534,6 +574,24 @@ def sample(pre: Prefix, accept, reject, w, u):  # noqa: ANN001, ANN201
     chosen = X.take(w, X.minimum(slot, n - 1)[:, None])[:, 0]
     tokens = xp.where(accepted, chosen, residual_token)
     return tokens, xp.where(accepted, slot, -1)
+
+
+def single_draft(P, Q, w, u):  # noqa: ANN001, ANN201 - [B, V] arrays
+    """The rule for one draft (n = 1) without the ratio order: ``P, Q [B, V]`` (normalised), ``w [B, 1]``, ``u [B, 2]``
+    -> ``(tokens [B], accepted_index [B])`` as :func:`sample`.
+
+    At n = 1 psi_m = P_m - Q_m is least on the tokens with q > p, alpha* = sum_x min(p_x, q_x) (SpecTr eq. 1, the
+    maximal coupling), and the class chains are one-token groups: the draft x is accepted with probability
+    min(1, p_x / q_x) (``u[:, 0] q_x < p_x``) and a rejection draws the residual (p - q)_+ / (1 - alpha*) (the outer
+    groups' psi_e - psi_s), here by inverse CDF in token order with ``u[:, 1]``: the law of :func:`sample` at n = 1,
+    with no sort."""
+    xp = X.namespace(P)
+    V = P.shape[-1]
+    px, qx = X.take(P, w)[:, 0], X.take(Q, w)[:, 0]  # [B]
+    accepted = u[:, 0] * qx < px  # [B]
+    cdf = X.cumsum(X.maximum(P - Q, 0.0))  # [B, V] the residual's running mass
+    drawn = X.minimum(X.searchsorted_rows(cdf, u[:, 1:] * cdf[:, -1:]), V - 1)  # [B]
+    return xp.where(accepted, w[:, 0], drawn), xp.where(accepted, 0, -1)
 
 
 def residual_index(pre: Prefix, u):  # noqa: ANN001, ANN201

@@ -54,7 +54,7 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
         raise InputError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     if widths is not None and rule is not None:
         raise InputError("widths (a draft mask) is supported with the default tuple rule only")
-    partial = rule is None  # the default rule may take the bucketed partial order on the CPU
+    default = rule is None  # the default rule: its n = 1 form, and the bucketed partial order on the CPU
     if rule is None:
         def rule(pre, w, window=None):  # noqa: ANN001, ANN202
             return C.tuple_rule(pre, w, window=window, steps=C.NEWTON_STEPS)
@@ -64,10 +64,10 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     U = u.to(torch.float64)
     if backend == "torch" or p.device.type != "cpu":
         if widths is None:
-            return _device(P, Q, drafts, U, rule, n)[:2]
+            return _device(P, Q, drafts, U, rule, n, single=default)[:2]
         tokens = index = order = None
         for m in range(1, n + 1):  # every width on every row, selected per row: static shapes
-            t, i, order = _device(P, Q, drafts[:, :m], U, rule, m, order)
+            t, i, order = _device(P, Q, drafts[:, :m], U, rule, m, order, single=default)
             here = widths == m
             tokens = t if tokens is None else torch.where(here, t, tokens)
             index = i if index is None else torch.where(here, i, index)
@@ -75,7 +75,7 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     B, V = P.shape
     Pn, Qn, Wn, Un = P.numpy(), Q.numpy(), drafts.long().numpy(), U.numpy()
     tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
-    partial = partial and BK.takes(B, V)
+    partial = default and BK.takes(B, V)
     step = max(1, (BK.CHUNK if partial else CPU_CHUNK) // max(V, 1))
     if widths is None:
         groups = [(n, np.arange(B))]
@@ -85,27 +85,34 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     for m, rows in groups:
         for lo in range(0, rows.size, step):  # chunks of rows, each vectorised
             sl = rows[lo:lo + step] if widths is not None else slice(lo, min(B, lo + step))
-            tokens[sl], index[sl] = _cpu_rows(Pn[sl], Qn[sl], Wn[sl, :m], Un[sl], m, rule, partial)
+            tokens[sl], index[sl] = _cpu_rows(Pn[sl], Qn[sl], Wn[sl, :m], Un[sl], m, rule, partial, default)
     return torch.from_numpy(tokens), torch.from_numpy(index)
 
 
-def _cpu_rows(P, Q, w, U, n: int, rule, partial: bool):  # noqa: ANN001, ANN202 - numpy arrays
-    """The CPU route on a chunk of rows: the bucketed partial order (:mod:`.buckets`) where asked, the full sort for
-    the rows it cannot certify (and for all rows otherwise)."""
+def _cpu_rows(P, Q, w, U, n: int, rule, partial: bool, default: bool):  # noqa: ANN001, ANN202 - numpy arrays
+    """The CPU route on a chunk of rows: the default rule's n = 1 form (:func:`.chains.single_draft`), the bucketed
+    partial order (:mod:`.buckets`) where asked, the full sort for the rows it cannot certify (and for all rows
+    otherwise)."""
+    if n == 1 and default:
+        return C.single_draft(P, Q, w, U)
     if partial:
         tokens, index, done = BK.verify_rows(P, Q, w, U, n)
         if done.all():
             return tokens, index
         rest = np.flatnonzero(~done)
-        tokens[rest], index[rest] = _cpu_rows(P[rest], Q[rest], w[rest], U[rest], n, rule, False)
+        tokens[rest], index[rest] = _cpu_rows(P[rest], Q[rest], w[rest], U[rest], n, rule, False, default)
         return tokens, index
     pre = C.prefix(P, Q, n)
     accept, reject = rule(pre, w, window="auto")
     return C.sample(pre, accept, reject, w, U)
 
 
-def _device(P, Q, drafts, U, rule, n: int, order=None):  # noqa: ANN001, ANN202 - torch tensors
-    """The device route for one width: ``(tokens, index, order)`` (``order``: the shared ratio sort)."""
+def _device(P, Q, drafts, U, rule, n: int, order=None, single: bool = False):  # noqa: ANN001, ANN202 - torch tensors
+    """The device route for one width: ``(tokens, index, order)`` (``order``: the shared ratio sort; ``single``: the
+    default rule, whose n = 1 form needs no sort, :func:`.chains.single_draft`)."""
+    if n == 1 and single:
+        tokens, index = C.single_draft(P, Q, drafts, U)
+        return tokens.long(), index.long(), order
     pre = C.prefix(P, Q, n, order)
     accept, reject = rule(pre, drafts)
     tokens, index = C.sample(pre, accept, reject, drafts, U)

@@ -71,8 +71,8 @@ class OptimalPaths(Optimal):
 
     def sample(self, p, q, drafts, generator=None, *, uniforms=None, validate=None):  # noqa: ANN001, ANN201
         """``p [B, V]``, ``q [B, V]``, ``drafts [B, n]`` (i.i.d. from q) -> ``(tokens [B], accepted_index [B])``;
-        ``uniforms [B, 2]`` as for ``get("optimal").sample`` (else drawn from ``generator``). n = 2: vectorised;
-        n >= 3: one plan per row, on the host (module docstring)."""
+        ``uniforms [B, 2]`` as for ``get("optimal").sample`` (else drawn from ``generator``). n = 1: the optimal
+        rule's (the same draws); n = 2: vectorised; n >= 3: one plan per row, on the host (module docstring)."""
         import torch
 
         from otlp.optimal.paths import two_draft_tuple_rule
@@ -81,6 +81,8 @@ class OptimalPaths(Optimal):
 
         uniforms = iid_batch_uniforms(self.name, p, q, drafts, generator, uniforms, validate)
         B, n = drafts.shape
+        if n == 1:  # one draft: the acceptance min(1, p/q) is forced, every alpha*-rule keeps the same one path
+            return verify(p, q, drafts.long(), uniforms)
         if n == 2:
             return verify(p, q, drafts.long(), uniforms, rule=two_draft_tuple_rule)
         P = p.detach().to("cpu", torch.float64).numpy()

@@ -174,8 +174,8 @@ def test_the_per_token_bound_is_not_attained_beyond_two_drafts():
 
 def test_the_registered_verifier_and_its_torch_sampler():
     """``get("optimal_paths")``: exact quantities from its plan (n = 2: TwoDraftPaths; n = 3: the LP), and the torch
-    sampler draws what the plan's sampler draws with the same uniforms (its stream law in the decode loop:
-    tests/decode/test_loop_law.py)."""
+    sampler draws what the plan's sampler draws with the same uniforms, at n = 1 what the optimal rule draws (its
+    stream law in the decode loop: tests/decode/test_loop_law.py)."""
     import torch
 
     from otlp.optimal import chains as C
@@ -202,6 +202,13 @@ def test_the_registered_verifier_and_its_torch_sampler():
         assert tokens.tolist() == list(ref_tokens) and index.tolist() == list(ref_index)
         accepted = index.numpy() >= 0
         assert np.all(drafts[np.arange(B), np.maximum(index.numpy(), 0)][accepted] == tokens.numpy()[accepted])
+    # n = 1: every alpha*-rule accepts with min(1, p/q) and keeps the one path, so the optimal rule's draws are used
+    drafts = torch.tensor(rng.choice(3, size=(B, 1), p=q))
+    u = torch.tensor(rng.random((B, 2)))
+    P, Q = torch.tensor(np.tile(p, (B, 1))), torch.tensor(np.tile(q, (B, 1)))
+    tokens, index = v.sample(P, Q, drafts, uniforms=u)
+    ref_tokens, ref_index = get("optimal").sample(P, Q, drafts, uniforms=u)
+    assert torch.equal(tokens, ref_tokens) and torch.equal(index, ref_index)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])

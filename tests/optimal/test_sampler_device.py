@@ -52,7 +52,8 @@ def test_device_route_never_synchronises(n: int) -> None:
         check_tensors(p, q, drafts, validate=False)
         tokens, index = verify(p, q, drafts, u, backend="torch")
     assert not rec.ops & set(SYNC_OPS), sorted(rec.ops & set(SYNC_OPS))
-    assert "sort" in rec.ops and "gather" in rec.ops  # the recorder sees the rule's work
+    # the recorder sees the rule's work (n = 1: the closed form, which needs no sort)
+    assert "gather" in rec.ops and ("sort" in rec.ops) == (n > 1)
     assert tokens.shape == (4,) and index.shape == (4,)
 
 
@@ -121,6 +122,38 @@ def test_the_width_mask_never_synchronises_and_bad_widths_are_refused() -> None:
                        (torch.tensor([0, 2, 3, 3, 2, 1]), "between 1 and n = 3")):
         with pytest.raises(otlp.InputError, match=match):
             optimal.sample(p, q, drafts, uniforms=u, widths=bad)
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_one_draft_law_is_exact_over_the_uniforms(backend: str) -> None:
+    """n = 1 takes its closed form (chains.single_draft, no sort). Its output is constant on the cells that the
+    acceptance threshold min(1, p_x / q_x) (in u[:, 0]) and the residual's CDF (in u[:, 1]) cut the unit square
+    into, so evaluating the sampler at each cell's centre, weighted by its area and by q_x, integrates the law
+    exactly: it must be p, and the accepted mass alpha* = sum min(p, q), within 1e-12, on every instance family."""
+    from tests.optimal.instances import FAMILIES, draw
+
+    rng = np.random.default_rng(5)
+    for family in FAMILIES:
+        for _ in range(6):
+            V = int(rng.integers(2, 9))
+            P, Q = draw(family, rng, V, 1)
+            resid = np.maximum(P - Q, 0.0)
+            cuts1 = np.unique(np.r_[0.0, np.cumsum(resid) / resid.sum() if resid.sum() > 0 else [], 1.0])
+            cuts1 = cuts1[(cuts1 >= 0) & (cuts1 <= 1)]
+            u1, w1 = (cuts1[1:] + cuts1[:-1]) / 2, np.diff(cuts1)
+            law, accepted = np.zeros(V), 0.0
+            for x in np.flatnonzero(Q > 0):
+                cuts0 = np.unique([0.0, min(1.0, P[x] / Q[x]), 1.0])
+                u0, w0 = (cuts0[1:] + cuts0[:-1]) / 2, np.diff(cuts0)
+                U = torch.from_numpy(np.stack(np.broadcast_arrays(u0[:, None], u1[None, :]), -1).reshape(-1, 2))
+                area = (w0[:, None] * w1[None, :]).reshape(-1)
+                k = U.shape[0]
+                tokens, index = verify(torch.from_numpy(P).expand(k, V), torch.from_numpy(Q).expand(k, V),
+                                       torch.full((k, 1), int(x)), U, backend=backend)
+                np.add.at(law, tokens.numpy(), Q[x] * area)
+                accepted += Q[x] * area[index.numpy() >= 0].sum()
+            assert np.abs(law - P).max() < 1e-12, (family, P, Q, law)
+            assert abs(accepted - otlp.optimal_acceptance(P, otlp.IID(Q, 1))) < 1e-12, family
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])

@@ -66,7 +66,7 @@ def bits_for(V: int) -> int:
     """Bucket bits per octave for V tokens: 2^(bits + 6) buckets per row, one per 16 to 32 tokens up to V = 64k (4
     bits at V = 32k), then 5 bits (one bucket per 64 tokens at V = 128k): the per-bucket work stays below the
     per-token passes while the selected buckets stay small (measured at V = 2k, 32k and 128k for issue 19)."""
-    return int(np.clip(int(V).bit_length() - 11, 1, 5))
+    return min(max(int(V).bit_length() - 11, 1), 5)
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ class _Level:
         # is inner when d < m_lo and its s, the first argmin of psi over [0, top], is <= psi at d's start; it is
         # outer when m_hi <= d and its e, the first argmin over (top, V], is <= the least psi after d
         d = draft_buckets.max(-1, keepdims=True)  # [B, 1]
-        psi_d = np.take_along_axis(self.psi, d, axis=1)
+        psi_d = X.take(self.psi, d)
         after = np.where(idx > d, self.psi, np.inf).min(-1, keepdims=True)
         sel |= (d < m_lo) & (j < d) & (self.f <= psi_d)
         sel |= (m_hi <= d) & (j > d) & (self.f <= after)
@@ -229,12 +229,13 @@ def _attempt(P, Q, ratio, sorted_tok, w, U, n: int, selected, level: _Level, sc:
     K = int((counts + G).max())
     P2, Q2 = np.zeros((B, K)), np.zeros((B, K))
     K2 = np.full((B, K), -1.0)  # padding: p = q = 0 with their key, in columns after their row's entries
-    col = np.arange(F.size) - row_start[frow]  # [T]
-    P2[frow, col], Q2[frow, col], K2[frow, col] = P.ravel()[F], Q.ravel()[F], ratio.ravel()[F]
+    at = np.arange(F.size) + (frow * K - row_start[frow])  # [T] flat entries of P2: row frow, column the rank in it
+    P2.ravel()[at], Q2.ravel()[at], K2.ravel()[at] = P.ravel()[F], Q.ravel()[F], ratio.ravel()[F]
     runs = members > 0  # [B, G]
     gr, gc = np.nonzero(runs)
-    P2[gr, counts[gr] + gc], Q2[gr, counts[gr] + gc] = run_p[gr, gc], run_q[gr, gc]
-    K2[rb, counts[rb] + rid[rb, bb]] = sc.KEY[bb]  # any of a run's bucket keys lies between its neighbours
+    at = gr * K + counts[gr] + gc  # [R] flat entries of the runs
+    P2.ravel()[at], Q2.ravel()[at] = run_p[gr, gc], run_q[gr, gc]
+    K2.ravel()[rb * K + counts[rb] + rid[rb, bb]] = sc.KEY[bb]  # any of a run's bucket keys lies between its neighbours
     pre = C.prefix(P2, Q2, n, order=X.sort_descending(K2))
     w2 = np.searchsorted(F, w + (rows_b * V)[:, None]) - row_start[:, None]  # [B, n] columns of the drafts
     group = C.served_group(pre, w2)
@@ -245,8 +246,8 @@ def _attempt(P, Q, ratio, sorted_tok, w, U, n: int, selected, level: _Level, sc:
     r_of = cols - counts[:, None]
     merged = (r_of >= 0) & (r_of < G)
     r_at = np.minimum(np.maximum(r_of, 0), G - 1)
-    merged &= np.take_along_axis(runs, r_at, axis=1)
-    low = np.where(merged, np.take_along_axis(run_low, r_at, axis=1), np.inf)  # [B, K]
+    merged &= X.take(runs, r_at)
+    low = np.where(merged, X.take(run_low, r_at), np.inf)  # [B, K]
     ends = np.minimum(pre.psi[:, :-1], pre.psi[:, 1:])  # [B, K]
 
     def below(thr):  # noqa: ANN001, ANN202 - some prefix inside a run may be < thr
@@ -258,10 +259,10 @@ def _attempt(P, Q, ratio, sorted_tok, w, U, n: int, selected, level: _Level, sc:
     j = np.arange(K)[None, :]
     m = pre.m_star[:, None]
     psi = pre.psi
-    psi_star = np.take_along_axis(psi, m, axis=1)
+    psi_star = X.take(psi, m)
     bad = (at_or_below(psi_star) & (j < m)) | (below(psi_star) & (j >= m))
     _, top, s, e = group
-    psi_s, psi_e = np.take_along_axis(psi, s, axis=1), np.take_along_axis(psi, e, axis=1)
+    psi_s, psi_e = X.take(psi, s), X.take(psi, e)
     chain = merged & (j >= s) & (j < top)  # the served chain's positions must be tokens
     inner = top < m
     bad |= chain | np.where(inner, (at_or_below(psi_s) & (j < s)) | (below(psi_s) & (j > top) & (j < e)),
@@ -271,8 +272,8 @@ def _attempt(P, Q, ratio, sorted_tok, w, U, n: int, selected, level: _Level, sc:
     M = C.residual_index(pre, U[:, 1:])[:, None]  # [B, 1]
     v = U[:, 1:] * np.maximum(-psi_star, 0.0)
     bad |= rejected[:, None] & merged & (j >= M) & ((ends - psi_star < v) | (low - psi_star <= v))
-    drawn = np.take_along_axis(cols, np.minimum(M, K - 1), axis=1)[:, 0]  # [B] its column
-    tokens = np.where(rejected, 0, np.take_along_axis(w, np.maximum(index, 0)[:, None], axis=1)[:, 0])
+    drawn = X.take(cols, np.minimum(M, K - 1))[:, 0]  # [B] its column
+    tokens = np.where(rejected, 0, X.take(w, np.maximum(index, 0)[:, None])[:, 0])
     ok = ~bad.any(axis=1)
     real = drawn < counts
     ok &= ~rejected | real  # (a run at M fails above unless psi_M is exactly the threshold)

@@ -40,7 +40,7 @@ class Block:
     targets : row sums the block must reach (p on inner blocks; GR Thm 6.2 vertex on outer blocks).
     row_sums : the rule's row sums R_i.
     null_mass : Q_s, the q-mass of the positions below the block.
-    gradient_norm : ||R - t||_1 over the block.
+    row_error : ||R - t||_1 over the block.
     """
 
     kind: str
@@ -50,7 +50,7 @@ class Block:
     targets: np.ndarray
     row_sums: np.ndarray
     null_mass: float
-    gradient_norm: float
+    row_error: float
 
     @property
     def size(self) -> int:
@@ -174,7 +174,7 @@ class OptimalTransport:
             out.append(Block(kind="outer" if e > int(ch.pre.m_star[0]) else "inner", start=int(s), stop=e,
                              tokens=tokens.copy(), targets=t[tokens].copy(), row_sums=rows[tokens].copy(),
                              null_mass=float(ch.pre.prefix_q[0, s]),
-                             gradient_norm=float(np.abs(rows[tokens] - t[tokens]).sum())))
+                             row_error=float(np.abs(rows[tokens] - t[tokens]).sum())))
         return out
 
     @cached_property
@@ -219,12 +219,6 @@ class OptimalTransport:
             return 0.0
         rows, t = self._chain_rows
         return float(np.abs(rows - t).sum())
-
-    @property
-    def max_gradient_norm(self) -> float:
-        if self.route != "class_chains":
-            return 0.0
-        return max((b.gradient_norm for b in self.blocks), default=0.0)
 
     def acceptance(self) -> float:
         """The rule's own acceptance sum_i R_i, capped at alpha* (it equals alpha* up to rounding; never reported

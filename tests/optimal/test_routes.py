@@ -91,7 +91,7 @@ def test_blocks_are_consistent() -> None:
                 np.testing.assert_allclose(b.row_sums, p[b.tokens], atol=1e-13)
             else:
                 assert np.all(b.row_sums <= p[b.tokens] + 1e-14)
-            assert b.gradient_norm <= 1e-12
+            assert b.row_error <= 1e-12
 
 
 def test_bad_input() -> None:

@@ -16,14 +16,10 @@ the slots or the residual with the caller's uniforms (``u[:, 0]`` picks the slot
   mmap threshold), with the data-dependent window the tuple needs (``backend="auto"``; measured in
   benchmarks/verifiers.py). On larger calls (``buckets.takes``) the default rule sorts only the ratio buckets it needs
   (:mod:`.buckets`, certified per row, in chunks of ``buckets.CHUNK`` floats; a row it cannot certify takes the
-  full sort). With torch set to several threads (``torch.get_num_threads()``), the chunks run on that many
-  threads; every row's result depends on its own row only, so the tokens do not depend on the thread count.
+  full sort).
 """
 
 from __future__ import annotations
-
-import functools
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -34,9 +30,6 @@ from otlp.optimal import chains as C
 #: rows per CPU chunk: at most this many float64 values per [rows, V] temporary (1 MiB, so a chunk's dozen live
 #: temporaries stay near the cache; one row at V >= 128k).
 CPU_CHUNK = 1 << 17
-#: with torch set to several threads, calls of at least this many entries are cut into at least one chunk of rows per
-#: thread, run on a pool of that many threads (rows are independent: the same tokens as one thread).
-THREAD_MIN_ENTRIES = 1 << 15
 
 BACKENDS = ("auto", "torch")
 
@@ -84,33 +77,16 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
     partial = default and BK.takes(B, V)
     step = max(1, (BK.CHUNK if partial else CPU_CHUNK) // max(V, 1))
-    threads = torch.get_num_threads()
-    if threads > 1 and B * V >= THREAD_MIN_ENTRIES:  # at least one chunk per thread
-        step = min(step, -(-B // threads))
     if widths is None:
         groups = [(n, np.arange(B))]
     else:
         wn = widths.cpu().numpy()
         groups = [(int(m), np.flatnonzero(wn == m)) for m in np.unique(wn)]
-    chunks = [(m, rows[lo:lo + step] if widths is not None else slice(lo, min(B, lo + step)))
-              for m, rows in groups for lo in range(0, rows.size, step)]  # chunks of rows, each vectorised
-
-    def run(chunk):  # noqa: ANN001, ANN202 - each row's result depends on its own row only
-        m, sl = chunk
-        tokens[sl], index[sl] = _cpu_rows(Pn[sl], Qn[sl], Wn[sl, :m], Un[sl], m, rule, partial, default)
-
-    if threads > 1 and len(chunks) > 1:
-        list(_pool(threads).map(run, chunks))
-    else:
-        for chunk in chunks:
-            run(chunk)
+    for m, rows in groups:
+        for lo in range(0, rows.size, step):  # chunks of rows, each vectorised
+            sl = rows[lo:lo + step] if widths is not None else slice(lo, min(B, lo + step))
+            tokens[sl], index[sl] = _cpu_rows(Pn[sl], Qn[sl], Wn[sl, :m], Un[sl], m, rule, partial, default)
     return torch.from_numpy(tokens), torch.from_numpy(index)
-
-
-@functools.cache
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """The worker threads of the CPU route (torch's thread count; numpy's sorts and array loops release the GIL)."""
-    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="otlp-verify")
 
 
 def _cpu_rows(P, Q, w, U, n: int, rule, partial: bool, default: bool):  # noqa: ANN001, ANN202 - numpy arrays

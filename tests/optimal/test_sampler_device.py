@@ -83,28 +83,6 @@ def test_uniforms_replay_bit_for_bit_and_both_routes_agree() -> None:
     assert np.abs(a - at.numpy()).max() < 1e-12 and np.abs(r - rt.numpy()).max() < 1e-12
 
 
-def test_the_cpu_route_draws_the_same_tokens_on_any_number_of_threads() -> None:
-    """With torch set to several threads the CPU route runs chunks of rows on a thread pool
-    (sampler.THREAD_MIN_ENTRIES); rows are independent, so the tokens equal the one-thread call's, on both routes
-    (full sort at V = 2000, buckets at V = 16,384) and with a width mask."""
-    threads = torch.get_num_threads()
-    try:
-        for V, B, n in ((2000, 40, 4), (16_384, 9, 3)):
-            p, q = _lm_pair(B, V, V)
-            g = torch.Generator().manual_seed(B)
-            drafts = torch.multinomial(q, n, replacement=True, generator=g)
-            u = torch.rand(B, 2, dtype=torch.float64, generator=g)
-            widths = torch.randint(1, n + 1, (B,), generator=g)
-            torch.set_num_threads(1)
-            one = verify(p, q, drafts, u), verify(p, q, drafts, u, widths=widths)
-            torch.set_num_threads(3)
-            several = verify(p, q, drafts, u), verify(p, q, drafts, u, widths=widths)
-            for a, b in zip(one, several, strict=True):
-                assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    finally:
-        torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("backend", ["auto", "torch"])
 def test_a_width_mask_gives_each_row_the_rule_for_its_own_width(backend: str) -> None:
     """widths [B]: row b is verified with its first widths[b] drafts by the n = widths[b] rule, exactly the unmasked

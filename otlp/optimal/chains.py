@@ -580,11 +580,10 @@ def single_draft(P, Q, w, u):  # noqa: ANN001, ANN201 - [B, V] arrays
     """The rule for one draft (n = 1) without the ratio order: ``P, Q [B, V]`` (normalised), ``w [B, 1]``, ``u [B, 2]``
     -> ``(tokens [B], accepted_index [B])`` as :func:`sample`.
 
-    At n = 1 psi_m = P_m - Q_m is least on the tokens with q > p, alpha* = sum_x min(p_x, q_x) (SpecTr eq. 1, the
-    maximal coupling), and the class chains are one-token groups: the draft x is accepted with probability
-    min(1, p_x / q_x) (``u[:, 0] q_x < p_x``) and a rejection draws the residual (p - q)_+ / (1 - alpha*) (the outer
-    groups' psi_e - psi_s), here by inverse CDF in token order with ``u[:, 1]``: the law of :func:`sample` at n = 1,
-    with no sort."""
+    At n = 1 psi_m = P_m - Q_m is least after the tokens with q > p and alpha* = sum_x min(p_x, q_x) (SpecTr eq. 1,
+    the maximal coupling), which forces P(accept | draft x) = min(1, p_x / q_x) (``u[:, 0] q_x < p_x``); a rejection
+    draws the class chains' residual, psi_e - psi_s = p - q on each token after m*: (p - q)_+ / (1 - alpha*), here
+    by inverse CDF in token order with ``u[:, 1]``. The law of :func:`sample` at n = 1, with no sort."""
     xp = X.namespace(P)
     V = P.shape[-1]
     px, qx = X.take(P, w)[:, 0], X.take(Q, w)[:, 0]  # [B]

@@ -4,6 +4,8 @@
 rule of :mod:`.chains` on one drafted tuple per row: the ratio sort and psi over the whole vocabulary, then the class
 chain of the served group only, on its positions up to the top draw (:func:`.chains.tuple_rule`), and one draw from
 the slots or the residual with the caller's uniforms (``u[:, 0]`` picks the slot, ``u[:, 1]`` the residual token).
+With one draft (n = 1, a tree node with one child) the default rule takes its closed form, which needs no sort
+(:func:`.chains.single_draft`: the same law, the residual drawn in token order).
 
 * Inputs are language-model probabilities as they come (float32, bfloat16, float16 or float64 rows that sum to 1
   within their dtype's rounding): each row is converted to float64 and divided by its sum, and the rule is exact

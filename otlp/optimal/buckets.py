@@ -259,7 +259,7 @@ def _attempt(P, Q, ratio, sorted_tok, w, U, n: int, selected, level: _Level, sc:
     j = np.arange(K)[None, :]
     m = pre.m_star[:, None]
     psi = pre.psi
-    psi_star = X.take(psi, m)
+    psi_star, v = C.residual_threshold(pre, U[:, 1:])  # [B, 1] psi at m* and the residual draw's threshold
     bad = (at_or_below(psi_star) & (j < m)) | (below(psi_star) & (j >= m))
     _, top, s, e = group
     psi_s, psi_e = X.take(psi, s), X.take(psi, e)
@@ -270,7 +270,6 @@ def _attempt(P, Q, ratio, sorted_tok, w, U, n: int, selected, level: _Level, sc:
     # the residual draw: nothing inside a run at or after M may be within the threshold; its position a token
     rejected = index < 0
     M = C.residual_index(pre, U[:, 1:])[:, None]  # [B, 1]
-    v = U[:, 1:] * np.maximum(-psi_star, 0.0)
     bad |= rejected[:, None] & merged & (j >= M) & ((ends - psi_star < v) | (low - psi_star <= v))
     drawn = X.take(cols, np.minimum(M, K - 1))[:, 0]  # [B] its column
     tokens = np.where(rejected, 0, X.take(w, np.maximum(index, 0)[:, None])[:, 0])

@@ -593,11 +593,18 @@ def single_draft(P, Q, w, u):  # noqa: ANN001, ANN201 - [B, V] arrays
     return xp.where(accepted, w[:, 0], drawn), xp.where(accepted, 0, -1)
 
 
+def residual_threshold(pre: Prefix, u):  # noqa: ANN001, ANN201
+    """``(psi_min, v)``, each ``[B, 1]``: psi at m* and the residual draw's threshold v = u (1 - alpha*) for uniforms
+    ``u [B, 1]`` (1 - alpha* = -psi_m*, kept >= 0)."""
+    psi_min = X.take(pre.psi, pre.m_star[:, None])  # [B, 1]
+    return psi_min, u * X.maximum(-psi_min, 0.0)
+
+
 def residual_index(pre: Prefix, u):  # noqa: ANN001, ANN201
-    """``[B]`` the last prefix index M with psi_M - psi_m* <= u (1 - alpha*) for uniforms ``u [B, 1]``: the residual
-    draw of :func:`sample` is position min(M, V - 1)."""
+    """``[B]`` the last prefix index M with psi_M - psi_m* <= v (:func:`residual_threshold`) for uniforms
+    ``u [B, 1]``: the residual draw of :func:`sample` is position min(M, V - 1)."""
     xp = X.namespace(pre.psi)
     V = pre.ps.shape[-1]
-    psi_min = X.take(pre.psi, pre.m_star[:, None])  # [B, 1]
-    below = (pre.psi - psi_min) <= u * X.maximum(-psi_min, 0.0)  # [B, V + 1]
+    psi_min, v = residual_threshold(pre, u)
+    below = (pre.psi - psi_min) <= v  # [B, V + 1]
     return X.max_rows(xp.where(below, X.arange_like(below, V + 1)[None, :], 0))

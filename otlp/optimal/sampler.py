@@ -66,10 +66,10 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     U = u.to(torch.float64)
     if backend == "torch" or p.device.type != "cpu":
         if widths is None:
-            return _device(P, Q, drafts, U, rule, n, single=default)[:2]
+            return _device(P, Q, drafts, U, rule, n, default=default)[:2]
         tokens = index = order = None
         for m in range(1, n + 1):  # every width on every row, selected per row: static shapes
-            t, i, order = _device(P, Q, drafts[:, :m], U, rule, m, order, single=default)
+            t, i, order = _device(P, Q, drafts[:, :m], U, rule, m, order, default=default)
             here = widths == m
             tokens = t if tokens is None else torch.where(here, t, tokens)
             index = i if index is None else torch.where(here, i, index)
@@ -109,10 +109,10 @@ def _cpu_rows(P, Q, w, U, n: int, rule, partial: bool, default: bool):  # noqa: 
     return C.sample(pre, accept, reject, w, U)
 
 
-def _device(P, Q, drafts, U, rule, n: int, order=None, single: bool = False):  # noqa: ANN001, ANN202 - torch tensors
-    """The device route for one width: ``(tokens, index, order)`` (``order``: the shared ratio sort; ``single``: the
+def _device(P, Q, drafts, U, rule, n: int, order=None, default: bool = False):  # noqa: ANN001, ANN202 - torch tensors
+    """The device route for one width: ``(tokens, index, order)`` (``order``: the shared ratio sort; ``default``: the
     default rule, whose n = 1 form needs no sort, :func:`.chains.single_draft`)."""
-    if n == 1 and single:
+    if n == 1 and default:
         tokens, index = C.single_draft(P, Q, drafts, U)
         return tokens.long(), index.long(), order
     pre = C.prefix(P, Q, n, order)

@@ -13,12 +13,12 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
 * On an accelerator every step is a torch operation on the tensors' device with static shapes: no host
   synchronisation (``window = V``; tests/optimal/test_sampler_device.py records the aten ops on CPU with
   ``backend="torch"``).
-* On the CPU, where there is no device to synchronise with, the same equations run through numpy on zero-copy views,
-  in chunks of rows of at most ``CPU_CHUNK`` floats (so that temporaries stay in cache and below the allocator's
-  mmap threshold), with the data-dependent window the tuple needs (``backend="auto"``; measured in
-  benchmarks/verifiers.py). On larger calls (``buckets.takes``) the default rule sorts only the ratio buckets it needs
-  (:mod:`.buckets`, certified per row, in chunks of ``buckets.CHUNK`` floats; a row it cannot certify takes the
-  full sort).
+* On the CPU, where there is no device to synchronise with, the same equations run through numpy, in chunks of rows
+  of at most ``CPU_CHUNK`` floats, each chunk converted and normalised on its own (so that temporaries stay in cache
+  and below the allocator's mmap threshold), with the data-dependent window the tuple needs (``backend="auto"``;
+  measured in benchmarks/verifiers.py). On larger calls (``buckets.takes``) the default rule sorts only the ratio
+  buckets it needs (:mod:`.buckets`, certified per row, in chunks of ``buckets.CHUNK`` floats; a row it cannot
+  certify takes the full sort).
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
             return C.tuple_rule(pre, w, window=window, steps=C.NEWTON_STEPS)
 
     n = drafts.shape[1]
-    P, Q = _normalised(p), _normalised(q)
     U = u.to(torch.float64)
     if backend == "torch" or p.device.type != "cpu":
+        P, Q = _normalised(p), _normalised(q)
         if widths is None:
             return _device(P, Q, drafts, U, rule, n, default=default)[:2]
         tokens = index = order = None
@@ -74,8 +74,8 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
             tokens = t if tokens is None else torch.where(here, t, tokens)
             index = i if index is None else torch.where(here, i, index)
         return tokens, index
-    B, V = P.shape
-    Pn, Qn, Wn, Un = P.numpy(), Q.numpy(), drafts.long().numpy(), U.numpy()
+    B, V = p.shape
+    Wn, Un = drafts.long().numpy(), U.numpy()
     tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
     partial = default and BK.takes(B, V)
     step = max(1, (BK.CHUNK if partial else CPU_CHUNK) // max(V, 1))
@@ -87,7 +87,10 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     for m, rows in groups:
         for lo in range(0, rows.size, step):  # chunks of rows, each vectorised
             sl = rows[lo:lo + step] if widths is not None else slice(lo, min(B, lo + step))
-            tokens[sl], index[sl] = _cpu_rows(Pn[sl], Qn[sl], Wn[sl, :m], Un[sl], m, rule, partial, default)
+            # float64 and normalised chunk by chunk: a float64 copy of the whole batch would be a fresh array above
+            # the allocator's mmap threshold (two of them cost more than the rule at B = 64, V = 128k)
+            P, Q = _normalised(p[sl]).numpy(), _normalised(q[sl]).numpy()
+            tokens[sl], index[sl] = _cpu_rows(P, Q, Wn[sl, :m], Un[sl], m, rule, partial, default)
     return torch.from_numpy(tokens), torch.from_numpy(index)
 
 

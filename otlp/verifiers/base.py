@@ -215,8 +215,11 @@ def _check_values(p, q, drafts, V: int) -> None:  # noqa: ANN001
     import torch
 
     def row_ok(x):  # noqa: ANN001, ANN202 - [..., V] -> [...] bool
-        # two passes over x: a NaN or infinite entry makes the float64 sum non-finite, and a NaN also fails amin >= 0
-        total = x.sum(dim=-1, dtype=torch.float64)
+        # two passes over x: a NaN or infinite entry makes the sum non-finite, and a NaN also fails amin >= 0. The
+        # sum runs in x's dtype (torch accumulates low precisions in float32, with cascaded partial sums: a float32
+        # row's rounding is far below sum_tolerance) and only the [...] totals are widened: a float64 copy of x
+        # would be the largest cost of the check (a fresh [B, V] array, 48 ms at B = 64, V = 128k on one thread)
+        total = x.sum(dim=-1).to(torch.float64)
         return torch.isfinite(total) & (x.amin(dim=-1) >= 0) & ((total - 1.0).abs() <= sum_tolerance(x.dtype, V))
 
     ids_ok = ((drafts >= 0) & (drafts < V)).all()
@@ -259,18 +262,35 @@ def sample_categorical(weights, generator=None):  # noqa: ANN001, ANN201
     """One token per row from unnormalised ``weights [B, V] >= 0`` by inverse CDF (one uniform per row).
 
     ``searchsorted(..., right=True)`` returns the first index whose cumulative mass exceeds u * total, which always has
-    positive weight; a uniform rounded up to the total is clamped to the last positive token. Rows with no mass
-    return token 0 (callers only use such rows on probability-zero branches).
+    positive weight. A uniform rounded up to the total (index V) is clamped to the first index whose cumulative mass
+    reaches the total, which has positive weight too (its step of the CDF is > 0) and is never below the first
+    answer otherwise. Rows with no mass return token 0 (callers only use such rows on probability-zero branches).
     """
     import torch
 
     B, V = weights.shape
     cdf = torch.cumsum(weights, dim=1)  # [B, V]
+    total = cdf[:, -1:].contiguous()  # [B, 1] (searchsorted copies a strided query)
     u = torch.rand((B, 1), generator=generator, device=weights.device, dtype=weights.dtype)
-    idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)  # [B]
-    positive = weights > 0
-    last_positive = (V - 1) - torch.argmax(positive.flip(1).to(torch.int8), dim=1)  # [B]
-    return torch.minimum(idx, last_positive)
+    idx = torch.searchsorted(cdf, u * total, right=True)  # [B, 1]
+    return torch.minimum(idx, torch.searchsorted(cdf, total)).squeeze(1)
+
+
+def positive_part(a, b, scale=None):  # noqa: ANN001, ANN201
+    """``(a - scale * b)^+ [B, V]`` as one new tensor (``scale [B, 1]``, default 1), the clamp in place: a
+    residual without the temporaries of ``torch.relu(a - b)`` (each a fresh [B, V] array)."""
+    import torch
+
+    out = torch.sub(a, b) if scale is None else torch.addcmul(a, b, -scale)
+    return out.clamp_(min=0)
+
+
+def or_fallback_(weights, fallback):  # noqa: ANN001, ANN201
+    """``weights [B, V] >= 0``, owned by the caller, with every massless row replaced by ``fallback [B, V]`` (in
+    place: the fallback is added to rows of zeros). Unnormalised, as :func:`sample_categorical` takes it; the
+    in-place twin of :func:`normalize_or` for a residual that is only sampled."""
+    empty = weights.sum(dim=1, keepdim=True) == 0  # [B, 1]
+    return weights.addcmul_(fallback, empty.to(weights.dtype))
 
 
 def first_accepted(accept):  # noqa: ANN001, ANN201

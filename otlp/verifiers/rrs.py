@@ -24,9 +24,8 @@ from otlp.verifiers.base import (
     check_tensors,
     coins,
     finish,
-    gather,
-    normalize_or,
     np_normalize_or,
+    positive_part,
     sample_categorical,
     sequential_law,
 )
@@ -48,12 +47,20 @@ class RecursiveRejection(Verifier):
         B, n, V = check_tensors(p, q, drafts)
         u = coins(B, n, p, generator)  # [B, n]
         accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
-        p_cur = p  # [B, V]
+        # p_k = r / s, unnormalised in one buffer: r_0 = p, s_0 = 1, r_{k+1} = (r_k - s_k q)^+ = s_k (p_k - q)^+ (in
+        # place after the first step) and s_{k+1} its sum. A residual that empties (p_k = q up to rounding, so step k
+        # accepted surely) freezes its row at p_k = q: r = 0, s = 1, the test and the weights read r + frozen q.
+        r, s = p, torch.ones((B, 1), dtype=p.dtype, device=p.device)  # [B, V], [B, 1]
+        frozen = torch.zeros_like(s)  # [B, 1] 1.0 on frozen rows
         for k in range(n):  # loop over draft positions, not over the batch
-            x = drafts[:, k]
-            accept[:, k] = u[:, k] * gather(q, x) < gather(p_cur, x)
-            p_cur = normalize_or(torch.relu(p_cur - q), p_cur)
-        return finish(drafts, accept, sample_categorical(p_cur, generator))
+            x = drafts[:, k:k + 1].long()  # [B, 1]
+            q_x = q.gather(1, x)
+            accept[:, k] = (u[:, k:k + 1] * q_x * s < r.gather(1, x) + frozen * q_x).squeeze(1)
+            r = positive_part(r, q) if k == 0 else r.addcmul_(q, frozen - s).clamp_(min=0)
+            total = r.sum(dim=1, keepdim=True)  # [B, 1]
+            frozen = torch.where(total > 0, frozen, 1.0)
+            s = torch.where(total > 0, total, 1.0)
+        return finish(drafts, accept, sample_categorical(r.addcmul_(q, frozen), generator))
 
     def residual_chain(self, p: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
         """``[n + 1, V]``: p_0 = p, p_i = norm((p_{i-1} - q)^+) (kept as p_{i-1} when empty: never reached)."""
@@ -94,14 +101,26 @@ class RecursiveRejectionWithoutReplacement(Verifier):
         B, n, V = check_tensors(p, q, drafts)
         u = coins(B, n, p, generator)  # [B, n]
         accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
-        p_cur, q_cur = p, q  # [B, V]
+        # p_k = r / s and q_k = qc / z unnormalised (the module docstring's p_cur, q_cur): r_0 = p, qc_0 = q,
+        # s_0 = z_0 = 1; r_{k+1} = (r_k - (s_k / z_k) qc_k)^+ (in place after the first step), qc_{k+1} = qc_k
+        # without x_k, s and z their sums. A residual that empties (p_k = q_k up to rounding, so step k accepted
+        # surely) freezes its row at p = q_cur: it accepts every later draft, and its weights are r + frozen qc.
+        one = torch.ones((B, 1), dtype=p.dtype, device=p.device)
+        r, s, qc, z = p, one, q.clone(), one  # [B, V], [B, 1], [B, V], [B, 1]
+        frozen = torch.zeros((B, 1), dtype=torch.bool, device=p.device)
         for k in range(n):
-            x = drafts[:, k]
-            accept[:, k] = u[:, k] * gather(q_cur, x) < gather(p_cur, x)
-            p_cur = normalize_or(torch.relu(p_cur - q_cur), p_cur)  # residual uses q_cur before removal
-            q_cur = q_cur.scatter(1, x.unsqueeze(1), 0.0)
-            q_cur = normalize_or(q_cur, q_cur)
-        return finish(drafts, accept, sample_categorical(p_cur, generator))
+            x = drafts[:, k:k + 1].long()  # [B, 1]
+            qc_x = qc.gather(1, x)
+            accept[:, k] = ((u[:, k:k + 1] * qc_x * s < r.gather(1, x) * z) | frozen).squeeze(1)
+            # z = 0: q is spent, a row that drew such drafts had probability 0
+            scale = torch.where(frozen | (z <= 0), 0.0, s / z)
+            r = positive_part(r, qc, scale) if k == 0 else r.addcmul_(qc, -scale).clamp_(min=0)
+            total = r.sum(dim=1, keepdim=True)  # [B, 1]
+            frozen = frozen | (total == 0)
+            s = torch.where(frozen, 1.0, total)
+            qc.scatter_(1, x, 0.0)
+            z = qc.sum(dim=1, keepdim=True)  # summed, not decremented: no cancellation as q_cur's mass runs out
+        return finish(drafts, accept, sample_categorical(r.addcmul_(qc, frozen.to(p.dtype)), generator))
 
     def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         M, n = omegas.shape

@@ -17,8 +17,9 @@ from otlp.verifiers.base import (
     coins,
     finish,
     gather,
-    normalize_or,
     np_normalize_or,
+    or_fallback_,
+    positive_part,
     sample_categorical,
     sequential_law,
 )
@@ -34,13 +35,11 @@ class SingleDraft(Verifier):
         return IID(q, n)
 
     def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
-        import torch
-
         B, n, V = check_tensors(p, q, drafts)
         x = drafts[:, 0]  # [B]
         u = coins(B, 1, p, generator)  # [B, 1]
         accept = u * gather(q, x).unsqueeze(1) < gather(p, x).unsqueeze(1)  # [B, 1]
-        residual = normalize_or(torch.relu(p - q), p)  # [B, V]
+        residual = or_fallback_(positive_part(p, q), p)  # [B, V] unnormalised (p - q)^+
         return finish(drafts[:, :1], accept, sample_categorical(residual, generator))
 
     def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

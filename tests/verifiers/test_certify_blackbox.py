@@ -88,40 +88,29 @@ class PrintedSpecHub(SpecHubVerifier):
             return super().conditional(p, draft, omegas)
 
 
-def _flipped_rho_numpy(p: np.ndarray, q: np.ndarray, n: int, steps: int = 52) -> float:
+def _flipped_rho(p, q, n: int, steps: int = 52):  # noqa: ANN001, ANN202 - numpy arrays or torch tensors
     """The bisection with the validity test flipped (SpecTr note §7.2): it keeps the f > 0 (invalid) end."""
-    lo, hi = 1.0, float(n)
+    xp = torch if isinstance(p, torch.Tensor) else np
+    lo = xp.ones_like(p[..., :1])
+    hi = lo * float(n)
     for _ in range(steps):
         mid = 0.5 * (lo + hi)
-        beta = float(np.minimum(q, p / mid).sum())
-        if 1.0 - (1.0 - beta) ** n - mid * beta > 0.0:
-            hi = mid
-        else:
-            lo = mid
-    return lo
-
-
-def _flipped_rho_torch(p, q, n: int, steps: int = 52):  # noqa: ANN001, ANN202
-    lo = torch.ones(p.shape[0], dtype=p.dtype)
-    hi = torch.full_like(lo, float(n))
-    for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        beta = torch.minimum(q, p / mid.unsqueeze(1)).sum(1)
+        beta = xp.minimum(q, p / mid).sum(-1)[..., None]
         invalid = 1.0 - (1.0 - beta) ** n - mid * beta > 0.0
-        hi = torch.where(invalid, mid, hi)
-        lo = torch.where(invalid, lo, mid)
-    return lo
+        hi = xp.where(invalid, mid, hi)
+        lo = xp.where(invalid, lo, mid)
+    return lo[..., 0]
 
 
 class FlippedKSeq(KSeq):
     """K-SEQ with the bracket of the rho* bisection flipped: rho < rho*, a clipped negative residual."""
 
     def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
-        with patch.object(kseq_mod, "rho_star_torch", _flipped_rho_torch):
+        with patch.object(kseq_mod, "rho_star", _flipped_rho):
             return super().sample(p, q, drafts, generator)
 
     def conditional(self, p, draft, omegas):  # noqa: ANN001, ANN201
-        with patch.object(kseq_mod, "rho_star_numpy", _flipped_rho_numpy):
+        with patch.object(kseq_mod, "rho_star", _flipped_rho):
             return super().conditional(p, draft, omegas)
 
 

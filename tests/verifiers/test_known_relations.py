@@ -9,7 +9,7 @@ import pytest
 import otlp
 from otlp.verifiers import get
 from otlp.verifiers.exact import summary
-from otlp.verifiers.kseq import rho_star_numpy
+from otlp.verifiers.kseq import rho_star
 
 from .instances import make_pair
 
@@ -86,7 +86,7 @@ def test_kseq_rho_star_bracket_and_guarantee() -> None:
             beta = np.minimum(q, p / rho).sum()
             return 1 - (1 - beta) ** n - rho * beta
 
-        rho = rho_star_numpy(p, q, n)
+        rho = float(rho_star(p, q, n))
         assert 1.0 <= rho <= n and f(rho) <= 1e-15
         if rho > 1 + 1e-9:
             assert f(rho - 1e-9) > -1e-15

@@ -132,3 +132,51 @@ def test_an_empty_batch_gives_empty_outputs(name: str) -> None:
     tokens, index = v.sample(torch.zeros(0, V, dtype=torch.float64), q, torch.zeros(0, n, dtype=torch.long),
                              torch.Generator().manual_seed(0))
     assert tokens.shape == (0,) and index.shape == (0,)
+
+
+@pytest.mark.parametrize("name", RULES)
+def test_the_callers_tensors_are_not_written(name: str) -> None:
+    """The sequential rules update their residuals in place: on their own buffers, never on p or q (contiguous or
+    expanded views of one row)."""
+    v, p, draft = _case(name, 41, "dirichlet")
+    q = draft.qs if v.per_draft_q else draft.q
+    rng = np.random.default_rng(0)
+    omegas = torch.as_tensor(draft.sample(64, rng))
+    for expand in (False, True):
+        p_t = torch.as_tensor(p).expand(64, -1)
+        q_t = torch.as_tensor(q).expand(64, *q.shape)
+        if not expand:
+            p_t, q_t = p_t.clone(), q_t.clone()
+        p0, q0 = p_t.clone(), q_t.clone()
+        v.sample(p_t, q_t, omegas, torch.Generator().manual_seed(0))
+        assert torch.equal(p_t, p0) and torch.equal(q_t, q0)
+
+
+@pytest.mark.parametrize("name", ["sps", "rrs", "rrs_wor", "kseq"])
+def test_p_equal_to_q_accepts_the_first_draft(name: str) -> None:
+    """p = q: the first draft is accepted surely (K-SEQ: with probability 1/rho*, rho* within 2^-52 of 1), and the
+    residual, empty from the first step on, is never drawn from (the rules' frozen / fallback rows)."""
+    v = get(name)
+    p = make_pair(np.random.default_rng(3), 6, "dirichlet")[0]
+    draft = v.make_draft(p, 3)
+    omegas = torch.as_tensor(draft.sample(2000, np.random.default_rng(1)))
+    p_t = torch.as_tensor(p).expand(2000, -1)
+    tokens, index = v.sample(p_t, p_t, omegas, torch.Generator().manual_seed(2))
+    assert torch.equal(index, torch.zeros_like(index)) and torch.equal(tokens, omegas[:, 0])
+
+
+def test_sample_categorical_draws_only_tokens_with_mass(monkeypatch) -> None:  # noqa: ANN001
+    """Inverse CDF on unnormalised weights with zero runs: every draw has positive weight, a row with no mass draws
+    token 0, and a uniform at the top of [0, 1] (forced here) is clamped to the first token whose cumulative mass
+    reaches the total (the last positive one), not to V."""
+    from otlp.verifiers.base import sample_categorical
+
+    rng = np.random.default_rng(5)
+    w = rng.random((4000, 12)) * (rng.random((4000, 12)) < 0.3)
+    w[0] = 0.0
+    tokens = sample_categorical(torch.as_tensor(w), torch.Generator().manual_seed(0))
+    mass = w.sum(1) > 0
+    assert np.all(tokens.numpy()[~mass] == 0) and np.all(w[mass, tokens.numpy()[mass]] > 0)
+    weights = torch.tensor([[1.0, 2.0, 0.0, 0.0], [0.0, 0.5, 0.0, 0.25]])
+    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.ones(shape, dtype=kw.get("dtype")))
+    assert sample_categorical(weights).tolist() == [1, 3]

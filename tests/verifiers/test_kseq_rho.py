@@ -1,0 +1,50 @@
+"""K-SEQ's rho* (SpecTr eq. 6): one bisection for numpy rows and torch batches, checked against its definition.
+
+rho* = inf { rho in [1, n] : f(rho) <= 0 } with f(rho) = 1 - (1 - beta)^n - rho beta, beta = sum min(q, p / rho)
+(the paper's form, evaluated here independently of the module's g = sum min(rho q, p)). The returned rho must be on
+the valid side (f <= 0) and no valid point may lie below it by more than the bisection's resolution."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from otlp.verifiers.kseq import bisection_steps, rho_star
+
+from .instances import KINDS, make_pair
+
+
+def _f(p: np.ndarray, q: np.ndarray, n: int, rho: float) -> float:
+    beta = float(np.minimum(q, p / rho).sum())
+    return 1.0 - (1.0 - beta) ** n - rho * beta
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_rho_star_is_the_left_end_of_the_valid_side(kind: str) -> None:
+    rng = np.random.default_rng(17)
+    for V in (2, 3, 5, 12):
+        for n in (2, 3, 4, 8):
+            for _ in range(8):
+                p, q = make_pair(rng, V, kind)
+                rho = float(rho_star(p, q, n))
+                assert 1.0 <= rho <= n
+                assert _f(p, q, n, rho) <= 1e-12
+                below = rho - 1e-9 * n
+                assert below < 1.0 or _f(p, q, n, below) > -1e-12  # nothing valid well below rho
+
+
+def test_torch_batches_match_numpy_rows() -> None:
+    """The same bisection on a float64 batch [B, V] (LM-like rows, V = 2000) and on each row as a numpy vector;
+    float32 rows take 27 steps and stay within float32 resolution of the float64 answer."""
+    g = torch.Generator().manual_seed(0)
+    P = torch.softmax(torch.randn(6, 2000, generator=g, dtype=torch.float64) * 3, 1)
+    Q = torch.softmax(torch.randn(6, 2000, generator=g, dtype=torch.float64) * 3 + 0.5 * torch.log(P), 1)
+    for n in (2, 4, 8):
+        batch = rho_star(P, Q, n)
+        assert batch.shape == (6,)
+        rows = np.array([float(rho_star(P[b].numpy(), Q[b].numpy(), n)) for b in range(6)])
+        np.testing.assert_allclose(batch.numpy(), rows, rtol=0, atol=1e-13)
+        low = rho_star(P.float(), Q.float(), n)
+        assert low.dtype == torch.float32 and bisection_steps(torch.float32) < bisection_steps(torch.float64)
+        np.testing.assert_allclose(low.double().numpy(), rows, rtol=1e-6)

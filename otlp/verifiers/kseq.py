@@ -50,6 +50,8 @@ def rho_star(p, q, n: int, steps: int | None = None):  # noqa: ANN001, ANN201 - 
     buf = xp.empty_like(p)  # [..., V]
     lo = xp.ones_like(buf[..., :1])  # [..., 1]
     hi = lo * float(n)
+    if n == 1:  # the bracket [1, 1]: K-SEQ is single-draft speculative sampling
+        return hi[..., 0]
     for _ in range(bisection_steps(p.dtype) if steps is None else steps):
         mid = 0.5 * (lo + hi)
         xp.multiply(q, mid, out=buf)

@@ -18,31 +18,41 @@ from __future__ import annotations
 import numpy as np
 
 from otlp.drafts import DraftScheme, SpecHub
+from otlp.optimal import xp as X
 from otlp.verifiers.base import (
     Verifier,
     accept_probability,
     check_tensors,
     coins,
     gather,
-    normalize_or,
     np_normalize_or,
+    or_fallback_,
     sample_categorical,
 )
 
 
+def hub_parts(p, q) -> dict:  # noqa: ANN001 - numpy arrays or torch tensors [B, V]
+    """The quantities of the corrected rule (module docstring) for each row of ``p, q [B, V]`` (numpy or torch, on
+    the tensors' device): ``a [B, 1]`` the hub, ``z, s1, s2, pa_rem [B]``, ``row, p1, p2 [B, V]``."""
+    xp = X.namespace(q)
+    a = X.argmax_rows(q)[:, None]  # [B, 1] first maximum = lowest id
+    others = X.arange_like(q, q.shape[-1])[None, :] != a  # [B, V]
+    z = xp.where(others, q, 0.0).sum(-1)  # [B] summed, not 1 - q(a)
+    z_pos = (z > 0)[:, None]
+    row = xp.where(others & z_pos, X.take(q, a) * (q / xp.where(z_pos, z[:, None], 1.0)), 0.0)  # q / z <= 1
+    p1 = xp.where(others, X.maximum(p - q, 0.0), p)
+    s1 = xp.where(others, X.maximum(q - p, 0.0), 0.0).sum(-1)
+    p2 = xp.where(others, X.maximum(p1 - row, 0.0), 0.0)
+    s2 = xp.where(others, X.maximum(row - p1, 0.0), 0.0).sum(-1)
+    pa_rem = X.maximum(X.take(p, a)[:, 0] - s2, 0.0)
+    return {"a": a, "z": z, "row": row, "p1": p1, "p2": p2, "s1": s1, "s2": s2, "pa_rem": pa_rem}
+
+
 def hub_parts_numpy(p: np.ndarray, q: np.ndarray) -> dict[str, np.ndarray | float | int]:
-    """The quantities of the corrected rule for one (p, q)."""
-    a = int(np.argmax(q))
-    others = np.arange(q.size) != a
-    z = float(q[others].sum())
-    row = q[a] * (np.where(others, q, 0.0) / z) if z > 0 else np.zeros_like(q)  # q_i / z <= 1: no overflow
-    p1 = np.where(others, np.maximum(p - q, 0.0), p)
-    l1 = np.where(others, np.maximum(q - p, 0.0), 0.0)
-    p2 = np.where(others, np.maximum(p1 - row, 0.0), 0.0)
-    l2 = np.where(others, np.maximum(row - p1, 0.0), 0.0)
-    s2 = float(l2.sum())
-    return {"a": a, "z": z, "row": row, "p1": p1, "p2": p2, "s1": float(l1.sum()), "s2": s2,
-            "pa_rem": max(float(p[a]) - s2, 0.0)}
+    """:func:`hub_parts` for one (p, q) ``[V]``: the hub ``a`` an int, the sums floats, the rows ``[V]``."""
+    h = hub_parts(p[None, :], q[None, :])
+    return {"a": int(h["a"][0, 0]), "z": float(h["z"][0]), "row": h["row"][0], "p1": h["p1"][0],
+            "p2": h["p2"][0], "s1": float(h["s1"][0]), "s2": float(h["s2"][0]), "pa_rem": float(h["pa_rem"][0])}
 
 
 class SpecHubVerifier(Verifier):
@@ -59,19 +69,10 @@ class SpecHubVerifier(Verifier):
         import torch
 
         B, n, V = check_tensors(p, q, drafts, fixed_n=2)
-        a = torch.argmax(q, dim=1)  # [B], first maximum = lowest id
-        others = torch.arange(V, device=p.device).unsqueeze(0) != a.unsqueeze(1)  # [B, V]
-        zero = torch.zeros_like(p)
-        z = torch.where(others, q, zero).sum(dim=1, keepdim=True)  # [B, 1]
-        qa = gather(q, a).unsqueeze(1)
-        row = torch.where(others, qa * q / torch.where(z > 0, z, torch.ones_like(z)), zero)  # Q(a, x)
-        p1 = torch.where(others, torch.relu(p - q), p)
-        s1 = torch.where(others, torch.relu(q - p), zero).sum(dim=1)  # [B]
-        p2 = torch.where(others, torch.relu(p1 - row), zero)
-        s2 = torch.where(others, torch.relu(row - p1), zero).sum(dim=1)
+        h = hub_parts(p, q)
+        a, row, p1, p2, s1, s2, pa_rem = (h[k] for k in ("a", "row", "p1", "p2", "s1", "s2", "pa_rem"))
+        a = a[:, 0]  # [B]
         pa = gather(p, a)
-        pa_rem = torch.relu(pa - s2)
-
         x1, x2 = drafts[:, 0], drafts[:, 1]
         column_pair = (x2 == a) & (x1 != a)  # (x, a)
         row_pair = (x1 == a) & (x2 != a)  # (a, x)
@@ -82,7 +83,7 @@ class SpecHubVerifier(Verifier):
         hub_second = column_pair & ~take_x1 & (u[:, 1] * s1 < pa_rem)
         first = take_x1 | hub_first
         second = take_x2 | hub_second
-        residual = sample_categorical(normalize_or(p2, p), generator)
+        residual = sample_categorical(or_fallback_(p2, p), generator)  # p2: a fresh [B, V], unnormalised
         tokens = torch.where(first, x1, torch.where(second, x2, residual))
         index = torch.where(first, torch.zeros_like(x1), torch.where(second, torch.ones_like(x1),
                                                                       torch.full_like(x1, -1)))

@@ -40,8 +40,9 @@ from otlp.verifiers.base import (
     coins,
     distinct_rows,
     gather,
-    normalize_or,
     np_normalize_or,
+    or_fallback_,
+    positive_part,
     sample_categorical,
 )
 
@@ -254,7 +255,7 @@ class ImportanceSampling(Verifier):
             index = torch.where(keep, index, torch.full_like(index, k))
             cur = law_sorted.gather(1, rank)
         accept = u[:, n - 1] * gather(cur, y) < gather(p, y)
-        residual = sample_categorical(normalize_or(torch.relu(p - cur), p), generator)
+        residual = sample_categorical(or_fallback_(positive_part(p, cur), p), generator)  # unnormalised
         return torch.where(accept, y, residual).long(), torch.where(accept, index, torch.full_like(index, -1)).long()
 
 

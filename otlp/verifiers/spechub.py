@@ -37,9 +37,11 @@ def hub_parts(p, q) -> dict:  # noqa: ANN001 - numpy arrays or torch tensors [B,
     xp = X.namespace(q)
     a = X.argmax_rows(q)[:, None]  # [B, 1] first maximum = lowest id
     others = X.arange_like(q, q.shape[-1])[None, :] != a  # [B, V]
-    z = xp.where(others, q, 0.0).sum(-1)  # [B] summed, not 1 - q(a)
+    q_others = xp.where(others, q, 0.0)  # [B, V]
+    z = q_others.sum(-1)  # [B] summed, not 1 - q(a)
     z_pos = (z > 0)[:, None]
-    row = xp.where(others & z_pos, X.take(q, a) * (q / xp.where(z_pos, z[:, None], 1.0)), 0.0)  # q / z <= 1
+    # q(x) / z <= 1 off the hub (the hub's q(a) / z would overflow for a subnormal z)
+    row = xp.where(z_pos, X.take(q, a) * (q_others / xp.where(z_pos, z[:, None], 1.0)), 0.0)
     p1 = xp.where(others, X.maximum(p - q, 0.0), p)
     s1 = xp.where(others, X.maximum(q - p, 0.0), 0.0).sum(-1)
     p2 = xp.where(others, X.maximum(p1 - row, 0.0), 0.0)

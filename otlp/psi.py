@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from otlp import xp as X
 from otlp.distributions import check_distribution
 from otlp.drafts import IID, DraftScheme, Greedy, SpecHub, as_draft
 from otlp.errors import InputError, ModelTooLargeError
@@ -93,6 +94,16 @@ def prefix_psi(xp, prefix_p, prefix_q, suffix_p, suffix_q, n: int):  # noqa: ANN
     return out
 
 
+def sorted_psi(ps, qs, n: int):  # noqa: ANN001, ANN201 - [..., V] arrays
+    """psi on the prefixes of rows already in decreasing-ratio order (:func:`prefix_psi`, the suffix form
+    where Q_m > 1/2): ``(prefix_p, prefix_q, suffix_q, psi)``, each ``[..., V + 1]``, numpy or torch (the running sums
+    of :mod:`otlp.xp`: torch's kernels on large numpy arrays, numpy's sequential results bit for bit)."""
+    xp = X.namespace(ps)
+    prefix_p, prefix_q = X.padded_cumsum(ps), X.padded_cumsum(qs)
+    suffix_p, suffix_q = X.padded_suffix_sum(ps), X.padded_suffix_sum(qs)  # positions >= m, summed from the top
+    return prefix_p, prefix_q, suffix_q, prefix_psi(xp, prefix_p, prefix_q, suffix_p, suffix_q, n)
+
+
 def sorted_prefix_psi(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """psi on the prefixes of the decreasing-q/p order, for i.i.d. drafts (GR Lemma 6.3).
 
@@ -118,15 +129,8 @@ def sorted_prefix_arrays(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarr
         ps, qs = p[rows, order], q[rows, order]
     else:
         ps, qs = np.take_along_axis(p, order, axis=-1), np.take_along_axis(q, order, axis=-1)
-    shape = ps.shape[:-1] + (ps.shape[-1] + 1,)
-    prefix_p, prefix_q, suffix_p, suffix_q = np.zeros((4, *shape))
-    np.cumsum(ps, axis=-1, out=prefix_p[..., 1:])
-    np.cumsum(qs, axis=-1, out=prefix_q[..., 1:])
-    # mass of the positions > m, summed from the top so the tail is exact
-    np.cumsum(ps[..., ::-1], axis=-1, out=suffix_p[..., -2::-1])
-    np.cumsum(qs[..., ::-1], axis=-1, out=suffix_q[..., -2::-1])
     with np.errstate(divide="ignore"):
-        out = prefix_psi(np, prefix_p, prefix_q, suffix_p, suffix_q, n)
+        _, prefix_q, _, out = sorted_psi(ps, qs, n)
     return order, out, ps, qs, prefix_q
 
 

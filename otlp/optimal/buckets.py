@@ -8,7 +8,7 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
 1. *Buckets* (:class:`Scheme`). Each token goes to a bucket by the leading bits of its ratio's float64 pattern
    (monotone in the ratio): :func:`bits_for` bits per octave over [2^-OCTAVES, 2^OCTAVES), one bucket above it (+inf
    included) and one below it (0 and the p = q = 0 tokens included), numbered by decreasing ratio. The bucket sums
-   (Pb, Qb) give psi exactly at every bucket boundary (:func:`.chains.sorted_psi` on them, in bucket order).
+   (Pb, Qb) give psi exactly at every bucket boundary (:func:`otlp.psi.sorted_psi` on them, in bucket order).
 2. *Bounds.* Every prefix ending inside bucket j has psi >= min(psi at the bucket's two ends, f_j)
    (:func:`psi_interior_bound`: psi over the masses a bucket of ratios in [lo, hi) allows, GR Lemma 6.3), and psi
    > t there when both ends are >= t and f_j > t (the bound is concave between each end and f_j's point). f_j is
@@ -39,8 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from otlp import xp as X
 from otlp.optimal import chains as C
-from otlp.optimal import xp as X
+from otlp.psi import sorted_psi
 
 #: ratios in [2^-OCTAVES, 2^OCTAVES) get 2^bits buckets per octave, the rest one bucket above and one below.
 OCTAVES = 32
@@ -157,7 +158,7 @@ class _Level:
     def __init__(self, Pb: np.ndarray, Qb: np.ndarray, n: int, sc: Scheme):
         NB = Pb.shape[1]
         self.Pb, self.Qb = Pb, Qb
-        Pa, Qa, _, self.psi = C.sorted_psi(Pb, Qb, n)  # [B, NB + 1]: the buckets are in decreasing-ratio order
+        Pa, Qa, _, self.psi = sorted_psi(Pb, Qb, n)  # [B, NB + 1]: the buckets are in decreasing-ratio order
         self.f = psi_interior_bound(Pa[:, :NB], Qa[:, :NB], Pb, Qb, sc.LO, sc.HI, n) - BOUND_MARGIN  # [B, NB]
         # the lower bound of psi inside each bucket and at its ends
         self.low = np.minimum(np.minimum(self.psi[:, :-1], self.psi[:, 1:]), self.f)

@@ -41,8 +41,8 @@ from math import comb, inf
 
 import numpy as np
 
-from otlp.optimal import xp as X
-from otlp.psi import prefix_psi
+from otlp import xp as X
+from otlp.psi import sorted_psi
 
 #: Newton steps of :func:`slot_mass` for n >= 3 when the caller cannot iterate to convergence (device code). From the
 #: tighter of two upper bounds of the root (module docstring of :func:`slot_mass`) the iteration converges
@@ -89,15 +89,6 @@ def ratio_keys(P, Q):  # noqa: ANN001, ANN201 - [B, V] arrays
         np.copyto(ratio, -1.0, where=ratio != ratio)  # in place: one [B, V] array fewer to allocate
         return ratio
     return ratio.where(ratio == ratio, -1.0)
-
-
-def sorted_psi(ps, qs, n: int):  # noqa: ANN001, ANN201 - [B, V] arrays
-    """psi on the prefixes of rows already in decreasing-ratio order (:func:`otlp.psi.prefix_psi`, the suffix form
-    where Q_m > 1/2): ``(prefix_p, prefix_q, suffix_q, psi)``, each ``[B, V + 1]``."""
-    xp = X.namespace(ps)
-    prefix_p, prefix_q = X.padded_cumsum(ps), X.padded_cumsum(qs)
-    suffix_p, suffix_q = X.padded_suffix_sum(ps), X.padded_suffix_sum(qs)  # positions >= m, summed from the top
-    return prefix_p, prefix_q, suffix_q, prefix_psi(xp, prefix_p, prefix_q, suffix_p, suffix_q, n)
 
 
 def records(pre: Prefix):  # noqa: ANN201

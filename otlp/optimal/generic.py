@@ -25,11 +25,11 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
+from otlp import xp as X
 from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
 from otlp.errors import InputError
 from otlp.formulations.completion import residual_completion
-from otlp.optimal import xp as X
 
 #: the algorithms tried in turn by :func:`relaxed_lp_plan`. First the interior-point method (then crossover to a
 #: vertex): dual simplex stalls on degenerate instances, e.g. Independent drafts with a draft equal to p

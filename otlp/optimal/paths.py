@@ -351,8 +351,8 @@ def two_draft_tuple_rule(pre: object, w: object, *, window: int | str | None = N
     + sum_a min(q_a^2, p_a) of :func:`two_draft_optimum`. x0_a is pi0 on the doubled tuple: in its class chain both
     draws share one position, so x0_a = 1 - e^{-2 Lambda_a} (1 - beta) with Lambda_a the group's hazard at or below
     a, computed here by the chains themselves (:func:`.chains.tuple_rule` on (a, a))."""
+    from otlp import xp as X
     from otlp.optimal import chains as C
-    from otlp.optimal import xp as X
 
     xp = X.namespace(pre.psi)
     accept, reject = C.tuple_rule(pre, w, window=window, steps=steps)  # [B, 2], [B]

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from otlp import xp as X
 from otlp.drafts import IID, DraftScheme
-from otlp.optimal import xp as X
 from otlp.verifiers.base import (
     Verifier,
     accept_probability,

@@ -1,4 +1,4 @@
-"""otlp.optimal.xp's row scans on numpy arrays: torch's kernels (used when torch is already imported) give exactly
+"""otlp.xp's row scans on numpy arrays: torch's kernels (used when torch is already imported) give exactly
 numpy's own sequential results, bit for bit, and a read-only array falls back to numpy without a warning."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from otlp.optimal import xp as X
+from otlp import xp as X
 
 torch = pytest.importorskip("torch")  # the torch kernels are only taken when torch is loaded
 

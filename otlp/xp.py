@@ -1,7 +1,9 @@
-"""The few array operations whose spelling differs between numpy and torch, so that :mod:`.chains` is written once.
+"""The few array operations whose spelling differs between numpy and torch, so that :mod:`otlp.optimal.chains` (and
+the other equations that serve numpy and torch alike: :func:`otlp.psi.sorted_psi`, K-SEQ's rho*, SpecHub's hub
+quantities) is written once.
 
 Everything else (``+ - * /``, comparisons, ``where``, ``log1p``, ``expm1``, ``sqrt``, ``exp``, ``minimum``,
-``maximum``) has the same name and meaning in ``numpy`` and ``torch``: :mod:`.chains` calls ``xp.<name>`` with
+``maximum``) has the same name and meaning in ``numpy`` and ``torch``: the callers use ``xp.<name>`` with
 ``xp = namespace(x)``. Row operations act along the last axis of ``[B, V]`` arrays. The torch versions never
 synchronise with the host and never build a data-dependent shape (they run inside a decode loop on any device).
 """

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from otlp import xp as X
 from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
 from otlp.errors import InputError
@@ -245,17 +246,17 @@ def gather(x, tokens):  # noqa: ANN001, ANN201
     return x.gather(1, tokens.long().unsqueeze(1)).squeeze(1)
 
 
-def normalize_or(weights, fallback):  # noqa: ANN001, ANN201
-    """Rows of ``weights [B, V]`` divided by their sums; rows with no mass are replaced by ``fallback [B, V]``.
+def normalize_or(weights, fallback):  # noqa: ANN001, ANN201 - numpy arrays or torch tensors
+    """Rows of ``weights [..., V]`` divided by their sums; rows with no mass are replaced by ``fallback`` (numpy or
+    torch: the samplers' residuals and the exact laws' alike).
 
     An empty residual only occurs on a branch of probability zero (e.g. p = q), so the fallback never changes the
     output law; it keeps the sampler free of NaN.
     """
-    import torch
-
-    total = weights.sum(dim=1, keepdim=True)  # [B, 1]
+    xp = X.namespace(weights)
+    total = weights.sum(-1)[..., None]  # [..., 1]
     ok = total > 0
-    return torch.where(ok, weights / torch.where(ok, total, torch.ones_like(total)), fallback)
+    return xp.where(ok, weights / xp.where(ok, total, 1.0), fallback)
 
 
 def sample_categorical(weights, generator=None):  # noqa: ANN001, ANN201
@@ -323,13 +324,6 @@ def coins(B: int, n: int, like, generator=None):  # noqa: ANN001, ANN201
 # ----------------------------------------------------------------------------------------------------------------------
 # numpy helpers for the exact conditional laws
 # ----------------------------------------------------------------------------------------------------------------------
-
-
-def np_normalize_or(weights: np.ndarray, fallback: np.ndarray) -> np.ndarray:
-    """numpy twin of :func:`normalize_or` for ``[..., V]``."""
-    total = weights.sum(axis=-1, keepdims=True)
-    ok = total > 0
-    return np.where(ok, weights / np.where(ok, total, 1.0), fallback)
 
 
 def accept_probability(num: np.ndarray, den: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from otlp.verifiers.base import (
     check_tensors,
     coins,
     gather,
-    np_normalize_or,
+    normalize_or,
     or_fallback_,
     positive_part,
     sample_categorical,
@@ -80,7 +80,7 @@ class GreedyOptimal(Verifier):
         else:
             h = 0.0
         rejected = (1.0 - a) * (1.0 - h)
-        law += rejected[:, None] * np_normalize_or(np.where(in_top, 0.0, np.maximum(p - w, 0.0)), p)[None, :]
+        law += rejected[:, None] * normalize_or(np.where(in_top, 0.0, np.maximum(p - w, 0.0)), p)[None, :]
         return law, 1.0 - rejected
 
     def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:

@@ -40,7 +40,7 @@ from otlp.verifiers.base import (
     coins,
     distinct_rows,
     gather,
-    np_normalize_or,
+    normalize_or,
     or_fallback_,
     positive_part,
     sample_categorical,
@@ -205,7 +205,7 @@ class ImportanceSampling(Verifier):
             weight[:, :k] *= keep[:, :k]
             weight[:, k] = moved
         accept = accept_probability(p[omegas], law_I[omegas])  # [M, n] step-2 test of each candidate
-        residual = np_normalize_or(np.maximum(p - law_I, 0.0), p)
+        residual = normalize_or(np.maximum(p - law_I, 0.0), p)
         law = np.zeros((M, V))
         rows = np.arange(M)
         for j in range(n):

@@ -24,7 +24,7 @@ from otlp.verifiers.base import (
     check_tensors,
     coins,
     finish,
-    np_normalize_or,
+    normalize_or,
     or_fallback_,
     sample_categorical,
     sequential_law,
@@ -70,7 +70,7 @@ def kseq_parts_numpy(p: np.ndarray, q: np.ndarray, n: int) -> tuple[float, float
     beta = float(capped.sum())
     p_acc = 1.0 - (1.0 - beta) ** n
     factor = p_acc / beta if beta > 0 else 0.0  # beta = 0: disjoint supports, nothing is ever accepted
-    p_res = np_normalize_or(np.maximum(p - capped * factor, 0.0), p)  # clip rounding below 0 (note pitfall 2)
+    p_res = normalize_or(np.maximum(p - capped * factor, 0.0), p)  # clip rounding below 0 (note pitfall 2)
     return rho, beta, p_acc, p_res
 
 

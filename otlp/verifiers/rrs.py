@@ -24,7 +24,7 @@ from otlp.verifiers.base import (
     check_tensors,
     coins,
     finish,
-    np_normalize_or,
+    normalize_or,
     positive_part,
     sample_categorical,
     sequential_law,
@@ -66,7 +66,7 @@ class RecursiveRejection(Verifier):
         """``[n + 1, V]``: p_0 = p, p_i = norm((p_{i-1} - q)^+) (kept as p_{i-1} when empty: never reached)."""
         chain = [p]
         for _ in range(n):
-            chain.append(np_normalize_or(np.maximum(chain[-1] - q, 0.0), chain[-1]))
+            chain.append(normalize_or(np.maximum(chain[-1] - q, 0.0), chain[-1]))
         return np.stack(chain)
 
     def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -131,9 +131,9 @@ class RecursiveRejectionWithoutReplacement(Verifier):
         for k in range(n):
             x = omegas[:, k]
             accept[:, k] = accept_probability(p_cur[rows, x], q_cur[rows, x])
-            p_cur = np_normalize_or(np.maximum(p_cur - q_cur, 0.0), p_cur)
+            p_cur = normalize_or(np.maximum(p_cur - q_cur, 0.0), p_cur)
             q_cur[rows, x] = 0.0
-            q_cur = np_normalize_or(q_cur, q_cur)
+            q_cur = normalize_or(q_cur, q_cur)
         return sequential_law(omegas, accept, p_cur, p.size)
 
     def acceptance(self, p: object, draft: DraftScheme) -> float:

@@ -25,7 +25,7 @@ from otlp.verifiers.base import (
     check_tensors,
     coins,
     gather,
-    np_normalize_or,
+    normalize_or,
     or_fallback_,
     sample_categorical,
 )
@@ -108,7 +108,7 @@ class SpecHubVerifier(Verifier):
         np.add.at(law, (rows, non_hub), draft_test)
         law[:, a] += (1.0 - draft_test) * hub_test
         rejected = (1.0 - draft_test) * (1.0 - hub_test)
-        law += rejected[:, None] * np_normalize_or(h["p2"], p)[None, :]
+        law += rejected[:, None] * normalize_or(h["p2"], p)[None, :]
         return law, 1.0 - rejected
 
     def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:

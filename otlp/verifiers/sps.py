@@ -17,7 +17,7 @@ from otlp.verifiers.base import (
     coins,
     finish,
     gather,
-    np_normalize_or,
+    normalize_or,
     or_fallback_,
     positive_part,
     sample_categorical,
@@ -46,7 +46,7 @@ class SingleDraft(Verifier):
         q = draft.q
         x = omegas[:, :1]
         accept = accept_probability(p[x], q[x])  # [M, 1]
-        residual = np_normalize_or(np.maximum(p - q, 0.0), p)
+        residual = normalize_or(np.maximum(p - q, 0.0), p)
         return sequential_law(x, accept, residual, p.size)
 
     def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
@@ -60,7 +60,7 @@ class SingleDraft(Verifier):
         p, draft = self.check_draft(p, draft)
         q = draft.q
         alpha = float(np.minimum(p, q).sum())
-        residual = np_normalize_or(np.maximum(p - q, 0.0), p)
+        residual = normalize_or(np.maximum(p - q, 0.0), p)
         with np.errstate(divide="ignore"):  # q(y) = 1: log1p(-1) = -inf, expm1(-inf) = -1, others = 1
             others = -np.expm1((draft.n - 1) * np.log1p(-np.minimum(q, 1.0))) if draft.n > 1 else np.zeros_like(q)
         return alpha + (1.0 - alpha) * float(residual @ others)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp.verifiers.base import accept_probability, np_normalize_or, sequential_law
+from otlp.verifiers.base import accept_probability, normalize_or, sequential_law
 
 
 def residual_after_removal_law(p: np.ndarray, draft: object, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -20,6 +20,6 @@ def residual_after_removal_law(p: np.ndarray, draft: object, omegas: np.ndarray)
         x = omegas[:, k]
         accept[:, k] = accept_probability(p_cur[rows, x], q_cur[rows, x])
         q_cur[rows, x] = 0.0
-        q_cur = np_normalize_or(q_cur, q_cur)
-        p_cur = np_normalize_or(np.maximum(p_cur - q_cur, 0.0), p_cur)
+        q_cur = normalize_or(q_cur, q_cur)
+        p_cur = normalize_or(np.maximum(p_cur - q_cur, 0.0), p_cur)
     return sequential_law(omegas, accept, p_cur, p.size)

@@ -31,7 +31,6 @@ from otlp.verifiers.base import (
     finish,
     gather,
     normalize_or,
-    np_normalize_or,
     sample_categorical,
     sequential_law,
 )
@@ -151,7 +150,7 @@ class WrongSupport(RecursiveRejection):
     def residual_chain(self, p, q, n):  # noqa: ANN001, ANN201
         chain = [p]
         for _ in range(n):
-            chain.append(np_normalize_or(np.where(chain[-1] > q, chain[-1], 0.0), chain[-1]))
+            chain.append(normalize_or(np.where(chain[-1] > q, chain[-1], 0.0), chain[-1]))
         return np.stack(chain)
 
 
@@ -168,7 +167,7 @@ class SwappedRatio(SingleDraft):
     def conditional(self, p, draft, omegas):  # noqa: ANN001, ANN201
         x = omegas[:, :1]
         accept = accept_probability(draft.q[x], p[x])
-        return sequential_law(x, accept, np_normalize_or(np.maximum(p - draft.q, 0.0), p), p.size)
+        return sequential_law(x, accept, normalize_or(np.maximum(p - draft.q, 0.0), p), p.size)
 
 
 class SortedDrafts(RecursiveRejection):

@@ -249,13 +249,24 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     return order
 
 
-def searchsorted_rows(cdf, values):  # noqa: ANN001, ANN201
-    """First index whose running sum exceeds the value, per row: ``cdf [B, V]``, ``values [B, 1]`` -> ``[B]``."""
+def searchsorted_rows(cdf, values, right: bool = True):  # noqa: ANN001, ANN201
+    """Per row, the first index whose running sum exceeds the value (``right``; else the first that reaches it):
+    ``cdf [B, V]`` non-decreasing, ``values [B, 1]`` -> ``[B]``."""
     if is_numpy(cdf):
-        return (cdf <= values).sum(-1)
+        return ((cdf <= values) if right else (cdf < values)).sum(-1)
     import torch
 
-    return torch.searchsorted(cdf, values, right=True).squeeze(-1)
+    return torch.searchsorted(cdf, values.contiguous(), right=right).squeeze(-1)
+
+
+def inverse_cdf(weights, u):  # noqa: ANN001, ANN201
+    """One index per row of unnormalised ``weights [B, V] >= 0`` for uniforms ``u [B, 1]`` in [0, 1): the first index
+    whose running mass exceeds u * total, which has positive weight. A product rounded up to the total (index V) is
+    clamped to the first index whose running mass reaches the total, positive too (its step of the running sum is >
+    0) and never below the first answer otherwise. Rows with no mass give 0. ``[B]`` int64."""
+    cdf = cumsum(weights)  # [B, V]
+    total = cdf[:, -1:]  # [B, 1]
+    return minimum(searchsorted_rows(cdf, u * total), searchsorted_rows(cdf, total, right=False))
 
 
 def maximum(a, b):  # noqa: ANN001, ANN201

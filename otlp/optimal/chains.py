@@ -576,11 +576,9 @@ def single_draft(P, Q, w, u):  # noqa: ANN001, ANN201 - [B, V] arrays
     draws the class chains' residual, psi_e - psi_s = p - q on each token after m*: (p - q)_+ / (1 - alpha*), here
     by inverse CDF in token order with ``u[:, 1]``. The law of :func:`sample` at n = 1, with no sort."""
     xp = X.namespace(P)
-    V = P.shape[-1]
     px, qx = X.take(P, w)[:, 0], X.take(Q, w)[:, 0]  # [B]
     accepted = u[:, 0] * qx < px  # [B]
-    cdf = X.cumsum(X.maximum(P - Q, 0.0))  # [B, V] the residual's running mass
-    drawn = X.minimum(X.searchsorted_rows(cdf, u[:, 1:] * cdf[:, -1:]), V - 1)  # [B]
+    drawn = X.inverse_cdf(X.maximum(P - Q, 0.0), u[:, 1:])  # [B] by the residual's running mass
     return xp.where(accepted, w[:, 0], drawn), xp.where(accepted, 0, -1)
 
 

@@ -83,11 +83,7 @@ class Verifier:
             stop = min(M, start + chunk)
             law, accepts[start:stop] = self.conditional(p, draft, omegas[start:stop])  # [m, V], [m]
             law = np.maximum(law, 0.0)
-            cdf = np.cumsum(law, axis=1)  # [m, V]
-            u = rng.random(stop - start) * cdf[:, -1]  # [m]
-            idx = (cdf <= u[:, None]).sum(axis=1)  # first index whose cumulative mass exceeds u
-            last_positive = (V - 1) - np.argmax(law[:, ::-1] > 0, axis=1)  # [m]; guards u rounded up to the total
-            tokens[start:stop] = np.minimum(idx, last_positive)
+            tokens[start:stop] = X.inverse_cdf(law, rng.random((stop - start, 1)))
         return tokens, accepts
 
     # -- exact quantities (enumeration by default) -------------------------------------------------------------------
@@ -260,21 +256,13 @@ def normalize_or(weights, fallback):  # noqa: ANN001, ANN201 - numpy arrays or t
 
 
 def sample_categorical(weights, generator=None):  # noqa: ANN001, ANN201
-    """One token per row from unnormalised ``weights [B, V] >= 0`` by inverse CDF (one uniform per row).
-
-    ``searchsorted(..., right=True)`` returns the first index whose cumulative mass exceeds u * total, which always has
-    positive weight. A uniform rounded up to the total (index V) is clamped to the first index whose cumulative mass
-    reaches the total, which has positive weight too (its step of the CDF is > 0) and is never below the first
-    answer otherwise. Rows with no mass return token 0 (callers only use such rows on probability-zero branches).
-    """
+    """One token per row from unnormalised ``weights [B, V] >= 0`` by inverse CDF with one uniform per row
+    (:func:`otlp.xp.inverse_cdf`: always a token of positive weight; rows with no mass return token 0, which callers
+    only use on probability-zero branches)."""
     import torch
 
-    B, V = weights.shape
-    cdf = torch.cumsum(weights, dim=1)  # [B, V]
-    total = cdf[:, -1:].contiguous()  # [B, 1] (searchsorted copies a strided query)
-    u = torch.rand((B, 1), generator=generator, device=weights.device, dtype=weights.dtype)
-    idx = torch.searchsorted(cdf, u * total, right=True)  # [B, 1]
-    return torch.minimum(idx, torch.searchsorted(cdf, total)).squeeze(1)
+    u = torch.rand((weights.shape[0], 1), generator=generator, device=weights.device, dtype=weights.dtype)
+    return X.inverse_cdf(weights, u)
 
 
 def positive_part(a, b, scale=None):  # noqa: ANN001, ANN201

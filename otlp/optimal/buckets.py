@@ -41,6 +41,7 @@ import numpy as np
 
 from otlp import xp as X
 from otlp.optimal import chains as C
+from otlp.optimal import scratch
 from otlp.psi import sorted_psi
 
 #: ratios in [2^-OCTAVES, 2^OCTAVES) get 2^bits buckets per octave, the rest one bucket above and one below.
@@ -82,10 +83,11 @@ class Scheme:
     HI: np.ndarray
     KEY: np.ndarray
 
-    def bucket_of(self, ratio: np.ndarray) -> np.ndarray:
-        """``int64 [B, V]`` the bucket of each ratio (``ratio`` >= 0 or +inf, or -1 for p = q = 0)."""
+    def bucket_of(self, ratio: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``int64 [B, V]`` the bucket of each ratio (``ratio`` >= 0 or +inf, or -1 for p = q = 0), in ``out`` when
+        given."""
         shift = 52 - self.bits
-        key = ratio.view(np.int64) >> shift  # a new array
+        key = np.right_shift(ratio.view(np.int64), shift, out=out)
         np.subtract(_top(self.bits), key, out=key)
         np.maximum(key, 0, out=key)  # (np.clip on int64 is several times slower than the two)
         np.minimum(key, self.NB - 1, out=key)  # -1's pattern is negative: the bottom bucket
@@ -129,8 +131,8 @@ def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: i
     B, V = P.shape
     sc = scheme(bits_for(V) if bits is None else bits)
     NB = sc.NB
-    ratio = C.ratio_keys(P, Q)  # [B, V] as chains.prefix keys them
-    flat = sc.bucket_of(ratio)  # [B, V]
+    ratio = C.ratio_keys(P, Q, out=scratch.array("ratio", (B, V), np.float64))  # [B, V] as chains.prefix keys them
+    flat = sc.bucket_of(ratio, out=scratch.array("bucket", (B, V), np.int64))  # [B, V]
     flat += (np.arange(B, dtype=np.int64) * NB)[:, None]  # [B, V] row b's buckets at b NB ..
     Pb = np.bincount(flat.ravel(), weights=P.ravel(), minlength=B * NB).reshape(B, NB)
     Qb = np.bincount(flat.ravel(), weights=Q.ravel(), minlength=B * NB).reshape(B, NB)
@@ -141,7 +143,10 @@ def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: i
     rows = np.arange(B)
     for attempt in range(ATTEMPTS):
         pick = slice(None) if attempt == 0 else rows  # (no copies of the whole chunk on the first try)
-        sorted_tok = selected.ravel()[flat[pick]]  # [rows, V] the tokens to sort one by one
+        idx = flat[pick]
+        # [rows, V] the tokens to sort one by one (mode="clip": the indices are valid, and numpy buffers ``out`` for
+        # the default mode)
+        sorted_tok = np.take(selected.ravel(), idx, out=scratch.array("sorted", idx.shape, bool), mode="clip")
         t, i, ok, bad = _attempt(P[pick], Q[pick], ratio[pick], sorted_tok, w[pick], U[pick], n, selected[pick],
                                  level if attempt == 0 else level.rows(rows), sc)
         tokens[rows[ok]], index[rows[ok]], done[rows[ok]] = t[ok], i[ok], True

@@ -81,10 +81,11 @@ def prefix(P, Q, n: int, order=None) -> Prefix:  # noqa: ANN001 - [B, V] arrays
                   alpha=alpha)
 
 
-def ratio_keys(P, Q):  # noqa: ANN001, ANN201 - [B, V] arrays
-    """The sort keys of the tokens: q/p, +inf for p = 0 < q, and -1 (below every ratio) for p = q = 0."""
+def ratio_keys(P, Q, out=None):  # noqa: ANN001, ANN201 - [B, V] arrays
+    """The sort keys of the tokens: q/p, +inf for p = 0 < q, and -1 (below every ratio) for p = q = 0 (``out``: a
+    float64 numpy array to write them into)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = Q / P  # p = q = 0: NaN
+        ratio = Q / P if out is None else np.divide(Q, P, out=out)  # p = q = 0: NaN
     if X.is_numpy(ratio):
         np.copyto(ratio, -1.0, where=ratio != ratio)  # in place: one [B, V] array fewer to allocate
         return ratio

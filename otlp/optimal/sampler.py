@@ -28,6 +28,7 @@ import numpy as np
 from otlp.errors import InputError
 from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
+from otlp.optimal import scratch
 
 #: rows per CPU chunk: at most this many float64 values per [rows, V] temporary (1 MiB, so a chunk's dozen live
 #: temporaries stay near the cache; one row at V >= 128k).
@@ -87,9 +88,11 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     for m, rows in groups:
         for lo in range(0, rows.size, step):  # chunks of rows, each vectorised
             sl = rows[lo:lo + step] if widths is not None else slice(lo, min(B, lo + step))
-            # float64 and normalised chunk by chunk: a float64 copy of the whole batch would be a fresh array above
-            # the allocator's mmap threshold (two of them cost more than the rule at B = 64, V = 128k)
-            P, Q = _normalised(p[sl]).numpy(), _normalised(q[sl]).numpy()
+            # float64 and normalised chunk by chunk, into reused arrays (:mod:`.scratch`): a float64 copy of the
+            # whole batch would be a fresh array above the allocator's mmap threshold, page-faulted on every call
+            ps, qs = p[sl], q[sl]
+            P = _normalised(ps, scratch.array("P", tuple(ps.shape), np.float64)).numpy()
+            Q = _normalised(qs, scratch.array("Q", tuple(qs.shape), np.float64)).numpy()
             tokens[sl], index[sl] = _cpu_rows(P, Q, Wn[sl, :m], Un[sl], m, rule, partial, default)
     return torch.from_numpy(tokens), torch.from_numpy(index)
 
@@ -124,11 +127,12 @@ def _device(P, Q, drafts, U, rule, n: int, order=None, default: bool = False):  
     return tokens.long(), index.long(), pre.order
 
 
-def _normalised(x):  # noqa: ANN001, ANN202
-    """float64 rows divided by their sums (a row that sums to 0 is left as is: the caller's validation refuses it)."""
+def _normalised(x, out=None):  # noqa: ANN001, ANN202
+    """float64 rows divided by their sums (a row that sums to 0 is left as is: the caller's validation refuses it);
+    ``out``: a float64 numpy array of x's shape to write them into (the CPU route's reused arrays)."""
     import torch
 
-    X = x.to(dtype=torch.float64)
+    X = x.to(dtype=torch.float64) if out is None else torch.from_numpy(out).copy_(x)
     total = X.sum(-1, keepdim=True)
     total = total.where(total > 0, total.new_ones(()))
     # in place on a converted copy (one [B, V] float64 array fewer to allocate), never on the caller's tensor

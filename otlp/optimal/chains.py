@@ -21,6 +21,10 @@ row in decreasing q/p order (stable), prefix index m = 0..V:
 
   y_s = L_s; the class mass entering the step is ``before_i = y_{i+1} + q_i`` (y_e = 0), the slot fires each draw
   of the class with a_i = 1 - y_i / before_i, i.e. hazard lam_i = log(before_i / y_i) (infinite when y_i = 0);
+* along a run of equal ratios the chain needs no root: where r_{i-2} = r_{i-1} (i >= s + 2), p_{i-1} = r_{i-1}
+  q_{i-1} and psi_i = psi_{i-1} + p_{i-1} - (H_i^n - H_{i-1}^n) make step i's equation step (i - 1)'s in y + q_{i-1},
+  so y_i = (y_{i-1} - q_{i-1})^+ (then a_{i-1} = 0; q_{i-1} > 0): in a tied run only its second position needs
+  a root;
 * the final acceptance of an inner group, from the telescoping sum of its slots
   (sum_i [(H_i + before_i)^n - (H_i + y_i)^n] = T^n - (N + before_s)^n): beta = 1 - slack / capacity with
   capacity = (N + before_s)^n - N^n, N = H_s; an outer group has beta = 1;
@@ -168,7 +172,12 @@ def _group_terms(xp, pre: Prefix, pos, start, end, steps: int | None, rows) -> T
     q_pos = qs > 0
     r = xp.where(q_pos, t / xp.where(q_pos, qs, 1.0), 0.0)
     r_below = X.pad_first(r[..., :-1], 0.0)  # the window starts at a group's first position, where it is unused
-    y = xp.where(first, L, slot_mass(H, L, xp.where(first, 0.0, r_below), gap, n, steps))
+    # tied runs (module docstring): y_i = (y_a - (H_i - H_a))^+ from the last position a solved for, no root
+    tied = _tied(r_below, q_pos, pos, start)
+    y = _slot_masses(H, L, xp.where(first, 0.0, r_below), gap, n, steps, solve=~tied & ~first)
+    y = xp.where(first, L, y)
+    anchor = X.cummax(xp.where(tied, 0, X.arange_like(y, y.shape[-1]) + 0 * pos))  # [B, W] the last solved entry
+    y = xp.where(tied, X.minimum(X.maximum(X.take(y, anchor) - (H - X.take(H, anchor)), 0.0), L), y)
     before = xp.where(pos + 1 >= end, 0.0, X.pad_last(y[..., 1:], 0.0)) + qs  # class mass entering the step
     b_pos = before > 0
     a = xp.where(first | ~b_pos, 0.0, X.minimum(X.maximum(1.0 - y / xp.where(b_pos, before, 1.0), 0.0), 1.0))
@@ -372,6 +381,25 @@ def _newton_step(y, H, L, r_below, gap, n: int, powers: list):  # noqa: ANN001, 
         g, dg = y * (D - r_below) - gap, D - r_below + _shift_horner(y, coef, powers, n)
     ok = dg > 0
     return xp.where(ok, X.minimum(X.maximum(y - g / xp.where(ok, dg, 1.0), 0.0), L), y)
+
+
+def _tied(r_below, q_pos, pos, start):  # noqa: ANN001, ANN202
+    """The positions i >= s + 2 whose two positions below share one ratio, r_{i-2} = r_{i-1}, with q_{i-1} > 0: their
+    slot mass follows from the one below (module docstring)."""
+    same = r_below == X.pad_first(r_below[..., :-1], -1.0)
+    return same & X.pad_first(q_pos[..., :-1], False) & (pos >= start + 2)
+
+
+def _slot_masses(H, L, r_below, gap, n: int, steps: int | None, solve):  # noqa: ANN001, ANN202
+    """:func:`slot_mass` where ``solve`` holds (elsewhere 0): on numpy arrays only those entries are solved; a
+    tensor is solved everywhere (static shapes on the device)."""
+    if not X.is_numpy(H):
+        return slot_mass(H, L, r_below, gap, n, steps)
+    y = np.zeros(np.broadcast_shapes(H.shape, L.shape, r_below.shape, gap.shape))
+    shape = y.shape
+    H, L, r_below, gap = (np.broadcast_to(x, shape)[solve] for x in (H, L, r_below, gap))
+    y[solve] = slot_mass(H, L, r_below, gap, n, steps)
+    return y
 
 
 @functools.cache

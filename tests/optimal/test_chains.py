@@ -118,6 +118,47 @@ def test_slot_mass_converges_in_the_fixed_newton_steps() -> None:
         assert np.all(np.abs(fixed - full) <= 1e-13 * np.maximum(L, 1e-300) + 1e-300)
 
 
+def _tied_rows(rng, B: int, V: int, runs: int):  # noqa: ANN001, ANN202
+    """Rows whose ratios take ``runs`` values (n-gram laws: long runs of equal q/p, some tokens with q = 0)."""
+    P = rng.dirichlet(np.full(V, 0.5), size=B)
+    Q = P * rng.choice(rng.uniform(0.2, 3.0, runs), size=(B, V))
+    Q[:, ::17] = 0.0
+    return P, Q / Q.sum(1, keepdims=True)
+
+
+@pytest.mark.parametrize("n", [3, 4, 8])
+def test_tied_runs_follow_from_one_root_as_a_root_at_every_position_gives(monkeypatch: pytest.MonkeyPatch,
+                                                                         n: int) -> None:
+    """Along a run of equal ratios the slot masses are y_i = (y_{i-1} - q_{i-1})^+ (module docstring): the chains
+    so built equal those with Newton's root at every position (``_tied`` forced off), on numpy and torch."""
+    rng = np.random.default_rng(n)
+    P, Q = _tied_rows(rng, 6, 500, 7)
+    fast = C.build(P, Q, n, newton_steps=None)
+    assert C._tied(*_tied_inputs(fast)).sum() > P.size // 4  # the case this is about
+    monkeypatch.setattr(C, "_tied", lambda r_below, *a: np.zeros(r_below.shape, bool)
+                        if isinstance(r_below, np.ndarray) else r_below != r_below)
+    slow = C.build(P, Q, n, newton_steps=None)
+    for name in ("y", "before", "lam", "beta"):
+        a, b = getattr(fast.terms, name), getattr(slow.terms, name)
+        fin = np.isfinite(b)
+        assert np.array_equal(fin, np.isfinite(a)), name
+        np.testing.assert_allclose(a[fin], b[fin], rtol=1e-11, atol=1e-12, err_msg=name)
+    torch = pytest.importorskip("torch")
+    slow_t = C.build(torch.from_numpy(P), torch.from_numpy(Q), n)
+    monkeypatch.undo()
+    fast_t = C.build(torch.from_numpy(P), torch.from_numpy(Q), n)
+    np.testing.assert_allclose(fast_t.terms.y.numpy(), slow_t.terms.y.numpy(), rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(fast_t.terms.y.numpy(), fast.terms.y, rtol=1e-11, atol=1e-13)
+
+
+def _tied_inputs(ch):  # noqa: ANN001, ANN202
+    tm = ch.terms
+    q_pos = tm.qs > 0
+    r = np.where(q_pos, tm.t / np.where(q_pos, tm.qs, 1.0), 0.0)
+    pos = np.arange(r.shape[1])[None, :]
+    return np.concatenate([np.zeros((r.shape[0], 1)), r[:, :-1]], axis=1), q_pos, pos, ch.start
+
+
 def test_power_gap_against_exact_rationals_on_both_forms() -> None:
     """(b + x)^n - b^n: the expansion (n <= 64) and the logarithmic form above it, against exact rationals."""
     from fractions import Fraction

@@ -14,6 +14,8 @@ import sys
 
 import numpy as np
 
+from otlp import scratch
+
 
 def namespace(x: object):  # noqa: ANN201 - the numpy or torch module
     """``numpy`` for numpy arrays, ``torch`` for tensors (imported only when a tensor is passed in)."""
@@ -264,7 +266,12 @@ def inverse_cdf(weights, u):  # noqa: ANN001, ANN201
     whose running mass exceeds u * total, which has positive weight. A product rounded up to the total (index V) is
     clamped to the first index whose running mass reaches the total, positive too (its step of the running sum is >
     0) and never below the first answer otherwise. Rows with no mass give 0. ``[B]`` int64."""
-    cdf = cumsum(weights)  # [B, V]
+    if is_numpy(weights):
+        cdf = cumsum(weights)  # [B, V]
+    else:  # into the thread's work array on the CPU (:mod:`otlp.scratch`)
+        import torch
+
+        cdf = torch.cumsum(weights, -1, out=scratch.like("cdf", weights))
     total = cdf[:, -1:]  # [B, 1]
     return minimum(searchsorted_rows(cdf, u * total), searchsorted_rows(cdf, total, right=False))
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from otlp import scratch
 from otlp import xp as X
 from otlp.optimal import chains as C
-from otlp.optimal import scratch
 from otlp.psi import sorted_psi
 
 #: ratios in [2^-OCTAVES, 2^OCTAVES) get 2^bits buckets per octave, the rest one bucket above and one below.

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from otlp import scratch
 from otlp.errors import InputError
 from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
-from otlp.optimal import scratch
 
 #: rows per CPU chunk: at most this many float64 values per [rows, V] temporary (1 MiB, so a chunk's dozen live
 #: temporaries stay near the cache; one row at V >= 128k).

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from otlp import scratch
 from otlp import xp as X
 from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
@@ -266,11 +267,13 @@ def sample_categorical(weights, generator=None):  # noqa: ANN001, ANN201
 
 
 def positive_part(a, b, scale=None):  # noqa: ANN001, ANN201
-    """``(a - scale * b)^+ [B, V]`` as one new tensor (``scale [B, 1]``, default 1), the clamp in place: a
-    residual without the temporaries of ``torch.relu(a - b)`` (each a fresh [B, V] array)."""
+    """``(a - scale * b)^+ [B, V]`` (``scale [B, 1]``, default 1) in the thread's work array ``"residual"``
+    (:func:`otlp.scratch.like`: reused on the CPU, fresh on a device), the clamp in place: a residual without the
+    temporaries of ``torch.relu(a - b)`` (each a fresh [B, V] array). Valid until the next call."""
     import torch
 
-    out = torch.sub(a, b) if scale is None else torch.addcmul(a, b, -scale)
+    out = scratch.like("residual", a)
+    torch.sub(a, b, out=out) if scale is None else torch.addcmul(a, b, -scale, out=out)
     return out.clamp_(min=0)
 
 

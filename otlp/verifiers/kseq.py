@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from otlp import scratch
 from otlp import xp as X
 from otlp.drafts import IID, DraftScheme
 from otlp.verifiers.base import (
@@ -47,7 +48,7 @@ def rho_star(p, q, n: int, steps: int | None = None):  # noqa: ANN001, ANN201 - 
     reused buffer: no sort (at V = 128k, B = 64 a sort of the ratios cost several times the whole bisection).
     """
     xp = X.namespace(p)
-    buf = xp.empty_like(p)  # [..., V]
+    buf = xp.empty_like(p) if X.is_numpy(p) else scratch.like("kseq", p)  # [..., V], reused on the CPU
     lo = xp.ones_like(buf[..., :1])  # [..., 1]
     hi = lo * float(n)
     if n == 1:  # the bracket [1, 1]: K-SEQ is single-draft speculative sampling
@@ -88,7 +89,7 @@ class KSeq(Verifier):
 
         B, n, V = check_tensors(p, q, drafts)
         rho = rho_star(p, q, n).unsqueeze(1)  # [B, 1]
-        capped = torch.div(p, rho)  # [B, V], then min(q, p / rho) in place
+        capped = torch.div(p, rho, out=scratch.like("residual", p))  # [B, V], then min(q, p / rho) in place
         torch.minimum(capped, q, out=capped)
         beta = capped.sum(dim=1, keepdim=True)  # [B, 1]
         p_acc = 1.0 - (1.0 - beta) ** n

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from otlp import scratch
 from otlp.drafts import IID, DraftScheme, WithoutReplacement
 from otlp.verifiers.base import (
     Verifier,
@@ -106,7 +107,7 @@ class RecursiveRejectionWithoutReplacement(Verifier):
         # without x_k, s and z their sums. A residual that empties (p_k = q_k up to rounding, so step k accepted
         # surely) freezes its row at p = q_cur: it accepts every later draft, and its weights are r + frozen qc.
         one = torch.ones((B, 1), dtype=p.dtype, device=p.device)
-        r, s, qc, z = p, one, q.clone(), one  # [B, V], [B, 1], [B, V], [B, 1]
+        r, s, qc, z = p, one, scratch.like("draft", q).copy_(q), one  # [B, V], [B, 1], [B, V], [B, 1]
         frozen = torch.zeros((B, 1), dtype=torch.bool, device=p.device)
         for k in range(n):
             x = drafts[:, k:k + 1].long()  # [B, 1]

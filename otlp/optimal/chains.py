@@ -24,7 +24,7 @@ row in decreasing q/p order (stable), prefix index m = 0..V:
 * along a run of equal ratios the chain needs no root: where r_{i-2} = r_{i-1} (i >= s + 2), p_{i-1} = r_{i-1}
   q_{i-1} and psi_i = psi_{i-1} + p_{i-1} - (H_i^n - H_{i-1}^n) make step i's equation step (i - 1)'s in y + q_{i-1},
   so y_i = (y_{i-1} - q_{i-1})^+ (then a_{i-1} = 0; q_{i-1} > 0): in a tied run only its second position needs
-  a root;
+  a root (used for n >= 3, where a root takes Newton steps);
 * the final acceptance of an inner group, from the telescoping sum of its slots
   (sum_i [(H_i + before_i)^n - (H_i + y_i)^n] = T^n - (N + before_s)^n): beta = 1 - slack / capacity with
   capacity = (N + before_s)^n - N^n, N = H_s; an outer group has beta = 1;
@@ -172,12 +172,14 @@ def _group_terms(xp, pre: Prefix, pos, start, end, steps: int | None, rows) -> T
     q_pos = qs > 0
     r = xp.where(q_pos, t / xp.where(q_pos, qs, 1.0), 0.0)
     r_below = X.pad_first(r[..., :-1], 0.0)  # the window starts at a group's first position, where it is unused
-    # tied runs (module docstring): y_i = (y_a - (H_i - H_a))^+ from the last position a solved for, no root
-    tied = _tied(r_below, q_pos, pos, start)
-    y = _slot_masses(H, L, xp.where(first, 0.0, r_below), gap, n, steps, solve=~tied & ~first)
-    y = xp.where(first, L, y)
-    anchor = X.cummax(xp.where(tied, 0, X.arange_like(y, y.shape[-1]) + 0 * pos))  # [B, W] the last solved entry
-    y = xp.where(tied, X.minimum(X.maximum(X.take(y, anchor) - (H - X.take(H, anchor)), 0.0), L), y)
+    if n <= 2:  # closed-form roots, cheaper than finding the tied runs
+        y = xp.where(first, L, slot_mass(H, L, xp.where(first, 0.0, r_below), gap, n, steps))
+    else:  # tied runs (module docstring): y_i = (y_a - (H_i - H_a))^+ from the last position a solved for
+        tied = _tied(r_below, q_pos, pos, start)
+        y = _slot_masses(H, L, xp.where(first, 0.0, r_below), gap, n, steps, solve=~tied & ~first)
+        y = xp.where(first, L, y)
+        anchor = X.cummax(xp.where(tied, 0, X.arange_like(y, y.shape[-1]) + 0 * pos))  # [B, W] last solved entry
+        y = xp.where(tied, X.minimum(X.maximum(X.take(y, anchor) - (H - X.take(H, anchor)), 0.0), L), y)
     before = xp.where(pos + 1 >= end, 0.0, X.pad_last(y[..., 1:], 0.0)) + qs  # class mass entering the step
     b_pos = before > 0
     a = xp.where(first | ~b_pos, 0.0, X.minimum(X.maximum(1.0 - y / xp.where(b_pos, before, 1.0), 0.0), 1.0))

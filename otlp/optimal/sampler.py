@@ -14,11 +14,11 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
   synchronisation (``window = V``; tests/optimal/test_sampler_device.py records the aten ops on CPU with
   ``backend="torch"``).
 * On the CPU, where there is no device to synchronise with, the same equations run through numpy, in chunks of rows
-  of at most ``CPU_CHUNK`` floats, each chunk converted and normalised on its own (so that temporaries stay in cache
-  and below the allocator's mmap threshold), with the data-dependent window the tuple needs (``backend="auto"``;
-  measured in benchmarks/verifiers.py). On larger calls (``buckets.takes``) the default rule sorts only the ratio
-  buckets it needs (:mod:`.buckets`, certified per row, in chunks of ``buckets.CHUNK`` floats; a row it cannot
-  certify takes the full sort).
+  of at most ``CPU_CHUNK`` floats, each chunk converted and normalised on its own into reused arrays
+  (:mod:`otlp.scratch`, so that temporaries stay in cache and are not page-faulted again on every call), with the
+  data-dependent window the tuple needs (``backend="auto"``; measured in benchmarks/verifiers.py). On larger calls
+  (``buckets.takes``) the default rule sorts only the ratio buckets it needs (:mod:`.buckets`, certified per row, in
+  chunks of ``buckets.CHUNK`` floats; a row it cannot certify takes the full sort).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     for m, rows in groups:
         for lo in range(0, rows.size, step):  # chunks of rows, each vectorised
             sl = rows[lo:lo + step] if widths is not None else slice(lo, min(B, lo + step))
-            # float64 and normalised chunk by chunk, into reused arrays (:mod:`.scratch`): a float64 copy of the
+            # float64 and normalised chunk by chunk, into reused arrays (:mod:`otlp.scratch`): a float64 copy of the
             # whole batch would be a fresh array above the allocator's mmap threshold, page-faulted on every call
             ps, qs = p[sl], q[sl]
             P = _normalised(ps, scratch.array("P", tuple(ps.shape), np.float64)).numpy()

@@ -276,6 +276,20 @@ def inverse_cdf(weights, u):  # noqa: ANN001, ANN201
     return minimum(searchsorted_rows(cdf, u * total), searchsorted_rows(cdf, total, right=False))
 
 
+def positive_part(a, b, scale=None):  # noqa: ANN001, ANN201
+    """``(a - scale * b)^+ [B, V]`` (``scale [B, 1]``, default 1) in one array, the clamp in place: a residual without
+    the temporaries of ``relu(a - b)``. numpy: a new array; torch: the thread's work array ``"residual"``
+    (:func:`otlp.scratch.like`: reused on the CPU, fresh on a device), valid until the next call."""
+    if is_numpy(a):
+        out = a - b if scale is None else a - scale * b
+        return np.maximum(out, 0.0, out=out)
+    import torch
+
+    out = scratch.like("residual", a)
+    torch.sub(a, b, out=out) if scale is None else torch.addcmul(a, b, -scale, out=out)
+    return out.clamp_(min=0)
+
+
 def maximum(a, b):  # noqa: ANN001, ANN201
     """Elementwise maximum; ``b`` may be a Python number (``torch.maximum`` takes tensors only)."""
     if is_numpy(a):

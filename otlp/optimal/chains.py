@@ -609,7 +609,7 @@ def single_draft(P, Q, w, u):  # noqa: ANN001, ANN201 - [B, V] arrays
     xp = X.namespace(P)
     px, qx = X.take(P, w)[:, 0], X.take(Q, w)[:, 0]  # [B]
     accepted = u[:, 0] * qx < px  # [B]
-    drawn = X.inverse_cdf(X.maximum(P - Q, 0.0), u[:, 1:])  # [B] by the residual's running mass
+    drawn = X.inverse_cdf(X.positive_part(P, Q), u[:, 1:])  # [B] by the residual's running mass
     return xp.where(accepted, w[:, 0], drawn), xp.where(accepted, 0, -1)
 
 

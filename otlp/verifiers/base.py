@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp import scratch
 from otlp import xp as X
 from otlp.distributions import check_distribution
 from otlp.drafts import DraftScheme, as_draft
@@ -264,17 +263,6 @@ def sample_categorical(weights, generator=None):  # noqa: ANN001, ANN201
 
     u = torch.rand((weights.shape[0], 1), generator=generator, device=weights.device, dtype=weights.dtype)
     return X.inverse_cdf(weights, u)
-
-
-def positive_part(a, b, scale=None):  # noqa: ANN001, ANN201
-    """``(a - scale * b)^+ [B, V]`` (``scale [B, 1]``, default 1) in the thread's work array ``"residual"``
-    (:func:`otlp.scratch.like`: reused on the CPU, fresh on a device), the clamp in place: a residual without the
-    temporaries of ``torch.relu(a - b)`` (each a fresh [B, V] array). Valid until the next call."""
-    import torch
-
-    out = scratch.like("residual", a)
-    torch.sub(a, b, out=out) if scale is None else torch.addcmul(a, b, -scale, out=out)
-    return out.clamp_(min=0)
 
 
 def or_fallback_(weights, fallback):  # noqa: ANN001, ANN201

@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
+from otlp import xp as X
 from otlp.drafts import IID, DraftScheme, Independent
 from otlp.errors import InputError
 from otlp.verifiers.base import (
@@ -42,7 +43,6 @@ from otlp.verifiers.base import (
     gather,
     normalize_or,
     or_fallback_,
-    positive_part,
     sample_categorical,
 )
 
@@ -255,7 +255,7 @@ class ImportanceSampling(Verifier):
             index = torch.where(keep, index, torch.full_like(index, k))
             cur = law_sorted.gather(1, rank)
         accept = u[:, n - 1] * gather(cur, y) < gather(p, y)
-        residual = sample_categorical(or_fallback_(positive_part(p, cur), p), generator)  # unnormalised
+        residual = sample_categorical(or_fallback_(X.positive_part(p, cur), p), generator)  # unnormalised
         return torch.where(accept, y, residual).long(), torch.where(accept, index, torch.full_like(index, -1)).long()
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from otlp import scratch
+from otlp import xp as X
 from otlp.drafts import IID, DraftScheme, WithoutReplacement
 from otlp.verifiers.base import (
     Verifier,
@@ -26,7 +27,6 @@ from otlp.verifiers.base import (
     coins,
     finish,
     normalize_or,
-    positive_part,
     sample_categorical,
     sequential_law,
 )
@@ -57,7 +57,7 @@ class RecursiveRejection(Verifier):
             x = drafts[:, k:k + 1].long()  # [B, 1]
             q_x = q.gather(1, x)
             accept[:, k] = (u[:, k:k + 1] * q_x * s < r.gather(1, x) + frozen * q_x).squeeze(1)
-            r = positive_part(r, q) if k == 0 else r.addcmul_(q, frozen - s).clamp_(min=0)
+            r = X.positive_part(r, q) if k == 0 else r.addcmul_(q, frozen - s).clamp_(min=0)
             total = r.sum(dim=1, keepdim=True)  # [B, 1]
             frozen = torch.where(total > 0, frozen, 1.0)
             s = torch.where(total > 0, total, 1.0)
@@ -115,7 +115,7 @@ class RecursiveRejectionWithoutReplacement(Verifier):
             accept[:, k] = ((u[:, k:k + 1] * qc_x * s < r.gather(1, x) * z) | frozen).squeeze(1)
             # z = 0: q is spent, a row that drew such drafts had probability 0
             scale = torch.where(frozen | (z <= 0), 0.0, s / z)
-            r = positive_part(r, qc, scale) if k == 0 else r.addcmul_(qc, -scale).clamp_(min=0)
+            r = X.positive_part(r, qc, scale) if k == 0 else r.addcmul_(qc, -scale).clamp_(min=0)
             total = r.sum(dim=1, keepdim=True)  # [B, 1]
             frozen = frozen | (total == 0)
             s = torch.where(frozen, 1.0, total)

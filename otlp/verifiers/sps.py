@@ -15,12 +15,7 @@ from otlp.verifiers.base import (
     accept_probability,
     check_tensors,
     coins,
-    finish,
-    gather,
     normalize_or,
-    or_fallback_,
-    positive_part,
-    sample_categorical,
     sequential_law,
 )
 
@@ -35,12 +30,17 @@ class SingleDraft(Verifier):
         return IID(q, n)
 
     def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+        """The rule of the optimal sampler at n = 1 (:func:`otlp.optimal.chains.single_draft`) on the first draft:
+        accept if u0 q(x) < p(x), else the inverse CDF of (p - q)^+ at u1 (the two uniforms drawn one after the
+        other from ``generator``, in p's dtype)."""
+        import torch
+
+        from otlp.optimal.chains import single_draft
+
         B, n, V = check_tensors(p, q, drafts)
-        x = drafts[:, 0]  # [B]
-        u = coins(B, 1, p, generator)  # [B, 1]
-        accept = u * gather(q, x).unsqueeze(1) < gather(p, x).unsqueeze(1)  # [B, 1]
-        residual = or_fallback_(positive_part(p, q), p)  # [B, V] unnormalised (p - q)^+
-        return finish(drafts[:, :1], accept, sample_categorical(residual, generator))
+        u = torch.cat([coins(B, 1, p, generator), coins(B, 1, p, generator)], dim=1)  # [B, 2]
+        tokens, index = single_draft(p, q, drafts[:, :1], u)
+        return tokens.long(), index.long()
 
     def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         q = draft.q

@@ -33,16 +33,25 @@ def psi(p: np.ndarray, draft: DraftScheme, mask: np.ndarray) -> np.ndarray | flo
     return m.astype(np.float64) @ p - draft.subset_probability(m)
 
 
+def ratio_keys(P, Q, out=None):  # noqa: ANN001, ANN201 - [..., V] numpy arrays or torch tensors
+    """The sort keys of the tokens: q/p, +inf for p = 0 < q (and for a subnormal p whose ratio overflows), and -1
+    (below every ratio) for p = q = 0 (``out``: a float64 numpy array to write them into)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = Q / P if out is None else np.divide(Q, P, out=out)  # p = q = 0: NaN
+    if X.is_numpy(ratio):
+        np.copyto(ratio, -1.0, where=ratio != ratio)  # in place: one [B, V] array fewer to allocate
+        return ratio
+    return ratio.where(ratio == ratio, -1.0)
+
+
 def ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Token ids sorted by decreasing q/p: p = 0 < q first (ratio +inf), p = q = 0 last; stable on ties.
-    ``p, q: [..., V]`` (each row sorted on its own)."""
+    """Token ids sorted by decreasing q/p, stable on ties (:func:`ratio_keys`, :func:`otlp.xp.sort_descending`; the
+    order the class chains use): p = 0 < q first (ratio +inf, tied with a subnormal p whose ratio overflows), p = q = 0
+    last. ``p, q: [..., V]`` (each row sorted on its own)."""
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        # a subnormal p overflows q / p: cap it at the largest float, so that p = 0 < q (ratio +inf) still comes first
-        ratio = np.where(p > 0, np.minimum(q / np.where(p > 0, p, 1.0), np.finfo(np.float64).max),
-                         np.where(q > 0, np.inf, -1.0))
-    return np.argsort(-ratio, axis=-1, kind="stable")
+    keys = ratio_keys(p, q)  # [..., V], broadcast
+    return X.sort_descending(keys.reshape(-1, keys.shape[-1])).reshape(keys.shape)
 
 
 #: up to this n, :func:`prefix_psi` forms Q^n and (1 - Qbar)^n by repeated squaring (relative error at most about

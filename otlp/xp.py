@@ -199,13 +199,19 @@ def sort_descending(key):  # noqa: ANN001, ANN201
 
     numpy: the integers that pack the key's leading bits above the token id, sorted with numpy's vectorised sort
     (:func:`_packed_sort`), several times faster than ``argsort(kind="stable")`` (and than ``torch.sort`` on the CPU;
-    the CPU sampler runs the numpy route). torch: ``torch.sort(stable=True)`` on the tensor's device.
+    the CPU sampler runs the numpy route) from about a thousand keys; below ``PACKED_SORT_MIN`` keys the stable
+    argsort (the same order: 2.4 against 12.9 us at V = 10, 6.4 against 29.6 us at V = 300; equal near 1000).
+    torch: ``torch.sort(stable=True)`` on the tensor's device.
     """
     if is_numpy(key):
-        return _packed_sort(key)
+        return np.argsort(-key, axis=-1, kind="stable") if key.size < PACKED_SORT_MIN else _packed_sort(key)
     import torch
 
     return torch.sort(key, dim=-1, descending=True, stable=True).indices
+
+
+#: numpy keys below this many entries are sorted by a stable argsort (:func:`sort_descending`).
+PACKED_SORT_MIN = 1024
 
 
 def _packed_sort(key: np.ndarray) -> np.ndarray:

@@ -82,6 +82,7 @@ def test_packed_sort_repairs_only_the_tied_runs_and_equals_a_stable_argsort() ->
             k[rng.random((B, V)) < 0.2] = np.inf
             k[rng.random((B, V)) < 0.2] = 0.0
         np.testing.assert_array_equal(X._packed_sort(k), np.argsort(-k, axis=1, kind="stable"))
+        np.testing.assert_array_equal(X.sort_descending(k), np.argsort(-k, axis=1, kind="stable"))  # either route
 
 
 def test_inverse_permutation_through_torch_equals_numpys() -> None:

@@ -42,7 +42,7 @@ import numpy as np
 from otlp import scratch
 from otlp import xp as X
 from otlp.optimal import chains as C
-from otlp.psi import sorted_psi
+from otlp.psi import ratio_keys, sorted_psi
 
 #: ratios in [2^-OCTAVES, 2^OCTAVES) get 2^bits buckets per octave, the rest one bucket above and one below.
 OCTAVES = 32
@@ -131,7 +131,7 @@ def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: i
     B, V = P.shape
     sc = scheme(bits_for(V) if bits is None else bits)
     NB = sc.NB
-    ratio = C.ratio_keys(P, Q, out=scratch.array("ratio", (B, V), np.float64))  # [B, V] as chains.prefix keys them
+    ratio = ratio_keys(P, Q, out=scratch.array("ratio", (B, V), np.float64))  # [B, V] as chains.prefix keys them
     flat = sc.bucket_of(ratio, out=scratch.array("bucket", (B, V), np.int64))  # [B, V]
     flat += (np.arange(B, dtype=np.int64) * NB)[:, None]  # [B, V] row b's buckets at b NB ..
     Pb = np.bincount(flat.ravel(), weights=P.ravel(), minlength=B * NB).reshape(B, NB)

@@ -46,7 +46,7 @@ from math import comb, inf
 import numpy as np
 
 from otlp import xp as X
-from otlp.psi import sorted_psi
+from otlp.psi import ratio_keys, sorted_psi
 
 #: Newton steps of :func:`slot_mass` for n >= 3 when the caller cannot iterate to convergence (device code). From the
 #: tighter of two upper bounds of the root (module docstring of :func:`slot_mass`) the iteration converges
@@ -83,17 +83,6 @@ def prefix(P, Q, n: int, order=None) -> Prefix:  # noqa: ANN001 - [B, V] arrays
         alpha = 1.0 + X.take(psi, m_star[:, None])[:, 0]
     return Prefix(n=n, order=order, ps=ps, qs=qs, prefix_q=prefix_q, suffix_q=suffix_q, psi=psi, m_star=m_star,
                   alpha=alpha)
-
-
-def ratio_keys(P, Q, out=None):  # noqa: ANN001, ANN201 - [B, V] arrays
-    """The sort keys of the tokens: q/p, +inf for p = 0 < q, and -1 (below every ratio) for p = q = 0 (``out``: a
-    float64 numpy array to write them into)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = Q / P if out is None else np.divide(Q, P, out=out)  # p = q = 0: NaN
-    if X.is_numpy(ratio):
-        np.copyto(ratio, -1.0, where=ratio != ratio)  # in place: one [B, V] array fewer to allocate
-        return ratio
-    return ratio.where(ratio == ratio, -1.0)
 
 
 def records(pre: Prefix):  # noqa: ANN201

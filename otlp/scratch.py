@@ -1,11 +1,9 @@
 """Reused work arrays for the samplers' ``[B, V]`` temporaries on the host (one set per thread).
 
 A fresh array of a megabyte or more comes from the C allocator's mmap or from the top of its heap, which it hands
-back to the kernel when it is freed; the next call then page-faults every page again. At B = 64, V = 128k, float32,
-sps, rrs and rrs_wor took 16,000-24,000 page faults per call (64-96 MiB) when run beside the other rules, and the
-optimal rule's CPU route 600-900 per call at B = 1, V = 128k and B = 64, V = 2k (issue 19). The samplers write their
-few large temporaries (residuals, running sums, the optimal rule's float64 rows, keys and bucket numbers) into arrays
-kept here between calls instead.
+back to the kernel when it is freed; the next call then page-faults every page again (the counts per call are in
+the README's verifier section, issue 19). The samplers write their few large temporaries (residuals, running sums,
+the optimal rule's float64 rows, keys and bucket numbers) into arrays kept here between calls instead.
 
 Each array is a view of the named buffer, valid until the next request of that name on the same thread; a buffer
 grows to the largest size asked for and stays until :func:`release`. On an accelerator :func:`like` returns a fresh

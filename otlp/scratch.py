@@ -36,7 +36,8 @@ def array(name: str, shape: tuple[int, ...], dtype) -> np.ndarray:  # noqa: ANN0
 
 def like(name: str, t):  # noqa: ANN001, ANN201 - torch tensors
     """An uninitialised contiguous tensor of ``t``'s shape, dtype and device: on the CPU a view of this thread's
-    buffer ``name`` (as :func:`array`), elsewhere ``torch.empty_like``."""
+    buffer ``name`` (as :func:`array`); on a device, or for a tensor that needs grad (``out=`` is not
+    differentiable), a fresh ``torch.empty``."""
     import torch
 
     if t.device.type != "cpu" or t.requires_grad:

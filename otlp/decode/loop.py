@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from otlp.decode._verifiers import speculative_sampling
 from otlp.decode.draft_sampling import check_scheme, sample_drafts
 from otlp.decode.models import LanguageModel, check_pair, prefix_lists
 from otlp.decode.registry import Verifier, resolve_verifier
@@ -153,7 +152,7 @@ def decode(
     Parameters
     ----------
     draft_model, target_model : :class:`otlp.decode.models.LanguageModel` with one shared vocabulary.
-    verifier : a name (``otlp.verifiers.get(name)`` or a built-in "sps", "rrs", "rrs_wor") or a callable
+    verifier : a name (``otlp.verifiers.get(name)``) or a callable
         ``sample(p [B, V], q [B, V], drafts [B, m], generator) -> (tokens [B], accepted_index [B])``.
     n, L : drafts per step (tree width at the root) and draft length (tree depth).
     prompts : token-id prefixes, one per sequence (default: one prompt holding the target's ``bos_id`` or 0).
@@ -182,7 +181,7 @@ def decode(
     resolved = resolve_verifier(verifier, scheme)
     scheme = check_scheme(resolved.scheme, n)
     if single_draft_verifier is None:
-        single_draft_verifier = speculative_sampling if scheme == "spechub" else resolved.sample
+        single_draft_verifier = resolve_verifier("sps").sample if scheme == "spechub" else resolved.sample
     d_temp = temperature if draft_temperature is None else draft_temperature
     d_top_k = top_k if draft_top_k is None else draft_top_k
     d_top_p = top_p if draft_top_p is None else draft_top_p

@@ -1,16 +1,14 @@
 """Turn a verifier given by name or as a callable into ``sample(p, q, drafts, generator)`` and its draft scheme.
 
-Names are looked up in the verifier zoo first (``otlp.verifiers.get(name)``, when the zoo provides it), then in
-the reference verifiers of :mod:`otlp.decode._verifiers` ("sps", "rrs", "rrs_wor").
+Names are looked up in the verifier zoo (``otlp.verifiers.get(name)``); the block verifiers are refused (the loop
+verifies token by token).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from otlp.decode._verifiers import BUILTIN_VERIFIERS
 from otlp.decode.draft_sampling import SCHEMES
 from otlp.errors import InputError
 
@@ -44,17 +42,9 @@ class ResolvedVerifier:
 
 
 def _zoo_get(name: str) -> object | None:
-    try:
-        zoo = importlib.import_module("otlp.verifiers")
-    except ImportError:  # pragma: no cover - the package always ships the subpackage
-        return None
-    get = getattr(zoo, "get", None)
-    if get is None:
-        return None
-    try:
-        return get(name)
-    except (KeyError, ValueError):
-        return None
+    from otlp import verifiers  # here, not at import: ``otlp decode --help`` stays free of torch
+
+    return verifiers.get(name) if name in verifiers.NAMES else None
 
 
 def _scheme_of(obj: object) -> str | None:
@@ -87,9 +77,6 @@ def resolve_verifier(verifier: str | Verifier, scheme: str | None = None) -> Res
             raise InputError(f"otlp.verifiers.get({name!r}) returned {type(found).__name__}, which has no sample()")
         return ResolvedVerifier(sample, name, _zoo_scheme(found, name, scheme),
                                 bool(getattr(found, "per_draft_q", False)))
-    if name in BUILTIN_VERIFIERS:
-        sample, own_scheme = BUILTIN_VERIFIERS[name]
-        return ResolvedVerifier(sample, name, scheme or own_scheme)
     raise InputError(f"unknown verifier {verifier!r}; available here: {', '.join(available_verifiers())}")
 
 
@@ -108,12 +95,7 @@ def _zoo_scheme(found: object, name: str, requested: str | None) -> str:
 
 
 def available_verifiers() -> list[str]:
-    """Names the loop can run: the zoo's (where it lists them in ``otlp.verifiers.NAMES``) and the built-ins."""
-    names = set(BUILTIN_VERIFIERS)
-    try:
-        zoo = importlib.import_module("otlp.verifiers")
-        if getattr(zoo, "get", None) is not None:
-            names.update(n for n in getattr(zoo, "NAMES", ()) if n not in BLOCK_VERIFIERS)
-    except ImportError:  # pragma: no cover
-        pass
-    return sorted(names)
+    """Names the loop can run: the zoo's (``otlp.verifiers.NAMES``) but the block verifiers."""
+    from otlp import verifiers
+
+    return sorted(n for n in verifiers.NAMES if n not in BLOCK_VERIFIERS)

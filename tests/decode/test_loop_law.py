@@ -31,22 +31,17 @@ def toy_pair():
     return draft, target, prompt, exact_sequence_law(target, prompt, T)
 
 
-from otlp.decode._verifiers import (  # noqa: E402
-    recursive_rejection_sampling,
-    recursive_rejection_sampling_without_replacement,
-    speculative_sampling,
-)
 from otlp.decode.registry import available_verifiers, resolve_verifier  # noqa: E402
 
-# the loop's own reference verifiers, passed as callables: (verifier, scheme, n, L)
-REFERENCE_CASES = [
-    (speculative_sampling, "iid", 1, 2),
-    (recursive_rejection_sampling, "iid", 1, 3),
-    (recursive_rejection_sampling_without_replacement, "without_replacement", 1, 2),
-    (recursive_rejection_sampling, "iid", 2, 2),
-    (recursive_rejection_sampling, "iid", 4, 1),
-    (recursive_rejection_sampling_without_replacement, "without_replacement", 2, 2),
-    (recursive_rejection_sampling_without_replacement, "without_replacement", 4, 2),
+# samplers passed as plain callables with their scheme, over more tree shapes: (rule, scheme, n, L)
+CALLABLE_CASES = [
+    ("sps", "iid", 1, 2),
+    ("rrs", "iid", 1, 3),
+    ("rrs_wor", "without_replacement", 1, 2),
+    ("rrs", "iid", 2, 2),
+    ("rrs", "iid", 4, 1),
+    ("rrs_wor", "without_replacement", 2, 2),
+    ("rrs_wor", "without_replacement", 4, 2),
 ]
 # every token-level rule of the zoo (otlp.verifiers) by name, on its own draft scheme, with n = 1 and n >= 2
 ZOO_CASES = [(name, 1 if resolve_verifier(name).scheme != "spechub" else 2) for name in available_verifiers()]
@@ -54,10 +49,10 @@ ZOO_CASES += [(name, 2) for name, n in ZOO_CASES if n == 1]
 N_ZOO = 2500  # fewer prompts: some zoo rules solve a transport per row on the host
 
 
-@pytest.mark.parametrize(("verifier", "scheme", "n", "L"), REFERENCE_CASES,
-                         ids=[f"{v.__name__}-n{n}-L{L}" for v, _, n, L in REFERENCE_CASES])
-def test_reference_verifiers_stream_law(toy_pair, verifier, scheme, n, L):
-    _check_stream_law(toy_pair, verifier, scheme, n, L, seed=11)
+@pytest.mark.parametrize(("name", "scheme", "n", "L"), CALLABLE_CASES,
+                         ids=[f"{name}-n{n}-L{L}" for name, _, n, L in CALLABLE_CASES])
+def test_callable_verifiers_stream_law(toy_pair, name, scheme, n, L):
+    _check_stream_law(toy_pair, resolve_verifier(name).sample, scheme, n, L, seed=11)
 
 
 @pytest.mark.parametrize(("name", "n"), sorted(ZOO_CASES))
@@ -76,7 +71,7 @@ def _check_stream_law(toy_pair, verifier, scheme, n, L, seed, prompts=N):
 
 
 def _rrs_wor_as_callable(p, q, drafts, generator):
-    return recursive_rejection_sampling_without_replacement(p, q, drafts, generator)
+    return resolve_verifier("rrs_wor").sample(p, q, drafts, generator)
 
 
 def test_callable_verifier_with_temperature_and_top_k(toy_pair):
@@ -173,7 +168,7 @@ def test_seeded_runs_repeat(toy_pair):
         ({"max_new_tokens": 0}, "max_new_tokens"),
         ({"verifier": "nope"}, "unknown verifier"),
         ({"verifier": "bv"}, "block verifier"),
-        ({"verifier": speculative_sampling, "scheme": "spechub", "n": 3}, "n = 2"),
+        ({"verifier": _rrs_wor_as_callable, "scheme": "spechub", "n": 3}, "n = 2"),
         ({"verifier": "optimal", "scheme": "greedy"}, "exact for 'iid' drafts only"),
         ({"scheme": "sideways"}, "unknown draft scheme"),
         ({"temperature": -1.0}, "temperature"),

@@ -1,5 +1,6 @@
-"""The loop's reference verifiers at one node: output law p (chi-square, level 1e-3 per test, 3 tests) and the
-closed-form acceptance of single-draft speculative sampling, 1 - TV(p, q) (binomial 5-sigma band)."""
+"""The loop's verifiers at one node, resolved by name with drafts from the loop's own draft sampler: output law p
+(chi-square, level 1e-3 per test, 3 tests) and the closed-form acceptance of single-draft speculative sampling,
+1 - TV(p, q) (binomial 5-sigma band)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from otlp.decode._verifiers import (
-    recursive_rejection_sampling,
-    recursive_rejection_sampling_without_replacement,
-    speculative_sampling,
-)
 from otlp.decode.draft_sampling import sample_drafts
+from otlp.decode.registry import resolve_verifier
 
 from .toy_models import chi_square_p_value
 
 
-@pytest.mark.parametrize(("rule", "scheme", "n"), [(speculative_sampling, "iid", 1),
-                                                   (recursive_rejection_sampling, "iid", 3),
-                                                   (recursive_rejection_sampling_without_replacement,
-                                                    "without_replacement", 3)])
-def test_output_law_is_p(rule, scheme, n):
+@pytest.mark.parametrize(("name", "n"), [("sps", 1), ("rrs", 3), ("rrs_wor", 3)])
+def test_output_law_is_p(name, n):
+    resolved = resolve_verifier(name)
+    rule, scheme = resolved.sample, resolved.scheme
     V, M = 8, 100000
     rng = np.random.default_rng(5)
     p, q = rng.dirichlet(np.full(V, 0.5)), rng.dirichlet(np.full(V, 0.5))

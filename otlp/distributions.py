@@ -157,6 +157,18 @@ def check_n(n: object, name: str = "n") -> int:
     return int(n)
 
 
+def keep_top_k(q: np.ndarray, k: int) -> np.ndarray:
+    """Each row of ``q [..., V]`` restricted to its k largest entries (ties: the lower token id), the others set to
+    0, not renormalised: a new array (GR App. N's top-k draft before renormalisation; callers validate k and
+    normalise as their inputs need)."""
+    if k >= q.shape[-1]:
+        return q.copy()
+    keep = np.argsort(-q, axis=-1, kind="stable")[..., :k]  # [..., k]
+    out = np.zeros_like(q)
+    np.put_along_axis(out, keep, np.take_along_axis(q, keep, axis=-1), axis=-1)
+    return out
+
+
 def probabilities_from_logits(
     logits: object,
     temperature: float = 1.0,

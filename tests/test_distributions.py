@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otlp.distributions import check_distribution, load_distribution, probabilities_from_logits
+from otlp.distributions import check_distribution, keep_top_k, load_distribution, probabilities_from_logits
 from otlp.errors import InputError
 
 
@@ -252,3 +252,13 @@ def test_as_generator():
     for bad in (-1, True, 1.5, "0"):
         with pytest.raises(InputError):
             as_generator(bad)
+
+
+def test_keep_top_k_keeps_the_k_largest_lower_ids_first():
+    q = np.array([[0.1, 0.3, 0.2, 0.3, 0.1], [0.2, 0.2, 0.2, 0.2, 0.2]])
+    np.testing.assert_array_equal(keep_top_k(q, 2), [[0, 0.3, 0, 0.3, 0], [0.2, 0.2, 0, 0, 0]])
+    np.testing.assert_array_equal(keep_top_k(q, 3), [[0, 0.3, 0.2, 0.3, 0], [0.2, 0.2, 0.2, 0, 0]])
+    np.testing.assert_array_equal(keep_top_k(q[0], 1), [0, 0.3, 0, 0, 0])  # one row
+    whole = keep_top_k(q, 5)
+    np.testing.assert_array_equal(whole, q)
+    assert whole is not q  # a new array: callers may write into it

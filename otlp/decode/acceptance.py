@@ -3,7 +3,8 @@
 For i.i.d. drafts alpha* = 1 + min_m psi_m with psi_m = P_m - Q_m^n over the prefixes of the tokens sorted by
 decreasing q/p (GR Thm 3.1 and Lemma 6.3). Top-k is applied to the DRAFT only: q is truncated to its k largest
 entries and renormalised, p is left as it is (GR App. N). :func:`iid_optimal_acceptance` evaluates a whole batch
-of pairs at once; the tests check it against ``otlp.optimal_acceptance`` and brute force over subsets.
+of pairs at once (the optimal sampler's :func:`otlp.optimal.chains.prefix`); the tests check it against
+``otlp.optimal_acceptance`` and brute force over subsets.
 """
 
 from __future__ import annotations
@@ -15,24 +16,20 @@ from pathlib import Path
 
 import numpy as np
 
+from otlp.distributions import check_n, keep_top_k
 from otlp.errors import InputError, MissingDependencyError
 
 
 def iid_optimal_acceptance(p: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
-    """alpha* for ``IID(q_m, n)`` against ``p_m`` for every row: p, q float [M, V] -> float64 [M]."""
+    """alpha* for ``IID(q_m, n)`` against ``p_m`` for every row: p, q float [M, V] (rows summing to 1) ->
+    float64 [M], by :func:`otlp.optimal.chains.prefix`."""
     p = np.atleast_2d(np.asarray(p, dtype=np.float64))
     q = np.atleast_2d(np.asarray(q, dtype=np.float64))
     if p.shape != q.shape:
         raise InputError(f"p and q must have the same shape [M, V], got {p.shape} and {q.shape}")
-    if n < 1:
-        raise InputError(f"n must be >= 1, got {n}")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.where(q > 0, np.inf, -1.0))  # [M, V]
-    order = np.argsort(-ratio, axis=1, kind="stable")
-    prefix_p = np.cumsum(np.take_along_axis(p, order, axis=1), axis=1)  # [M, V], P_m for m = 1..V
-    prefix_q = np.minimum(np.cumsum(np.take_along_axis(q, order, axis=1), axis=1), 1.0)
-    psi = prefix_p - prefix_q**n  # psi on prefixes (GR Lemma 6.3)
-    return 1.0 + np.minimum(psi.min(axis=1), 0.0)  # psi(empty) = 0
+    from otlp.optimal import chains
+
+    return chains.prefix(p, q, check_n(n)).alpha  # the sampler's sort and psi (GR Lemma 6.3)
 
 
 def top_k_draft(q: np.ndarray, k: int | None) -> np.ndarray:
@@ -42,9 +39,7 @@ def top_k_draft(q: np.ndarray, k: int | None) -> np.ndarray:
         return q.copy()
     if k < 1:
         raise InputError(f"top-k must be >= 1, got {k}")
-    order = np.argsort(-q, axis=1, kind="stable")[:, :k]
-    out = np.zeros_like(q)
-    np.put_along_axis(out, order, np.take_along_axis(q, order, axis=1), axis=1)
+    out = keep_top_k(q, k)
     return out / out.sum(axis=1, keepdims=True)
 
 

@@ -96,8 +96,7 @@ def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = Non
         raise InputError("an empty batch: p and q need at least one row")
     _check_rows(p, "p")
     _check_rows(q, "q")
-    if top_k is not None:
-        q = np.stack([truncate_top_k(row, top_k) for row in q])
+    q = truncate_top_k(q, top_k)
     return TransportBatch(chains.build(p, q, n), p, q)
 
 

@@ -20,7 +20,7 @@ from functools import cached_property
 
 import numpy as np
 
-from otlp.distributions import as_generator, check_distribution, check_n, check_token_tuples
+from otlp.distributions import as_generator, check_distribution, check_n, check_token_tuples, keep_top_k
 from otlp.errors import InputError
 from otlp.formulations.completion import residual_law
 from otlp.optimal import chains
@@ -296,19 +296,19 @@ class OptimalTransport:
 
 
 def truncate_top_k(q: np.ndarray, top_k: int | None) -> np.ndarray:
-    """GR App. N: keep the top-k tokens of q (ties: lower id first) and renormalise them; None keeps q."""
+    """GR App. N: keep the top-k tokens of q (each row of ``q [..., V]``; ties: lower id first) and renormalise them;
+    None keeps q."""
     if top_k is None:
         return q
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
         raise InputError(f"top_k must be a positive integer or None, got {top_k!r}")
-    if top_k >= q.size:
+    if top_k >= q.shape[-1]:
         return q
-    keep = np.argsort(-q, kind="stable")[:top_k]
-    out = np.zeros_like(q)
-    out[keep] = q[keep]
-    total = out.sum()
-    if total <= 0:
-        raise InputError(f"the top-{top_k} tokens of q carry no mass")
+    out = keep_top_k(q, top_k)
+    total = out.sum(-1, keepdims=True)
+    if (total <= 0).any():
+        where = "" if q.ndim == 1 else f"[{int(np.flatnonzero(total.reshape(-1) <= 0)[0])}]"
+        raise InputError(f"the top-{top_k} tokens of q{where} carry no mass")
     return out / total
 
 

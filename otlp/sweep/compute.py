@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from otlp.distributions import keep_top_k
 from otlp.errors import InputError
 from otlp.sweep.loader import PairBlock
 
@@ -125,15 +126,11 @@ def top_k_draft(q: np.ndarray, k: int, sparse: bool) -> np.ndarray:
     renormalised; ``k = 0`` keeps q. Sparse rows never keep the tail column 0."""
     if k == 0:
         return q
-    work = q.copy()
+    work = q
     if sparse:
-        work[:, 0] = -1.0  # the tail token is not a token of the vocabulary
-    if k >= work.shape[1]:
-        out = np.maximum(work, 0.0)
-    else:
-        order = np.argsort(-work, axis=1, kind="stable")[:, :k]  # [M, k]
-        out = np.zeros_like(q)
-        np.put_along_axis(out, order, np.maximum(np.take_along_axis(work, order, axis=1), 0.0), axis=1)
+        work = q.copy()
+        work[:, 0] = 0.0  # the tail token is not a token of the vocabulary (kept only where k reaches a zero: 0)
+    out = keep_top_k(work, k)
     return out / out.sum(axis=1, keepdims=True)
 
 

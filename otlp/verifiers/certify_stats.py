@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from otlp.psi import ratio_order
+
 #: Bisection then Newton steps for the KL bounds (the bracket shrinks 2^-20, then quadratic convergence).
 BISECTION_STEPS = 24
 NEWTON_STEPS = 10
@@ -163,10 +165,9 @@ class Band:
 
 
 def _prefixes(hat: np.ndarray, p0: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Cells sorted by hat / p0 descending (hat > 0, p0 = 0 first; hat = 0 last): ``(order, cum_hat, cum_p0)``."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(p0 > 0, hat / np.where(p0 > 0, p0, 1.0), np.where(hat > 0, np.inf, 0.0))
-    order = np.argsort(-ratio, kind="stable")
+    """Cells sorted by hat / p0 descending (hat > 0, p0 = 0 first; hat = 0 last; :func:`otlp.psi.ratio_order`, the
+    class chains' order): ``(order, cum_hat, cum_p0)``."""
+    order = ratio_order(p0, hat)
     return order, np.cumsum(hat[order]), np.cumsum(p0[order])
 
 

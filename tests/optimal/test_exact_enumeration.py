@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import otlp
-from otlp.optimal import OptimalTransport
+from otlp.optimal import OptimalTransport, solve_batch
 from otlp.subsets import brute_force_min_psi
 
 from .instances import FAMILIES, draw
@@ -125,3 +125,18 @@ def test_alpha_star_equals_one_means_no_rejection() -> None:
         accept, reject = ot.rule(omegas)
         assert np.all(reject == 0.0)
         np.testing.assert_allclose(accept.sum(1), 1.0, atol=1e-14)
+
+
+def test_batch_top_k_is_each_row_truncated() -> None:
+    """solve_batch(top_k=k) truncates each row of q as OptimalTransport(top_k=k) does (ties: lower id first)."""
+    rng = np.random.default_rng(29)
+    V, B, n, k = 7, 30, 3, 3
+    p = rng.dirichlet(np.full(V, 0.5), size=B)
+    q = rng.dirichlet(np.full(V, 0.5), size=B)
+    q[:5] = np.round(q[:5], 1)  # ties at the k-th entry
+    q[:5] /= q[:5].sum(1, keepdims=True)
+    batch = solve_batch(p, q, n, top_k=k)
+    for b in range(B):
+        ot = OptimalTransport.from_arrays(p[b], q[b], n, top_k=k)
+        assert abs(batch.alpha[b] - ot.alpha) < 1e-12
+        assert np.count_nonzero(ot.q) <= k

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from otlp import xp as X
 from otlp.errors import InputError
 
 SUM_TOLERANCE = 1e-9
@@ -195,36 +196,43 @@ def probabilities_from_logits(
     if top_p is not None:
         top_p = _real_parameter(top_p, "top_p", "a number in (0, 1] or None", lambda t: 0.0 < t <= 1.0)
     if _is_torch(logits):
-        return _torch_probabilities(logits, temperature, top_k, top_p)
-    z = as_real_array(logits, "logits", "an array [..., V]")  # [..., V]; complex, bool, strings refused
-    if z.ndim == 0 or z.shape[-1] == 0:
-        raise InputError(f"logits must have a non-empty last axis, got shape {z.shape}")
-    if not np.isfinite(z).all():  # one reduction on the valid path; the diagnosis only when it fails
-        _refuse_non_finite(bool(np.isnan(z).any()), bool(np.isposinf(z).any()), np.isneginf(z).all(axis=-1))
-    V = z.shape[-1]
-    order = np.argsort(-z, axis=-1, kind="stable")  # [..., V] token ids by decreasing logit
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.broadcast_to(np.arange(V), z.shape), axis=-1)
-    keep = np.ones(z.shape, dtype=bool)
-    if top_k is not None:
-        keep &= rank < top_k
+        import torch
+
+        z = logits.to(torch.float64) if logits.dtype == torch.float64 else logits.float()  # [..., V]
+        if z.ndim == 0 or z.shape[-1] == 0:
+            raise InputError(f"logits must have a non-empty last axis, got shape {tuple(z.shape)}")
+        if not bool(torch.isfinite(z).all()):  # one reduction on the valid path; the diagnosis only when it fails
+            _refuse_non_finite(bool(torch.isnan(z).any()), bool(torch.isposinf(z).any()),
+                               torch.isneginf(z).all(dim=-1).cpu().numpy())
+    else:
+        z = as_real_array(logits, "logits", "an array [..., V]")  # [..., V]; complex, bool, strings refused
+        if z.ndim == 0 or z.shape[-1] == 0:
+            raise InputError(f"logits must have a non-empty last axis, got shape {z.shape}")
+        if not np.isfinite(z).all():
+            _refuse_non_finite(bool(np.isnan(z).any()), bool(np.isposinf(z).any()), np.isneginf(z).all(axis=-1))
+    return _filtered_softmax(z.reshape(-1, z.shape[-1]), temperature, top_k, top_p).reshape(z.shape)
+
+
+def _filtered_softmax(z, temperature: float, top_k: int | None, top_p: float | None):  # noqa: ANN001, ANN202
+    """:func:`probabilities_from_logits` on checked logits ``z [B, V]`` (a numpy array or a torch tensor, through
+    :mod:`otlp.xp`)."""
+    xp = X.namespace(z)
+    order = X.stable_descending(z)  # [B, V] token ids by decreasing logit
+    rank = X.inverse_permutation(order)  # [B, V] each token's place in that order
+    keep = rank < (top_k if top_k is not None else z.shape[-1])
     if temperature == 0:
-        keep &= rank == 0
-        return keep.astype(np.float64)
-    kept = np.where(keep, z, -np.inf)  # [..., V]
-    shifted = kept - kept.max(axis=-1, keepdims=True)  # <= 0, and 0 at the maximum, which is finite
-    with np.errstate(over="ignore"):  # shifted / T -> -inf is the right limit (probability 0)
-        scaled = np.where(shifted == 0, 0.0, shifted / temperature)
-    probs = np.exp(scaled)
-    probs /= probs.sum(axis=-1, keepdims=True)
+        keep = keep & (rank == 0)
+        return xp.where(keep, xp.ones_like(z), xp.zeros_like(z))
+    kept = xp.where(keep, z, -np.inf)  # [B, V]
+    shifted = kept - X.max_rows(kept)[:, None]  # <= 0, and 0 at the maximum (rank 0 is always kept), finite
+    with np.errstate(over="ignore", invalid="ignore"):  # shifted / T -> -inf is the right limit (probability 0)
+        probs = xp.exp(xp.where(shifted == 0, 0.0, shifted / temperature))
+    probs = probs / probs.sum(-1)[:, None]
     if top_p is not None and top_p < 1.0:
-        sorted_probs = np.take_along_axis(probs, order, axis=-1)  # [..., V]
-        mass_before = np.cumsum(sorted_probs, axis=-1) - sorted_probs
-        keep_sorted = mass_before < top_p
-        keep_nucleus = np.empty_like(keep_sorted)
-        np.put_along_axis(keep_nucleus, order, keep_sorted, axis=-1)
-        probs = np.where(keep_nucleus, probs, 0.0)
-        probs /= probs.sum(axis=-1, keepdims=True)
+        sorted_probs = X.take(probs, order)  # [B, V]
+        mass_before = X.cumsum(sorted_probs) - sorted_probs
+        probs = xp.where(X.scatter_rows(mass_before < top_p, order), probs, 0.0)
+        probs = probs / probs.sum(-1)[:, None]
     return probs
 
 
@@ -258,39 +266,6 @@ def _refuse_non_finite(has_nan: bool, has_posinf: bool, all_neginf: object) -> N
 
 def _is_torch(x: object) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "softmax")
-
-
-def _torch_probabilities(logits, temperature, top_k, top_p):  # noqa: ANN001 - torch is optional
-    import torch
-
-    z = logits.to(torch.float64) if logits.dtype == torch.float64 else logits.float()  # [..., V]
-    if z.ndim == 0 or z.shape[-1] == 0:
-        raise InputError(f"logits must have a non-empty last axis, got shape {tuple(z.shape)}")
-    if not bool(torch.isfinite(z).all()):  # one reduction on the valid path; the diagnosis only when it fails
-        _refuse_non_finite(bool(torch.isnan(z).any()), bool(torch.isposinf(z).any()),
-                           torch.isneginf(z).all(dim=-1).cpu().numpy())
-    V = z.shape[-1]
-    sorted_z, order = torch.sort(z, dim=-1, descending=True, stable=True)
-    rank = torch.empty_like(order)
-    rank.scatter_(-1, order, torch.arange(V, device=z.device).expand_as(order))
-    keep = torch.ones_like(z, dtype=torch.bool)
-    if top_k is not None:
-        keep &= rank < top_k
-    if temperature == 0:
-        keep &= rank == 0
-        return keep.to(z.dtype)
-    kept = torch.where(keep, z, torch.full_like(z, -float("inf")))  # [..., V]
-    shifted = kept - sorted_z[..., :1]  # <= 0, and 0 at the maximum (rank 0 is always kept), which is finite
-    scaled = torch.where(shifted == 0, torch.zeros_like(z), shifted / temperature)  # no overflow to +inf
-    probs = torch.softmax(scaled, dim=-1)
-    if top_p is not None and top_p < 1.0:
-        sorted_probs = torch.gather(probs, -1, order)
-        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-        keep_nucleus = torch.empty_like(keep)
-        keep_nucleus.scatter_(-1, order, mass_before < top_p)
-        probs = torch.where(keep_nucleus, probs, torch.zeros_like(probs))
-        probs = probs / probs.sum(dim=-1, keepdim=True)
-    return probs
 
 
 def load_distribution(spec: str | Sequence[float], name: str = "p", *, renormalize: bool = False) -> np.ndarray:

@@ -314,8 +314,10 @@ def minimum(a, b):  # noqa: ANN001, ANN201
     return torch.clamp(a, max=b) if isinstance(b, (int, float)) else torch.minimum(a, b)
 
 
-def sort_small_descending(key):  # noqa: ANN001, ANN201
-    """Stable order of each row of a narrow integer ``key [B, n]`` by decreasing value."""
+def stable_descending(key):  # noqa: ANN001, ANN201
+    """Stable order of each row of ``key [B, n]`` by decreasing value, by numpy's stable argsort or ``torch.sort``:
+    for narrow rows, and for keys that :func:`sort_descending`'s packing cannot take (any real values, negative
+    ones too: logits)."""
     if is_numpy(key):
         return np.argsort(-key, axis=-1, kind="stable")
     import torch

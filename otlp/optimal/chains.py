@@ -534,7 +534,7 @@ def _pieces(xp, w, pos, in_group, cum, cum_c, beta):  # noqa: ANN001, ANN202
     its k draws; what is left gives each draw beta / c and rejects 1 - beta."""
     B, n = w.shape
     key = xp.where(in_group, pos, -1)
-    by_pos = X.sort_small_descending(key)  # [B, n]: the group's draws by position, descending, then the rest
+    by_pos = X.stable_descending(key)  # [B, n]: the group's draws by position, descending, then the rest
     c = in_group.sum(-1)  # [B]
     ks = X.arange_like(key, n)[None, :]
     valid = ks < c[:, None]

@@ -134,22 +134,26 @@ def merge_plan_numpy(a: np.ndarray, b: np.ndarray, p: np.ndarray, s: int, symmet
     a1, b1 = a_s[:s], b_s[:s]
     W = solve_omega1_weights(a1[None], b1[None], p[order][:s][None], np.array([a.sum() - a1.sum()]),
                              np.array([b.sum() - b1.sum()]), symmetric)[0]
-    return MergePlan(order, rank, W, _law_numpy(a_s, b_s, W, s)[rank], s)
+    return MergePlan(order, rank, W, _law(a_s[None], b_s[None], W[None], s)[0][rank], s)
 
 
-def _law_numpy(a_s: np.ndarray, b_s: np.ndarray, W: np.ndarray, s: int) -> np.ndarray:
-    """Law of the winner in rank order (eq. 11, ordered form)."""
-    after_a = np.cumsum(a_s[::-1])[::-1] - a_s  # sum over later ranks
-    after_b = np.cumsum(b_s[::-1])[::-1] - b_s
-    if s >= 1:
-        after_a[:s] = after_a[s - 1]
-        after_b[:s] = after_b[s - 1]
+def _law(a_s, b_s, W, s: int):  # noqa: ANN001, ANN202 - numpy arrays or torch tensors
+    """Law of the winner in rank order (eq. 11, ordered form), batched: ``a_s, b_s [B, V]`` in rank order,
+    ``W [B, s, s]``; numpy or torch (:mod:`otlp.xp`)."""
+    xp = X.namespace(a_s)
+    after_a = X.padded_suffix_sum(a_s)[:, 1:]  # [B, V] sum over later ranks
+    after_b = X.padded_suffix_sum(b_s)[:, 1:]
+    if s >= 1:  # the first s ranks all see the mass after rank s - 1
+        head = X.arange_like(a_s, a_s.shape[1])[None, :] < s
+        after_a = xp.where(head, after_a[:, s - 1: s], after_a)
+        after_b = xp.where(head, after_b[:, s - 1: s], after_b)
     law = a_s * b_s + a_s * after_b + b_s * after_a
     if s >= 2:
-        off = ~np.eye(s, dtype=bool)
-        a1, b1 = a_s[:s], b_s[:s]
-        law[:s] += (np.where(off, a1[:, None] * b1[None, :] * W, 0.0).sum(axis=1)
-                    + np.where(off, a1[None, :] * b1[:, None] * (1.0 - W.T), 0.0).sum(axis=1))
+        idx = X.arange_like(a_s, s)
+        off = idx[:, None] != idx[None, :]  # [s, s]
+        a1, b1 = a_s[:, :s], b_s[:, :s]
+        law[:, :s] += (xp.where(off, a1[:, :, None] * b1[:, None, :] * W, 0.0).sum(2)
+                       + xp.where(off, a1[:, None, :] * b1[:, :, None] * (1.0 - xp.swapaxes(W, 1, 2)), 0.0).sum(2))
     return law
 
 
@@ -242,7 +246,7 @@ class ImportanceSampling(Verifier):
                 (cur.sum(1) - a1.sum(1)).double().cpu().numpy(), (b.sum(1) - b1.sum(1)).double().cpu().numpy(),
                 self.symmetric_first_merge and k == 1)
             W = torch.as_tensor(W_np, dtype=p.dtype, device=p.device)  # [B, s, s]
-            law_sorted = _law_torch(a_s, b_s, W, s)
+            law_sorted = _law(a_s, b_s, W, s)
             x = drafts[:, k]
             r1, r2 = rank.gather(1, y.unsqueeze(1)).squeeze(1), rank.gather(1, x.unsqueeze(1)).squeeze(1)
             both = (r1 < s) & (r2 < s)
@@ -257,27 +261,6 @@ class ImportanceSampling(Verifier):
         accept = u[:, n - 1] * gather(cur, y) < gather(p, y)
         residual = sample_categorical(or_fallback_(X.positive_part(p, cur), p), generator)  # unnormalised
         return torch.where(accept, y, residual).long(), torch.where(accept, index, torch.full_like(index, -1)).long()
-
-
-def _law_torch(a_s, b_s, W, s: int):  # noqa: ANN001, ANN202
-    """torch twin of :func:`_law_numpy`, batched: ``a_s, b_s [B, V]`` in rank order, ``W [B, s, s]``."""
-    import torch
-
-    after_a = torch.flip(torch.cumsum(torch.flip(a_s, [1]), 1), [1]) - a_s
-    after_b = torch.flip(torch.cumsum(torch.flip(b_s, [1]), 1), [1]) - b_s
-    if s >= 1:
-        head = torch.arange(a_s.shape[1], device=a_s.device) < s
-        after_a = torch.where(head, after_a[:, s - 1: s], after_a)
-        after_b = torch.where(head, after_b[:, s - 1: s], after_b)
-    law = a_s * b_s + a_s * after_b + b_s * after_a
-    if s >= 2:
-        off = ~torch.eye(s, dtype=torch.bool, device=a_s.device)
-        a1, b1 = a_s[:, :s], b_s[:, :s]
-        zero = torch.zeros_like(W)
-        extra = (torch.where(off, a1.unsqueeze(2) * b1.unsqueeze(1) * W, zero).sum(2)
-                 + torch.where(off, a1.unsqueeze(1) * b1.unsqueeze(2) * (1.0 - W.transpose(1, 2)), zero).sum(2))
-        law = torch.cat([law[:, :s] + extra, law[:, s:]], dim=1)
-    return law
 
 
 class WeightedImportanceSampling(ImportanceSampling):

@@ -64,15 +64,27 @@ def rho_star(p, q, n: int, steps: int | None = None):  # noqa: ANN001, ANN201 - 
     return hi[..., 0]
 
 
-def kseq_parts_numpy(p: np.ndarray, q: np.ndarray, n: int) -> tuple[float, float, float, np.ndarray]:
-    """``(rho, beta, p_acc, p_res [V])`` for the i.i.d. draft law q."""
-    rho = float(rho_star(p, q, n))
-    capped = np.minimum(q, p / rho)
-    beta = float(capped.sum())
+def kseq_parts(p, q, n: int):  # noqa: ANN001, ANN201 - numpy arrays or torch tensors
+    """K-SEQ at rho = rho* for rows ``p, q [..., V]`` (numpy or torch, on the tensors' device): ``(rho, beta,
+    p_acc)``, each ``[..., 1]``, and the unnormalised residual (p - capped p_acc / beta)^+ ``[..., V]`` with capped =
+    min(q, p / rho) (eq. 5 times 1 - p_acc; clipped at 0 for rounding, note pitfall 2; beta = 0: disjoint supports,
+    nothing is accepted and the residual is p). On torch the residual is the thread's work array ``"residual"``
+    (:func:`otlp.xp.positive_part`)."""
+    xp = X.namespace(p)
+    rho = rho_star(p, q, n)[..., None]
+    capped = xp.empty_like(p) if X.is_numpy(p) else scratch.like("kseq", p)  # rho_star's buffer, free again
+    xp.divide(p, rho, out=capped)
+    xp.minimum(capped, q, out=capped)
+    beta = capped.sum(-1)[..., None]
     p_acc = 1.0 - (1.0 - beta) ** n
-    factor = p_acc / beta if beta > 0 else 0.0  # beta = 0: disjoint supports, nothing is ever accepted
-    p_res = normalize_or(np.maximum(p - capped * factor, 0.0), p)  # clip rounding below 0 (note pitfall 2)
-    return rho, beta, p_acc, p_res
+    factor = xp.where(beta > 0, p_acc / xp.where(beta > 0, beta, 1.0), 0.0)
+    return rho, beta, p_acc, X.positive_part(p, capped, scale=factor)
+
+
+def _parts(p: np.ndarray, q: np.ndarray, n: int) -> tuple[float, float, float, np.ndarray]:
+    """:func:`kseq_parts` of one law: ``(rho, beta, p_acc, p_res [V])`` with p_res normalised."""
+    rho, beta, p_acc, residual = kseq_parts(p, q, n)
+    return float(rho[0]), float(beta[0]), float(p_acc[0]), normalize_or(residual, p)
 
 
 class KSeq(Verifier):
@@ -85,17 +97,10 @@ class KSeq(Verifier):
         return IID(q, n)
 
     def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
-        import torch
 
         B, n, V = check_tensors(p, q, drafts)
-        rho = rho_star(p, q, n).unsqueeze(1)  # [B, 1]
-        capped = torch.div(p, rho, out=scratch.like("residual", p))  # [B, V], then min(q, p / rho) in place
-        torch.minimum(capped, q, out=capped)
-        beta = capped.sum(dim=1, keepdim=True)  # [B, 1]
-        p_acc = 1.0 - (1.0 - beta) ** n
-        factor = torch.where(beta > 0, p_acc / torch.where(beta > 0, beta, torch.ones_like(beta)),
-                             torch.zeros_like(beta))
-        residual = or_fallback_(capped.mul_(-factor).add_(p).clamp_(min=0), p)  # [B, V] (p - capped factor)^+
+        rho, _, _, residual = kseq_parts(p, q, n)  # [B, 1], [B, V]
+        residual = or_fallback_(residual, p)
         u = coins(B, n, p, generator)  # [B, n]
         p_x = p.gather(1, drafts)  # [B, n]
         q_x = q.gather(1, drafts)
@@ -104,7 +109,7 @@ class KSeq(Verifier):
 
     def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         q = draft.q
-        rho, _, _, p_res = kseq_parts_numpy(p, q, draft.n)
+        rho, _, _, p_res = _parts(p, q, draft.n)
         accept = accept_probability(p[omegas], rho * q[omegas])  # [M, n]
         return sequential_law(omegas, accept, p_res, p.size)
 
@@ -115,7 +120,7 @@ class KSeq(Verifier):
     def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
         """p_acc(rho) = 1 - (1 - beta(rho))^n."""
         p, draft = self.check_draft(p, draft)
-        return float(kseq_parts_numpy(p, draft.q, draft.n)[2])
+        return float(_parts(p, draft.q, draft.n)[2])
 
     def acceptance(self, p: object, draft: DraftScheme) -> float:
         """p_acc + sum_y p_res(y) [(1 - beta)^n - (1 - beta - q(y)(1 - a(y)))^n] (derived): the second factor is
@@ -123,7 +128,7 @@ class KSeq(Verifier):
         vanishes (SpecTr note §2.3); at the bracket's high end it is of the order of f(rho), about 1e-16."""
         p, draft = self.check_draft(p, draft)
         q, n = draft.q, draft.n
-        rho, beta, p_acc, p_res = kseq_parts_numpy(p, q, n)
+        rho, beta, p_acc, p_res = _parts(p, q, n)
         reject_y = q * (1.0 - accept_probability(p, rho * q))  # P(a draft equals y and is rejected)
         all_rejected = 1.0 - beta
         with_y = all_rejected**n - np.maximum(all_rejected - reject_y, 0.0) ** n

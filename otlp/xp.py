@@ -201,13 +201,11 @@ def sort_descending(key):  # noqa: ANN001, ANN201
     (:func:`_packed_sort`), several times faster than ``argsort(kind="stable")`` (and than ``torch.sort`` on the CPU;
     the CPU sampler runs the numpy route) from about a thousand keys; below ``PACKED_SORT_MIN`` keys the stable
     argsort, which gives the same order and costs less there.
-    torch: ``torch.sort(stable=True)`` on the tensor's device.
+    torch: ``torch.sort(stable=True)`` on the tensor's device (:func:`stable_descending`, as the small numpy keys).
     """
-    if is_numpy(key):
-        return np.argsort(-key, axis=-1, kind="stable") if key.size < PACKED_SORT_MIN else _packed_sort(key)
-    import torch
-
-    return torch.sort(key, dim=-1, descending=True, stable=True).indices
+    if is_numpy(key) and key.size >= PACKED_SORT_MIN:
+        return _packed_sort(key)
+    return stable_descending(key)
 
 
 #: numpy keys below this many entries are sorted by a stable argsort (:func:`sort_descending`).
@@ -246,7 +244,7 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     order = np.ascontiguousarray(order)
     rows = np.flatnonzero(bad)
     if 3 * s > 63:
-        order[rows] = np.argsort(-key[rows], axis=-1, kind="stable")
+        order[rows] = stable_descending(key[rows])
         return order
     run = np.zeros((rows.size, V), dtype=np.int64)  # [R, V] each position's run number (position order)
     np.cumsum(~same[rows], axis=-1, out=run[:, 1:])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otlp.distributions import check_n, keep_top_k
+from otlp.distributions import check_n
 from otlp.errors import InputError, MissingDependencyError
 
 
@@ -33,14 +33,13 @@ def iid_optimal_acceptance(p: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
 
 
 def top_k_draft(q: np.ndarray, k: int | None) -> np.ndarray:
-    """q restricted to its k largest entries (ties: lower id) and renormalised; None keeps q whole."""
+    """q restricted to its k largest entries (ties: lower id) and renormalised; None keeps q whole (a copy;
+    :func:`otlp.optimal.truncate_top_k` row by row)."""
+    from otlp.optimal import truncate_top_k
+
     q = np.atleast_2d(np.asarray(q, dtype=np.float64))
-    if k is None or k >= q.shape[1]:
-        return q.copy()
-    if k < 1:
-        raise InputError(f"top-k must be >= 1, got {k}")
-    out = keep_top_k(q, k)
-    return out / out.sum(axis=1, keepdims=True)
+    out = truncate_top_k(q, k)
+    return out.copy() if out is q else out
 
 
 def acceptance_sweep(p: np.ndarray, q: np.ndarray, ns: Sequence[int], top_ks: Sequence[int | None]) -> dict:

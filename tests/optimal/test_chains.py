@@ -50,13 +50,16 @@ def _law_and_acceptance(accept: np.ndarray, reject: np.ndarray, F: np.ndarray, o
     return law, float(probs @ accept.sum(1))
 
 
-@pytest.mark.parametrize("route", ["full", "window", "torch"])
+@pytest.mark.parametrize("route", ["full", "window", "torch", "cuda"])
 def test_law_is_p_and_acceptance_is_alpha_star_by_enumeration(route: str) -> None:
-    """1500 instances per numpy route, 600 on torch (V = 2..7, n = 1..4; ties, zeros, point masses, p = q, skewed,
-    near-ties)."""
-    torch = pytest.importorskip("torch") if route == "torch" else None
+    """1500 instances per numpy route, 600 on torch (the CPU, and CUDA where a GPU is present; V = 2..7, n = 1..4;
+    ties, zeros, point masses, p = q, skewed, near-ties)."""
+    torch = pytest.importorskip("torch") if route in ("torch", "cuda") else None
+    if route == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
     worst = 0.0
-    for fam, p, q, n in _instances({"full": 1, "window": 2, "torch": 3}[route], 600 if route == "torch" else 1500):
+    for fam, p, q, n in _instances({"full": 1, "window": 2, "torch": 3, "cuda": 3}[route],
+                                   1500 if route in ("full", "window") else 600):
         V = p.size
         omegas = np.array(list(itertools.product(range(V), repeat=n)))  # [V^n, n]
         probs = otlp.IID(q, n).tuple_probabilities(omegas)
@@ -69,9 +72,10 @@ def test_law_is_p_and_acceptance_is_alpha_star_by_enumeration(route: str) -> Non
             pre = C.prefix(P, Q, n)
             accept, reject = C.tuple_rule(pre, omegas, window=C.needed_window(pre, omegas))
         else:
-            pre_t = C.prefix(torch.from_numpy(P), torch.from_numpy(Q), n)
-            a, r = C.tuple_rule(pre_t, torch.from_numpy(omegas), steps=C.NEWTON_STEPS)
-            accept, reject = a.numpy(), r.numpy()
+            dev = "cuda" if route == "cuda" else "cpu"
+            pre_t = C.prefix(torch.from_numpy(P).to(dev), torch.from_numpy(Q).to(dev), n)
+            a, r = C.tuple_rule(pre_t, torch.from_numpy(omegas).to(dev), steps=C.NEWTON_STEPS)
+            accept, reject = a.cpu().numpy(), r.cpu().numpy()
             pre = C.prefix(P, Q, n)
         law, acc = _law_and_acceptance(accept, reject, C.residual_cdf(pre), pre.order, omegas, probs, V)
         alpha = otlp.optimal_acceptance(p, otlp.IID(q, n))

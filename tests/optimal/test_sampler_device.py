@@ -22,6 +22,7 @@ from otlp.verifiers import get  # noqa: E402
 from otlp.verifiers.base import check_tensors  # noqa: E402
 
 ALPHA = 1e-6
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 #: aten ops that read a device value on the host or build a data-dependent shape
 SYNC_OPS = ("_local_scalar_dense", "nonzero", "masked_select", "masked_scatter", "unique", "item", "equal")
 
@@ -83,20 +84,22 @@ def test_uniforms_replay_bit_for_bit_and_both_routes_agree() -> None:
     assert np.abs(a - at.numpy()).max() < 1e-12 and np.abs(r - rt.numpy()).max() < 1e-12
 
 
-@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("backend", ["auto", "torch", pytest.param("cuda", marks=needs_cuda)])
 def test_a_width_mask_gives_each_row_the_rule_for_its_own_width(backend: str) -> None:
     """widths [B]: row b is verified with its first widths[b] drafts by the n = widths[b] rule, exactly the unmasked
     call on drafts[b, :widths[b]] with the same uniforms (whose law is tested by enumeration above), and the padding
-    slots are never read."""
+    slots are never read ("cuda": the tensors on the GPU)."""
     B, n = 24, 4
     p, q = _lm_pair(B, 60, 7)
     g = torch.Generator().manual_seed(8)
     drafts = torch.multinomial(q, n, replacement=True, generator=g)
     u = torch.rand(B, 2, dtype=torch.float64, generator=g)
     widths = torch.arange(B) % n + 1  # every width, interleaved
+    if backend == "cuda":
+        p, q, drafts, u, widths, backend = p.cuda(), q.cuda(), drafts.cuda(), u.cuda(), widths.cuda(), "auto"
     tokens, index = verify(p, q, drafts, u, backend=backend, widths=widths)
     padded = drafts.clone()
-    padded[torch.arange(n)[None, :] >= widths[:, None]] = 59  # other padding: same result
+    padded[torch.arange(n, device=widths.device)[None, :] >= widths[:, None]] = 59  # other padding: same result
     again = verify(p, q, padded, u, backend=backend, widths=widths)
     assert torch.equal(tokens, again[0]) and torch.equal(index, again[1])
     for b in range(B):
@@ -183,22 +186,24 @@ def test_lm_probabilities_are_normalised_and_the_law_is_exact(dtype: str) -> Non
         assert 0 <= int(tokens[0]) < 6
 
 
-def test_sampled_law_at_a_real_vocabulary() -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_sampled_law_at_a_real_vocabulary(device: str) -> None:
     """V = 32,000, n = 4, 3,000 verified rows of one (p, q) pair (a sharp target, a broad draft): the output
     tokens follow p (chi-square over the 40 heaviest tokens and the rest) and the accepted fraction is alpha*
-    (binomial z-test)."""
+    (binomial z-test); on the CPU route and on the GPU (the device route)."""
     V, n, B, reps = 32_000, 4, 1_000, 3
     g = torch.Generator().manual_seed(11)
     p = torch.softmax(torch.randn(V, generator=g) * 2.5, 0)
     q = torch.softmax(torch.randn(V, generator=g) * 2.5 + 0.5 * torch.log(p), 0)
-    P, Q = p.expand(B, V), q.expand(B, V)
+    P, Q = p.expand(B, V).to(device), q.expand(B, V).to(device)
     counts = torch.zeros(V, dtype=torch.float64)
     accepted = 0
     v = get("optimal")
+    gd = torch.Generator(device=device).manual_seed(12)
     for _ in range(reps):
-        drafts = torch.multinomial(Q, n, replacement=True, generator=g)
-        tokens, index = v.sample(P, Q, drafts, generator=g)
-        counts += torch.bincount(tokens, minlength=V).double()
+        drafts = torch.multinomial(Q, n, replacement=True, generator=gd)
+        tokens, index = v.sample(P, Q, drafts, generator=gd)
+        counts += torch.bincount(tokens.cpu(), minlength=V).double()
         accepted += int((index >= 0).sum())
     p64 = p.double() / p.double().sum()
     top = torch.argsort(p64, descending=True)[:40]
@@ -210,3 +215,73 @@ def test_sampled_law_at_a_real_vocabulary() -> None:
     N = B * reps
     z = (accepted - N * alpha) / np.sqrt(N * alpha * (1 - alpha))
     assert abs(z) < scipy.stats.norm.isf(ALPHA / 2), (accepted / N, alpha)
+
+
+def _cuda_case(B: int, V: int, n: int, seed: int):  # noqa: ANN202
+    p, q = _lm_pair(B, V, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    drafts = torch.multinomial(q, n, replacement=True, generator=g)
+    u = torch.rand(B, 2, dtype=torch.float64, generator=g)
+    return p, q, drafts, u
+
+
+@needs_cuda
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_the_cuda_route_never_synchronises(n: int) -> None:
+    """On the GPU itself: CUDA's sync debug mode raises on any synchronising call (a device-to-host copy, .item(),
+    nonzero) inside the sampler, with and without a width mask."""
+    p, q, drafts, u = (t.cuda() for t in _cuda_case(8, 3000, n, n))
+    widths = (torch.arange(8, device="cuda") % n + 1)
+    verify(p, q, drafts, u)  # warm-up: lazy CUDA initialisation synchronises once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        tokens, index = verify(p, q, drafts, u)
+        verify(p, q, drafts, u, widths=widths)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert tokens.device.type == "cuda" and tokens.shape == (8,) and int(index.max()) < n
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_cuda_route_agrees_with_the_cpu_route(dtype: str) -> None:
+    """The same rows and uniforms on the GPU and on the CPU (numpy route, data-dependent windows): the same tokens
+    and accepted slots, and the tuple rule's accept / reject within 1e-10. Not 1e-12: psi's prefix sums over 5,000
+    positions carry about 1e-14 of rounding, which the GPU's parallel scans associate differently from the CPU's
+    sequential ones, and the slot roots amplify it (4e-12 seen on an H200; re-associating the CPU's own prefix sums
+    in blocks of 32 moves its answer by 5e-13). The 1e-12 agreement with the exact law is the enumeration test of
+    tests/optimal/test_chains.py on CUDA."""
+    p, q, drafts, u = _cuda_case(64, 5000, 4, 21)
+    p, q = p.to(getattr(torch, dtype)), q.to(getattr(torch, dtype))
+    cpu = verify(p, q, drafts, u)
+    gpu = verify(p.cuda(), q.cuda(), drafts.cuda(), u.cuda())
+    assert torch.equal(cpu[0], gpu[0].cpu()) and torch.equal(cpu[1], gpu[1].cpu())
+    P, Q = p.double() / p.double().sum(1, keepdim=True), q.double() / q.double().sum(1, keepdim=True)
+    pre = C.prefix(P.numpy(), Q.numpy(), 4)
+    a, r = C.tuple_rule(pre, drafts.numpy(), window="auto")
+    at, rt = C.tuple_rule(C.prefix(P.cuda(), Q.cuda(), 4), drafts.cuda(), steps=C.NEWTON_STEPS)
+    assert np.abs(a - at.cpu().numpy()).max() < 1e-10 and np.abs(r - rt.cpu().numpy()).max() < 1e-10
+
+
+@needs_cuda
+def test_a_cuda_graph_of_the_sampler_replays_bit_for_bit() -> None:
+    """Static shapes and caller-supplied uniforms: the sampler is captured once in a CUDA graph, and replaying it on
+    new inputs copied into the captured tensors gives the eager call's tokens and slots."""
+    static = [t.cuda() for t in _cuda_case(16, 4000, 4, 31)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graphs asks
+        for _ in range(2):
+            verify(*static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = verify(*static)
+    for seed in (32, 33, 34):
+        fresh = [t.cuda() for t in _cuda_case(16, 4000, 4, seed)]
+        for dst, src in zip(static, fresh, strict=True):
+            dst.copy_(src)
+        graph.replay()
+        eager = verify(*fresh)
+        assert torch.equal(out[0], eager[0]) and torch.equal(out[1], eager[1]), seed

@@ -294,6 +294,16 @@ def positive_part(a, b, scale=None):  # noqa: ANN001, ANN201
     return out.clamp_(min=0)
 
 
+def mul_add(a, b, c):  # noqa: ANN001, ANN201
+    """``a * b + c`` elementwise (torch: one ``addcmul`` kernel instead of two, ``c`` a tensor there; not a fused
+    multiply-add: the rounding is the backend's)."""
+    if is_numpy(a):
+        return a * b + c
+    import torch
+
+    return torch.addcmul(c, a, b)
+
+
 def maximum(a, b):  # noqa: ANN001, ANN201
     """Elementwise maximum; ``b`` may be a Python number (``torch.maximum`` takes tensors only)."""
     if is_numpy(a):

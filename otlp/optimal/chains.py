@@ -346,30 +346,43 @@ def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: AN
     y = X.maximum(X.minimum(X.minimum(y_a, u_b - H), L), 0.0)
     if X.is_numpy(y) and y.size:
         return _newton_numpy(y, H, L, r_below, gap, n, steps)
-    powers = _powers(H, n)
+    terms = _horner_terms(H, n)
+    neg_gap = -gap
     for _ in range(NEWTON_STEPS if steps is None else steps):  # device code: no data-dependent stop
-        y = _newton_step(y, H, L, r_below, gap, n, powers)
+        y = _newton_step(y, H, L, r_below, neg_gap, n, terms)
     return y
 
 
-def _powers(H, n: int) -> list:  # noqa: ANN001
-    """H^(n-1-j) for j = 0..n-1, the coefficients' powers in :func:`_newton_step` (unused above the expansion)."""
-    return [] if n > POWER_GAP_EXPANSION_MAX else [H ** (n - 1 - j) for j in range(n)]
+def _horner_terms(H, n: int) -> tuple[list, list]:  # noqa: ANN001
+    """The per-entry coefficients of :func:`_newton_step`'s polynomials, computed once per root: ``(c, d)`` with
+    D(y) = ((H + y)^n - H^n) / y = sum_j c_j y^j, c_j = C(n, j + 1) H^(n-1-j) (j = 0..n-2; c_{n-1} = 1), and
+    y D'(y) = sum_{j>=1} d_j y^j, d_j = j C(n, j + 1) H^(n-1-j) (j = 1..n-2; d_0 = 0, d_{n-1} = n - 1). Empty above
+    ``POWER_GAP_EXPANSION_MAX`` (closed forms there)."""
+    if n > POWER_GAP_EXPANSION_MAX:
+        return [], []
+    coef = _coefficients(n)
+    powers = [H ** (n - 1 - j) for j in range(n - 1)]
+    return [coef[j] * powers[j] for j in range(n - 1)], [0.0] + [j * coef[j] * powers[j] for j in range(1, n - 1)]
 
 
-def _newton_step(y, H, L, r_below, gap, n: int, powers: list):  # noqa: ANN001, ANN202
-    """One Newton step of g(y) = (H + y)^n - H^n - r_below y - gap from an upper bound of its largest root, kept in
-    [0, L]: g = y (D(y) - r_below) with D(y) = ((H + y)^n - H^n) / y = sum_j C(n, j + 1) H^(n-1-j) y^j by Horner (no
-    cancellation), g' = D - r_below + y D'(y); above ``POWER_GAP_EXPANSION_MAX`` g and g' in closed form."""
+def _newton_step(y, H, L, r_below, neg_gap, n: int, terms: tuple[list, list]):  # noqa: ANN001, ANN202
+    """One Newton step of g(y) = (H + y)^n - H^n - r_below y - gap (``neg_gap`` = -gap) from an upper bound of its
+    largest root, kept in [0, L]: g = y (D(y) - r_below) - gap and g' = D - r_below + y D'(y), each polynomial by
+    Horner in y on the coefficients of :func:`_horner_terms` (no cancellation; one ``addcmul`` kernel per degree on
+    torch); above ``POWER_GAP_EXPANSION_MAX`` g and g' in closed form."""
     xp = X.namespace(y)
     if n > POWER_GAP_EXPANSION_MAX:  # the expansion's coefficients overflow
-        g, dg = power_gap(H, y, n) - r_below * y - gap, n * (H + y) ** (n - 1) - r_below
+        g, dg = power_gap(H, y, n) - r_below * y + neg_gap, n * (H + y) ** (n - 1) - r_below
     else:
-        coef = _coefficients(n)
-        D = 0.0 * y + coef[n - 1] * powers[n - 1]
-        for j in range(n - 2, -1, -1):
-            D = D * y + coef[j] * powers[j]
-        g, dg = y * (D - r_below) - gap, D - r_below + _shift_horner(y, coef, powers, n)
+        c, d = terms
+        D = y + c[n - 2]  # c_{n-1} = 1
+        for j in range(n - 3, -1, -1):
+            D = X.mul_add(D, y, c[j])
+        shift = (n - 1) * y + d[n - 2]  # d_{n-1} = n - 1 (n >= 3 here)
+        for j in range(n - 3, 0, -1):
+            shift = X.mul_add(shift, y, d[j])
+        Dr = D - r_below
+        g, dg = X.mul_add(Dr, y, neg_gap), Dr + shift * y
     ok = dg > 0
     return xp.where(ok, X.minimum(X.maximum(y - g / xp.where(ok, dg, 1.0), 0.0), L), y)
 
@@ -406,11 +419,11 @@ def _newton_numpy(y, H, L, r_below, gap, n: int, steps: int | None):  # noqa: AN
     y = y.reshape(-1).copy()
     H, L, r_below, gap = (np.broadcast_to(x, shape).reshape(-1) for x in (H, L, r_below, gap))
     live = None  # the entries of y still iterating (None: all)
-    cur, sub = y, (H, L, r_below, gap)
-    powers = _powers(H, n)
+    cur, sub = y, (H, L, r_below, -gap)
+    terms = _horner_terms(H, n)
     limit = 200 if steps is None else steps
     for _ in range(limit):
-        new = _newton_step(cur, *sub, n, powers)
+        new = _newton_step(cur, *sub, n, terms)
         moved = np.abs(new - cur) > 4.5e-16 * cur
         if live is None:
             y = new
@@ -421,18 +434,10 @@ def _newton_numpy(y, H, L, r_below, gap, n: int, steps: int | None):  # noqa: AN
         if 2 * np.count_nonzero(moved) < moved.size:  # gather the moving entries
             live = np.flatnonzero(moved) if live is None else live[moved]
             cur, sub = new[moved], tuple(x[moved] for x in sub)
-            powers = [x[moved] for x in powers]
+            terms = tuple([x[moved] if np.ndim(x) else x for x in part] for part in terms)
         else:
             cur = new
     return y.reshape(shape)
-
-
-def _shift_horner(y, coef: list, powers: list, n: int):  # noqa: ANN001, ANN202
-    """y D'(y) = sum_{j>=1} j coef_j H^(n-1-j) y^j, by Horner."""
-    acc = 0.0 * y + (n - 1) * coef[n - 1] * powers[n - 1]
-    for j in range(n - 2, 0, -1):
-        acc = acc * y + j * coef[j] * powers[j]
-    return acc * y
 
 
 def evaluate(ch: Chains, w):  # noqa: ANN001, ANN201

@@ -82,7 +82,7 @@ def publish(rows: list[dict], meta: dict) -> None:
         cols = ["V", "n", "B", "read floor", *RULES, "optimal / rrs"]
         cells = [[f"{r['V']:,}", str(r["n"]), str(r["B"]), f"{r['read_floor_ms']:.3f}",
                   *(f"{r[f'{x}_ms']:.2f}" for x in RULES), f"{r['optimal_ms'] / r['rrs_ms']:.2f}"] for r in mine]
-        name = f"{device}_{threads}_threads"
+        name = f"{device}_{threads}_threads" if device == "cpu" else device
         readme_tables.publish("verifiers", name, cols, cells, {**meta, "device": device, "threads": threads})
         print(f"\n<!-- table: verifiers/{name} -->\n{readme_tables.markdown(cols, cells)}")
 

@@ -343,12 +343,15 @@ def scatter_rows(values, idx):  # noqa: ANN001, ANN201
 
 
 def first_true(mask):  # noqa: ANN001, ANN201
-    """Index of the first True along the last axis (of a mask with at least one True per row)."""
+    """Index of the first True along the last axis (of a mask with at least one True per row). torch: the least
+    index where the mask holds, a min-reduction, not an argmax over ties (``torch.compile`` on CUDA (torch 2.11,
+    an H200) returned other maxima than the first for ``mask.to(int8).argmax(-1)``)."""
     if is_numpy(mask):
         return np.argmax(mask, axis=-1)
     import torch
 
-    return mask.to(torch.int8).argmax(-1)
+    idx = torch.arange(mask.shape[-1], device=mask.device)
+    return torch.where(mask, idx, mask.shape[-1]).amin(-1)
 
 
 def max_rows(x):  # noqa: ANN001, ANN201

@@ -38,7 +38,6 @@ row in decreasing q/p order (stable), prefix index m = 0..V:
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from math import comb, inf
@@ -360,7 +359,7 @@ def _horner_terms(H, n: int) -> tuple[list, list]:  # noqa: ANN001
     ``POWER_GAP_EXPANSION_MAX`` (closed forms there)."""
     if n > POWER_GAP_EXPANSION_MAX:
         return [], []
-    coef = _coefficients(n)
+    coef = [comb(n, j + 1) for j in range(n)]  # C(n, j + 1): a few integers
     powers = [H ** (n - 1 - j) for j in range(n - 1)]
     return [coef[j] * powers[j] for j in range(n - 1)], [0.0] + [j * coef[j] * powers[j] for j in range(1, n - 1)]
 
@@ -404,11 +403,6 @@ def _slot_masses(H, L, r_below, gap, n: int, steps: int | None, solve):  # noqa:
     H, L, r_below, gap = (np.broadcast_to(x, shape)[solve] for x in (H, L, r_below, gap))
     y[solve] = slot_mass(H, L, r_below, gap, n, steps)
     return y
-
-
-@functools.cache
-def _coefficients(n: int) -> list:
-    return [comb(n, j + 1) for j in range(n)]
 
 
 def _newton_numpy(y, H, L, r_below, gap, n: int, steps: int | None):  # noqa: ANN001, ANN202 - numpy arrays

@@ -23,6 +23,8 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from otlp import scratch
@@ -37,7 +39,8 @@ CPU_CHUNK = 1 << 17
 BACKENDS = ("auto", "torch")
 
 
-def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  # noqa: ANN001, ANN201 - tensors
+def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  # noqa: ANN001, ANN201 - tensors
+           compile: bool = False):  # noqa: A002 - torch.compile's name, as the flag users look for
     """One verified token per row (see the module docstring): ``p, q [B, V]`` (any float dtype), ``drafts int64
     [B, n]``, ``u float [B, 2]`` uniforms in [0, 1). Returns ``(tokens int64 [B], accepted_index int64 [B])``
     with -1 where the token came from the residual. ``backend="torch"`` keeps torch operations on the CPU too.
@@ -50,7 +53,11 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     the row gets the rule for n = widths[b]. The device route computes every width 1..n on the whole batch and
     selects per row (static shapes, no sync; the ratio sort is shared, the rest is n times one width's work); the
     CPU route computes each width present on its own rows. Row b's result is the unmasked call's on
-    ``drafts[b, :widths[b]]`` with the same uniforms."""
+    ``drafts[b, :widths[b]]`` with the same uniforms.
+
+    ``compile=True`` (default rule, device route only; the CPU's numpy route ignores it) runs the device route
+    through ``torch.compile``, which fuses its elementwise work: the first call of each shape (B, V, n) compiles
+    (tens of seconds), later calls of that shape reuse the kernels; for loops with fixed shapes, as CUDA graphs are."""
     import torch
 
     if backend not in BACKENDS:
@@ -58,19 +65,21 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None):  
     if widths is not None and rule is not None:
         raise InputError("widths (a draft mask) is supported with the default tuple rule only")
     default = rule is None  # the default rule: its n = 1 form, and the bucketed partial order on the CPU
-    if rule is None:
-        def rule(pre, w, window=None):  # noqa: ANN001, ANN202
-            return C.tuple_rule(pre, w, window=window, steps=C.NEWTON_STEPS)
-
+    rule = _default_rule if rule is None else rule
     n = drafts.shape[1]
     U = u.to(torch.float64)
     if backend == "torch" or p.device.type != "cpu":
         P, Q = _normalised(p), _normalised(q)
+        if compile and default:
+            device = _compiled_default()
+        else:
+            def device(P, Q, w, U, order=None):  # noqa: ANN001, ANN202
+                return _device(P, Q, w, U, rule, w.shape[1], order, default=default)
         if widths is None:
-            return _device(P, Q, drafts, U, rule, n, default=default)[:2]
+            return device(P, Q, drafts, U)[:2]
         tokens = index = order = None
         for m in range(1, n + 1):  # every width on every row, selected per row: static shapes
-            t, i, order = _device(P, Q, drafts[:, :m], U, rule, m, order, default=default)
+            t, i, order = device(P, Q, drafts[:, :m], U, order)
             here = widths == m
             tokens = t if tokens is None else torch.where(here, t, tokens)
             index = i if index is None else torch.where(here, i, index)
@@ -113,6 +122,26 @@ def _cpu_rows(P, Q, w, U, n: int, rule, partial: bool, default: bool):  # noqa: 
     pre = C.prefix(P, Q, n)
     accept, reject = rule(pre, w, window="auto")
     return C.sample(pre, accept, reject, w, U)
+
+
+def _default_rule(pre, w, window=None):  # noqa: ANN001, ANN202
+    """The default tuple rule: :func:`.chains.tuple_rule` with ``NEWTON_STEPS``."""
+    return C.tuple_rule(pre, w, window=window, steps=C.NEWTON_STEPS)
+
+
+def _device_default(P, Q, drafts, U, order=None):  # noqa: ANN001, ANN202
+    """The device route of the default rule for ``drafts.shape[1]`` drafts (what ``compile=True`` compiles)."""
+    return _device(P, Q, drafts, U, _default_rule, drafts.shape[1], order, default=True)
+
+
+@functools.cache
+def _compiled_default():  # noqa: ANN202
+    """``torch.compile`` of :func:`_device_default`, made on first use, with static shapes: every new shape compiles
+    its own graph (torch 2.11's inductor failed an internal assertion when it recompiled the route for a second
+    vocabulary size with dynamic shapes, on an H200)."""
+    import torch
+
+    return torch.compile(_device_default, dynamic=False)
 
 
 def _device(P, Q, drafts, U, rule, n: int, order=None, default: bool = False):  # noqa: ANN001, ANN202 - torch tensors

@@ -285,3 +285,19 @@ def test_a_cuda_graph_of_the_sampler_replays_bit_for_bit() -> None:
         graph.replay()
         eager = verify(*fresh)
         assert torch.equal(out[0], eager[0]) and torch.equal(out[1], eager[1]), seed
+
+
+@needs_cuda
+def test_the_compiled_cuda_route_gives_the_eager_routes_tokens() -> None:
+    """compile=True (torch.compile of the device route; at n = 4, and with a width mask at n = 2): for the same
+    uniforms, the same tokens and slots as the eager route (its numerics move at rounding level only, so a flip would
+    need a uniform within ~1e-15 of a boundary). It used to differ on most rows: an argmax over a mask, which
+    torch.compile did not resolve to the first True on CUDA (otlp.xp.first_true is now a min-reduction)."""
+    p, q, drafts, u = (t.cuda() for t in _cuda_case(64, 20_000, 4, 41))
+    widths = torch.arange(64, device="cuda") % 2 + 1
+    for seed in range(3):
+        u = torch.rand(64, 2, dtype=torch.float64, device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
+        for w, m in ((None, 4), (widths, 2)):
+            compiled = verify(p, q, drafts[:, :m], u, widths=w, compile=True)
+            eager = verify(p, q, drafts[:, :m], u, widths=w)
+            assert torch.equal(compiled[0], eager[0]) and torch.equal(compiled[1], eager[1]), (seed, m)

@@ -12,6 +12,8 @@ the CPU with one thread and with torch's default threads, and on CUDA when a GPU
     python benchmarks/verifiers.py --quick              # V = 2k and 32k, B = 1 and 64
     python benchmarks/verifiers.py --rules rrs optimal --threads 1
     python benchmarks/verifiers.py --from-json benchmarks/results/verifiers.json   # publish a finished run
+    python benchmarks/verifiers.py --device cuda --reps 10            # the CUDA table
+    python benchmarks/verifiers.py --device cuda --compile --V 128000 --B 64   # and compile=True (a compile per shape)
 """
 
 from __future__ import annotations
@@ -60,41 +62,71 @@ def _times(fns: dict[str, object], reps: int, device: str) -> dict[str, float]:
     return {name: statistics.median(ts) for name, ts in out.items()}
 
 
-def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int) -> dict[str, object]:
+def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int,
+                compiled: bool = False) -> dict[str, object]:
+    """One grid point; ``compiled``: also the optimal rule with ``compile=True`` (``optimal_compiled``; its first
+    call, which compiles, is the warm-up), and how many of its tokens / slots differ from the eager call's for the
+    same uniforms (``optimal_compiled_mismatches``, out of 2 B)."""
     p, q, drafts = _inputs(B, V, n, device)
     gen = torch.Generator(device=device).manual_seed(0)
     fns = {"read_floor": lambda: p.sum() + q.sum()}
     for rule in rules:
         verifier = get(rule)
         fns[rule] = lambda v=verifier: v.sample(p, q, drafts, gen)
+    optimal = get("optimal")
+    if compiled:
+        fns["optimal_compiled"] = lambda: optimal.sample(p, q, drafts, gen, compile=True)
     seconds = _times(fns, max(reps, 1), device)
-    return {"device": device, "threads": torch.get_num_threads(), "B": B, "V": V, "n": n,
-            **{f"{name}_ms": 1e3 * s for name, s in seconds.items()}}
+    out = {"device": device, "threads": torch.get_num_threads(), "B": B, "V": V, "n": n,
+           **{f"{name}_ms": 1e3 * s for name, s in seconds.items()}}
+    if compiled:
+        u = torch.rand((B, 2), generator=gen, device=device, dtype=torch.float64)
+        a, b = optimal.sample(p, q, drafts, uniforms=u, compile=True), optimal.sample(p, q, drafts, uniforms=u)
+        out["optimal_compiled_mismatches"] = int((a[0] != b[0]).sum()) + int((a[1] != b[1]).sum())
+    return out
 
 
 def publish(rows: list[dict], meta: dict) -> None:
-    """One README table per (device, threads) setting of a full run (all five rules)."""
-    settings = sorted({(r["device"], r["threads"]) for r in rows})
-    for device, threads in settings:
+    """The README's tables from a run: one per (device, threads) setting that covers the whole grid with all five
+    rules, and ``<device>_compiled`` for the points measured with ``--compile`` (eager and compiled side by side)."""
+    grid = {(V, n, B) for V in SIZES for n in (2, 4, 8) for B in (1, 8, 64)}
+    for device, threads in sorted({(r["device"], r["threads"]) for r in rows}):
         mine = [r for r in rows if (r["device"], r["threads"]) == (device, threads)]
-        if not all(f"{x}_ms" in r for r in mine for x in RULES):
-            continue
-        cols = ["V", "n", "B", "read floor", *RULES, "optimal / rrs"]
-        cells = [[f"{r['V']:,}", str(r["n"]), str(r["B"]), f"{r['read_floor_ms']:.3f}",
-                  *(f"{r[f'{x}_ms']:.2f}" for x in RULES), f"{r['optimal_ms'] / r['rrs_ms']:.2f}"] for r in mine]
-        name = f"{device}_{threads}_threads" if device == "cpu" else device
-        readme_tables.publish("verifiers", name, cols, cells, {**meta, "device": device, "threads": threads})
-        print(f"\n<!-- table: verifiers/{name} -->\n{readme_tables.markdown(cols, cells)}")
+        settings = {**meta, "device": device, "threads": threads}
+        if {(r["V"], r["n"], r["B"]) for r in mine} == grid and all(f"{x}_ms" in r for r in mine for x in RULES):
+            cols = ["V", "n", "B", "read floor", *RULES, "optimal / rrs"]
+            cells = [[f"{r['V']:,}", str(r["n"]), str(r["B"]), f"{r['read_floor_ms']:.3f}",
+                      *(f"{r[f'{x}_ms']:.2f}" for x in RULES), f"{r['optimal_ms'] / r['rrs_ms']:.2f}"] for r in mine]
+            _publish_table(f"{device}_{threads}_threads" if device == "cpu" else device, cols, cells, settings)
+        comp = [r for r in mine if "optimal_compiled_ms" in r and "rrs_ms" in r and "optimal_ms" in r]
+        if comp:
+            cols = ["V", "n", "B", "rrs", "optimal", "optimal, compile=True", "compiled / rrs", "eager / compiled",
+                    "outputs unlike eager"]
+            cells = [[f"{r['V']:,}", str(r["n"]), str(r["B"]), f"{r['rrs_ms']:.2f}", f"{r['optimal_ms']:.2f}",
+                      f"{r['optimal_compiled_ms']:.2f}", f"{r['optimal_compiled_ms'] / r['rrs_ms']:.2f}",
+                      f"{r['optimal_ms'] / r['optimal_compiled_ms']:.2f}",
+                      f"{r['optimal_compiled_mismatches']} of {2 * r['B']}"] for r in comp]
+            _publish_table(f"{device}_compiled", cols, cells, settings)
+
+
+def _publish_table(name: str, cols: list[str], cells: list[list[str]], settings: dict) -> None:
+    readme_tables.publish("verifiers", name, cols, cells, settings)
+    print(f"\n<!-- table: verifiers/{name} -->\n{readme_tables.markdown(cols, cells)}")
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rules", nargs="*", default=list(RULES), choices=RULES)
     ap.add_argument("--quick", action="store_true", help="V in {2k, 32k}, B in {1, 64}")
+    ap.add_argument("--V", type=int, nargs="+", help="vocabulary sizes instead of the grid's")
+    ap.add_argument("--B", type=int, nargs="+", help="batch sizes instead of the grid's")
+    ap.add_argument("--n", type=int, nargs="+", help="drafts per row instead of the grid's")
     ap.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
     ap.add_argument("--threads", choices=["1", "default", "both"], default="both",
                     help="CPU threads: 1, torch's default, or both (default)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--compile", action="store_true",
+                    help="on CUDA, also the optimal rule with compile=True (torch.compile; each new shape compiles)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "verifiers.json"))
     ap.add_argument("--from-json", metavar="PATH", help="publish the README tables of a finished run and exit")
     args = ap.parse_args(argv)
@@ -103,8 +135,13 @@ def main(argv: list[str] | None = None) -> None:
             done = json.load(fh)
         publish(done["rows"], done["meta"])
         return
-    sizes = SIZES[:2] if args.quick else SIZES
-    batches = (1, 64) if args.quick else (1, 8, 64)
+    if args.compile:  # every grid shape may compile its own graph: let torch keep them all
+        for limit in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, limit):
+                setattr(torch._dynamo.config, limit, 256)
+    sizes = tuple(args.V or (SIZES[:2] if args.quick else SIZES))
+    batches = tuple(args.B or ((1, 64) if args.quick else (1, 8, 64)))
+    ns = tuple(args.n or (2, 4, 8))
     default_threads = torch.get_num_threads()
     settings = []
     if args.device in ("cpu", "all"):
@@ -122,14 +159,18 @@ def main(argv: list[str] | None = None) -> None:
         print(head)
         print("-" * len(head))
         for V in sizes:
-            for n in (2, 4, 8):
+            for n in ns:
                 for B in batches:
-                    r = bench_point(args.rules, B, V, n, device, args.reps)
+                    compiled = args.compile and device == "cuda"
+                    r = bench_point(args.rules, B, V, n, device, args.reps, compiled)
                     rows.append(r)
                     line = f"{V:>7} {n:>2} {B:>3} {r['read_floor_ms']:>8.3f} "
                     line += " ".join(f"{r[f'{x}_ms']:>9.2f}" for x in args.rules)
                     if {"optimal", "rrs"} <= set(args.rules):
                         line += f" {r['optimal_ms'] / r['rrs_ms']:>6.2f}"
+                    if compiled:
+                        line += (f"  compiled {r['optimal_compiled_ms']:.2f} ms"
+                                 f" ({r['optimal_compiled_mismatches']} outputs differ from eager)")
                     print(line, flush=True)
     torch.set_num_threads(default_threads)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
@@ -138,8 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=2)
     print(f"wrote {args.out}")
-    if not args.quick:
-        publish(rows, meta)
+    publish(rows, meta)
 
 
 if __name__ == "__main__":

@@ -70,11 +70,7 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
     U = u.to(torch.float64)
     if backend == "torch" or p.device.type != "cpu":
         P, Q = _normalised(p), _normalised(q)
-        if compile and default:
-            device = _compiled_default()
-        else:
-            def device(P, Q, w, U, order=None):  # noqa: ANN001, ANN202
-                return _device(P, Q, w, U, rule, w.shape[1], order, default=default)
+        device = _compiled_device() if compile and default else functools.partial(_device, rule=rule, default=default)
         if widths is None:
             return device(P, Q, drafts, U)[:2]
         tokens = index = order = None
@@ -129,24 +125,20 @@ def _default_rule(pre, w, window=None):  # noqa: ANN001, ANN202
     return C.tuple_rule(pre, w, window=window, steps=C.NEWTON_STEPS)
 
 
-def _device_default(P, Q, drafts, U, order=None):  # noqa: ANN001, ANN202
-    """The device route of the default rule for ``drafts.shape[1]`` drafts (what ``compile=True`` compiles)."""
-    return _device(P, Q, drafts, U, _default_rule, drafts.shape[1], order, default=True)
-
-
 @functools.cache
-def _compiled_default():  # noqa: ANN202
-    """``torch.compile`` of :func:`_device_default`, made on first use, with static shapes: every new shape compiles
-    its own graph (torch 2.11's inductor failed an internal assertion when it recompiled the route for a second
-    vocabulary size with dynamic shapes, on an H200)."""
+def _compiled_device():  # noqa: ANN202
+    """``torch.compile`` of :func:`_device` with the default rule, made on first use, with static shapes: every new
+    shape compiles its own graph (torch 2.11's inductor failed an internal assertion when it recompiled the route for
+    a second vocabulary size with dynamic shapes, on an H200)."""
     import torch
 
-    return torch.compile(_device_default, dynamic=False)
+    return torch.compile(_device, dynamic=False)
 
 
-def _device(P, Q, drafts, U, rule, n: int, order=None, default: bool = False):  # noqa: ANN001, ANN202 - torch tensors
-    """The device route for one width: ``(tokens, index, order)`` (``order``: the shared ratio sort; ``default``: the
-    default rule, whose n = 1 form needs no sort, :func:`.chains.single_draft`)."""
+def _device(P, Q, drafts, U, order=None, *, rule=_default_rule, default: bool = True):  # noqa: ANN001, ANN202
+    """The device route for the width ``drafts.shape[1]``: ``(tokens, index, order)`` (``order``: the shared ratio
+    sort; ``default``: the default rule, whose n = 1 form needs no sort, :func:`.chains.single_draft`)."""
+    n = drafts.shape[1]
     if n == 1 and default:
         tokens, index = C.single_draft(P, Q, drafts, U)
         return tokens.long(), index.long(), order

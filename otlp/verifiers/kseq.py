@@ -97,7 +97,6 @@ class KSeq(Verifier):
         return IID(q, n)
 
     def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
-
         B, n, V = check_tensors(p, q, drafts)
         rho, _, _, residual = kseq_parts(p, q, n)  # [B, 1], [B, V]
         residual = or_fallback_(residual, p)

@@ -28,8 +28,10 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    rejected tuple, no run's inside at or after M at or below tau, and position M a token. A row that fails gets the
    failing runs' buckets sorted too and is tried once more (``ATTEMPTS``); then the caller takes the full sort.
 
-Certified rows draw the full sort's token and slot for the same uniforms (tests/optimal/test_buckets.py, on every
-instance family of the exact tests and on LM rows).
+The per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows that stay near the cache;
+4 and 5 run once for all the rows of a call (:func:`verify_chunks`). Certified rows draw the full sort's token and
+slot for the same uniforms (tests/optimal/test_buckets.py, on every instance family of the exact tests and on LM
+rows).
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ MIN_V = 8192
 MIN_ENTRIES = 1 << 16
 #: rows tried again with the failing runs sorted, before the full sort.
 ATTEMPTS = 2
-#: rows per call: at most this many entries of one [rows, V] array (4 MiB float64: the route's few [rows, V] arrays
-#: are read in passes, so larger calls spread its per-call work over more rows; benchmarks/verifiers.py).
+#: rows per chunk of the per-token passes (:func:`verify_chunks`): at most this many entries of one [rows, V] array
+#: (4 MiB float64: the passes read the chunk's few [rows, V] arrays several times; measured from 2^17 to 2^21 on
+#: benchmarks/verifiers.py's rows once the compressed instances were solved for all rows at once: within noise).
 CHUNK = 1 << 19
 
 
@@ -127,9 +130,66 @@ def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: i
     """The default tuple rule and its draw for rows ``P, Q float64 [B, V]`` (normalised), drafts ``w int64 [B, n]``
     and uniforms ``U [B, 2]``: ``(tokens [B], index [B], done bool [B])``; rows not ``done`` failed the certificate
     and need the full sort (their entries are meaningless). ``bits``: bucket bits per octave (default
-    :func:`bits_for`)."""
-    B, V = P.shape
+    :func:`bits_for`). :func:`verify_chunks` on rows held in memory."""
+    return verify_chunks(lambda rows: (P[rows], Q[rows]), P.shape[0], P.shape[1], w, U, n, bits)
+
+
+def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  # noqa: ANN001, ANN201
+                  bits: int | None = None):
+    """:func:`verify_rows` on B rows of V tokens read through ``load(rows) -> (P, Q)``: the normalised float64 rows
+    ``rows`` (a slice or an int64 index array) as ``[rows, V]`` arrays, which the next ``load`` may overwrite (the
+    sampler's reused arrays). The per-token passes (buckets, their sums, the selected tokens) run on chunks of
+    ``CHUNK`` entries, whose arrays stay near the cache; the compressed instances of all B rows are then solved and
+    certified together (their per-call work is paid once, not once per chunk)."""
     sc = scheme(bits_for(V) if bits is None else bits)
+    step = max(1, CHUNK // max(V, 1))
+    found = _Found.join([_gather(*load(slice(lo, lo + step)), w[lo:lo + step], U[lo:lo + step], n, sc)
+                         for lo in range(0, B, step)], step)
+    tokens, index = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
+    done = np.zeros(B, dtype=bool)
+    rows = np.arange(B)
+    for attempt in range(ATTEMPTS):
+        t, i, ok, bad = _attempt(found, w[rows], U[rows], n, sc)
+        tokens[rows[ok]], index[rows[ok]], done[rows[ok]] = t[ok], i[ok], True
+        rows, selected = rows[~ok], found.selected[~ok] | bad[~ok]
+        if rows.size == 0 or attempt + 1 == ATTEMPTS:
+            break
+        found = _gather(*load(rows), w[rows], U[rows], n, sc, selected)  # the failing runs' buckets sorted too
+    return tokens, index, done
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What the compressed instances read of a set of rows: the selected buckets' tokens (``F int64 [T]``, row b's
+    token i as b V + i, increasing; ``p, q, key float64 [T]`` their masses and sort keys), ``selected bool [B, NB]``
+    and the rows' :class:`_Level`."""
+
+    V: int
+    F: np.ndarray
+    p: np.ndarray
+    q: np.ndarray
+    key: np.ndarray
+    selected: np.ndarray
+    level: _Level
+
+    @staticmethod
+    def join(parts: list[_Found], step: int) -> _Found:
+        """Consecutive chunks of ``step`` rows as one set of rows."""
+        if len(parts) == 1:
+            return parts[0]
+        V = parts[0].V
+        return _Found(V=V, F=np.concatenate([f.F + k * step * V for k, f in enumerate(parts)]),
+                      p=np.concatenate([f.p for f in parts]), q=np.concatenate([f.q for f in parts]),
+                      key=np.concatenate([f.key for f in parts]),
+                      selected=np.concatenate([f.selected for f in parts]),
+                      level=_Level.join([f.level for f in parts]))
+
+
+def _gather(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: int, sc: Scheme,
+            selected: np.ndarray | None = None) -> _Found:
+    """The per-token passes on rows ``P, Q float64 [B, V]``: buckets, their sums and bounds, the selection (module
+    docstring, 1-3; ``selected``: a given one) and the selected buckets' tokens."""
+    B, V = P.shape
     NB = sc.NB
     ratio = ratio_keys(P, Q, out=scratch.array("ratio", (B, V), np.float64))  # [B, V] as chains.prefix keys them
     flat = sc.bucket_of(ratio, out=scratch.array("bucket", (B, V), np.int64))  # [B, V]
@@ -137,24 +197,13 @@ def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: i
     Pb = np.bincount(flat.ravel(), weights=P.ravel(), minlength=B * NB).reshape(B, NB)
     Qb = np.bincount(flat.ravel(), weights=Q.ravel(), minlength=B * NB).reshape(B, NB)
     level = _Level(Pb, Qb, n, sc)
-    selected = level.select(X.take(flat, w) - (np.arange(B) * NB)[:, None], U[:, 1])  # [B, NB]
-    tokens, index = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
-    done = np.zeros(B, dtype=bool)
-    rows = np.arange(B)
-    for attempt in range(ATTEMPTS):
-        pick = slice(None) if attempt == 0 else rows  # (no copies of the whole chunk on the first try)
-        idx = flat[pick]
-        # [rows, V] the tokens to sort one by one (mode="clip": the indices are valid, and numpy buffers ``out`` for
-        # the default mode)
-        sorted_tok = np.take(selected.ravel(), idx, out=scratch.array("sorted", idx.shape, bool), mode="clip")
-        t, i, ok, bad = _attempt(P[pick], Q[pick], ratio[pick], sorted_tok, w[pick], U[pick], n, selected[pick],
-                                 level if attempt == 0 else level.rows(rows), sc)
-        tokens[rows[ok]], index[rows[ok]], done[rows[ok]] = t[ok], i[ok], True
-        selected[rows[~ok]] |= bad[~ok]
-        rows = rows[~ok]
-        if rows.size == 0:
-            break
-    return tokens, index, done
+    if selected is None:
+        selected = level.select(X.take(flat, w) - (np.arange(B) * NB)[:, None], U[:, 1])  # [B, NB]
+    # [B, V] the tokens to sort one by one (mode="clip": the indices are valid, and numpy buffers ``out`` for the
+    # default mode)
+    sorted_tok = np.take(selected.ravel(), flat, out=scratch.array("sorted", (B, V), bool), mode="clip")
+    F = np.flatnonzero(sorted_tok)  # [T] flat, increasing
+    return _Found(V=V, F=F, p=P.ravel()[F], q=Q.ravel()[F], key=ratio.ravel()[F], selected=selected, level=level)
 
 
 class _Level:
@@ -169,11 +218,12 @@ class _Level:
         self.low = np.minimum(np.minimum(self.psi[:, :-1], self.psi[:, 1:]), self.f)
         self.inner = np.minimum(self.f, self.psi[:, 1:])  # [B, NB]: the bound inside a run, with the end boundary
 
-    def rows(self, rows: np.ndarray) -> _Level:
-        """The same quantities for some rows only."""
+    @staticmethod
+    def join(levels: list[_Level]) -> _Level:
+        """The levels of consecutive sets of rows as one."""
         out = object.__new__(_Level)
         for name in ("Pb", "Qb", "psi", "f", "low", "inner"):
-            setattr(out, name, getattr(self, name)[rows])
+            setattr(out, name, np.concatenate([getattr(level, name) for level in levels]))
         return out
 
     def select(self, draft_buckets: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -204,13 +254,12 @@ class _Level:
         return sel
 
 
-def _attempt(P, Q, ratio, sorted_tok, w, U, n: int, selected, level: _Level, sc: Scheme):  # noqa: ANN001, ANN202
-    """One try of the compressed instance on these rows (``sorted_tok bool [B, V]``: the tokens of the selected
-    buckets): ``(tokens [B], index [B], ok [B], bad bool [B, NB])`` with ``bad`` the unselected buckets whose runs
-    failed the certificate."""
-    B, V = P.shape
+def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
+    """One try of the compressed instance on these rows: ``(tokens [B], index [B], ok [B], bad bool [B, NB])`` with
+    ``bad`` the unselected buckets whose runs failed the certificate."""
+    selected, level, F, V = found.selected, found.level, found.F, found.V
+    B = selected.shape[0]
     rows_b = np.arange(B, dtype=np.int64)
-    F = np.flatnonzero(sorted_tok)  # [T] sorted tokens, flat
     frow = F // V
     counts = np.bincount(frow, minlength=B)  # [B]
     row_start = np.cumsum(counts) - counts
@@ -236,7 +285,7 @@ def _attempt(P, Q, ratio, sorted_tok, w, U, n: int, selected, level: _Level, sc:
     P2, Q2 = np.zeros((B, K)), np.zeros((B, K))
     K2 = np.full((B, K), -1.0)  # padding: p = q = 0 with their key, in columns after their row's entries
     at = np.arange(F.size) + (frow * K - row_start[frow])  # [T] flat entries of P2: row frow, column the rank in it
-    P2.ravel()[at], Q2.ravel()[at], K2.ravel()[at] = P.ravel()[F], Q.ravel()[F], ratio.ravel()[F]
+    P2.ravel()[at], Q2.ravel()[at], K2.ravel()[at] = found.p, found.q, found.key
     runs = members > 0  # [B, G]
     gr, gc = np.nonzero(runs)
     at = gr * K + counts[gr] + gc  # [R] flat entries of the runs

@@ -17,8 +17,9 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
   of at most ``CPU_CHUNK`` floats, each chunk converted and normalised on its own into reused arrays
   (:mod:`otlp.scratch`, so that temporaries stay in cache and are not page-faulted again on every call), with the
   data-dependent window the tuple needs (``backend="auto"``; measured in benchmarks/verifiers.py). On larger calls
-  (``buckets.takes``) the default rule sorts only the ratio buckets it needs (:mod:`.buckets`, certified per row, in
-  chunks of ``buckets.CHUNK`` floats; a row it cannot certify takes the full sort).
+  (``buckets.takes``) the default rule sorts only the ratio buckets it needs (:mod:`.buckets`, certified per row: its
+  per-token passes in chunks of ``buckets.CHUNK`` floats, then the compressed instances of all rows at once; a row
+  it cannot certify takes the full sort).
 """
 
 from __future__ import annotations
@@ -82,42 +83,51 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
         return tokens, index
     B, V = p.shape
     Wn, Un = drafts.long().numpy(), U.numpy()
-    tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
-    partial = default and BK.takes(B, V)
-    step = max(1, (BK.CHUNK if partial else CPU_CHUNK) // max(V, 1))
     if widths is None:
-        groups = [(n, np.arange(B))]
-    else:
-        wn = widths.cpu().numpy()
-        groups = [(int(m), np.flatnonzero(wn == m)) for m in np.unique(wn)]
-    for m, rows in groups:
-        for lo in range(0, rows.size, step):  # chunks of rows, each vectorised
-            sl = rows[lo:lo + step] if widths is not None else slice(lo, min(B, lo + step))
-            # float64 and normalised chunk by chunk, into reused arrays (:mod:`otlp.scratch`): a float64 copy of the
-            # whole batch would be a fresh array above the allocator's mmap threshold, page-faulted on every call
-            ps, qs = p[sl], q[sl]
-            P = _normalised(ps, scratch.array("P", tuple(ps.shape), np.float64)).numpy()
-            Q = _normalised(qs, scratch.array("Q", tuple(qs.shape), np.float64)).numpy()
-            tokens[sl], index[sl] = _cpu_rows(P, Q, Wn[sl, :m], Un[sl], m, rule, partial, default)
+        return _cpu(p, q, Wn, Un, rule, default, B)
+    tokens, index = torch.empty(B, dtype=torch.int64), torch.empty(B, dtype=torch.int64)
+    wn = widths.cpu().numpy()
+    for m in np.unique(wn):  # each width present on its own rows
+        rows = np.flatnonzero(wn == m)
+        tokens[rows], index[rows] = _cpu(p, q, Wn[rows, :m], Un[rows], rule, default, B, rows)
+    return tokens, index
+
+
+def _cpu(p, q, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001, ANN202
+    """The CPU route on rows ``rows`` (int64 indices; default all) of ``p, q``, with drafts ``w [rows, n]`` and
+    uniforms ``U`` (numpy), as ``(tokens, index)`` tensors: the default rule's n = 1 form
+    (:func:`.chains.single_draft`), the bucketed partial order (:mod:`.buckets`) where it pays for ``B`` rows (the
+    whole call's) and the full sort for the rows it cannot certify, and for all rows otherwise. Rows are converted
+    and normalised chunk by chunk into reused arrays (:mod:`otlp.scratch`): a float64 copy of the whole batch would
+    be a fresh array above the allocator's mmap threshold, page-faulted on every call."""
+    import torch
+
+    count, n = w.shape
+    V = p.shape[1]
+
+    def load(r):  # noqa: ANN001, ANN202 - a slice or an int64 index array of these rows -> normalised P, Q
+        pick = r if rows is None else rows[r]
+        pick = torch.from_numpy(pick) if isinstance(pick, np.ndarray) else pick
+        ps, qs = p[pick], q[pick]
+        return (_normalised(ps, scratch.array("P", tuple(ps.shape), np.float64)).numpy(),
+                _normalised(qs, scratch.array("Q", tuple(qs.shape), np.float64)).numpy())
+
+    tokens, index = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
+    todo = np.arange(count)
+    if default and n > 1 and BK.takes(B, V):
+        tokens, index, done = BK.verify_chunks(load, count, V, w, U, n)
+        todo = np.flatnonzero(~done)
+    step = max(1, CPU_CHUNK // max(V, 1))
+    for lo in range(0, todo.size, step):  # chunks of rows, each vectorised
+        sl = todo[lo:lo + step] if todo.size < count else slice(lo, lo + step)
+        P, Q = load(sl)
+        if n == 1 and default:
+            tokens[sl], index[sl] = C.single_draft(P, Q, w[sl], U[sl])
+            continue
+        pre = C.prefix(P, Q, n)
+        accept, reject = rule(pre, w[sl], window="auto")
+        tokens[sl], index[sl] = C.sample(pre, accept, reject, w[sl], U[sl])
     return torch.from_numpy(tokens), torch.from_numpy(index)
-
-
-def _cpu_rows(P, Q, w, U, n: int, rule, partial: bool, default: bool):  # noqa: ANN001, ANN202 - numpy arrays
-    """The CPU route on a chunk of rows: the default rule's n = 1 form (:func:`.chains.single_draft`), the bucketed
-    partial order (:mod:`.buckets`) where asked, the full sort for the rows it cannot certify (and for all rows
-    otherwise)."""
-    if n == 1 and default:
-        return C.single_draft(P, Q, w, U)
-    if partial:
-        tokens, index, done = BK.verify_rows(P, Q, w, U, n)
-        if done.all():
-            return tokens, index
-        rest = np.flatnonzero(~done)
-        tokens[rest], index[rest] = _cpu_rows(P[rest], Q[rest], w[rest], U[rest], n, rule, False, default)
-        return tokens, index
-    pre = C.prefix(P, Q, n)
-    accept, reject = rule(pre, w, window="auto")
-    return C.sample(pre, accept, reject, w, U)
 
 
 def _default_rule(pre, w, window=None):  # noqa: ANN001, ANN202

@@ -64,10 +64,17 @@ def test_certified_rows_draw_what_the_full_sort_draws(family: str, n: int) -> No
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
-def test_lm_rows_are_certified_and_agree(n: int) -> None:
-    """At V = 32k almost every LM-shaped row is certified (else the route would be the full sort plus overhead)."""
+@pytest.mark.parametrize("rows_per_chunk", [None, 1, 3])
+def test_lm_rows_are_certified_and_agree(n: int, rows_per_chunk: int | None,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """At V = 32k almost every LM-shaped row is certified (else the route would be the full sort plus overhead);
+    with chunks of 1 or 3 rows (``rows_per_chunk``) the chunks' selected tokens are joined into one set of compressed
+    instances and answer as one chunk does."""
+    V = 32_000
+    if rows_per_chunk is not None:
+        monkeypatch.setattr(BK, "CHUNK", rows_per_chunk * V)
     rng = np.random.default_rng(n)
-    P, Q, W = _lm(rng, 4, 32_000, n)
+    P, Q, W = _lm(rng, 4 if rows_per_chunk is None else 7, V, n)
     certified = _check(P, Q, W, n, 10, rng)
     assert certified.mean() > 0.9
 
@@ -93,11 +100,15 @@ def _no_min_candidates(self, draft_buckets, u):  # noqa: ANN001, ANN202
 _SELECT = BK._Level.select
 
 
+@pytest.mark.parametrize("rows_per_chunk", [None, 5])
 @pytest.mark.parametrize("select", [_drafts_only, _no_min_candidates])
-def test_a_failed_certificate_is_retried_with_the_failing_runs_sorted(monkeypatch: pytest.MonkeyPatch,
-                                                                        select) -> None:  # noqa: ANN001
+def test_a_failed_certificate_is_retried_with_the_failing_runs_sorted(monkeypatch: pytest.MonkeyPatch, select,
+                                                                        rows_per_chunk: int | None) -> None:  # noqa: ANN001
     """With a selection too small, the certificate must fail, the retry sorts the failing runs (then the caller's
-    full sort takes what is left), and every certified answer still equals the full sort's."""
+    full sort takes what is left), and every certified answer still equals the full sort's (also with chunks of 5
+    of the 16 rows, whose failing rows are read again for the retry)."""
+    if rows_per_chunk is not None:
+        monkeypatch.setattr(BK, "CHUNK", rows_per_chunk * 4000)
     rng = np.random.default_rng(7)
     P, Q, W = _lm(rng, 16, 4000, 2)
     calls = []
@@ -153,11 +164,19 @@ def test_bucket_numbers_decrease_with_the_ratio() -> None:
         assert inside[:-1].all()  # every ratio in its bucket's [LO, HI) (-1: the p = q = 0 tokens, bottom bucket)
 
 
-def test_the_cpu_sampler_takes_the_partial_order_and_agrees_with_the_device_route() -> None:
+@pytest.mark.parametrize("select", [None, _drafts_only])
+def test_the_cpu_sampler_takes_the_partial_order_and_agrees_with_the_device_route(
+        monkeypatch: pytest.MonkeyPatch, select) -> None:  # noqa: ANN001
     """``verify`` on CPU tensors where it takes the bucketed route (widths masked too) draws what the torch route
-    (full sort on the tensors' device) draws, for the same uniforms."""
+    (full sort on the tensors' device) draws, for the same uniforms; with a selection too small (``_drafts_only``)
+    and no retry the rows the route cannot certify take the CPU's full sort."""
     torch = pytest.importorskip("torch")
     from otlp.optimal.sampler import verify
+
+    if select is not None:
+        monkeypatch.setattr(BK._Level, "select", select)
+        monkeypatch.setattr(BK, "ATTEMPTS", 1)
+        monkeypatch.setattr(BK, "_attempt", _counting(BK._attempt, failed := []))
 
     B, V, n = 12, BK.MIN_V, 4
     assert BK.takes(B, V)
@@ -171,3 +190,14 @@ def test_the_cpu_sampler_takes_the_partial_order_and_agrees_with_the_device_rout
         for kw in ({}, {"widths": widths}):
             cpu, device = verify(p, q, drafts, u, **kw), verify(p, q, drafts, u, backend="torch", **kw)
             assert torch.equal(cpu[0], device[0]) and torch.equal(cpu[1], device[1])
+    if select is not None:
+        assert sum(failed) > 0  # rows did go to the full sort
+
+
+def _counting(attempt, failed: list):  # noqa: ANN001, ANN202
+    """``_attempt`` that appends how many rows failed its certificate to ``failed``."""
+    def spy(*args):  # noqa: ANN002, ANN202
+        out = attempt(*args)
+        failed.append(int((~out[2]).sum()))
+        return out
+    return spy

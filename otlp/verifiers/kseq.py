@@ -45,8 +45,17 @@ def rho_star(p, q, n: int, steps: int | None = None):  # noqa: ANN001, ANN201 - 
     HIGH end of the bracket, so f(rho) <= 0 (a valid plan).
 
     Each step evaluates beta(mid) mid = g(mid) = sum_x min(mid q(x), p(x)) in one pass over the vocabulary into one
-    reused buffer: no sort (at V = 128k, B = 64 a sort of the ratios cost several times the whole bisection).
+    reused buffer: no sort (at V = 128k, B = 64 a sort of the ratios cost several times the whole bisection). On
+    the host the rows are bisected in chunks (:func:`otlp.xp.row_chunks`) whose passes stay in the cache.
     """
+    chunks = X.row_chunks(p)
+    if len(chunks) == 1:
+        return _bisect(p, q, n, steps)
+    return X.namespace(p).concatenate([_bisect(p[sl], q[sl], n, steps) for sl in chunks])
+
+
+def _bisect(p, q, n: int, steps: int | None):  # noqa: ANN001, ANN202
+    """:func:`rho_star`'s bisection on all the rows of ``p, q`` at once."""
     xp = X.namespace(p)
     buf = xp.empty_like(p) if X.is_numpy(p) else scratch.like("kseq", p)  # [..., V], reused on the CPU
     lo = xp.ones_like(buf[..., :1])  # [..., 1]

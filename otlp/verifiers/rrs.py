@@ -48,20 +48,10 @@ class RecursiveRejection(Verifier):
         B, n, V = check_tensors(p, q, drafts)
         u = coins(B, n, p, generator)  # [B, n]
         accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
-        # p_k = r / s, unnormalised in one buffer: r_0 = p, s_0 = 1, r_{k+1} = (r_k - s_k q)^+ = s_k (p_k - q)^+ (in
-        # place after the first step) and s_{k+1} its sum. A residual that empties (p_k = q up to rounding, so step k
-        # accepted surely) freezes its row at p_k = q: r = 0, s = 1, the test and the weights read r + frozen q.
-        r, s = p, torch.ones((B, 1), dtype=p.dtype, device=p.device)  # [B, V], [B, 1]
-        frozen = torch.zeros_like(s)  # [B, 1] 1.0 on frozen rows
-        for k in range(n):  # loop over draft positions, not over the batch
-            x = drafts[:, k:k + 1].long()  # [B, 1]
-            q_x = q.gather(1, x)
-            accept[:, k] = (u[:, k:k + 1] * q_x * s < r.gather(1, x) + frozen * q_x).squeeze(1)
-            r = X.positive_part(r, q) if k == 0 else r.addcmul_(q, frozen - s).clamp_(min=0)
-            total = r.sum(dim=1, keepdim=True)  # [B, 1]
-            frozen = torch.where(total > 0, frozen, 1.0)
-            s = torch.where(total > 0, total, 1.0)
-        return finish(drafts, accept, sample_categorical(r.addcmul_(q, frozen), generator))
+        weights = scratch.like("residual", p)  # [B, V] the final residuals
+        for sl in X.row_chunks(p):  # on the host in chunks of rows whose passes stay in the cache
+            _chain(p[sl], q[sl], drafts[sl], u[sl], accept[sl], weights[sl])
+        return finish(drafts, accept, sample_categorical(weights, generator))
 
     def residual_chain(self, p: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
         """``[n + 1, V]``: p_0 = p, p_i = norm((p_{i-1} - q)^+) (kept as p_{i-1} when empty: never reached)."""
@@ -102,26 +92,10 @@ class RecursiveRejectionWithoutReplacement(Verifier):
         B, n, V = check_tensors(p, q, drafts)
         u = coins(B, n, p, generator)  # [B, n]
         accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
-        # p_k = r / s and q_k = qc / z unnormalised (the module docstring's p_cur, q_cur): r_0 = p, qc_0 = q,
-        # s_0 = z_0 = 1; r_{k+1} = (r_k - (s_k / z_k) qc_k)^+ (in place after the first step), qc_{k+1} = qc_k
-        # without x_k, s and z their sums. A residual that empties (p_k = q_k up to rounding, so step k accepted
-        # surely) freezes its row at p = q_cur: it accepts every later draft, and its weights are r + frozen qc.
-        one = torch.ones((B, 1), dtype=p.dtype, device=p.device)
-        r, s, qc, z = p, one, scratch.like("draft", q).copy_(q), one  # [B, V], [B, 1], [B, V], [B, 1]
-        frozen = torch.zeros((B, 1), dtype=torch.bool, device=p.device)
-        for k in range(n):
-            x = drafts[:, k:k + 1].long()  # [B, 1]
-            qc_x = qc.gather(1, x)
-            accept[:, k] = ((u[:, k:k + 1] * qc_x * s < r.gather(1, x) * z) | frozen).squeeze(1)
-            # z = 0: q is spent, a row that drew such drafts had probability 0
-            scale = torch.where(frozen | (z <= 0), 0.0, s / z)
-            r = X.positive_part(r, qc, scale) if k == 0 else r.addcmul_(qc, -scale).clamp_(min=0)
-            total = r.sum(dim=1, keepdim=True)  # [B, 1]
-            frozen = frozen | (total == 0)
-            s = torch.where(frozen, 1.0, total)
-            qc.scatter_(1, x, 0.0)
-            z = qc.sum(dim=1, keepdim=True)  # summed, not decremented: no cancellation as q_cur's mass runs out
-        return finish(drafts, accept, sample_categorical(r.addcmul_(qc, frozen.to(p.dtype)), generator))
+        weights, draft = scratch.like("residual", p), scratch.like("draft", q)  # [B, V] residuals, q_cur
+        for sl in X.row_chunks(p):  # on the host in chunks of rows whose passes stay in the cache
+            _chain_without_replacement(p[sl], q[sl], drafts[sl], u[sl], accept[sl], weights[sl], draft[sl])
+        return finish(drafts, accept, sample_categorical(weights, generator))
 
     def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         M, n = omegas.shape
@@ -139,3 +113,53 @@ class RecursiveRejectionWithoutReplacement(Verifier):
 
     def acceptance(self, p: object, draft: DraftScheme) -> float:
         return self.verifier_acceptance(p, draft)  # residual never equals a rejected draft (module docstring)
+
+
+def _chain(p, q, drafts, u, accept, out) -> None:  # noqa: ANN001 - torch tensors
+    """RRS's accept tests on rows ``p, q [B, V]``, ``drafts [B, n]``, coins ``u [B, n]``, into ``accept bool [B, n]``,
+    and the residual after the last draft, unnormalised, into ``out [B, V]``.
+
+    p_k = r / s, unnormalised in one buffer: r_0 = p, s_0 = 1, r_{k+1} = (r_k - s_k q)^+ = s_k (p_k - q)^+ (in place
+    after the first step) and s_{k+1} its sum. A residual that empties (p_k = q up to rounding, so step k accepted
+    surely) freezes its row at p_k = q: r = 0, s = 1, the test and the weights read r + frozen q."""
+    import torch
+
+    r, s = p, torch.ones((p.shape[0], 1), dtype=p.dtype, device=p.device)  # [B, V], [B, 1]
+    frozen = torch.zeros_like(s)  # [B, 1] 1.0 on frozen rows
+    for k in range(drafts.shape[1]):  # loop over draft positions, not over the batch
+        x = drafts[:, k:k + 1].long()  # [B, 1]
+        q_x = q.gather(1, x)
+        accept[:, k] = (u[:, k:k + 1] * q_x * s < r.gather(1, x) + frozen * q_x).squeeze(1)
+        r = X.positive_part(r, q, out=out) if k == 0 else r.addcmul_(q, frozen - s).clamp_(min=0)
+        total = r.sum(dim=1, keepdim=True)  # [B, 1]
+        frozen = torch.where(total > 0, frozen, 1.0)
+        s = torch.where(total > 0, total, 1.0)
+    r.addcmul_(q, frozen)
+
+
+def _chain_without_replacement(p, q, drafts, u, accept, out, draft) -> None:  # noqa: ANN001 - torch tensors
+    """RRS without replacement's accept tests on rows ``p, q [B, V]`` (as :func:`_chain`; ``draft [B, V]`` a work
+    array for q_cur), the final residual into ``out``.
+
+    p_k = r / s and q_k = qc / z unnormalised (the module docstring's p_cur, q_cur): r_0 = p, qc_0 = q, s_0 = z_0 = 1;
+    r_{k+1} = (r_k - (s_k / z_k) qc_k)^+ (in place after the first step), qc_{k+1} = qc_k without x_k, s and z their
+    sums. A residual that empties (p_k = q_k up to rounding, so step k accepted surely) freezes its row at
+    p = q_cur: it accepts every later draft, and its weights are r + frozen qc."""
+    import torch
+
+    one = torch.ones((p.shape[0], 1), dtype=p.dtype, device=p.device)
+    r, s, qc, z = p, one, draft.copy_(q), one  # [B, V], [B, 1], [B, V], [B, 1]
+    frozen = torch.zeros((p.shape[0], 1), dtype=torch.bool, device=p.device)
+    for k in range(drafts.shape[1]):
+        x = drafts[:, k:k + 1].long()  # [B, 1]
+        qc_x = qc.gather(1, x)
+        accept[:, k] = ((u[:, k:k + 1] * qc_x * s < r.gather(1, x) * z) | frozen).squeeze(1)
+        # z = 0: q is spent, a row that drew such drafts had probability 0
+        scale = torch.where(frozen | (z <= 0), 0.0, s / z)
+        r = X.positive_part(r, qc, scale, out=out) if k == 0 else r.addcmul_(qc, -scale).clamp_(min=0)
+        total = r.sum(dim=1, keepdim=True)  # [B, 1]
+        frozen = frozen | (total == 0)
+        s = torch.where(frozen, 1.0, total)
+        qc.scatter_(1, x, 0.0)
+        z = qc.sum(dim=1, keepdim=True)  # summed, not decremented: no cancellation as q_cur's mass runs out
+    r.addcmul_(qc, frozen.to(p.dtype))

@@ -48,3 +48,22 @@ def test_torch_batches_match_numpy_rows() -> None:
         low = rho_star(P.float(), Q.float(), n)
         assert low.dtype == torch.float32 and bisection_steps(torch.float32) < bisection_steps(torch.float64)
         np.testing.assert_allclose(low.double().numpy(), rows, rtol=1e-6)
+
+
+def test_host_chunks_bisect_each_row_as_the_whole_batch_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the host rho* is bisected in chunks of rows (otlp.xp.row_chunks); chunks of 1 and 3 rows give every row
+    the answer of the whole batch at once, for numpy and torch, float64 and float32."""
+    from otlp import xp
+
+    g = torch.Generator().manual_seed(1)
+    P = torch.softmax(torch.randn(7, 3000, generator=g, dtype=torch.float64) * 3, 1)
+    Q = torch.softmax(torch.randn(7, 3000, generator=g, dtype=torch.float64) * 3 + 0.5 * torch.log(P), 1)
+    for p, q in ((P, Q), (P.float(), Q.float()), (P.numpy(), Q.numpy())):
+        whole = rho_star(p, q, 4)
+        for rows in (1, 3):
+            monkeypatch.setattr(xp, "HOST_CHUNK", rows * 3000)
+            assert len(xp.row_chunks(p)) == -(-7 // rows)
+            chunked = rho_star(p, q, 4)
+            assert chunked.shape == (7,)
+            np.testing.assert_array_equal(np.asarray(chunked), np.asarray(whole))
+        monkeypatch.undo()

@@ -155,13 +155,20 @@ def test_the_interior_bound_holds_on_every_prefix_inside_a_bucket() -> None:
 
 
 def test_bucket_numbers_decrease_with_the_ratio() -> None:
-    ratios = np.array([[np.inf, 2.0**40, 2.0**32, 2.0**32 * 0.999, 1.0, 0.999, 2.0**-32, 1e-300, 0.0, -1.0]])
+    """Bucket numbers (plus each row's first number) are non-increasing in the ratio, from 0 (+inf) to NB - 1 (0,
+    -1 and NaN: the p = q = 0 tokens), and every ratio lies in its bucket's [LO, HI); bucket_of clamps its input in
+    place, so it gets a copy."""
+    ratios = np.array([[np.inf, 2.0**40, 2.0**32, 2.0**32 * 0.999, 1.0, 0.999, 2.0**-32, np.nextafter(2.0**-32, 0),
+                        1e-300, 0.0, -1.0, np.nan]])
     for bits in range(1, 8):
         sc = BK.scheme(bits)
-        b = sc.bucket_of(ratios)
-        assert (np.diff(b[0]) >= 0).all() and b[0, 0] == 0 and b[0, -1] == sc.NB - 1
+        b = sc.bucket_of(ratios.copy())
+        assert (np.diff(b[0]) >= 0).all() and b[0, 0] == 0 and b[0, -2] == b[0, -1] == sc.NB - 1
         inside = (ratios[0] >= sc.LO[b[0]]) & ((ratios[0] < sc.HI[b[0]]) | (sc.HI[b[0]] == np.inf))
-        assert inside[:-1].all()  # every ratio in its bucket's [LO, HI) (-1: the p = q = 0 tokens, bottom bucket)
+        assert inside[:-2].all()  # every ratio in its bucket's [LO, HI) (-1, NaN: p = q = 0 tokens, bottom bucket)
+        two = np.concatenate([ratios, ratios[:, ::-1]])
+        shifted = sc.bucket_of(two.copy(), first=np.array([[0], [sc.NB]]))
+        np.testing.assert_array_equal(shifted, np.stack([b[0], b[0, ::-1] + sc.NB]))
 
 
 @pytest.mark.parametrize("select", [None, _drafts_only])

@@ -44,7 +44,7 @@ import numpy as np
 from otlp import scratch
 from otlp import xp as X
 from otlp.optimal import chains as C
-from otlp.psi import ratio_keys, sorted_psi
+from otlp.psi import psi_head, ratio_keys, sorted_psi
 
 #: ratios in [2^-OCTAVES, 2^OCTAVES) get 2^bits buckets per octave, the rest one bucket above and one below.
 OCTAVES = 32
@@ -126,7 +126,7 @@ def psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n: int):  # noqa: ANN001, ANN201 
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         x_c = np.where(lo > 0, (qb / lo - pb) / (1.0 / lo - 1.0 / hi), qb)
         x_c = np.minimum(np.maximum(x_c, 0.0), qb)  # (finite: hi > lo, and lo = 0 takes qb)
-        return Pa + x_c / hi - (Qa + x_c) ** n
+        return psi_head(Pa + x_c / hi, Qa + x_c, n)  # (products, not pow: otlp.psi.int_power)
 
 
 def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: int,

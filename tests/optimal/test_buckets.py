@@ -79,6 +79,32 @@ def test_lm_rows_are_certified_and_agree(n: int, rows_per_chunk: int | None,
     assert certified.mean() > 0.9
 
 
+def test_rows_grouped_by_compressed_size_draw_what_the_full_sort_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no slack the compressed instances are solved in several groups of rows (each padded to its largest
+    row), and every certified row still equals the full sort; the groups cover every row once and pad each to at
+    most twice its rows' own sizes."""
+    monkeypatch.setattr(BK, "GROUP_SLACK", 0)
+    seen = []
+    original = BK._groups
+
+    def spy(sizes):  # noqa: ANN001, ANN202
+        groups = original(sizes)
+        seen.append((sizes, groups))
+        return groups
+
+    monkeypatch.setattr(BK, "_groups", spy)
+    rng = np.random.default_rng(11)
+    P, Q, W = _lm(rng, 12, 20_000, 8)
+    Q[3] = P[3]  # every ratio 1: one bucket, all 20,000 tokens sorted, against a few hundred in the other rows
+    W[3] = rng.choice(20_000, size=8, p=Q[3])
+    _check(P, Q, W, 8, 4, rng)
+    assert max(len(groups) for _, groups in seen) > 1
+    for sizes, groups in seen:
+        np.testing.assert_array_equal(np.sort(np.concatenate(groups)), np.arange(sizes.size))
+        for g in groups:
+            assert g.size * sizes[g].max() <= 2 * sizes[g].sum()
+
+
 def _drafts_only(self, draft_buckets, u):  # noqa: ANN001, ANN202
     """A selection of the drafted tokens' buckets only: m*, the groups and the residual lie in merged runs."""
     sel = np.zeros(self.f.shape, dtype=bool)

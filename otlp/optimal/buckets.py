@@ -29,9 +29,9 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    failing runs' buckets sorted too and is tried once more (``ATTEMPTS``); then the caller takes the full sort.
 
 The per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows that stay near the cache;
-4 and 5 run once for all the rows of a call (:func:`verify_chunks`). Certified rows draw the full sort's token and
-slot for the same uniforms (tests/optimal/test_buckets.py, on every instance family of the exact tests and on LM
-rows).
+4 and 5 run once for all the rows of a call, in groups of rows of similar compressed size (:func:`verify_chunks`).
+Certified rows draw the full sort's token and slot for the same uniforms (tests/optimal/test_buckets.py, on every
+instance family of the exact tests and on LM rows).
 """
 
 from __future__ import annotations
@@ -144,7 +144,8 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     ``rows`` (a slice or an int64 index array) as ``[rows, V]`` arrays, which the next ``load`` may overwrite (the
     sampler's reused arrays). The per-token passes (buckets, their sums, the selected tokens) run on chunks of
     ``CHUNK`` entries, whose arrays stay near the cache; the compressed instances of all B rows are then solved and
-    certified together (their per-call work is paid once, not once per chunk)."""
+    certified together (their per-call work is paid once, not once per chunk), in groups of rows of similar size
+    (:func:`_groups`)."""
     sc = scheme(bits_for(V) if bits is None else bits)
     step = max(1, CHUNK // max(V, 1))
     found = _Found.join([_gather(*load(slice(lo, lo + step)), w[lo:lo + step], U[lo:lo + step], n, sc)

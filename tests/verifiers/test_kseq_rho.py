@@ -50,20 +50,35 @@ def test_torch_batches_match_numpy_rows() -> None:
         np.testing.assert_allclose(low.double().numpy(), rows, rtol=1e-6)
 
 
-def test_host_chunks_bisect_each_row_as_the_whole_batch_does(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On the host rho* is bisected in chunks of rows (otlp.xp.row_chunks); chunks of 1 and 3 rows give every row
-    the answer of the whole batch at once, for numpy and torch, float64 and float32."""
+def test_host_two_stage_bisection_matches_the_plain_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the host, rows of HOST_TWO_STAGE_MIN_V tokens or more are bisected in two stages (the bracket's inner
+    tokens only after HOST_FULL_STEPS steps) and in chunks of rows (otlp.xp.row_chunks): float64 rho* equals the
+    plain bisection over the whole rows to 1e-13, is valid (f <= 1e-12) and tight (no valid point 1e-9 n below it,
+    by the paper's form of f), with chunks of 1 and 3 rows too; float32 rows stay within 2e-6 of the plain float32
+    bisection."""
     from otlp import xp
+    from otlp.verifiers import kseq
 
+    V = 6000
+    assert V >= kseq.HOST_TWO_STAGE_MIN_V
     g = torch.Generator().manual_seed(1)
-    P = torch.softmax(torch.randn(7, 3000, generator=g, dtype=torch.float64) * 3, 1)
-    Q = torch.softmax(torch.randn(7, 3000, generator=g, dtype=torch.float64) * 3 + 0.5 * torch.log(P), 1)
-    for p, q in ((P, Q), (P.float(), Q.float()), (P.numpy(), Q.numpy())):
-        whole = rho_star(p, q, 4)
-        for rows in (1, 3):
-            monkeypatch.setattr(xp, "HOST_CHUNK", rows * 3000)
-            assert len(xp.row_chunks(p)) == -(-7 // rows)
-            chunked = rho_star(p, q, 4)
-            assert chunked.shape == (7,)
-            np.testing.assert_array_equal(np.asarray(chunked), np.asarray(whole))
+    P = torch.softmax(torch.randn(7, V, generator=g, dtype=torch.float64) * 3, 1)
+    Q = torch.softmax(torch.randn(7, V, generator=g, dtype=torch.float64) * 3 + 0.5 * torch.log(P), 1)
+    for n in (2, 4, 8):
+        plain = kseq._bisect(P, Q, n, bisection_steps(P.dtype))[1][:, 0].numpy()
+        for rows in (None, 1, 3):
+            if rows is not None:
+                monkeypatch.setattr(xp, "HOST_CHUNK", rows * V)
+                assert len(xp.row_chunks(P)) == -(-7 // rows)
+            for p, q in ((P, Q), (P.numpy(), Q.numpy())):
+                rho = np.asarray(rho_star(p, q, n))
+                assert rho.shape == (7,) and rho.dtype == np.float64
+                np.testing.assert_allclose(rho, plain, rtol=0, atol=1e-13)
+                for b in range(7):
+                    assert _f(P[b].numpy(), Q[b].numpy(), n, rho[b]) <= 1e-12
+                    assert _f(P[b].numpy(), Q[b].numpy(), n, rho[b] - 1e-9 * n) > -1e-12
+            low = rho_star(P.float(), Q.float(), n)
+            assert low.dtype == torch.float32
+            plain32 = kseq._bisect(P.float(), Q.float(), n, bisection_steps(torch.float32))[1][:, 0]
+            np.testing.assert_allclose(low.numpy(), plain32.numpy(), rtol=2e-6)
         monkeypatch.undo()

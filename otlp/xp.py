@@ -271,6 +271,12 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     return order
 
 
+def nonzero_2d(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.nonzero`` of a 2-D numpy mask, ``(rows, cols)`` in row-major order, from ``flatnonzero``: 2-10x faster
+    (measured on [4, 128k] and [64, 2050] masks, numpy 2.4)."""
+    return np.divmod(np.flatnonzero(mask), mask.shape[1])
+
+
 def searchsorted_rows(cdf, values, right: bool = True):  # noqa: ANN001, ANN201
     """Per row, the first index whose running sum exceeds the value (``right``; else the first that reaches it):
     ``cdf [B, V]`` non-decreasing, ``values [B, 1]`` -> ``[B]``."""

@@ -316,7 +316,7 @@ def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
     un = ~selected
     rid = np.cumsum(selected, axis=1)  # [B, NB]
     G = int(rid[:, -1].max()) + 1
-    rb, bb = np.nonzero(un)  # [U] row by row, buckets increasing: run indices non-decreasing
+    rb, bb = X.nonzero_2d(un)  # [U] row by row, buckets increasing: run indices non-decreasing
     rflat = rb * G + rid[rb, bb]
     members = np.bincount(rflat, minlength=B * G).reshape(B, G)
     run_p = np.bincount(rflat, weights=level.Pb[rb, bb], minlength=B * G).reshape(B, G)
@@ -336,7 +336,7 @@ def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
     at = np.arange(F.size) + (frow * K - row_start[frow])  # [T] flat entries of P2: row frow, column the rank in it
     P2.ravel()[at], Q2.ravel()[at], K2.ravel()[at] = found.p, found.q, found.key
     runs = members > 0  # [B, G]
-    gr, gc = np.nonzero(runs)
+    gr, gc = X.nonzero_2d(runs)
     at = gr * K + counts[gr] + gc  # [R] flat entries of the runs
     P2.ravel()[at], Q2.ravel()[at] = run_p[gr, gc], run_q[gr, gc]
     K2.ravel()[rb * K + counts[rb] + rid[rb, bb]] = sc.KEY[bb]  # any of a run's bucket keys lies between its neighbours
@@ -383,6 +383,6 @@ def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
     here = rejected & real
     tokens[here] = F[row_start[here] + drawn[here]] - here.nonzero()[0] * V
     bad_runs = np.zeros((B, G), dtype=bool)
-    br, bj = np.nonzero(bad)
+    br, bj = X.nonzero_2d(bad)
     bad_runs[br, r_of[br, bj]] = True
     return tokens, index, ok, un & bad_runs[np.arange(B)[:, None], rid]

@@ -80,8 +80,7 @@ def _host_rho(P: np.ndarray, Q: np.ndarray, n: int, steps: int) -> np.ndarray:
     above, below = Q * hi <= P, Q * lo >= P  # [B, V]: t >= hi, t <= lo (p = q = 0: both, adding 0 to each sum)
     A = (Q * above).sum(-1, keepdims=True)  # [B, 1]
     C = (P * below).sum(-1, keepdims=True)
-    inner = np.flatnonzero(~(above | below))  # [T]: t strictly inside the bracket (flat: 2-D nonzero is ~10x slower)
-    rows, cols = np.divmod(inner, P.shape[1])
+    rows, cols = X.nonzero_2d(~(above | below))  # [T]: t strictly inside the bracket
     counts = np.bincount(rows, minlength=P.shape[0])
     at = np.arange(rows.size) - (np.cumsum(counts) - counts)[rows]  # each token's place in its row
     Pm = np.zeros((P.shape[0], max(int(counts.max(initial=0)), 1)), dtype=P.dtype)  # [B, Tmax], 0-padded

@@ -115,17 +115,28 @@ def kseq_parts(p, q, n: int):  # noqa: ANN001, ANN201 - numpy arrays or torch te
     """K-SEQ at rho = rho* for rows ``p, q [..., V]`` (numpy or torch, on the tensors' device): ``(rho, beta,
     p_acc)``, each ``[..., 1]``, and the unnormalised residual (p - capped p_acc / beta)^+ ``[..., V]`` with capped =
     min(q, p / rho) (eq. 5 times 1 - p_acc; clipped at 0 for rounding, note pitfall 2; beta = 0: disjoint supports,
-    nothing is accepted and the residual is p). On torch the residual is the thread's work array ``"residual"``
-    (:func:`otlp.xp.positive_part`)."""
-    xp = X.namespace(p)
+    nothing is accepted and the residual is p). On torch the residual is the thread's work array ``"residual"``,
+    filled in chunks of rows on the host (:func:`otlp.xp.row_chunks`)."""
     rho = rho_star(p, q, n)[..., None]
-    capped = xp.empty_like(p) if X.is_numpy(p) else scratch.like("kseq", p)  # rho_star's buffer, free again
+    if X.is_numpy(p):
+        return (rho, *_residual(p, q, n, rho, np.empty_like(p)))
+    residual = scratch.like("residual", p)  # [B, V]
+    beta, p_acc = p.new_empty(rho.shape), p.new_empty(rho.shape)  # [B, 1]
+    for sl in X.row_chunks(p):
+        beta[sl], p_acc[sl], _ = _residual(p[sl], q[sl], n, rho[sl], scratch.like("kseq", p[sl]), residual[sl])
+    return rho, beta, p_acc, residual
+
+
+def _residual(p, q, n: int, rho, capped, out=None):  # noqa: ANN001, ANN202
+    """:func:`kseq_parts` after rho: ``(beta, p_acc, residual)`` for rows ``p, q``, with ``capped`` a work array of
+    their shape and ``out`` the residual's (torch; numpy returns a new array)."""
+    xp = X.namespace(p)
     xp.divide(p, rho, out=capped)
     xp.minimum(capped, q, out=capped)
     beta = capped.sum(-1)[..., None]
     p_acc = 1.0 - (1.0 - beta) ** n
     factor = xp.where(beta > 0, p_acc / xp.where(beta > 0, beta, 1.0), 0.0)
-    return rho, beta, p_acc, X.positive_part(p, capped, scale=factor)
+    return beta, p_acc, X.positive_part(p, capped, scale=factor, out=out)
 
 
 def _parts(p: np.ndarray, q: np.ndarray, n: int) -> tuple[float, float, float, np.ndarray]:

@@ -277,6 +277,16 @@ def nonzero_2d(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.divmod(np.flatnonzero(mask), mask.shape[1])
 
 
+def row_places(rows: np.ndarray, B: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For entries listed row by row (``rows int64 [T]`` non-decreasing, as :func:`nonzero_2d` gives them) of B
+    rows: ``(counts [B], start [B], place [T])``, each row's number of entries, the index of its first one, and each
+    entry's place within its row (the column it takes when the rows are packed left-aligned into ``[B, max
+    count]``)."""
+    counts = np.bincount(rows, minlength=B)
+    start = np.cumsum(counts) - counts
+    return counts, start, np.arange(rows.size) - start[rows]
+
+
 def searchsorted_rows(cdf, values, right: bool = True):  # noqa: ANN001, ANN201
     """Per row, the first index whose running sum exceeds the value (``right``; else the first that reaches it):
     ``cdf [B, V]`` non-decreasing, ``values [B, 1]`` -> ``[B]``."""

@@ -310,8 +310,7 @@ def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
     B = selected.shape[0]
     rows_b = np.arange(B, dtype=np.int64)
     frow = F // V
-    counts = np.bincount(frow, minlength=B)  # [B]
-    row_start = np.cumsum(counts) - counts
+    counts, row_start, place = X.row_places(frow, B)  # [B], [B], [T]
     # run r of a row: its unselected buckets after its r-th selected one (consecutive, so one entry)
     un = ~selected
     rid = np.cumsum(selected, axis=1)  # [B, NB]
@@ -333,7 +332,7 @@ def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
     K = int((counts + G).max())
     P2, Q2 = np.zeros((B, K)), np.zeros((B, K))
     K2 = np.full((B, K), -1.0)  # padding: p = q = 0 with their key, in columns after their row's entries
-    at = np.arange(F.size) + (frow * K - row_start[frow])  # [T] flat entries of P2: row frow, column the rank in it
+    at = frow * K + place  # [T] flat entries of P2: row frow, column the rank in it
     P2.ravel()[at], Q2.ravel()[at], K2.ravel()[at] = found.p, found.q, found.key
     runs = members > 0  # [B, G]
     gr, gc = X.nonzero_2d(runs)

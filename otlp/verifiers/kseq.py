@@ -81,8 +81,7 @@ def _host_rho(P: np.ndarray, Q: np.ndarray, n: int, steps: int) -> np.ndarray:
     A = (Q * above).sum(-1, keepdims=True)  # [B, 1]
     C = (P * below).sum(-1, keepdims=True)
     rows, cols = X.nonzero_2d(~(above | below))  # [T]: t strictly inside the bracket
-    counts = np.bincount(rows, minlength=P.shape[0])
-    at = np.arange(rows.size) - (np.cumsum(counts) - counts)[rows]  # each token's place in its row
+    counts, _, at = X.row_places(rows, P.shape[0])  # each token's place in its row
     Pm = np.zeros((P.shape[0], max(int(counts.max(initial=0)), 1)), dtype=P.dtype)  # [B, Tmax], 0-padded
     Qm = np.zeros_like(Pm)
     Pm[rows, at], Qm[rows, at] = P[rows, cols], Q[rows, cols]

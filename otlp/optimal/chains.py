@@ -24,7 +24,8 @@ row in decreasing q/p order (stable), prefix index m = 0..V:
 * along a run of equal ratios the chain needs no root: where r_{i-2} = r_{i-1} (i >= s + 2), p_{i-1} = r_{i-1}
   q_{i-1} and psi_i = psi_{i-1} + p_{i-1} - (H_i^n - H_{i-1}^n) make step i's equation step (i - 1)'s in y + q_{i-1},
   so y_i = (y_{i-1} - q_{i-1})^+ (then a_{i-1} = 0; q_{i-1} > 0): in a tied run only its second position needs
-  a root (used for n >= 3, where a root takes Newton steps);
+  a root (used for n >= 3, where a root takes Newton steps; r is computed as 1 / (q/p) where t = p, so that the
+  tokens whose sort keys q/p are equal floats form one run, as the sort sees them);
 * the final acceptance of an inner group, from the telescoping sum of its slots
   (sum_i [(H_i + before_i)^n - (H_i + y_i)^n] = T^n - (N + before_s)^n): beta = 1 - slack / capacity with
   capacity = (N + before_s)^n - N^n, N = H_s; an outer group has beta = 1;
@@ -113,7 +114,8 @@ def residual_cdf(pre: Prefix):  # noqa: ANN201
 
 @dataclass(frozen=True)
 class Terms:
-    """The class-chain quantities on a window of consecutive positions ``[B, W]`` (:func:`group_terms`)."""
+    """The class-chain quantities on a window of consecutive positions ``[B, W]`` (:func:`group_terms`); ``beta``,
+    the group's final acceptance, is read at a group's first position (``first``) only."""
 
     first: object
     t: object
@@ -145,8 +147,8 @@ def _group_terms(xp, pre: Prefix, pos, start, end, steps: int | None, rows) -> T
     if rows is None:
         take, m_star = X.take, pre.m_star[:, None]
     else:
-        def take(x, idx):  # noqa: ANN001, ANN202
-            return x[rows, idx]
+        def take(x, idx):  # noqa: ANN001, ANN202 - x[rows, idx], through the flat index (several times faster)
+            return x.ravel().take(rows * x.shape[-1] + idx)
 
         m_star = pre.m_star[rows]
     at = X.minimum(pos, V - 1)
@@ -158,13 +160,16 @@ def _group_terms(xp, pre: Prefix, pos, start, end, steps: int | None, rows) -> T
     L = take(pre.suffix_q, at) - take(pre.suffix_q, end)  # q(C_i), a difference of suffix sums from the top
     gap = X.maximum(xp.where(first, xp.where(inner, psi_s - psi_e, 0.0), psi - psi_e), 0.0)
     q_pos = qs > 0
-    r = xp.where(q_pos, t / xp.where(q_pos, qs, 1.0), 0.0)
+    q_div = xp.where(q_pos, qs, 1.0)
+    # r = t / q; as 1 / (q / p) where t = p, so that tokens tied in the sort key q / p (equal floats) get equal r and
+    # take the tied-run closed form (p / q rounded can differ between them; 1 / (q / p) is within 1 ulp of it)
+    r = xp.where(q_pos, xp.where(first & ~inner, t / q_div, 1.0 / (q_div / ps)), 0.0)
     r_below = X.pad_first(r[..., :-1], 0.0)  # the window starts at a group's first position, where it is unused
     if n <= 2:  # closed-form roots, cheaper than finding the tied runs
         y = xp.where(first, L, slot_mass(H, L, xp.where(first, 0.0, r_below), gap, n, steps))
     else:  # tied runs (module docstring): y_i = (y_a - (H_i - H_a))^+ from the last position a solved for
         tied = _tied(r_below, q_pos, pos, start)
-        y = _slot_masses(H, L, xp.where(first, 0.0, r_below), gap, n, steps, solve=~tied & ~first)
+        y = _only_where(lambda *a: slot_mass(*a, n, steps), ~tied & ~first, H, L, xp.where(first, 0.0, r_below), gap)
         y = xp.where(first, L, y)
         anchor = X.cummax(xp.where(tied, 0, X.arange_like(y, y.shape[-1]) + 0 * pos))  # [B, W] last solved entry
         y = xp.where(tied, X.minimum(X.maximum(X.take(y, anchor) - (H - X.take(H, anchor)), 0.0), L), y)
@@ -173,7 +178,7 @@ def _group_terms(xp, pre: Prefix, pos, start, end, steps: int | None, rows) -> T
     a = xp.where(first | ~b_pos, 0.0, X.minimum(X.maximum(1.0 - y / xp.where(b_pos, before, 1.0), 0.0), 1.0))
     certain = (a >= 1.0) & ~first
     lam = xp.where(certain | first, 0.0, -xp.log1p(-xp.where(certain, 0.0, a)))
-    capacity = power_gap(H, before, n)  # of the final class, read at a group's first position
+    capacity = _only_where(lambda *a: power_gap(*a, n), first, H, before)  # of the final class: at first positions
     c_pos = capacity > 0
     beta = xp.where(inner, xp.where(c_pos, X.minimum(X.maximum(1.0 - gap / xp.where(c_pos, capacity, 1.0), 0.0),
                                                       1.0), 0.0), 1.0)
@@ -393,16 +398,15 @@ def _tied(r_below, q_pos, pos, start):  # noqa: ANN001, ANN202
     return same & X.pad_first(q_pos[..., :-1], False) & (pos >= start + 2)
 
 
-def _slot_masses(H, L, r_below, gap, n: int, steps: int | None, solve):  # noqa: ANN001, ANN202
-    """:func:`slot_mass` where ``solve`` holds (elsewhere 0): on numpy arrays only those entries are solved; a
-    tensor is solved everywhere (static shapes on the device)."""
-    if not X.is_numpy(H):
-        return slot_mass(H, L, r_below, gap, n, steps)
-    y = np.zeros(np.broadcast_shapes(H.shape, L.shape, r_below.shape, gap.shape))
-    shape = y.shape
-    H, L, r_below, gap = (np.broadcast_to(x, shape)[solve] for x in (H, L, r_below, gap))
-    y[solve] = slot_mass(H, L, r_below, gap, n, steps)
-    return y
+def _only_where(fn, mask, *args):  # noqa: ANN001, ANN202
+    """``fn(*args)`` (elementwise) where ``mask`` holds, elsewhere 0 on numpy arrays, where only those entries are
+    computed; on tensors everywhere (static shapes on the device)."""
+    if not X.is_numpy(args[0]):
+        return fn(*args)
+    shape = np.broadcast_shapes(mask.shape, *(np.shape(x) for x in args))
+    out = np.zeros(shape)
+    out[mask] = fn(*(np.broadcast_to(x, shape)[mask] for x in args))
+    return out
 
 
 def _newton_numpy(y, H, L, r_below, gap, n: int, steps: int | None):  # noqa: ANN001, ANN202 - numpy arrays
@@ -518,9 +522,11 @@ def _ragged_rule(pre: Prefix, w, pos, top, s, e, steps: int | None):  # noqa: AN
     win = start + k[None, :]  # [1, T] positions
     tm = group_terms(pre, win, start, end, steps, rows=rows[None, :])
     live = (win <= top[:, 0][rows][None, :]) & (win < end)  # [1, T] the slots that can matter
-    lam, certain = np.zeros((B, W)), np.zeros((B, W))
-    lam[rows, k] = np.where(live, tm.lam, 0.0)[0]
-    certain[rows, k] = (live & tm.certain)[0]
+    flat = rows * W + k  # [T] each entry's place in a [B, W] array (a 1-D scatter, several times faster than 2-D)
+    lam, certain = np.zeros(B * W), np.zeros(B * W)
+    lam[flat] = np.where(live, tm.lam, 0.0)[0]
+    certain[flat] = (live & tm.certain)[0]
+    lam, certain = lam.reshape(B, W), certain.reshape(B, W)
     off = np.minimum(np.maximum(pos - s, 0), W - 1)
     return _pieces(np, w, pos, pos >= s, X.take(X.cumsum(lam), off), X.take(X.cumsum(certain), off),
                    tm.beta[0, first])

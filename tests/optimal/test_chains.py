@@ -13,6 +13,7 @@ import pytest
 import otlp
 from otlp.optimal import OptimalTransport
 from otlp.optimal import chains as C
+from otlp.optimal.scalar import scalar_chains, scalar_rule
 from otlp.subsets import brute_force_min_psi
 from tests.conftest import FAMILIES, random_pair
 
@@ -92,16 +93,23 @@ def test_alpha_matches_brute_force_over_subsets() -> None:
         assert abs(float(pre.alpha[0]) - (1.0 + value)) < TOL, fam
 
 
+def _scalar_rule(p: np.ndarray, q: np.ndarray, n: int, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rule written a second time in plain Python floats (otlp/optimal/scalar.py: a root at every position, r =
+    p/q), tuple by tuple: ``(accept [M, n], reject [M])``."""
+    chains = scalar_chains(p.tolist(), q.tolist(), n)
+    rules = [scalar_rule(chains, omega) for omega in omegas.tolist()]
+    return np.array([a for a, _ in rules]), np.array([r for _, r in rules])
+
+
 def test_agrees_with_the_scalar_path() -> None:
-    """The same rule written a second time in plain Python floats (OptimalTransport at V <= 256): accept and reject
+    """The same rule written a second time in plain Python floats (:func:`_scalar_rule`): accept and reject
     probabilities agree to 1e-12 on every tuple, at V up to 60 with sampled tuples."""
     rng = np.random.default_rng(5)
     for i in range(200):
         V, n = int(rng.integers(2, 60)), int(rng.integers(1, 6))
         p, q = random_pair(rng, V, FAMILIES[i % len(FAMILIES)])
-        ot = OptimalTransport(p, otlp.IID(q, n))
         omegas = otlp.IID(q, n).sample(64, rng)
-        ref_a, ref_r = ot.rule(omegas)
+        ref_a, ref_r = _scalar_rule(p, q, n, omegas)
         pre = C.prefix(np.tile(p, (64, 1)), np.tile(q, (64, 1)), n)
         a, r = C.tuple_rule(pre, omegas, window=C.needed_window(pre, omegas))
         assert np.abs(a - ref_a).max() < TOL and np.abs(r - ref_r).max() < TOL
@@ -153,6 +161,36 @@ def test_tied_runs_follow_from_one_root_as_a_root_at_every_position_gives(monkey
     fast_t = C.build(torch.from_numpy(P), torch.from_numpy(Q), n)
     np.testing.assert_allclose(fast_t.terms.y.numpy(), slow_t.terms.y.numpy(), rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(fast_t.terms.y.numpy(), fast.terms.y, rtol=1e-11, atol=1e-13)
+
+
+def _backoff_rows(rng: np.random.Generator, V: int) -> tuple[np.ndarray, np.ndarray]:
+    """n-gram-like rows: p and q both proportional to one base law on most tokens (a back-off class), so that their
+    q/p sort keys tie exactly in floats while p/q, rounded separately, often differ in the last bit."""
+    u = rng.dirichlet(np.ones(V))
+    p, q = 0.3 * u, 0.7 * u
+    own = rng.random(V) < 0.3
+    p[own] += 0.7 * rng.dirichlet(np.ones(own.sum()))
+    q[own] += 0.3 * rng.dirichlet(np.ones(own.sum()))
+    return p / p.sum(), q / q.sum()
+
+
+@pytest.mark.parametrize("n", [3, 4, 6])
+def test_runs_tied_in_the_sort_key_agree_with_the_scalar_path(n: int) -> None:
+    """Tokens whose keys q/p are equal floats take the tied-run closed form even where p/q rounds differently
+    (chains computes r as 1 / (q/p) there): accept and reject agree to 1e-12 with the scalar path, which solves a
+    root at every position with r = p/q, on 100 rows of 200 tokens with sampled tuples."""
+    rng = np.random.default_rng(40 + n)
+    cases = 0
+    for _ in range(100):
+        p, q = _backoff_rows(rng, 200)
+        pre = C.prefix(np.tile(p, (64, 1)), np.tile(q, (64, 1)), n)
+        ks, r = pre.qs[0] / pre.ps[0], pre.ps[0] / pre.qs[0]
+        cases += int(((ks[1:] == ks[:-1]) & (r[1:] != r[:-1])).sum())
+        omegas = otlp.IID(q, n).sample(64, rng)
+        ref_a, ref_r = _scalar_rule(p, q, n, omegas)
+        a, rej = C.tuple_rule(pre, omegas, window="auto")
+        assert np.abs(a - ref_a).max() < TOL and np.abs(rej - ref_r).max() < TOL
+    assert cases > 2000  # the case this is about: about 60 per row
 
 
 def _tied_inputs(ch):  # noqa: ANN001, ANN202

@@ -253,8 +253,8 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     same = trunc[:, 1:] == trunc[:, :-1]  # [B, V - 1]: position i + 1 ties position i
     if not same.any():
         return np.ascontiguousarray(order)
-    ks = np.take_along_axis(key, order, axis=-1)  # [B, V] exact keys in that order
-    bad = (same & (ks[:, 1:] != ks[:, :-1])).any(axis=-1)  # [B] a tie of truncated keys only
+    kbits = np.take_along_axis(key.view(np.int64), order, axis=-1)  # [B, V] the exact keys' bits in that order
+    bad = (same & (kbits[:, 1:] != kbits[:, :-1])).any(axis=-1)  # [B] a tie of truncated keys only
     if not bad.any():
         return np.ascontiguousarray(order)
     order = np.ascontiguousarray(order)
@@ -262,12 +262,22 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     if 3 * s > 63:
         order[rows] = stable_descending(key[rows])
         return order
-    run = np.zeros((rows.size, V), dtype=np.int64)  # [R, V] each position's run number (position order)
-    np.cumsum(~same[rows], axis=-1, out=run[:, 1:])
-    bits = low - (ks[rows].view(np.int64) & low)  # the low bits, decreasing key -> increasing
-    second = (run << (2 * s)) | (bits << s) | order[rows]
+    every = rows.size == B  # n-gram rows: all of them (no copies of the rows then)
+    same, kbits, sub = (same, kbits, order) if every else (same[rows], kbits[rows], order[rows])
+    second = np.empty(kbits.shape, dtype=np.int64)  # [R, V]: run number, low bits (decreasing key first), id
+    second[:, 0] = 0
+    np.cumsum(~same, axis=-1, out=second[:, 1:])  # each position's run number (position order)
+    second <<= 2 * s
+    kbits &= low
+    np.subtract(low, kbits, out=kbits)  # the low bits, decreasing key -> increasing
+    kbits <<= s
+    second |= kbits
+    second |= sub
     second.sort(axis=-1)
-    order[rows] = second & low
+    second &= low
+    if every:
+        return second
+    order[rows] = second
     return order
 
 

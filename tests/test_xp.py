@@ -83,6 +83,12 @@ def test_packed_sort_repairs_only_the_tied_runs_and_equals_a_stable_argsort() ->
             k[rng.random((B, V)) < 0.2] = 0.0
         np.testing.assert_array_equal(X._packed_sort(k), np.argsort(-k, axis=1, kind="stable"))
         np.testing.assert_array_equal(X.sort_descending(k), np.argsort(-k, axis=1, kind="stable"))  # either route
+    rng = np.random.default_rng(8)  # rows that need the second sort beside rows that do not
+    for trial in range(50):
+        V = int(rng.integers(2, 3000))
+        k = rng.random((4, V))
+        k[trial % 4] = 1.0 + rng.integers(0, 4, V) * 2.0**-50
+        np.testing.assert_array_equal(X._packed_sort(k), np.argsort(-k, axis=1, kind="stable"))
 
 
 def test_inverse_permutation_through_torch_equals_numpys() -> None:

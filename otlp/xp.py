@@ -307,19 +307,72 @@ def searchsorted_rows(cdf, values, right: bool = True):  # noqa: ANN001, ANN201
     return torch.searchsorted(cdf, values.contiguous(), right=right).squeeze(-1)
 
 
-def inverse_cdf(weights, u):  # noqa: ANN001, ANN201
+#: on CPU tensors with at least this many entries per row, :func:`inverse_cdf` reads the rows once for the sums of
+#: their blocks of ``CDF_BLOCK`` entries and runs the cumulative sum over the one block that holds each draw, rather
+#: than writing a running sum over all of them (a read pass instead of a read and a write).
+CDF_BLOCKED_MIN_V = 8192
+CDF_BLOCK = 512
+
+
+def inverse_cdf(weights, u, fallback=None):  # noqa: ANN001, ANN201
     """One index per row of unnormalised ``weights [B, V] >= 0`` for uniforms ``u [B, 1]`` in [0, 1): the first index
     whose running mass exceeds u * total, which has positive weight. A product rounded up to the total (index V) is
     clamped to the first index whose running mass reaches the total, positive too (its step of the running sum is >
-    0) and never below the first answer otherwise. Rows with no mass give 0. ``[B]`` int64."""
-    if is_numpy(weights):
-        cdf = cumsum(weights)  # [B, V]
-    else:  # into the thread's work array on the CPU (:mod:`otlp.scratch`)
-        import torch
+    0) and never below the first answer otherwise. Rows with no mass give 0, or with ``fallback [B, V]`` (torch) the
+    draw from its row with the same uniform: on the CPU only those rows are read (their totals come with the running
+    sums), on a device every row gets ``fallback`` added times (row empty), in place (static shapes). ``[B]`` int64.
 
-        cdf = torch.cumsum(weights, -1, out=scratch.like("cdf", weights))
-    total = cdf[:, -1:]  # [B, 1]
-    return minimum(searchsorted_rows(cdf, u * total), searchsorted_rows(cdf, total, right=False))
+    On CPU tensors from ``CDF_BLOCKED_MIN_V`` entries per row the same search runs in two levels
+    (:func:`_blocked_inverse_cdf`): the block, then the index within it."""
+    host = is_numpy(weights) or weights.device.type == "cpu"
+    if fallback is not None and not host:
+        weights = weights.addcmul_(fallback, (weights.sum(dim=1, keepdim=True) == 0).to(weights.dtype))
+    if not is_numpy(weights) and host and weights.shape[-1] >= CDF_BLOCKED_MIN_V:
+        index, total = _blocked_inverse_cdf(weights, u)
+    else:
+        if is_numpy(weights):
+            cdf = cumsum(weights)  # [B, V]
+        else:  # into the thread's work array on the CPU (:mod:`otlp.scratch`)
+            import torch
+
+            cdf = torch.cumsum(weights, -1, out=scratch.like("cdf", weights))
+        total = cdf[:, -1:]  # [B, 1]
+        index = _first_above(cdf, u * total)
+    if fallback is not None and host:  # (there is no device to synchronise with)
+        empty = total[:, 0] == 0  # [B]
+        if bool(empty.any()):  # rare: a residual of probability-zero branches
+            rows = np.flatnonzero(empty) if is_numpy(empty) else empty.nonzero()[:, 0]
+            index[rows] = inverse_cdf(fallback[rows], u[rows])
+    return index
+
+
+def _first_above(cdf, x):  # noqa: ANN001, ANN202
+    """``[B]``: per row the first index of the running sums ``cdf [B, K]`` above ``x [B, 1]``, clamped to the first
+    that reaches the row's last value (:func:`inverse_cdf`)."""
+    return minimum(searchsorted_rows(cdf, x), searchsorted_rows(cdf, cdf[:, -1:], right=False))
+
+
+def _blocked_inverse_cdf(weights, u):  # noqa: ANN001, ANN202 - CPU tensors
+    """:func:`inverse_cdf`'s search in two levels: ``(index [B], total [B, 1])``. The running sum of the blocks'
+    sums picks block b, the first whose running mass exceeds x = u * total (clamped as in :func:`_first_above`, so
+    that its sum is > 0), then the running sum of block b alone picks the index for x minus the mass before b (>= 0:
+    that mass is at most x). Each level's answer has positive weight, as in the one-level search."""
+    import torch
+
+    B, V = weights.shape
+    K = CDF_BLOCK
+    full = V // K * K
+    sums = weights[:, :full].reshape(B, -1, K).sum(-1)  # [B, V // K]
+    if full < V:
+        sums = torch.cat([sums, weights[:, full:].sum(-1, keepdim=True)], dim=1)  # [B, NB]
+    running = sums.cumsum(-1)  # [B, NB]
+    total = running[:, -1:]  # [B, 1]
+    x = u.to(weights.dtype) * total  # [B, 1]
+    block = _first_above(running, x)  # [B]
+    before = torch.where(block[:, None] > 0, running.gather(1, (block[:, None] - 1).clamp(min=0)), 0.0)  # [B, 1]
+    cols = block[:, None] * K + torch.arange(K)  # [B, K]
+    inside = torch.where(cols < V, weights.gather(1, cols.clamp(max=V - 1)), 0.0)  # [B, K]
+    return block * K + _first_above(inside.cumsum(-1), x - before), total
 
 
 def positive_part(a, b, scale=None, out=None):  # noqa: ANN001, ANN201

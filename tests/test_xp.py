@@ -99,3 +99,51 @@ def test_inverse_permutation_through_torch_equals_numpys() -> None:
     np.put_along_axis(expected, order, np.broadcast_to(np.arange(1000), order.shape), axis=-1)
     np.testing.assert_array_equal(inv, expected)
     np.testing.assert_array_equal(np.take_along_axis(order, inv, axis=-1), np.broadcast_to(np.arange(1000), (4, 1000)))
+
+
+def test_inverse_cdf_draws_massless_rows_from_the_fallback_with_their_uniforms() -> None:
+    """Rows of weights with no mass draw from the fallback's row with the same uniform, the others are untouched:
+    the same tokens as filling those rows with the fallback first (what the device route does in place), on torch
+    and numpy, with none, some and all rows massless."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(3)
+    for empty in ([], [1, 4], list(range(6))):
+        w = torch.rand(6, 300, generator=gen, dtype=torch.float64) ** 4
+        w[empty] = 0.0
+        fallback = torch.softmax(torch.randn(6, 300, generator=gen, dtype=torch.float64), 1)
+        u = torch.rand(6, 1, generator=gen, dtype=torch.float64)
+        filled = w.clone()
+        filled[empty] = fallback[empty]
+        expected = X.inverse_cdf(filled, u)
+        assert torch.equal(X.inverse_cdf(w.clone(), u, fallback), expected)
+        assert np.array_equal(X.inverse_cdf(w.numpy().copy(), u.numpy(), fallback.numpy()), expected.numpy())
+        assert torch.equal(X.inverse_cdf(w, u)[empty], torch.zeros(len(empty), dtype=torch.int64))
+
+
+def test_blocked_inverse_cdf_is_the_one_level_search() -> None:
+    """From ``CDF_BLOCKED_MIN_V`` tokens CPU tensors take the two-level search: on float64 rows (zeros, a row without
+    mass, a row whose only mass is its last token, V not a multiple of the block, uniforms up to 1 - 2^-53) it gives
+    the one-level search's index, always one of positive weight (float32 rows: positive weight, as their running sums
+    differ in rounding)."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(5)
+    for V in (X.CDF_BLOCKED_MIN_V, 10_000, 40_001):
+        w = torch.rand(32, V, generator=gen, dtype=torch.float64) ** 8
+        w[:, ::3] = 0.0
+        w[5] = 0.0
+        w[7] = 0.0
+        w[7, V - 2] = 1e-300
+        w[9, :] = 0.0
+        w[9, 100] = 1.0
+        u = torch.rand(32, 1, generator=gen, dtype=torch.float64)
+        u[:4] = 1.0 - 2.0**-53
+        cdf = w.cumsum(-1)
+        one_level = torch.minimum(torch.searchsorted(cdf, u * cdf[:, -1:], right=True),
+                                  torch.searchsorted(cdf, cdf[:, -1:].contiguous()))[:, 0]
+        index = X.inverse_cdf(w, u)
+        assert torch.equal(index, one_level)
+        massive = w.sum(-1) > 0
+        assert bool((w.gather(1, index[:, None])[:, 0] > 0)[massive].all()) and int(index[5]) == 0
+        assert int(index[7]) == V - 2 and int(index[9]) == 100
+        index32 = X.inverse_cdf(w.float(), u.float())
+        assert bool((w.float().gather(1, index32[:, None])[:, 0] > 0)[w.float().sum(-1) > 0].all())

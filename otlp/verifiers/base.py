@@ -255,22 +255,15 @@ def normalize_or(weights, fallback):  # noqa: ANN001, ANN201 - numpy arrays or t
     return xp.where(ok, weights / xp.where(ok, total, 1.0), fallback)
 
 
-def sample_categorical(weights, generator=None):  # noqa: ANN001, ANN201
+def sample_categorical(weights, generator=None, fallback=None):  # noqa: ANN001, ANN201
     """One token per row from unnormalised ``weights [B, V] >= 0`` by inverse CDF with one uniform per row
-    (:func:`otlp.xp.inverse_cdf`: always a token of positive weight; rows with no mass return token 0, which callers
-    only use on probability-zero branches)."""
+    (:func:`otlp.xp.inverse_cdf`: always a token of positive weight). A row with no mass draws from ``fallback [B,
+    V]`` (e.g. p: such rows only occur on probability-zero branches, so the output law is unchanged and the sampler
+    stays free of NaN), or returns token 0 without one. On a device ``weights`` is modified in place."""
     import torch
 
     u = torch.rand((weights.shape[0], 1), generator=generator, device=weights.device, dtype=weights.dtype)
-    return X.inverse_cdf(weights, u)
-
-
-def or_fallback_(weights, fallback):  # noqa: ANN001, ANN201
-    """``weights [B, V] >= 0``, owned by the caller, with every massless row replaced by ``fallback [B, V]`` (in
-    place: the fallback is added to rows of zeros). Unnormalised, as :func:`sample_categorical` takes it; the
-    in-place twin of :func:`normalize_or` for a residual that is only sampled."""
-    empty = weights.sum(dim=1, keepdim=True) == 0  # [B, 1]
-    return weights.addcmul_(fallback, empty.to(weights.dtype))
+    return X.inverse_cdf(weights, u, fallback)
 
 
 def first_accepted(accept):  # noqa: ANN001, ANN201

@@ -23,7 +23,6 @@ from otlp.verifiers.base import (
     coins,
     gather,
     normalize_or,
-    or_fallback_,
     sample_categorical,
 )
 
@@ -53,7 +52,7 @@ class GreedyOptimal(Verifier):
         u = coins(B, 2, p, generator)
         take_x = u[:, 0] * gather(w, x) < gather(p, x)
         take_top = ~take_x & (u[:, 1] * leftover < p_top)
-        residual = sample_categorical(or_fallback_(X.positive_part(p, w).masked_fill_(in_top, 0.0), p), generator)
+        residual = sample_categorical(X.positive_part(p, w).masked_fill_(in_top, 0.0), generator, fallback=p)
         tokens = torch.where(take_x, x, residual)
         index = torch.where(take_x, torch.full_like(x, n - 1), torch.full_like(x, -1))
         if n > 1:

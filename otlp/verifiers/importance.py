@@ -42,7 +42,6 @@ from otlp.verifiers.base import (
     distinct_rows,
     gather,
     normalize_or,
-    or_fallback_,
     sample_categorical,
 )
 
@@ -259,7 +258,7 @@ class ImportanceSampling(Verifier):
             index = torch.where(keep, index, torch.full_like(index, k))
             cur = law_sorted.gather(1, rank)
         accept = u[:, n - 1] * gather(cur, y) < gather(p, y)
-        residual = sample_categorical(or_fallback_(X.positive_part(p, cur), p), generator)  # unnormalised
+        residual = sample_categorical(X.positive_part(p, cur), generator, fallback=p)  # unnormalised
         return torch.where(accept, y, residual).long(), torch.where(accept, index, torch.full_like(index, -1)).long()
 
 

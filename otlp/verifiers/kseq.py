@@ -26,7 +26,6 @@ from otlp.verifiers.base import (
     coins,
     finish,
     normalize_or,
-    or_fallback_,
     sample_categorical,
     sequential_law,
 )
@@ -156,12 +155,11 @@ class KSeq(Verifier):
     def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
         B, n, V = check_tensors(p, q, drafts)
         rho, _, _, residual = kseq_parts(p, q, n)  # [B, 1], [B, V]
-        residual = or_fallback_(residual, p)
         u = coins(B, n, p, generator)  # [B, n]
         p_x = p.gather(1, drafts)  # [B, n]
         q_x = q.gather(1, drafts)
         accept = u * rho * q_x < p_x
-        return finish(drafts, accept, sample_categorical(residual, generator))
+        return finish(drafts, accept, sample_categorical(residual, generator, fallback=p))
 
     def conditional(self, p: np.ndarray, draft: DraftScheme, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         q = draft.q

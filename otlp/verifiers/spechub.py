@@ -26,7 +26,6 @@ from otlp.verifiers.base import (
     coins,
     gather,
     normalize_or,
-    or_fallback_,
     sample_categorical,
 )
 
@@ -85,7 +84,7 @@ class SpecHubVerifier(Verifier):
         hub_second = column_pair & ~take_x1 & (u[:, 1] * s1 < pa_rem)
         first = take_x1 | hub_first
         second = take_x2 | hub_second
-        residual = sample_categorical(or_fallback_(p2, p), generator)  # p2: a fresh [B, V], unnormalised
+        residual = sample_categorical(p2, generator, fallback=p)  # p2: a fresh [B, V], unnormalised
         tokens = torch.where(first, x1, torch.where(second, x2, residual))
         index = torch.where(first, torch.zeros_like(x1), torch.where(second, torch.ones_like(x1),
                                                                       torch.full_like(x1, -1)))

@@ -362,7 +362,7 @@ def _blocked_inverse_cdf(weights, u):  # noqa: ANN001, ANN202 - CPU tensors
     B, V = weights.shape
     K = CDF_BLOCK
     full = V // K * K
-    sums = weights[:, :full].reshape(B, -1, K).sum(-1)  # [B, V // K]
+    sums = weights[:, :full].reshape(B, full // K, K).sum(-1)  # [B, V // K]
     if full < V:
         sums = torch.cat([sums, weights[:, full:].sum(-1, keepdim=True)], dim=1)  # [B, NB]
     running = sums.cumsum(-1)  # [B, NB]

@@ -147,3 +147,5 @@ def test_blocked_inverse_cdf_is_the_one_level_search() -> None:
         assert int(index[7]) == V - 2 and int(index[9]) == 100
         index32 = X.inverse_cdf(w.float(), u.float())
         assert bool((w.float().gather(1, index32[:, None])[:, 0] > 0)[w.float().sum(-1) > 0].all())
+    empty = torch.zeros(0, X.CDF_BLOCKED_MIN_V, dtype=torch.float64)  # no rows
+    assert X.inverse_cdf(empty, torch.zeros(0, 1, dtype=torch.float64), empty).shape == (0,)

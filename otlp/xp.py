@@ -318,9 +318,10 @@ def inverse_cdf(weights, u, fallback=None):  # noqa: ANN001, ANN201
     """One index per row of unnormalised ``weights [B, V] >= 0`` for uniforms ``u [B, 1]`` in [0, 1): the first index
     whose running mass exceeds u * total, which has positive weight. A product rounded up to the total (index V) is
     clamped to the first index whose running mass reaches the total, positive too (its step of the running sum is >
-    0) and never below the first answer otherwise. Rows with no mass give 0, or with ``fallback [B, V]`` (torch) the
-    draw from its row with the same uniform: on the CPU only those rows are read (their totals come with the running
-    sums), on a device every row gets ``fallback`` added times (row empty), in place (static shapes). ``[B]`` int64.
+    0) and never below the first answer otherwise. Rows with no mass give 0, or with ``fallback [B, V]`` the draw
+    from its row with the same uniform: on the host only those rows are read again (their totals come with the
+    running sums); on a device every row of ``weights`` gets ``fallback`` times (its total is 0) added in place
+    (static shapes). ``[B]`` int64.
 
     On CPU tensors from ``CDF_BLOCKED_MIN_V`` entries per row the same search runs in two levels
     (:func:`_blocked_inverse_cdf`): the block, then the index within it."""

@@ -38,8 +38,6 @@ def bisection_steps(dtype) -> int:  # noqa: ANN001 - a numpy or torch float dtyp
     return min(52, bits + 3)
 
 
-#: on the host from this vocabulary size, rho* is bisected in two stages (:func:`_host_rho`).
-HOST_TWO_STAGE_MIN_V = 4096
 #: the host's first stage: this many bisection steps over the whole rows.
 HOST_FULL_STEPS = 4
 
@@ -51,11 +49,12 @@ def rho_star(p, q, n: int, steps: int | None = None):  # noqa: ANN001, ANN201 - 
 
     Each step evaluates beta(mid) mid = g(mid) = sum_x min(mid q(x), p(x)) in one pass over the vocabulary into one
     reused buffer: no sort (at V = 128k, B = 64 a sort of the ratios cost several times the whole bisection). On
-    the host, rows of ``HOST_TWO_STAGE_MIN_V`` tokens or more are bisected in chunks of rows that stay in the cache
-    (:func:`otlp.xp.row_chunks`), in two stages (:func:`_host_rho`).
+    the host, ``[B, V]`` rows are bisected in chunks of rows that stay in the cache (:func:`otlp.xp.row_chunks`), in
+    two stages (:func:`_host_rho`; at every V: its numpy steps on the few inner tokens also cost less than the plain
+    bisection's torch steps on small rows).
     """
     host = X.is_numpy(p) or (p.device.type == "cpu" and str(p.dtype) in ("torch.float32", "torch.float64"))
-    if not host or n == 1 or p.ndim != 2 or p.shape[-1] < HOST_TWO_STAGE_MIN_V:
+    if not host or n == 1 or p.ndim != 2:
         return _bisect(p, q, n, bisection_steps(p.dtype) if steps is None else steps)[1][..., 0]
     P, Q = (p, q) if X.is_numpy(p) else (p.detach().numpy(), q.detach().numpy())  # host views, no copy
     steps = bisection_steps(P.dtype) if steps is None else steps

@@ -50,17 +50,16 @@ def test_torch_batches_match_numpy_rows() -> None:
         np.testing.assert_allclose(low.double().numpy(), rows, rtol=1e-6)
 
 
-def test_host_two_stage_bisection_matches_the_plain_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On the host, rows of HOST_TWO_STAGE_MIN_V tokens or more are bisected in two stages (the bracket's inner
+@pytest.mark.parametrize("V", [3, 40, 6000])
+def test_host_two_stage_bisection_matches_the_plain_one(monkeypatch: pytest.MonkeyPatch, V: int) -> None:
+    """On the host, rows of any V are bisected in two stages (the bracket's inner
     tokens only after HOST_FULL_STEPS steps) and in chunks of rows (otlp.xp.row_chunks): float64 rho* equals the
     plain bisection over the whole rows to 1e-13, is valid (f <= 1e-12) and tight (no valid point 1e-9 n below it,
     by the paper's form of f), with chunks of 1 and 3 rows too; float32 rows stay within 2e-6 of the plain float32
-    bisection."""
+    bisection (1e-4 with a few tokens)."""
     from otlp import xp
     from otlp.verifiers import kseq
 
-    V = 6000
-    assert V >= kseq.HOST_TWO_STAGE_MIN_V
     g = torch.Generator().manual_seed(1)
     P = torch.softmax(torch.randn(7, V, generator=g, dtype=torch.float64) * 3, 1)
     Q = torch.softmax(torch.randn(7, V, generator=g, dtype=torch.float64) * 3 + 0.5 * torch.log(P), 1)
@@ -80,5 +79,7 @@ def test_host_two_stage_bisection_matches_the_plain_one(monkeypatch: pytest.Monk
             low = rho_star(P.float(), Q.float(), n)
             assert low.dtype == torch.float32
             plain32 = kseq._bisect(P.float(), Q.float(), n, bisection_steps(torch.float32))[1][:, 0]
-            np.testing.assert_allclose(low.numpy(), plain32.numpy(), rtol=2e-6)
+            # with a few tokens f is flat near rho*: float32 rounding moves both bisections by up to ~3e-5 (measured
+            # against float64 at V = 3, n = 8), and they differ by the rounding of their sums
+            np.testing.assert_allclose(low.numpy(), plain32.numpy(), rtol=2e-6 if V > 100 else 1e-4)
         monkeypatch.undo()

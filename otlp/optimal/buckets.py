@@ -28,10 +28,10 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    rejected tuple, no run's inside at or after M at or below tau, and position M a token. A row that fails gets the
    failing runs' buckets sorted too and is tried once more (``ATTEMPTS``); then the caller takes the full sort.
 
-The per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows that stay near the cache;
-4 and 5 run once for all the rows of a call, in groups of rows of similar compressed size (:func:`verify_chunks`).
-Certified rows draw the full sort's token and slot for the same uniforms (tests/optimal/test_buckets.py, on every
-instance family of the exact tests and on LM rows).
+The per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows that stay near the cache,
+side by side on :mod:`otlp.threads` when torch has several threads; 4 and 5 run once for all the rows of a call, in
+groups of rows of similar compressed size (:func:`verify_chunks`). Certified rows draw the full sort's token and slot
+for the same uniforms (tests/optimal/test_buckets.py, on every instance family of the exact tests and on LM rows).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otlp import scratch
+from otlp import scratch, threads
 from otlp import xp as X
 from otlp.optimal import chains as C
 from otlp.psi import psi_head, ratio_keys, sorted_psi
@@ -141,15 +141,19 @@ def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: i
 def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  # noqa: ANN001, ANN201
                   bits: int | None = None):
     """:func:`verify_rows` on B rows of V tokens read through ``load(rows) -> (P, Q)``: the normalised float64 rows
-    ``rows`` (a slice or an int64 index array) as ``[rows, V]`` arrays, which the next ``load`` may overwrite (the
-    sampler's reused arrays). The per-token passes (buckets, their sums, the selected tokens) run on chunks of
-    ``CHUNK`` entries, whose arrays stay near the cache; the compressed instances of all B rows are then solved and
-    certified together (their per-call work is paid once, not once per chunk), in groups of rows of similar size
+    ``rows`` (a slice or an int64 index array) as ``[rows, V]`` arrays, which the next ``load`` on the same thread
+    may overwrite (the sampler's reused arrays; ``load`` runs on host threads, so numpy only). The per-token passes
+    (buckets, their sums, the selected tokens) run on chunks of ``CHUNK`` entries, whose arrays stay near the cache,
+    side by side on :mod:`otlp.threads`; the compressed instances of all B rows are then solved and certified
+    together (their per-call work is paid once, not once per chunk), in groups of rows of similar size
     (:func:`_groups`)."""
     sc = scheme(bits_for(V) if bits is None else bits)
     step = max(1, CHUNK // max(V, 1))
-    found = _Found.join([_gather(*load(slice(lo, lo + step)), w[lo:lo + step], U[lo:lo + step], n, sc)
-                         for lo in range(0, B, step)], step)
+
+    def chunk(lo: int) -> _Found:
+        return _gather(*load(slice(lo, lo + step)), w[lo:lo + step], U[lo:lo + step], n, sc)
+
+    found = _Found.join(threads.map_chunks(chunk, range(0, B, step)), step)
     tokens, index = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
     done = np.zeros(B, dtype=bool)
     groups = _groups(np.bincount(found.F // V, minlength=B) + found.selected.sum(1))

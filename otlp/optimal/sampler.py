@@ -14,12 +14,14 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
   synchronisation (``window = V``; tests/optimal/test_sampler_device.py records the aten ops on CPU with
   ``backend="torch"``).
 * On the CPU, where there is no device to synchronise with, the same equations run through numpy, in chunks of rows
-  of at most ``CPU_CHUNK`` floats, each chunk converted and normalised on its own into reused arrays
+  of at most ``CPU_CHUNK`` floats, each chunk converted and normalised on its own (by numpy) into reused arrays
   (:mod:`otlp.scratch`, so that temporaries stay in cache and are not page-faulted again on every call), with the
   data-dependent window the tuple needs (``backend="auto"``; measured in benchmarks/verifiers.py). On larger calls
   (``buckets.takes``) the default rule sorts only the ratio buckets it needs (:mod:`.buckets`, certified per row: its
-  per-token passes in chunks of ``buckets.CHUNK`` floats, then the compressed instances of all rows at once; a row
-  it cannot certify takes the full sort).
+  per-token passes in chunks of ``buckets.CHUNK`` floats, side by side on :mod:`otlp.threads` when torch has several
+  threads, then the compressed instances of all rows at once; a row it cannot certify takes the full sort). The
+  normalised rows equal the device route's up to the rounding of the row sums (numpy's and torch's add in different
+  orders).
 """
 
 from __future__ import annotations
@@ -109,8 +111,8 @@ def _cpu(p, q, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001, A
         pick = r if rows is None else rows[r]
         pick = torch.from_numpy(pick) if isinstance(pick, np.ndarray) else pick
         ps, qs = p[pick], q[pick]
-        return (_normalised(ps, scratch.array("P", tuple(ps.shape), np.float64)).numpy(),
-                _normalised(qs, scratch.array("Q", tuple(qs.shape), np.float64)).numpy())
+        return (_normalised_host(ps, scratch.array("P", tuple(ps.shape), np.float64)),
+                _normalised_host(qs, scratch.array("Q", tuple(qs.shape), np.float64)))
 
     tokens, index = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
     todo = np.arange(count)
@@ -158,13 +160,30 @@ def _device(P, Q, drafts, U, order=None, *, rule=_default_rule, default: bool = 
     return tokens.long(), index.long(), pre.order
 
 
-def _normalised(x, out=None):  # noqa: ANN001, ANN202
-    """float64 rows divided by their sums (a row that sums to 0 is left as is: the caller's validation refuses it);
-    ``out``: a float64 numpy array of x's shape to write them into (the CPU route's reused arrays)."""
+def _normalised(x):  # noqa: ANN001, ANN202
+    """float64 rows divided by their sums (a row that sums to 0 is left as is: the caller's validation refuses it),
+    as a tensor on x's device."""
     import torch
 
-    X = x.to(dtype=torch.float64) if out is None else torch.from_numpy(out).copy_(x)
+    X = x.to(dtype=torch.float64)
     total = X.sum(-1, keepdim=True)
     total = total.where(total > 0, total.new_ones(()))
     # in place on a converted copy (one [B, V] float64 array fewer to allocate), never on the caller's tensor
     return X.div_(total) if X.data_ptr() != x.data_ptr() else X / total
+
+
+def _normalised_host(x, out: np.ndarray) -> np.ndarray:  # noqa: ANN001 - a CPU tensor
+    """:func:`_normalised` of a CPU tensor into ``out`` (float64, x's shape) with numpy alone: the CPU route runs it
+    on host threads (:mod:`otlp.threads`), where torch would start an OpenMP team per thread."""
+    import torch
+
+    x = x.detach()
+    if x.dtype == torch.bfloat16:  # no numpy dtype: its bits are a float32's upper half
+        bits = x.view(torch.int16).numpy().view(np.uint16).astype(np.uint32)
+        host = np.left_shift(bits, 16, out=bits).view(np.float32)
+    else:
+        host = x.numpy()
+    np.copyto(out, host)
+    total = out.sum(-1, keepdims=True)
+    total[total <= 0] = 1.0
+    return np.divide(out, total, out=out)

@@ -79,6 +79,30 @@ def test_lm_rows_are_certified_and_agree(n: int, rows_per_chunk: int | None,
     assert certified.mean() > 0.9
 
 
+def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With several torch threads the chunks' per-token passes run on otlp.threads' pool: chunks of 2 rows on 3
+    threads draw what one thread draws (which equals the full sort, above), and the pool did run chunks."""
+    import threading
+
+    from otlp import threads
+
+    V, n = 32_000, 4
+    monkeypatch.setattr(BK, "CHUNK", 2 * V)
+    rng = np.random.default_rng(11)
+    P, Q, W = _lm(rng, 7, V, n)
+    U = rng.random((7, 2))
+    monkeypatch.setattr(threads, "count", lambda: 1)
+    one = BK.verify_rows(P, Q, W, U, n)
+    seen = []
+    gather = BK._gather
+    monkeypatch.setattr(BK, "_gather", lambda *a: (seen.append(threading.get_ident()), gather(*a))[1])
+    monkeypatch.setattr(threads, "count", lambda: 3)
+    pooled = BK.verify_rows(P, Q, W, U, n)
+    assert len(seen) == 4 and threading.get_ident() not in seen
+    for a, b in zip(one, pooled, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_rows_grouped_by_compressed_size_draw_what_the_full_sort_draws(monkeypatch: pytest.MonkeyPatch) -> None:
     """With no slack the compressed instances are solved in several groups of rows (each padded to its largest
     row), and every certified row still equals the full sort; the groups cover every row once and pad each to at

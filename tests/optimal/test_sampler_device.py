@@ -186,6 +186,23 @@ def test_lm_probabilities_are_normalised_and_the_law_is_exact(dtype: str) -> Non
         assert 0 <= int(tokens[0]) < 6
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_the_host_normalisation_is_the_float64_rows_over_their_sums(dtype: str) -> None:
+    """The CPU route normalises with numpy (it runs on host threads): each entry converted exactly to float64 and
+    divided by the row's float64 sum, as the device route's torch code does, up to the order of that sum's terms."""
+    from otlp.optimal.sampler import _normalised, _normalised_host
+
+    p, _ = _lm_pair(5, 40_000, 3, getattr(torch, dtype))
+    p[2] = 0.0  # a row without mass is left as is (validation refuses it before)
+    out = _normalised_host(p, np.full((5, 40_000), np.nan))
+    exact = p.double().numpy()  # bfloat16 and float16 convert exactly
+    total = exact.sum(1, keepdims=True)
+    np.testing.assert_array_equal(out[2], 0.0)
+    keep = np.arange(5) != 2
+    np.testing.assert_allclose(out[keep] * total[keep], exact[keep], rtol=5e-16, atol=0)
+    np.testing.assert_allclose(out, _normalised(p).numpy(), rtol=1e-15, atol=0)
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
 def test_sampled_law_at_a_real_vocabulary(device: str) -> None:
     """V = 32,000, n = 4, 3,000 verified rows of one (p, q) pair (a sharp target, a broad draft): the output

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp import scratch
+from otlp import scratch, threads
 from otlp import xp as X
 from otlp.drafts import IID, DraftScheme
 from otlp.verifiers.base import (
@@ -49,16 +49,16 @@ def rho_star(p, q, n: int, steps: int | None = None):  # noqa: ANN001, ANN201 - 
 
     Each step evaluates beta(mid) mid = g(mid) = sum_x min(mid q(x), p(x)) in one pass over the vocabulary into one
     reused buffer: no sort (at V = 128k, B = 64 a sort of the ratios cost several times the whole bisection). On
-    the host, ``[B, V]`` rows are bisected in chunks of rows that stay in the cache (:func:`otlp.xp.row_chunks`), in
-    two stages (:func:`_host_rho`; at every V: its numpy steps on the few inner tokens also cost less than the plain
-    bisection's torch steps on small rows).
+    the host, ``[B, V]`` rows are bisected in chunks of rows that stay in the cache (:func:`otlp.xp.row_chunks`; side
+    by side on :mod:`otlp.threads` when torch has several threads), in two stages (:func:`_host_rho`; at every V:
+    its numpy steps on the few inner tokens also cost less than the plain bisection's torch steps on small rows).
     """
     host = X.is_numpy(p) or (p.device.type == "cpu" and str(p.dtype) in ("torch.float32", "torch.float64"))
     if not host or n == 1 or p.ndim != 2:
         return _bisect(p, q, n, bisection_steps(p.dtype) if steps is None else steps)[1][..., 0]
     P, Q = (p, q) if X.is_numpy(p) else (p.detach().numpy(), q.detach().numpy())  # host views, no copy
     steps = bisection_steps(P.dtype) if steps is None else steps
-    rho = np.concatenate([_host_rho(P[sl], Q[sl], n, steps) for sl in X.row_chunks(P)])
+    rho = np.concatenate(threads.map_chunks(lambda sl: _host_rho(P[sl], Q[sl], n, steps), X.row_chunks(P)))
     return rho if X.is_numpy(p) else X.namespace(p).from_numpy(rho)
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otlp import scratch, threads
+from otlp import native, scratch, threads
 from otlp import xp as X
 from otlp.optimal import chains as C
 from otlp.psi import psi_head, ratio_keys, sorted_psi
@@ -135,16 +135,18 @@ def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: i
     and uniforms ``U [B, 2]``: ``(tokens [B], index [B], done bool [B])``; rows not ``done`` failed the certificate
     and need the full sort (their entries are meaningless). ``bits``: bucket bits per octave (default
     :func:`bits_for`). :func:`verify_chunks` on rows held in memory."""
-    return verify_chunks(lambda rows: (P[rows], Q[rows]), P.shape[0], P.shape[1], w, U, n, bits)
+    one = np.ones(P.shape[0])
+    return verify_chunks(lambda rows: (P[rows], Q[rows], one[rows], one[rows]), P.shape[0], P.shape[1], w, U, n, bits)
 
 
 def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  # noqa: ANN001, ANN201
                   bits: int | None = None):
-    """:func:`verify_rows` on B rows of V tokens read through ``load(rows) -> (P, Q)``: the normalised float64 rows
-    ``rows`` (a slice or an int64 index array) as ``[rows, V]`` arrays, which the next ``load`` on the same thread
-    may overwrite (the sampler's reused arrays; ``load`` runs on host threads, so numpy only). The per-token passes
-    (buckets, their sums, the selected tokens) run on chunks of ``CHUNK`` entries, whose arrays stay near the cache,
-    side by side on :mod:`otlp.threads`; the compressed instances of all B rows are then solved and certified
+    """:func:`verify_rows` on B rows of V tokens read through ``load(rows) -> (p, q, inv_p, inv_q)``: the rows
+    ``rows`` (a slice or an int64 index array) of the inputs as float32 or float64 arrays ``[rows, V]`` and the
+    reciprocals of their sums ``[rows]`` (the normalised rows are :func:`normalised`; ``load`` runs on host threads,
+    so numpy only). The per-token passes (buckets, their sums, the selected tokens) run on chunks of ``CHUNK``
+    entries, whose arrays stay near the cache, side by side on :mod:`otlp.threads`, through the C kernels of
+    :mod:`otlp.native` where they are built; the compressed instances of all B rows are then solved and certified
     together (their per-call work is paid once, not once per chunk), in groups of rows of similar size
     (:func:`_groups`)."""
     sc = scheme(bits_for(V) if bits is None else bits)
@@ -167,6 +169,20 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
                 break
             part = _gather(*load(rows), w[rows], U[rows], n, sc, selected)  # the failing runs' buckets sorted too
     return tokens, index, done
+
+
+def inverse_sums(x: np.ndarray) -> np.ndarray:
+    """``float64 [B]``: 1 / the float64 sum of each row of ``x [B, V]`` (1 for a row without mass, which validation
+    refuses before)."""
+    total = x.sum(-1, dtype=np.float64)
+    total[~(total > 0)] = 1.0
+    return 1.0 / total
+
+
+def normalised(x: np.ndarray, inv: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``float64 [B, V]``: the rows of ``x`` (float32 or float64) times ``inv [B]`` (:func:`inverse_sums`), in
+    ``out`` when given; the C kernels form the same products."""
+    return np.multiply(x, inv[:, None], out=out, dtype=np.float64)
 
 
 #: :func:`_groups` keeps rows together while their padding is at most this many entries beyond their own size.
@@ -225,12 +241,18 @@ class _Found:
                       level=_Level.join([f.level for f in parts]))
 
 
-def _gather(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: int, sc: Scheme,
-            selected: np.ndarray | None = None) -> _Found:
-    """The per-token passes on rows ``P, Q float64 [B, V]``: buckets, their sums and bounds, the selection (module
-    docstring, 1-3; ``selected``: a given one) and the selected buckets' tokens."""
-    B, V = P.shape
+def _gather(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, U: np.ndarray,
+            n: int, sc: Scheme, selected: np.ndarray | None = None) -> _Found:
+    """The per-token passes on rows ``p, q [B, V]`` (float32 or float64; normalised by ``inv_p, inv_q [B]``,
+    :func:`normalised`): buckets, their sums and bounds, the selection (module docstring, 1-3; ``selected``: a given
+    one) and the selected buckets' tokens, through :mod:`otlp.native`'s kernels where they are built."""
+    lib = native.library()
+    if lib is not None:
+        return _gather_native(lib, p, q, inv_p, inv_q, w, U, n, sc, selected)
+    B, V = p.shape
     NB = sc.NB
+    P = normalised(p, inv_p, scratch.array("P", (B, V), np.float64))
+    Q = normalised(q, inv_q, scratch.array("Q", (B, V), np.float64))
     ratio = scratch.array("ratio", (B, V), np.float64)  # [B, V] q / p (NaN for p = q = 0: bucket_of takes it)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         np.divide(Q, P, out=ratio)
@@ -248,6 +270,40 @@ def _gather(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: int, 
     F = np.flatnonzero(sorted_tok)  # [T] flat, increasing
     p, q = P.ravel()[F], Q.ravel()[F]
     return _Found(V=V, F=F, p=p, q=q, key=ratio_keys(p, q), selected=selected, level=level)  # keys as chains.prefix
+
+
+def _gather_native(lib, p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray,  # noqa: ANN001
+                   U: np.ndarray, n: int, sc: Scheme, selected: np.ndarray | None) -> _Found:
+    """:func:`_gather` through the C kernels (``otlp/native/buckets.c``): one pass for the buckets, their sums and
+    counts, one for the selected tokens."""
+    if p.dtype != q.dtype or p.dtype not in (np.float32, np.float64):
+        p, q = p.astype(np.float64), q.astype(np.float64)
+    p, q = np.ascontiguousarray(p), np.ascontiguousarray(q)
+    inv_p, inv_q = np.ascontiguousarray(inv_p, dtype=np.float64), np.ascontiguousarray(inv_q, dtype=np.float64)
+    B, V = p.shape
+    NB, wide = sc.NB, int(p.dtype == np.float64)
+    bucket = scratch.array("bucket16", (B, V), np.uint16)  # [B, V] each token's bucket in its row
+    Pb, Qb = np.empty((B, NB)), np.empty((B, NB))
+    work = scratch.array("hist", (8 * NB,), np.float64)  # the kernel's sub-histograms (held here: C gets an address)
+    lib.otlp_bucket_sums(p.ctypes.data, q.ctypes.data, wide, B, V, inv_p.ctypes.data, inv_q.ctypes.data, sc.bits,
+                         _top(sc.bits), NB, _BELOW, 2.0**OCTAVES, bucket.ctypes.data, Pb.ctypes.data, Qb.ctypes.data,
+                         work.ctypes.data)
+    level = _Level(Pb, Qb, n, sc)
+    if selected is None:
+        selected = level.select(X.take(bucket, w).astype(np.int64), U[:, 1])  # [B, NB]
+    selected = np.ascontiguousarray(selected)
+    chosen = selected.view(np.uint8)
+    capacity = max(1 << 12, B * V >> 6)  # the selected tokens are about 1% of an LM row; more: called again
+    while True:
+        F, P, Q = np.empty(capacity + 1, dtype=np.int64), np.empty(capacity), np.empty(capacity)
+        T = lib.otlp_gather_selected(p.ctypes.data, q.ctypes.data, wide, B, V, inv_p.ctypes.data, inv_q.ctypes.data,
+                                     bucket.ctypes.data, chosen.ctypes.data, NB, capacity,
+                                     F.ctypes.data, P.ctypes.data, Q.ctypes.data)
+        if T <= capacity:
+            break
+        capacity = T
+    F, P, Q = F[:T], P[:T], Q[:T]
+    return _Found(V=V, F=F, p=P, q=Q, key=ratio_keys(P, Q), selected=selected, level=level)
 
 
 class _Level:

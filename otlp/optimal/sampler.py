@@ -8,8 +8,8 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
 (:func:`.chains.single_draft`: the same law, the residual drawn in token order).
 
 * Inputs are language-model probabilities as they come (float32, bfloat16, float16 or float64 rows that sum to 1
-  within their dtype's rounding): each row is converted to float64 and divided by its sum, and the rule is exact
-  for that normalised row (law = p and acceptance = alpha* to float64 rounding).
+  within their dtype's rounding): each row is converted to float64 and multiplied by the reciprocal of its sum, and
+  the rule is exact for that normalised row (law = p and acceptance = alpha* to float64 rounding).
 * On an accelerator every step is a torch operation on the tensors' device with static shapes: no host
   synchronisation (``window = V``; tests/optimal/test_sampler_device.py records the aten ops on CPU with
   ``backend="torch"``).
@@ -19,9 +19,9 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
   data-dependent window the tuple needs (``backend="auto"``; measured in benchmarks/verifiers.py). On larger calls
   (``buckets.takes``) the default rule sorts only the ratio buckets it needs (:mod:`.buckets`, certified per row: its
   per-token passes in chunks of ``buckets.CHUNK`` floats, side by side on :mod:`otlp.threads` when torch has several
-  threads, then the compressed instances of all rows at once; a row it cannot certify takes the full sort). The
-  normalised rows equal the device route's up to the rounding of the row sums (numpy's and torch's add in different
-  orders).
+  threads, through the C kernels of :mod:`otlp.native` where they are built, then the compressed instances of all
+  rows at once; a row it cannot certify takes the full sort). The normalised rows equal the device route's up to the
+  rounding of the row sums (numpy's and torch's add in different orders).
 """
 
 from __future__ import annotations
@@ -85,34 +85,34 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
         return tokens, index
     B, V = p.shape
     Wn, Un = drafts.long().numpy(), U.numpy()
+    rows_in = (_host(p), _host(q))
+    rows_in += (BK.inverse_sums(rows_in[0]), BK.inverse_sums(rows_in[1]))  # once per call: every chunk agrees
     if widths is None:
-        return _cpu(p, q, Wn, Un, rule, default, B)
+        return _cpu(rows_in, Wn, Un, rule, default, B)
     tokens, index = torch.empty(B, dtype=torch.int64), torch.empty(B, dtype=torch.int64)
     wn = widths.cpu().numpy()
     for m in np.unique(wn):  # each width present on its own rows
         rows = np.flatnonzero(wn == m)
-        tokens[rows], index[rows] = _cpu(p, q, Wn[rows, :m], Un[rows], rule, default, B, rows)
+        tokens[rows], index[rows] = _cpu(rows_in, Wn[rows, :m], Un[rows], rule, default, B, rows)
     return tokens, index
 
 
-def _cpu(p, q, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001, ANN202
-    """The CPU route on rows ``rows`` (int64 indices; default all) of ``p, q``, with drafts ``w [rows, n]`` and
-    uniforms ``U`` (numpy), as ``(tokens, index)`` tensors: the default rule's n = 1 form
-    (:func:`.chains.single_draft`), the bucketed partial order (:mod:`.buckets`) where it pays for ``B`` rows (the
-    whole call's) and the full sort for the rows it cannot certify, and for all rows otherwise. Rows are converted
-    and normalised chunk by chunk into reused arrays (:mod:`otlp.scratch`): a float64 copy of the whole batch would
-    be a fresh array above the allocator's mmap threshold, page-faulted on every call."""
+def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001, ANN202
+    """The CPU route on rows ``rows`` (int64 indices; default all) of the inputs ``rows_in = (p, q, inv_p, inv_q)``
+    (numpy ``[B, V]`` rows, float32 or float64, and the reciprocals of their sums, :func:`.buckets.inverse_sums`),
+    with drafts ``w [rows, n]`` and uniforms ``U`` (numpy), as ``(tokens, index)`` tensors: the default rule's n = 1
+    form (:func:`.chains.single_draft`), the bucketed partial order (:mod:`.buckets`) where it pays for ``B`` rows
+    (the whole call's) and the full sort for the rows it cannot certify, and for all rows otherwise. Rows are
+    normalised chunk by chunk into reused arrays (:mod:`otlp.scratch`): a float64 copy of the whole batch would be a
+    fresh array above the allocator's mmap threshold, page-faulted on every call."""
     import torch
 
     count, n = w.shape
-    V = p.shape[1]
+    V = rows_in[0].shape[1]
 
-    def load(r):  # noqa: ANN001, ANN202 - a slice or an int64 index array of these rows -> normalised P, Q
+    def load(r):  # noqa: ANN001, ANN202 - a slice or an int64 index array of these rows -> their p, q, inv_p, inv_q
         pick = r if rows is None else rows[r]
-        pick = torch.from_numpy(pick) if isinstance(pick, np.ndarray) else pick
-        ps, qs = p[pick], q[pick]
-        return (_normalised_host(ps, scratch.array("P", tuple(ps.shape), np.float64)),
-                _normalised_host(qs, scratch.array("Q", tuple(qs.shape), np.float64)))
+        return tuple(x[pick] for x in rows_in)
 
     tokens, index = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
     todo = np.arange(count)
@@ -122,7 +122,9 @@ def _cpu(p, q, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001, A
     step = max(1, CPU_CHUNK // max(V, 1))
     for lo in range(0, todo.size, step):  # chunks of rows, each vectorised
         sl = todo[lo:lo + step] if todo.size < count else slice(lo, lo + step)
-        P, Q = load(sl)
+        p, q, inv_p, inv_q = load(sl)
+        P = BK.normalised(p, inv_p, scratch.array("P", p.shape, np.float64))
+        Q = BK.normalised(q, inv_q, scratch.array("Q", q.shape, np.float64))
         if n == 1 and default:
             tokens[sl], index[sl] = C.single_draft(P, Q, w[sl], U[sl])
             continue
@@ -161,29 +163,21 @@ def _device(P, Q, drafts, U, order=None, *, rule=_default_rule, default: bool = 
 
 
 def _normalised(x):  # noqa: ANN001, ANN202
-    """float64 rows divided by their sums (a row that sums to 0 is left as is: the caller's validation refuses it),
-    as a tensor on x's device."""
+    """float64 rows times the reciprocals of their sums (a row that sums to 0 is left as is: the caller's validation
+    refuses it), as a tensor on x's device."""
     import torch
 
     X = x.to(dtype=torch.float64)
     total = X.sum(-1, keepdim=True)
-    total = total.where(total > 0, total.new_ones(()))
+    inv = 1.0 / total.where(total > 0, total.new_ones(()))  # times the reciprocal, as the CPU route
     # in place on a converted copy (one [B, V] float64 array fewer to allocate), never on the caller's tensor
-    return X.div_(total) if X.data_ptr() != x.data_ptr() else X / total
+    return X.mul_(inv) if X.data_ptr() != x.data_ptr() else X * inv
 
 
-def _normalised_host(x, out: np.ndarray) -> np.ndarray:  # noqa: ANN001 - a CPU tensor
-    """:func:`_normalised` of a CPU tensor into ``out`` (float64, x's shape) with numpy alone: the CPU route runs it
-    on host threads (:mod:`otlp.threads`), where torch would start an OpenMP team per thread."""
+def _host(x) -> np.ndarray:  # noqa: ANN001 - a CPU tensor
+    """A CPU tensor's rows as numpy float32 or float64 (a view; float16 and bfloat16, which convert exactly, as a
+    float32 copy)."""
     import torch
 
     x = x.detach()
-    if x.dtype == torch.bfloat16:  # no numpy dtype: its bits are a float32's upper half
-        bits = x.view(torch.int16).numpy().view(np.uint16).astype(np.uint32)
-        host = np.left_shift(bits, 16, out=bits).view(np.float32)
-    else:
-        host = x.numpy()
-    np.copyto(out, host)
-    total = out.sum(-1, keepdims=True)
-    total[total <= 0] = 1.0
-    return np.divide(out, total, out=out)
+    return x.numpy() if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32).numpy()

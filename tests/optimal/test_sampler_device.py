@@ -187,19 +187,23 @@ def test_lm_probabilities_are_normalised_and_the_law_is_exact(dtype: str) -> Non
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
-def test_the_host_normalisation_is_the_float64_rows_over_their_sums(dtype: str) -> None:
+def test_the_host_normalisation_is_the_float64_rows_times_their_reciprocal_sums(dtype: str) -> None:
     """The CPU route normalises with numpy (it runs on host threads): each entry converted exactly to float64 and
-    divided by the row's float64 sum, as the device route's torch code does, up to the order of that sum's terms."""
-    from otlp.optimal.sampler import _normalised, _normalised_host
+    multiplied by 1 / the row's float64 sum, as the device route's torch code does, up to the order of that sum's
+    terms."""
+    from otlp.optimal import buckets as BK
+    from otlp.optimal.sampler import _host, _normalised
 
     p, _ = _lm_pair(5, 40_000, 3, getattr(torch, dtype))
     p[2] = 0.0  # a row without mass is left as is (validation refuses it before)
-    out = _normalised_host(p, np.full((5, 40_000), np.nan))
+    host = _host(p)
+    assert host.dtype == (np.float64 if dtype == "float64" else np.float32)
+    out = BK.normalised(host, BK.inverse_sums(host), np.full((5, 40_000), np.nan))
     exact = p.double().numpy()  # bfloat16 and float16 convert exactly
     total = exact.sum(1, keepdims=True)
     np.testing.assert_array_equal(out[2], 0.0)
     keep = np.arange(5) != 2
-    np.testing.assert_allclose(out[keep] * total[keep], exact[keep], rtol=5e-16, atol=0)
+    np.testing.assert_allclose(out[keep] * total[keep], exact[keep], rtol=1e-15, atol=0)
     np.testing.assert_allclose(out, _normalised(p).numpy(), rtol=1e-15, atol=0)
 
 

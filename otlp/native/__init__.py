@@ -1,0 +1,86 @@
+"""Small C kernels for the CPU samplers' per-token passes, built on first use with the system's C compiler.
+
+numpy spends one pass over a ``[B, V]`` array per operation; the optimal rule's bucketed route (``buckets.c``, see
+its header) needs about ten for what a loop does in two. The kernels are built once per source text, compiler and
+platform into a cache folder (``$OTLP_CACHE``, else ``$XDG_CACHE_HOME/otlp`` or ``~/.cache/otlp``, else the temporary
+folder) with ``$CC`` or ``cc``, and loaded with ctypes, which lets go of the GIL during a call (so the row chunks of
+:mod:`otlp.threads` run side by side). Where no compiler works, or with ``OTLP_NATIVE=0``, :func:`library` returns
+None and the callers take their numpy route, which gives the same answers (tests/test_native.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+#: the compiler's flags: no -ffast-math (IEEE results, the numpy route's bits) and no contraction into fused
+#: multiply-adds; no -march=native, so that a cached library never meets a CPU it was not built for (AVX2, where the
+#: CPU has it, is part of the cache key: :func:`_flags`).
+FLAGS = ("-O3", "-ffp-contract=off", "-fPIC", "-shared")
+SOURCE = Path(__file__).with_name("buckets.c")
+
+_VOID, _I64, _F64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int
+
+
+def enabled() -> bool:
+    """False when ``OTLP_NATIVE`` is "0", "false", "no" or "off"."""
+    return os.environ.get("OTLP_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def library() -> ctypes.CDLL | None:
+    """The kernels (built and cached on first use), or None where they are off or cannot be built."""
+    return _build() if enabled() else None
+
+
+def _cache_dir() -> Path:
+    if os.environ.get("OTLP_CACHE"):
+        return Path(os.environ["OTLP_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "otlp"
+
+
+def _flags() -> tuple[str, ...]:
+    """:data:`FLAGS`, with -mavx2 on an x86-64 Linux CPU that has AVX2 (four float64 divisions per instruction)."""
+    try:
+        has_avx2 = platform.machine() in ("x86_64", "AMD64") and " avx2" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        has_avx2 = False
+    return (*FLAGS, "-mavx2") if has_avx2 else FLAGS
+
+
+@functools.cache
+def _build() -> ctypes.CDLL | None:
+    compiler, flags = os.environ.get("CC", "cc"), _flags()
+    text = SOURCE.read_bytes()
+    key = hashlib.sha256(b"\0".join([text, compiler.encode(), " ".join(flags).encode(),
+                                     platform.machine().encode(), sys.platform.encode()])).hexdigest()[:16]
+    for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"otlp-{os.getuid() if hasattr(os, 'getuid') else 0}"):
+        target = folder / f"otlp_native_{key}.so"
+        try:
+            if not target.exists():
+                folder.mkdir(parents=True, exist_ok=True)
+                partial = folder / f".{target.name}.{os.getpid()}"  # built aside, then renamed: no half-written file
+                subprocess.run([compiler, *flags, "-o", str(partial), str(SOURCE)], check=True, capture_output=True,
+                               timeout=120)
+                os.replace(partial, target)
+            return _declare(ctypes.CDLL(str(target)))
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return None
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    lib.otlp_bucket_sums.argtypes = [_VOID, _VOID, _INT, _I64, _I64, _VOID, _VOID, _INT, _I64, _I64, _F64, _F64,
+                                     _VOID, _VOID, _VOID, _VOID]
+    lib.otlp_bucket_sums.restype = None
+    lib.otlp_gather_selected.argtypes = [_VOID, _VOID, _INT, _I64, _I64, _VOID, _VOID, _VOID, _VOID, _I64, _I64,
+                                         _VOID, _VOID, _VOID]
+    lib.otlp_gather_selected.restype = _I64
+    return lib

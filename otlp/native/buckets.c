@@ -1,0 +1,106 @@
+/* The per-token passes of the optimal rule's bucketed CPU route (otlp/optimal/buckets.py) in one loop each.
+ *
+ * numpy needs about ten passes over [B, V] arrays for what these do in two: normalise each row (P = p * inv_p,
+ * Q = q * inv_q, the products numpy forms), its ratio Q / P, the ratio's bucket from the leading bits of its float64
+ * pattern (clamped as buckets.Scheme.bucket_of clamps) and the buckets' sums of P and Q; then the tokens of the
+ * selected buckets with their normalised masses. Every value a caller compares with the numpy route (a token's
+ * bucket, its P, Q and ratio) is the same IEEE operation on the same operands, so the same bits; the bucket sums add
+ * in another order (equal to rounding, as the numpy route's own sums).
+ *
+ * Built without -ffast-math and with -ffp-contract=off (otlp/native/__init__.py): no fused multiply-adds, no
+ * reciprocal divisions.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#define BLOCK 1024 /* tokens whose ratios are formed before their histogram updates (they stay in L1) */
+#define COPIES 4   /* sub-histograms, so that tokens of one bucket in a row do not wait on each other's add */
+
+static inline int64_t bucket_of(double P, double Q, int shift, int64_t top, double below, double above) {
+    double r = Q / P;          /* p = q = 0: NaN, which fails both tests and takes `below` (the bottom bucket) */
+    r = r >= below ? r : below;
+    r = r <= above ? r : above; /* +inf and 2^OCTAVES: the top bucket */
+    int64_t pattern;
+    memcpy(&pattern, &r, sizeof pattern);
+    return top - (pattern >> shift);
+}
+
+/* One row: its tokens' buckets, and their P and Q added into COPIES sub-histograms of work ([2 COPIES, NB]). */
+#define ROW_SUMS(NAME, T)                                                                                           \
+    static void NAME(const T *restrict p, const T *restrict q, int64_t V, double ip, double iq, int shift,        \
+                     int64_t top, int64_t NB, double below, double above, uint16_t *restrict bucket,              \
+                     double *restrict work) {                                                                     \
+        double Ps[BLOCK], Qs[BLOCK];                                                                              \
+        int64_t Ks[BLOCK];                                                                                        \
+        for (int64_t lo = 0; lo < V; lo += BLOCK) {                                                               \
+            const int64_t m = V - lo < BLOCK ? V - lo : BLOCK;                                                    \
+            for (int64_t i = 0; i < m; i++) { /* vectorised: no stores to shared places */                       \
+                const double P = (double)p[lo + i] * ip, Q = (double)q[lo + i] * iq;                              \
+                Ks[i] = bucket_of(P, Q, shift, top, below, above);                                                \
+                Ps[i] = P;                                                                                        \
+                Qs[i] = Q;                                                                                        \
+            }                                                                                                     \
+            for (int64_t i = 0; i < m; i++) {                                                                     \
+                const int64_t k = Ks[i], c = i % COPIES;                                                          \
+                bucket[lo + i] = (uint16_t)k;                                                                     \
+                work[(2 * c) * NB + k] += Ps[i];                                                                  \
+                work[(2 * c + 1) * NB + k] += Qs[i];                                                              \
+            }                                                                                                     \
+        }                                                                                                         \
+    }
+
+ROW_SUMS(row_sums_f32, float)
+ROW_SUMS(row_sums_f64, double)
+
+/* Rows p, q [B, V] (float32, or float64 when is_double), inv_p, inv_q [B] the reciprocals of their sums. Writes
+ * bucket [B, V] (0 .. NB - 1, 0 the highest ratios) and Pb, Qb [B, NB] the bucket sums of P and Q. work: 2 COPIES NB
+ * doubles. */
+void otlp_bucket_sums(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
+                      const double *inv_q, int bits, int64_t top, int64_t NB, double below, double above,
+                      uint16_t *bucket, double *Pb, double *Qb, double *work) {
+    const int shift = 52 - bits;
+    for (int64_t b = 0; b < B; b++) {
+        memset(work, 0, sizeof(double) * 2 * COPIES * NB);
+        if (is_double)
+            row_sums_f64((const double *)p + b * V, (const double *)q + b * V, V, inv_p[b], inv_q[b], shift, top, NB,
+                         below, above, bucket + b * V, work);
+        else
+            row_sums_f32((const float *)p + b * V, (const float *)q + b * V, V, inv_p[b], inv_q[b], shift, top, NB,
+                         below, above, bucket + b * V, work);
+        for (int64_t k = 0; k < NB; k++) {
+            double sp = 0.0, sq = 0.0;
+            for (int c = 0; c < COPIES; c++) {
+                sp += work[(2 * c) * NB + k];
+                sq += work[(2 * c + 1) * NB + k];
+            }
+            Pb[b * NB + k] = sp;
+            Qb[b * NB + k] = sq;
+        }
+    }
+}
+
+/* The tokens of rows p, q [B, V] whose bucket (from otlp_bucket_sums) is selected (selected [B, NB], one byte each),
+ * row by row in token order: F the flat index b V + i, P and Q their normalised masses, the first `capacity` of them
+ * (F has capacity + 1 places). Returns how many there are, which may exceed capacity (the caller then grows its
+ * arrays and calls again). */
+int64_t otlp_gather_selected(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
+                             const double *inv_q, const uint16_t *restrict bucket, const uint8_t *restrict selected,
+                             int64_t NB, int64_t capacity, int64_t *restrict F, double *restrict P,
+                             double *restrict Q) {
+    int64_t t = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const uint8_t *restrict sel = selected + b * NB;
+        const uint16_t *restrict bk = bucket + b * V;
+        const int64_t row = b * V, start = t;
+        for (int64_t i = 0; i < V; i++) {
+            F[t < capacity ? t : capacity] = row + i; /* written always, kept when selected: no branch to miss */
+            t += sel[bk[i]];
+        }
+        for (int64_t j = start; j < (t < capacity ? t : capacity); j++) {
+            const int64_t x = F[j];
+            P[j] = (is_double ? ((const double *)p)[x] : (double)((const float *)p)[x]) * inv_p[b];
+            Q[j] = (is_double ? ((const double *)q)[x] : (double)((const float *)q)[x]) * inv_q[b];
+        }
+    }
+    return t;
+}

@@ -1,0 +1,105 @@
+"""The C kernels of otlp/native (the optimal rule's bucketed per-token passes) against the numpy route they replace:
+the same buckets, selected tokens, masses and keys bit for bit, the bucket sums to rounding, and the same sampled
+tokens; and the fallback to numpy where no kernel can be built."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from otlp import native
+from otlp.optimal import buckets as BK
+from tests.optimal.instances import FAMILIES, draw
+
+torch = pytest.importorskip("torch")
+
+lib = native.library()
+needs_kernels = pytest.mark.skipif(lib is None, reason="no C compiler built otlp/native's kernels here")
+
+
+def _rows(rng, B: int, V: int, dtype) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    """LM-shaped rows with exact zeros in p, q and both, and a row of one family of tests/optimal/instances.py."""
+    z = 3.0 * rng.normal(size=(B, V))
+    p = np.exp(z - z.max(1, keepdims=True))
+    q = np.exp(3.0 * rng.normal(size=(B, V)) + 0.5 * np.log(p))
+    p[:, : V // 10] = 0.0
+    q[:, V // 20: V // 5] = 0.0
+    p[0], q[0] = draw(sorted(FAMILIES)[int(rng.integers(len(FAMILIES)))], rng, V, 3)
+    p, q = (p / p.sum(1, keepdims=True)).astype(dtype), (q / q.sum(1, keepdims=True)).astype(dtype)
+    return p, q
+
+
+def _numpy_gather(*args, selected=None):  # noqa: ANN002, ANN202
+    saved = native.library
+    native.library = lambda: None
+    try:
+        return BK._gather(*args, selected=selected)
+    finally:
+        native.library = saved
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("V", [3000, 40_000])
+def test_the_kernels_find_the_numpy_routes_buckets_tokens_and_masses(dtype, V: int) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(V)
+    B, n = 5, 4
+    p, q = _rows(rng, B, V, dtype)
+    inv_p, inv_q = BK.inverse_sums(p), BK.inverse_sums(q)
+    w = rng.integers(0, V, size=(B, n))
+    U = rng.random((B, 2))
+    sc = BK.scheme(BK.bits_for(V))
+    ref = _numpy_gather(p, q, inv_p, inv_q, w, U, n, sc)
+    for selected in (None, ref.selected):
+        got = BK._gather(p, q, inv_p, inv_q, w, U, n, sc, selected)
+        # sums of up to V terms, added in another order: within V ulp of each other
+        np.testing.assert_allclose(got.level.Pb, ref.level.Pb, rtol=V * 2.2e-16, atol=1e-300)
+        np.testing.assert_allclose(got.level.Qb, ref.level.Qb, rtol=V * 2.2e-16, atol=1e-300)
+        if selected is None:  # the bounds differ by the sums' rounding only: the same buckets selected here
+            np.testing.assert_array_equal(got.selected, ref.selected)
+        for name in ("F", "p", "q", "key"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(ref, name))
+    # every bucket selected: more tokens than the kernel's first guess of room (it is called again)
+    every = np.ones_like(ref.selected)
+    got, ref = BK._gather(p, q, inv_p, inv_q, w, U, n, sc, every), _numpy_gather(p, q, inv_p, inv_q, w, U, n, sc,
+                                                                                   selected=every)
+    assert got.F.size == B * V
+    for name in ("F", "p", "q", "key"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(ref, name))
+
+
+@needs_kernels
+def test_the_sampler_draws_the_same_tokens_with_and_without_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    from otlp.optimal.sampler import verify
+
+    g = torch.Generator().manual_seed(4)
+    B, V, n = 12, BK.MIN_V, 4
+    p = torch.softmax(torch.randn(B, V, generator=g) * 3, dim=1)
+    q = torch.softmax(torch.randn(B, V, generator=g) * 3 + 0.5 * torch.log(p), dim=1)
+    drafts = torch.multinomial(q, n, replacement=True, generator=g)
+    for _ in range(5):
+        u = torch.rand(B, 2, dtype=torch.float64, generator=g)
+        with_kernels = verify(p, q, drafts, u)
+        monkeypatch.setenv("OTLP_NATIVE", "0")
+        assert native.library() is None
+        without = verify(p, q, drafts, u)
+        monkeypatch.delenv("OTLP_NATIVE")
+        assert torch.equal(with_kernels[0], without[0]) and torch.equal(with_kernels[1], without[1])
+
+
+def test_without_a_compiler_there_are_no_kernels_and_the_numpy_route_answers(monkeypatch: pytest.MonkeyPatch,
+                                                                             tmp_path) -> None:  # noqa: ANN001
+    from otlp.optimal.sampler import verify
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("OTLP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    native._build.cache_clear()
+    try:
+        assert native.library() is None
+        g = torch.Generator().manual_seed(5)
+        p = torch.softmax(torch.randn(3, BK.MIN_V, generator=g), dim=1)
+        tokens, index = verify(p, p, torch.zeros(3, 2, dtype=torch.long), torch.rand(3, 2, generator=g))
+        assert torch.equal(index, torch.zeros(3, dtype=torch.long))  # p = q: the first draft is accepted
+    finally:
+        native._build.cache_clear()

@@ -103,3 +103,22 @@ def test_without_a_compiler_there_are_no_kernels_and_the_numpy_route_answers(mon
         assert torch.equal(index, torch.zeros(3, dtype=torch.long))  # p = q: the first draft is accepted
     finally:
         native._build.cache_clear()
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_row_sums_are_numpys_to_rounding(dtype) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(7)
+    x = rng.random((6, 40_001)).astype(dtype) ** 8  # V not a multiple of the kernel's eight running sums
+    x[2] = 0.0
+    x[4, 1:] = 0.0
+    got = BK.inverse_sums(x)
+    saved = native.library
+    native.library = lambda: None
+    try:
+        ref = BK.inverse_sums(x)
+    finally:
+        native.library = saved
+    assert got[2] == ref[2] == 1.0  # a row without mass
+    assert got[4] == ref[4] == 1.0 / float(x[4, 0])
+    np.testing.assert_allclose(got, ref, rtol=1e-14)

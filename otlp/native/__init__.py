@@ -83,4 +83,6 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_gather_selected.argtypes = [_VOID, _VOID, _INT, _I64, _I64, _VOID, _VOID, _VOID, _VOID, _I64, _I64,
                                          _VOID, _VOID, _VOID]
     lib.otlp_gather_selected.restype = _I64
+    lib.otlp_row_sums.argtypes = [_VOID, _INT, _I64, _I64, _VOID]
+    lib.otlp_row_sums.restype = None
     return lib

@@ -5,7 +5,10 @@
  * pattern (clamped as buckets.Scheme.bucket_of clamps) and the buckets' sums of P and Q; then the tokens of the
  * selected buckets with their normalised masses. Every value a caller compares with the numpy route (a token's
  * bucket, its P, Q and ratio) is the same IEEE operation on the same operands, so the same bits; the bucket sums add
- * in another order (equal to rounding, as the numpy route's own sums).
+ * in another order (equal to rounding, as the numpy route's own sums). And the rows' float64 sums, in one pass.
+ *
+ * Two formulas here are also in numpy (buckets.Scheme.bucket_of, buckets.normalised): that route stays for machines
+ * without a C compiler, and tests/test_native.py holds the two to the same bits.
  *
  * Built without -ffast-math and with -ffp-contract=off (otlp/native/__init__.py): no fused multiply-adds, no
  * reciprocal divisions.
@@ -103,4 +106,24 @@ int64_t otlp_gather_selected(const void *p, const void *q, int is_double, int64_
         }
     }
     return t;
+}
+
+/* The float64 sum of each row of x [B, V] (float32, or float64 when is_double) into out [B]: eight running sums
+ * over the row's entries i = j mod 8, then added pairwise. */
+#define ROW_TOTAL(NAME, T)                                                                                          \
+    static double NAME(const T *restrict x, int64_t V) {                                                          \
+        double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};                                                   \
+        int64_t i = 0;                                                                                            \
+        for (; i + 8 <= V; i += 8)                                                                                \
+            for (int j = 0; j < 8; j++) s[j] += (double)x[i + j];                                                 \
+        for (; i < V; i++) s[0] += (double)x[i];                                                                  \
+        return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));                                 \
+    }
+
+ROW_TOTAL(row_total_f32, float)
+ROW_TOTAL(row_total_f64, double)
+
+void otlp_row_sums(const void *x, int is_double, int64_t B, int64_t V, double *out) {
+    for (int64_t b = 0; b < B; b++)
+        out[b] = is_double ? row_total_f64((const double *)x + b * V, V) : row_total_f32((const float *)x + b * V, V);
 }

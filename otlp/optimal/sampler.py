@@ -21,7 +21,7 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
   per-token passes in chunks of ``buckets.CHUNK`` floats, side by side on :mod:`otlp.threads` when torch has several
   threads, through the C kernels of :mod:`otlp.native` where they are built, then the compressed instances of all
   rows at once; a row it cannot certify takes the full sort). The normalised rows equal the device route's up to the
-  rounding of the row sums (numpy's and torch's add in different orders).
+  rounding of the row sums (the host's, :func:`.buckets.inverse_sums`, and torch's add in different orders).
 """
 
 from __future__ import annotations

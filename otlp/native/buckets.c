@@ -28,7 +28,8 @@ static inline int64_t bucket_of(double P, double Q, int shift, int64_t top, doub
     return top - (pattern >> shift);
 }
 
-/* One row: its tokens' buckets, and their P and Q added into COPIES sub-histograms of work ([2 COPIES, NB]). */
+/* One row: its tokens' buckets, and their P and Q added into COPIES sub-histograms of work ([COPIES, NB, 2]: a
+ * bucket's two sums share a cache line). */
 #define ROW_SUMS(NAME, T)                                                                                           \
     static void NAME(const T *restrict p, const T *restrict q, int64_t V, double ip, double iq, int shift,        \
                      int64_t top, int64_t NB, double below, double above, uint16_t *restrict bucket,              \
@@ -46,8 +47,8 @@ static inline int64_t bucket_of(double P, double Q, int shift, int64_t top, doub
             for (int64_t i = 0; i < m; i++) {                                                                     \
                 const int64_t k = Ks[i], c = i % COPIES;                                                          \
                 bucket[lo + i] = (uint16_t)k;                                                                     \
-                work[(2 * c) * NB + k] += Ps[i];                                                                  \
-                work[(2 * c + 1) * NB + k] += Qs[i];                                                              \
+                work[2 * (c * NB + k)] += Ps[i];                                                                  \
+                work[2 * (c * NB + k) + 1] += Qs[i];                                                              \
             }                                                                                                     \
         }                                                                                                         \
     }
@@ -73,8 +74,8 @@ void otlp_bucket_sums(const void *p, const void *q, int is_double, int64_t B, in
         for (int64_t k = 0; k < NB; k++) {
             double sp = 0.0, sq = 0.0;
             for (int c = 0; c < COPIES; c++) {
-                sp += work[(2 * c) * NB + k];
-                sq += work[(2 * c + 1) * NB + k];
+                sp += work[2 * (c * NB + k)];
+                sq += work[2 * (c * NB + k) + 1];
             }
             Pb[b * NB + k] = sp;
             Qb[b * NB + k] = sq;

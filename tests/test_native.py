@@ -81,7 +81,7 @@ def test_the_sampler_draws_the_same_tokens_with_and_without_the_kernels(monkeypa
         u = torch.rand(B, 2, dtype=torch.float64, generator=g)
         with_kernels = verify(p, q, drafts, u)
         monkeypatch.setenv("OTLP_NATIVE", "0")
-        assert native.library() is None
+        assert native.library() is None and native.reason() == "OTLP_NATIVE=0"
         without = verify(p, q, drafts, u)
         monkeypatch.delenv("OTLP_NATIVE")
         assert torch.equal(with_kernels[0], without[0]) and torch.equal(with_kernels[1], without[1])
@@ -97,6 +97,7 @@ def test_without_a_compiler_there_are_no_kernels_and_the_numpy_route_answers(mon
     native._build.cache_clear()
     try:
         assert native.library() is None
+        assert "no-such-compiler" in native.reason()  # the build's error, for a user who wonders why it is slow
         g = torch.Generator().manual_seed(5)
         p = torch.softmax(torch.randn(3, BK.MIN_V, generator=g), dim=1)
         tokens, index = verify(p, p, torch.zeros(3, 2, dtype=torch.long), torch.rand(3, 2, generator=g))

@@ -18,6 +18,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 #: the compiler's flags: no -ffast-math (IEEE results, the numpy route's bits) and no contraction into fused
@@ -35,8 +36,22 @@ def enabled() -> bool:
 
 
 def library() -> ctypes.CDLL | None:
-    """The kernels (built and cached on first use), or None where they are off or cannot be built."""
-    return _build() if enabled() else None
+    """The kernels (built and cached on first use), or None where they are off or cannot be built (:func:`reason`)."""
+    if not enabled():
+        return None
+    with _LOCK:  # host threads may ask at once: one build
+        return _build()
+
+
+def reason() -> str | None:
+    """Why :func:`library` is None: "OTLP_NATIVE=0", or the last build's error (first line); None when it is not."""
+    if not enabled():
+        return "OTLP_NATIVE=0"
+    return None if library() is not None else (_FAILURES[-1] if _FAILURES else "no kernels")
+
+
+_LOCK = threading.Lock()
+_FAILURES: list[str] = []
 
 
 def _cache_dir() -> Path:
@@ -71,7 +86,10 @@ def _build() -> ctypes.CDLL | None:
                                timeout=120)
                 os.replace(partial, target)
             return _declare(ctypes.CDLL(str(target)))
-        except (OSError, subprocess.SubprocessError):
+        except (OSError, subprocess.SubprocessError) as exc:
+            detail = getattr(exc, "stderr", None)
+            text = detail.decode(errors="replace").strip() if isinstance(detail, bytes) and detail.strip() else str(exc)
+            _FAILURES.append(f"{target}: {text.splitlines()[0] if text else type(exc).__name__}")
             continue
     return None
 

@@ -300,16 +300,17 @@ def _gather_native(lib, p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: 
         selected = level.select(X.take(bucket, w).astype(np.int64), U[:, 1])  # [B, NB]
     selected = np.ascontiguousarray(selected)
     chosen = selected.view(np.uint8)
-    capacity = max(1 << 12, B * V >> 6)  # the selected tokens are about 1% of an LM row; more: called again
-    while True:
-        F, P, Q = np.empty(capacity + 1, dtype=np.int64), np.empty(capacity), np.empty(capacity)
+    capacity = max(1 << 12, B * V >> 2)  # selected: 1-2% of an LM row at V >= 32k, 12% at 2k; more: called again
+    while True:  # into reused arrays (the kernel writes only the places it keeps), the tokens then copied out
+        F, P, Q = (scratch.array(name, (capacity + 1,), dtype) for name, dtype in
+                   (("gather_F", np.int64), ("gather_P", np.float64), ("gather_Q", np.float64)))
         T = lib.otlp_gather_selected(p.ctypes.data, q.ctypes.data, wide, B, V, inv_p.ctypes.data, inv_q.ctypes.data,
-                                     bucket.ctypes.data, chosen.ctypes.data, NB, capacity,
-                                     F.ctypes.data, P.ctypes.data, Q.ctypes.data)
+                                     bucket.ctypes.data, chosen.ctypes.data, NB, capacity, F.ctypes.data,
+                                     P.ctypes.data, Q.ctypes.data)
         if T <= capacity:
             break
         capacity = T
-    F, P, Q = F[:T], P[:T], Q[:T]
+    F, P, Q = F[:T].copy(), P[:T].copy(), Q[:T].copy()
     return _Found(V=V, F=F, p=P, q=Q, key=ratio_keys(P, Q), selected=selected, level=level)
 
 

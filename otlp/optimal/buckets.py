@@ -281,8 +281,8 @@ def _gather(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, 
 
 def _gather_native(lib, p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray,  # noqa: ANN001
                    U: np.ndarray, n: int, sc: Scheme, selected: np.ndarray | None) -> _Found:
-    """:func:`_gather` through the C kernels (``otlp/native/buckets.c``): one pass for the buckets, their sums and
-    counts, one for the selected tokens."""
+    """:func:`_gather` through the C kernels (``otlp/native/buckets.c``): one pass for the buckets and their sums,
+    one for the selected tokens."""
     if p.dtype != q.dtype or p.dtype not in (np.float32, np.float64):
         p, q = p.astype(np.float64), q.astype(np.float64)
     p, q = np.ascontiguousarray(p), np.ascontiguousarray(q)

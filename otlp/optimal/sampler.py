@@ -85,8 +85,8 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
         return tokens, index
     B, V = p.shape
     Wn, Un = drafts.long().numpy(), U.numpy()
-    rows_in = (_host(p), _host(q))
-    rows_in += (BK.inverse_sums(rows_in[0]), BK.inverse_sums(rows_in[1]))  # once per call: every chunk agrees
+    ph, qh = _host(p), _host(q)  # [B, V] numpy views
+    rows_in = (ph, qh, BK.inverse_sums(ph), BK.inverse_sums(qh))  # the sums once per call: every chunk agrees
     if widths is None:
         return _cpu(rows_in, Wn, Un, rule, default, B)
     tokens, index = torch.empty(B, dtype=torch.int64), torch.empty(B, dtype=torch.int64)

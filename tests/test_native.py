@@ -108,7 +108,26 @@ def test_without_a_compiler_there_are_no_kernels_and_the_numpy_route_answers(mon
 
 @needs_kernels
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_the_row_sums_are_numpys_to_rounding(dtype) -> None:  # noqa: ANN001
+def test_the_row_stats_are_numpys(dtype) -> None:  # noqa: ANN001
+    """The kernel's row sums equal numpy's float64 sums to rounding and its minima numpy's exactly, on rows that are
+    not a multiple of its eight running sums long, with negative entries, zeros and a NaN."""
+    rng = np.random.default_rng(7)
+    for V in (1, 5, 8, 40_001):
+        x = rng.random((6, V)).astype(dtype) ** 8
+        x[1, V // 2] = -0.25  # a negative entry in the middle of the row (a lane other than the first)
+        x[2] = 0.0
+        x[3, -1] = -1e-30  # the last entry, past the last full group of eight
+        total, low = native.row_stats(x)
+        np.testing.assert_allclose(total, x.sum(-1, dtype=np.float64), rtol=1e-14, atol=0)
+        np.testing.assert_array_equal(low, x.min(-1).astype(np.float64))
+    x[5, 17] = np.nan
+    assert np.isnan(native.row_stats(x)[0][5]) and np.isfinite(native.row_stats(x)[0][:5]).all()
+    assert native.row_stats(x.astype(np.float16)) is None and native.row_stats(x[0]) is None  # not its types
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_inverse_row_sums_are_numpys_to_rounding(dtype) -> None:  # noqa: ANN001
     rng = np.random.default_rng(7)
     x = rng.random((6, 40_001)).astype(dtype) ** 8  # V not a multiple of the kernel's eight running sums
     x[2] = 0.0
@@ -123,3 +142,36 @@ def test_the_row_sums_are_numpys_to_rounding(dtype) -> None:  # noqa: ANN001
     assert got[2] == ref[2] == 1.0  # a row without mass
     assert got[4] == ref[4] == 1.0 / float(x[4, 0])
     np.testing.assert_allclose(got, ref, rtol=1e-14)
+    given = x.sum(-1, dtype=np.float64)
+    np.testing.assert_array_equal(BK.inverse_sums(x, given), np.where(given > 0, 1.0 / np.where(given > 0, given, 1),
+                                                                        1.0))
+    assert given[2] == 0.0  # the caller's sums are not changed
+
+
+@needs_kernels
+def test_the_value_check_hands_its_sums_to_the_optimal_rule() -> None:
+    """On the host the value check's sums are the kernel's exact float64 sums, the optimal sampler normalises by
+    them (the same tokens as when it sums the rows itself), and a bad row still gets its one-line error."""
+    from otlp.errors import InputError
+    from otlp.verifiers import get
+    from otlp.verifiers.base import check_tensors
+
+    g = torch.Generator().manual_seed(11)
+    p = torch.softmax(2 * torch.randn(8, BK.MIN_V, generator=g), dim=1)
+    q = torch.softmax(2 * torch.randn(8, BK.MIN_V, generator=g), dim=1)
+    drafts = torch.multinomial(q, 3, replacement=True, generator=g)
+    totals: list = []
+    check_tensors(p, q, drafts, totals=totals)
+    assert len(totals) == 2
+    np.testing.assert_array_equal(totals[0], native.row_stats(p.numpy())[0])
+    u = torch.rand(8, 2, generator=g, dtype=torch.float64)
+    opt = get("optimal")
+    with_check = opt.sample(p, q, drafts, uniforms=u)
+    without = opt.sample(p, q, drafts, uniforms=u, validate=False)
+    assert all(torch.equal(a, b) for a, b in zip(with_check, without, strict=True))
+    check_tensors(p, q, drafts, validate=False, totals=(none := []))
+    assert none == []  # nothing checked, nothing handed over
+    bad = p.clone()
+    bad[5, 3] = -1e-3
+    with pytest.raises(InputError, match=r"p\[5\] has a negative entry"):
+        opt.sample(bad, q, drafts, uniforms=u)

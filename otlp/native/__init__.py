@@ -21,6 +21,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+import numpy as np
+
 #: the compiler's flags: no -ffast-math (IEEE results, the numpy route's bits) and no contraction into fused
 #: multiply-adds; no -march=native, so that a cached library never meets a CPU it was not built for (AVX2, where the
 #: CPU has it, is part of the cache key: :func:`_flags`).
@@ -101,6 +103,20 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_gather_selected.argtypes = [_VOID, _VOID, _INT, _I64, _I64, _VOID, _VOID, _VOID, _VOID, _I64, _I64,
                                          _VOID, _VOID, _VOID]
     lib.otlp_gather_selected.restype = _I64
-    lib.otlp_row_sums.argtypes = [_VOID, _INT, _I64, _I64, _VOID]
-    lib.otlp_row_sums.restype = None
+    lib.otlp_row_stats.argtypes = [_VOID, _INT, _I64, _I64, _VOID, _VOID]
+    lib.otlp_row_stats.restype = None
     return lib
+
+
+def row_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(total, low)``, each ``float64 [B]``: the float64 sum and the least entry of each row of ``x [B, V]``
+    (float32 or float64) in one pass of ``otlp_row_stats``; None where the kernels are not built or ``x`` is of
+    another dtype or shape (a NaN entry makes its row's total NaN and its low meaningless)."""
+    lib = library()
+    if lib is None or x.ndim != 2 or x.dtype not in (np.float32, np.float64):
+        return None
+    x = np.ascontiguousarray(x)
+    total, low = np.empty(x.shape[0]), np.empty(x.shape[0])
+    lib.otlp_row_stats(x.ctypes.data, int(x.dtype == np.float64), x.shape[0], x.shape[1], total.ctypes.data,
+                       low.ctypes.data)
+    return total, low

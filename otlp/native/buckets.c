@@ -5,7 +5,8 @@
  * pattern (clamped as buckets.Scheme.bucket_of clamps) and the buckets' sums of P and Q; then the tokens of the
  * selected buckets with their normalised masses. Every value a caller compares with the numpy route (a token's
  * bucket, its P, Q and ratio) is the same IEEE operation on the same operands, so the same bits; the bucket sums add
- * in another order (equal to rounding, as the numpy route's own sums). And the rows' float64 sums, in one pass.
+ * in another order (equal to rounding, as the numpy route's own sums). And the rows' float64 sums and minima, in one
+ * pass (the samplers' value check and the optimal rule's normalisation share it).
  *
  * Two formulas here are also in numpy (buckets.Scheme.bucket_of, buckets.normalised): that route stays for machines
  * without a C compiler, and tests/test_native.py holds the two to the same bits.
@@ -15,6 +16,9 @@
  */
 #include <stdint.h>
 #include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 #define BLOCK 1024 /* tokens whose ratios are formed before their histogram updates (they stay in L1) */
 #define COPIES 4   /* sub-histograms, so that tokens of one bucket in a row do not wait on each other's add */
@@ -109,22 +113,85 @@ int64_t otlp_gather_selected(const void *p, const void *q, int is_double, int64_
     return t;
 }
 
-/* The float64 sum of each row of x [B, V] (float32, or float64 when is_double) into out [B]: eight running sums
- * over the row's entries i = j mod 8, then added pairwise. */
-#define ROW_TOTAL(NAME, T)                                                                                          \
-    static double NAME(const T *restrict x, int64_t V) {                                                          \
-        double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};                                                   \
-        int64_t i = 0;                                                                                            \
-        for (; i + 8 <= V; i += 8)                                                                                \
-            for (int j = 0; j < 8; j++) s[j] += (double)x[i + j];                                                 \
-        for (; i < V; i++) s[0] += (double)x[i];                                                                  \
-        return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));                                 \
+/* The float64 sum and the least entry of each row of x [B, V] (float32, or float64 when is_double) into sum [B] and
+ * low [B], in one pass: eight running sums over the row's entries i = j mod 8, then added pairwise (with AVX2 the
+ * same eight lanes in two registers: the same sums, bit for bit). A NaN entry makes its row's sum NaN (its minimum is
+ * then meaningless; the callers test the sum first). */
+static void row_finish(const double *s, const double *m, double *sum, double *low) {
+    *sum = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    double lo = m[0];
+    for (int j = 1; j < 8; j++) lo = m[j] < lo ? m[j] : lo;
+    *low = lo;
+}
+
+static void row_stats_f32(const float *restrict x, int64_t V, double *sum, double *low) {
+    double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, m[8];
+    for (int j = 0; j < 8; j++) m[j] = V > 0 ? (double)x[0] : 0.0;
+    int64_t i = 0;
+#ifdef __AVX2__
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), m0 = _mm256_set1_pd(m[0]), m1 = m0;
+    for (; i + 8 <= V; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), b = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        s0 = _mm256_add_pd(s0, a);
+        s1 = _mm256_add_pd(s1, b);
+        m0 = _mm256_min_pd(a, m0);
+        m1 = _mm256_min_pd(b, m1);
     }
+    _mm256_storeu_pd(s, s0);
+    _mm256_storeu_pd(s + 4, s1);
+    _mm256_storeu_pd(m, m0);
+    _mm256_storeu_pd(m + 4, m1);
+#endif
+    for (; i + 8 <= V; i += 8)
+        for (int j = 0; j < 8; j++) {
+            const double v = (double)x[i + j];
+            s[j] += v;
+            m[j] = v < m[j] ? v : m[j];
+        }
+    for (; i < V; i++) {
+        const double v = (double)x[i];
+        s[0] += v;
+        m[0] = v < m[0] ? v : m[0];
+    }
+    row_finish(s, m, sum, low);
+}
 
-ROW_TOTAL(row_total_f32, float)
-ROW_TOTAL(row_total_f64, double)
+static void row_stats_f64(const double *restrict x, int64_t V, double *sum, double *low) {
+    double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, m[8];
+    for (int j = 0; j < 8; j++) m[j] = V > 0 ? x[0] : 0.0;
+    int64_t i = 0;
+#ifdef __AVX2__
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), m0 = _mm256_set1_pd(m[0]), m1 = m0;
+    for (; i + 8 <= V; i += 8) {
+        const __m256d a = _mm256_loadu_pd(x + i), b = _mm256_loadu_pd(x + i + 4);
+        s0 = _mm256_add_pd(s0, a);
+        s1 = _mm256_add_pd(s1, b);
+        m0 = _mm256_min_pd(a, m0);
+        m1 = _mm256_min_pd(b, m1);
+    }
+    _mm256_storeu_pd(s, s0);
+    _mm256_storeu_pd(s + 4, s1);
+    _mm256_storeu_pd(m, m0);
+    _mm256_storeu_pd(m + 4, m1);
+#endif
+    for (; i + 8 <= V; i += 8)
+        for (int j = 0; j < 8; j++) {
+            s[j] += x[i + j];
+            m[j] = x[i + j] < m[j] ? x[i + j] : m[j];
+        }
+    for (; i < V; i++) {
+        s[0] += x[i];
+        m[0] = x[i] < m[0] ? x[i] : m[0];
+    }
+    row_finish(s, m, sum, low);
+}
 
-void otlp_row_sums(const void *x, int is_double, int64_t B, int64_t V, double *out) {
-    for (int64_t b = 0; b < B; b++)
-        out[b] = is_double ? row_total_f64((const double *)x + b * V, V) : row_total_f32((const float *)x + b * V, V);
+void otlp_row_stats(const void *x, int is_double, int64_t B, int64_t V, double *sum, double *low) {
+    for (int64_t b = 0; b < B; b++) {
+        if (is_double)
+            row_stats_f64((const double *)x + b * V, V, sum + b, low + b);
+        else
+            row_stats_f32((const float *)x + b * V, V, sum + b, low + b);
+    }
 }

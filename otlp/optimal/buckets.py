@@ -171,17 +171,15 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     return tokens, index, done
 
 
-def inverse_sums(x: np.ndarray) -> np.ndarray:
+def inverse_sums(x: np.ndarray, total: np.ndarray | None = None) -> np.ndarray:
     """``float64 [B]``: 1 / the float64 sum of each row of ``x [B, V]`` (float32 or float64; 1 for a row without
-    mass, which validation refuses before), by :mod:`otlp.native`'s kernel where it is built (one pass; numpy's
-    float32 sum to float64 casts in buffers, two)."""
-    lib = native.library()
-    if lib is not None and x.dtype in (np.float32, np.float64) and x.ndim == 2:
-        x = np.ascontiguousarray(x)
-        total = np.empty(x.shape[0])
-        lib.otlp_row_sums(x.ctypes.data, int(x.dtype == np.float64), x.shape[0], x.shape[1], total.ctypes.data)
-    else:
-        total = x.sum(-1, dtype=np.float64)
+    mass, which validation refuses before). ``total``: those sums when the caller has them (the value check's,
+    :func:`otlp.verifiers.base.row_stats`), else taken here by :mod:`otlp.native`'s kernel where it is built (one
+    pass; numpy's float32 sum to float64 casts in buffers, two)."""
+    if total is None:
+        got = native.row_stats(x)
+        total = got[0] if got is not None else x.sum(-1, dtype=np.float64)
+    total = np.array(total, dtype=np.float64)  # a copy: the caller's sums stay as they are
     total[~(total > 0)] = 1.0
     return 1.0 / total
 

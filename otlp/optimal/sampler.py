@@ -43,7 +43,7 @@ BACKENDS = ("auto", "torch")
 
 
 def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  # noqa: ANN001, ANN201 - tensors
-           compile: bool = False):  # noqa: A002 - torch.compile's name, as the flag users look for
+           compile: bool = False, totals=None):  # noqa: A002 - torch.compile's name, as the flag users look for
     """One verified token per row (see the module docstring): ``p, q [B, V]`` (any float dtype), ``drafts int64
     [B, n]``, ``u float [B, 2]`` uniforms in [0, 1). Returns ``(tokens int64 [B], accepted_index int64 [B])``
     with -1 where the token came from the residual. ``backend="torch"`` keeps torch operations on the CPU too.
@@ -60,7 +60,10 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
 
     ``compile=True`` (default rule, device route only; the CPU's numpy route ignores it) runs the device route
     through ``torch.compile``, which fuses its elementwise work: the first call of each shape (B, V, n) compiles
-    (tens of seconds), later calls of that shape reuse the kernels; for loops with fixed shapes, as CUDA graphs are."""
+    (tens of seconds), later calls of that shape reuse the kernels; for loops with fixed shapes, as CUDA graphs are.
+
+    ``totals``: the float64 row sums of p and q (numpy ``[B]`` each) when the caller took them exactly (the value
+    check's, :func:`otlp.verifiers.base.check_tensors`); the CPU route then reads the rows once fewer."""
     import torch
 
     if backend not in BACKENDS:
@@ -86,7 +89,8 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
     B, V = p.shape
     Wn, Un = drafts.long().numpy(), U.numpy()
     ph, qh = _host(p), _host(q)  # [B, V] numpy views
-    rows_in = (ph, qh, BK.inverse_sums(ph), BK.inverse_sums(qh))  # the sums once per call: every chunk agrees
+    tp, tq = totals if totals else (None, None)
+    rows_in = (ph, qh, BK.inverse_sums(ph, tp), BK.inverse_sums(qh, tq))  # the sums once per call: chunks agree
     if widths is None:
         return _cpu(rows_in, Wn, Un, rule, default, B)
     tokens, index = torch.empty(B, dtype=torch.int64), torch.empty(B, dtype=torch.int64)

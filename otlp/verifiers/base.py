@@ -129,13 +129,16 @@ class Verifier:
 
 
 def check_tensors(p, q, drafts, *, per_draft_q: bool = False, fixed_n: int | None = None,  # noqa: ANN001, ANN201
-                  validate: bool | None = None):
+                  validate: bool | None = None, totals: list | None = None):
     """Shape/dtype checks at the boundary (none inside the hot path), then the values. Returns ``(B, n, V)``.
 
     Values (``validate``; None = :func:`validation_enabled`): every row of p and q finite, >= 0 and summing to 1
-    within :func:`sum_tolerance` of its dtype (float32 softmax rows pass), every draft id in [0, V). All of it is
-    one fused reduction and one host sync (``bool()``); the diagnosis runs only when it fails. With validation off
-    (``validate=False``, ``with validation(False):`` or ``OTLP_VALIDATE=0``) nothing touches the values: no sync.
+    within :func:`sum_tolerance` of its dtype (float32 softmax rows pass), every draft id in [0, V). The rows' sums
+    and minima are one pass per tensor (:func:`row_stats`), then one host sync (``bool()``); the diagnosis runs only
+    when it fails. With validation off (``validate=False``, ``with validation(False):`` or ``OTLP_VALIDATE=0``)
+    nothing touches the values: no sync. ``totals``: a list that receives the float64 row sums of p and q (numpy
+    ``[B]`` each) when the check took them exactly (:func:`row_stats` on the host), for a caller that normalises the
+    rows (the optimal rule): one pass over the inputs fewer.
     """
     import torch
 
@@ -165,7 +168,9 @@ def check_tensors(p, q, drafts, *, per_draft_q: bool = False, fixed_n: int | Non
     if p.device != q.device or p.device != drafts.device:
         raise InputError(f"p, q and drafts must be on one device, got {p.device}, {q.device}, {drafts.device}")
     if validation_enabled() if validate is None else validate:
-        _check_values(p, q, drafts, V)
+        exact = _check_values(p, q, drafts, V)
+        if totals is not None and exact is not None:
+            totals.extend(exact)
     return B, n, V
 
 
@@ -207,23 +212,39 @@ def sum_tolerance(dtype, V: int) -> float:  # noqa: ANN001 - a torch dtype
     return max(1e-9, 8.0 * float(V) ** 0.5 * eps) if dtype != torch.float64 else 1e-9
 
 
-def _check_values(p, q, drafts, V: int) -> None:  # noqa: ANN001
-    """InputError naming the first problem of p, q or drafts; one host sync when all is well."""
+def row_stats(x):  # noqa: ANN001, ANN201 - a tensor [..., V] -> (total, low, exact)
+    """The sum and the least entry of each row of ``x [..., V]``, as float64 tensors ``[...]``, and whether the sums
+    are exact float64 sums: on the host for float32 and float64 tensors one pass of :mod:`otlp.native`'s kernel
+    (exact) where it is built, else torch's sum in x's dtype (torch accumulates low precisions in float32, with
+    cascaded partial sums: a float32 row's rounding is far below :func:`sum_tolerance`), widened, and its ``amin``.
+    A NaN or infinite entry makes its row's total non-finite."""
     import torch
 
-    def row_ok(x):  # noqa: ANN001, ANN202 - [..., V] -> [...] bool
-        # two passes over x: a NaN or infinite entry makes the sum non-finite, and a NaN also fails amin >= 0. The
-        # sum runs in x's dtype (torch accumulates low precisions in float32, with cascaded partial sums: a float32
-        # row's rounding is far below sum_tolerance) and only the [...] totals are widened: a float64 copy of x
-        # would be the largest cost of the check (a fresh [B, V] array; benchmarks/verifiers.py)
-        total = x.sum(dim=-1).to(torch.float64)
-        return torch.isfinite(total) & (x.amin(dim=-1) >= 0) & ((total - 1.0).abs() <= sum_tolerance(x.dtype, V))
+    from otlp import native
 
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        got = native.row_stats(x.detach().reshape(-1, x.shape[-1]).numpy())
+        if got is not None:
+            total, low = (torch.from_numpy(a).reshape(x.shape[:-1]) for a in got)
+            return total, low, True
+    return x.sum(dim=-1).to(torch.float64), x.amin(dim=-1).to(torch.float64), False
+
+
+def _check_values(p, q, drafts, V: int):  # noqa: ANN001, ANN202
+    """InputError naming the first problem of p, q or drafts; one host sync when all is well. Returns the float64
+    row sums of p and q as numpy arrays when :func:`row_stats` took them exactly, else None."""
+    import torch
+
+    def row_ok(stats, x):  # noqa: ANN001, ANN202 - [...] bool: a NaN also fails low >= 0 on torch's route
+        total, low, _ = stats
+        return torch.isfinite(total) & (low >= 0) & ((total - 1.0).abs() <= sum_tolerance(x.dtype, V))
+
+    stats = row_stats(p), row_stats(q)
     ids_ok = ((drafts >= 0) & (drafts < V)).all()
-    if bool(row_ok(p).all() & row_ok(q).all() & ids_ok):
-        return
-    for name, x in (("p", p), ("q", q)):
-        bad = torch.nonzero(~row_ok(x))
+    if bool(row_ok(stats[0], p).all() & row_ok(stats[1], q).all() & ids_ok):
+        return (stats[0][0].numpy(), stats[1][0].numpy()) if stats[0][2] and stats[1][2] else None
+    for name, x, st in (("p", p, stats[0]), ("q", q, stats[1])):
+        bad = torch.nonzero(~row_ok(st, x))
         if bad.numel():
             row = tuple(int(i) for i in bad[0])
             values = x[row]

@@ -85,13 +85,14 @@ class Optimal(Verifier):
 
         from otlp.optimal.sampler import verify
 
-        uniforms = iid_batch_uniforms(self.name, p, q, drafts, generator, uniforms, validate)
+        totals: list = []  # the value check's float64 row sums, when it took them on the host: normalised by them
+        uniforms = iid_batch_uniforms(self.name, p, q, drafts, generator, uniforms, validate, totals)
         if widths is not None:
             _check_widths(widths, drafts, validation_enabled() if validate is None else validate)
         if p.shape[0] == 0:  # an empty batch: nothing to verify
             empty = torch.zeros(0, dtype=torch.long, device=p.device)
             return empty, empty.clone()
-        return verify(p, q, drafts.long(), uniforms, widths=widths, compile=compile)
+        return verify(p, q, drafts.long(), uniforms, widths=widths, compile=compile, totals=totals)
 
 
 def _check_widths(widths, drafts, values: bool) -> None:  # noqa: ANN001 - torch tensors
@@ -108,18 +109,18 @@ def _check_widths(widths, drafts, values: bool) -> None:  # noqa: ANN001 - torch
                          f"[{int(widths.min())}, {int(widths.max())}]")
 
 
-def iid_batch_uniforms(name: str, p, q, drafts, generator, uniforms, validate):  # noqa: ANN001, ANN201
+def iid_batch_uniforms(name: str, p, q, drafts, generator, uniforms, validate, totals=None):  # noqa: ANN001, ANN201
     """The input side shared by the i.i.d. torch samplers (``optimal``, ``optimal_paths``): a per-draft
     ``q [B, n, V]`` is refused (the rules are for i.i.d. drafts), the tensors are checked (``check_tensors`` with
     ``validate``), and the randomness is the caller's ``uniforms [B, 2]`` (checked: floating point, on p's device)
-    or two uniforms per row drawn from ``generator``. Returns the uniforms."""
+    or two uniforms per row drawn from ``generator``. Returns the uniforms; ``totals`` as for ``check_tensors``."""
     import torch
 
     if isinstance(q, torch.Tensor) and q.ndim == 3:
         raise InputError(
             f"the {name} torch sampler implements the i.i.d. rule only (q of shape [B, V]), got q of shape "
             f"{tuple(q.shape)}; for other draft schemes use get({name!r}).sample_exact(p, draft, omegas, rng)")
-    B, n, V = check_tensors(p, q, drafts, validate=validate)
+    B, n, V = check_tensors(p, q, drafts, validate=validate, totals=totals)
     if uniforms is None:
         return torch.rand((B, 2), generator=generator, device=p.device, dtype=torch.float64)
     if not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, 2) \

@@ -33,13 +33,27 @@ def _bad(kind: str, p):
 
 @pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("kind, message", [("nan", "is not finite"), ("negative", "has a negative entry"),
-                                           ("sums_to_2", "sums to 2"), ("sums_to_0.9", "sums to 0.9")])
-def test_bad_p_and_q_are_refused(rule, kind, message):
-    p, q, drafts, g = _inputs(n=1 if rule == "sps" else 2)
+                                           ("sums_to_2", r"sums to (2|1\.99)"),  # float16's sum of 2 p: 1.9998
+                                           ("sums_to_0.9", r"sums to 0\.(9|8999)")])
+@pytest.mark.parametrize("dtype, kernels", [(torch.float64, True), (torch.float32, True), (torch.float32, False),
+                                            (torch.float16, True)])
+def test_bad_p_and_q_are_refused(rule, kind, message, dtype, kernels, monkeypatch):
+    """On the host float32 and float64 rows are checked by otlp.native's one-pass row stats where they are built,
+    other dtypes (and every row without the kernels) by torch's sum and amin: the same refusals."""
+    if not kernels:
+        monkeypatch.setenv("OTLP_NATIVE", "0")
+    p, q, drafts, g = _inputs(n=1 if rule == "sps" else 2, dtype=dtype)
     with pytest.raises(InputError, match=message):
         get(rule).sample(_bad(kind, p), q, drafts, g)
     with pytest.raises(InputError, match="^q"):
         get(rule).sample(p, _bad(kind, q), drafts, g)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_rows_without_tokens_are_an_input_error(rule):
+    p = torch.zeros(2, 0)
+    with pytest.raises(InputError, match=r"at least one token per row \(V >= 1\), got shape \(2, 0\)"):
+        get(rule).sample(p, p, torch.zeros(2, 1 if rule == "sps" else 2, dtype=torch.long))
 
 
 @pytest.mark.parametrize("rule", RULES)

@@ -148,6 +148,8 @@ def check_tensors(p, q, drafts, *, per_draft_q: bool = False, fixed_n: int | Non
     if p.ndim != 2:
         raise InputError(f"p must have shape [B, V], got {tuple(p.shape)}")
     B, V = p.shape
+    if V == 0:
+        raise InputError(f"p must have at least one token per row (V >= 1), got shape {tuple(p.shape)}")
     if drafts.ndim != 2 or drafts.shape[0] != B:
         raise InputError(f"drafts must have shape [B, n] with B = {B}, got {tuple(drafts.shape)}")
     if drafts.dtype not in (torch.int64, torch.int32):

@@ -377,24 +377,27 @@ def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
     rows_b = np.arange(B, dtype=np.int64)
     frow = F // V
     counts, row_start, place = X.row_places(frow, B)  # [B], [B], [T]
-    # run r of a row: its unselected buckets after its r-th selected one (consecutive, so one entry)
+    # run r of a row: its unselected buckets after its r-th selected one (consecutive, so one entry); as segments of
+    # the flat [B NB] buckets, each from a selected bucket or a row's first one to the next such (never across rows)
     un = ~selected
     rid = np.cumsum(selected, axis=1)  # [B, NB]
     G = int(rid[:, -1].max()) + 1
-    rb, bb = X.nonzero_2d(un)  # [U] row by row, buckets increasing: run indices non-decreasing
-    rflat = rb * G + rid[rb, bb]
-    members = np.bincount(rflat, minlength=B * G).reshape(B, G)
-    run_p = np.bincount(rflat, weights=level.Pb[rb, bb], minlength=B * G).reshape(B, G)
-    run_q = np.bincount(rflat, weights=level.Qb[rb, bb], minlength=B * G).reshape(B, G)
+    cut = selected.copy()
+    cut[:, 0] = True
+    starts = np.flatnonzero(cut)  # [S]
+    seg_b, seg_r = starts // level.Pb.shape[1], rid.ravel()[starts]  # [S] each segment's row and run
+
+    def per_run(values, reduce, empty):  # noqa: ANN001, ANN202 - [B, NB] by bucket -> [B, G] by run
+        out = np.full((B, G), empty, dtype=np.result_type(values, empty))
+        out[seg_b, seg_r] = reduce.reduceat(np.where(un, values, empty).ravel(), starts)
+        return out
+
+    members = per_run(np.ones((1, 1), dtype=np.int64), np.add, 0)
+    run_p, run_q = per_run(level.Pb, np.add, 0.0), per_run(level.Qb, np.add, 0.0)
     # the bound inside a run: its buckets' interior bounds and the boundaries between its buckets
     nxt_un = np.zeros_like(un)
     nxt_un[:, :-1] = un[:, 1:]
-    inside = np.where(nxt_un, level.inner, level.f)[rb, bb]  # [U]
-    run_low = np.full(B * G, np.inf)
-    if rflat.size:
-        starts = np.flatnonzero(np.r_[True, rflat[1:] != rflat[:-1]])
-        run_low[rflat[starts]] = np.minimum.reduceat(inside, starts)
-    run_low = run_low.reshape(B, G)
+    run_low = per_run(np.where(nxt_un, level.inner, level.f), np.minimum, np.inf)
     K = int((counts + G).max())
     P2, Q2 = np.zeros((B, K)), np.zeros((B, K))
     K2 = np.full((B, K), -1.0)  # padding: p = q = 0 with their key, in columns after their row's entries
@@ -404,7 +407,10 @@ def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
     gr, gc = X.nonzero_2d(runs)
     at = gr * K + counts[gr] + gc  # [R] flat entries of the runs
     P2.ravel()[at], Q2.ravel()[at] = run_p[gr, gc], run_q[gr, gc]
-    K2.ravel()[rb * K + counts[rb] + rid[rb, bb]] = sc.KEY[bb]  # any of a run's bucket keys lies between its neighbours
+    # a run's key: its first bucket's (any of its bucket keys lies between its neighbours)
+    first = starts + selected.ravel()[starts]  # [S] a segment's first unselected bucket (if it has one)
+    real = members[seg_b, seg_r] > 0
+    K2.ravel()[(seg_b * K + counts[seg_b] + seg_r)[real]] = sc.KEY[first[real] % level.Pb.shape[1]]
     pre = C.prefix(P2, Q2, n, order=X.sort_descending(K2))
     w2 = np.searchsorted(F, w + (rows_b * V)[:, None]) - row_start[:, None]  # [B, n] columns of the drafts
     group = C.served_group(pre, w2)
@@ -450,4 +456,4 @@ def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
     bad_runs = np.zeros((B, G), dtype=bool)
     br, bj = X.nonzero_2d(bad)
     bad_runs[br, r_of[br, bj]] = True
-    return tokens, index, ok, un & bad_runs[np.arange(B)[:, None], rid]
+    return tokens, index, ok, un & np.take_along_axis(bad_runs, rid, axis=1)

@@ -56,10 +56,12 @@ MIN_V = 8192
 MIN_ENTRIES = 1 << 16
 #: rows tried again with the failing runs sorted, before the full sort.
 ATTEMPTS = 2
-#: rows per chunk of the per-token passes (:func:`verify_chunks`): at most this many entries of one [rows, V] array
-#: (4 MiB float64: the passes read the chunk's few [rows, V] arrays several times; measured from 2^17 to 2^21 on
-#: benchmarks/verifiers.py's rows once the compressed instances were solved for all rows at once: within noise).
-CHUNK = 1 << 19
+#: rows per chunk of the per-token passes (:func:`verify_chunks`): at most this many entries of one [rows, V] array,
+#: and one chunk per host thread at least. Each chunk also pays its bucket levels and selection (a few dozen numpy
+#: calls on [rows, NB] arrays), so with the C kernels fewer chunks cost less: against 2^19, 2^21 took 0.89-0.95x the
+#: time at B = 8 and 64, V = 32k-128k, one thread, and 0.85x at B = 64, V = 152k, two threads (B = 16, V = 32k, two
+#: threads: 1.05x, within noise).
+CHUNK = 1 << 21
 
 
 def takes(B: int, V: int) -> bool:
@@ -150,7 +152,7 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     together (their per-call work is paid once, not once per chunk), in groups of rows of similar size
     (:func:`_groups`)."""
     sc = scheme(bits_for(V) if bits is None else bits)
-    step = max(1, CHUNK // max(V, 1))
+    step = max(1, min(CHUNK // max(V, 1), -(-B // threads.count())))  # a chunk per thread at least
 
     def chunk(lo: int) -> _Found:
         return _gather(*load(slice(lo, lo + step)), w[lo:lo + step], U[lo:lo + step], n, sc)

@@ -214,39 +214,57 @@ def sum_tolerance(dtype, V: int) -> float:  # noqa: ANN001 - a torch dtype
     return max(1e-9, 8.0 * float(V) ** 0.5 * eps) if dtype != torch.float64 else 1e-9
 
 
-def row_stats(x):  # noqa: ANN001, ANN201 - a tensor [..., V] -> (total, low, exact)
-    """The sum and the least entry of each row of ``x [..., V]``, as float64 tensors ``[...]``, and whether the sums
-    are exact float64 sums: on the host for float32 and float64 tensors one pass of :mod:`otlp.native`'s kernel
-    (exact) where it is built, else torch's sum in x's dtype (torch accumulates low precisions in float32, with
-    cascaded partial sums: a float32 row's rounding is far below :func:`sum_tolerance`), widened, and its ``amin``.
-    A NaN or infinite entry makes its row's total non-finite."""
+def _host_row_stats(x):  # noqa: ANN001, ANN202 - a tensor [..., V] -> (total, low) numpy [rows] or None
+    """The float64 sum and the least entry of each row of a host float32 / float64 tensor, in one pass of
+    :mod:`otlp.native`'s kernel (exact float64 sums; a NaN or infinite entry makes its row's sum non-finite); None on
+    a device, for other dtypes, or where the kernels are not built."""
     import torch
 
     from otlp import native
 
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        got = native.row_stats(x.detach().reshape(-1, x.shape[-1]).numpy())
-        if got is not None:
-            total, low = (torch.from_numpy(a).reshape(x.shape[:-1]) for a in got)
-            return total, low, True
-    return x.sum(dim=-1).to(torch.float64), x.amin(dim=-1).to(torch.float64), False
+    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
+        return None
+    return native.row_stats(x.detach().reshape(-1, x.shape[-1]).numpy())
+
+
+def _row_ok(x, V: int, host=None):  # noqa: ANN001, ANN202 - [..., V] -> [...] bool
+    """Which rows of ``x`` are finite, >= 0 and sum to 1 within :func:`sum_tolerance`: from ``host``
+    (:func:`_host_row_stats`) when given, else by torch on x's device, in two passes (a NaN or infinite entry makes
+    the sum non-finite, and a NaN also fails amin >= 0). torch's sum runs in x's dtype (it accumulates low precisions
+    in float32, with cascaded partial sums: a float32 row's rounding is far below sum_tolerance) and only the [...]
+    totals are widened: a float64 copy of x would cost more than the check."""
+    import torch
+
+    if host is not None:
+        return torch.from_numpy(_host_ok(host, x.dtype, V)).reshape(x.shape[:-1])
+    total = x.sum(dim=-1).to(torch.float64)
+    return total.isfinite() & (x.amin(dim=-1) >= 0) & ((total - 1.0).abs() <= sum_tolerance(x.dtype, V))
+
+
+def _host_ok(host, dtype, V: int) -> np.ndarray:  # noqa: ANN001 - (total, low) numpy [rows] -> bool [rows]
+    total, low = host
+    return np.isfinite(total) & (low >= 0) & (np.abs(total - 1.0) <= sum_tolerance(dtype, V))
 
 
 def _check_values(p, q, drafts, V: int):  # noqa: ANN001, ANN202
-    """InputError naming the first problem of p, q or drafts; one host sync when all is well. Returns the float64
-    row sums of p and q as numpy arrays when :func:`row_stats` took them exactly, else None."""
+    """InputError naming the first problem of p, q or drafts; one host sync when all is well. On the host (float32 or
+    float64 rows, :mod:`otlp.native` built) the rows' float64 sums and minima are one C pass per tensor, tested by
+    numpy, and the sums of p and q are returned (numpy ``[B]``); elsewhere torch's sum and amin on the tensors'
+    device, and None."""
     import torch
 
-    def row_ok(stats, x):  # noqa: ANN001, ANN202 - [...] bool: a NaN also fails low >= 0 on torch's route
-        total, low, _ = stats
-        return torch.isfinite(total) & (low >= 0) & ((total - 1.0).abs() <= sum_tolerance(x.dtype, V))
-
-    stats = row_stats(p), row_stats(q)
-    ids_ok = ((drafts >= 0) & (drafts < V)).all()
-    if bool(row_ok(stats[0], p).all() & row_ok(stats[1], q).all() & ids_ok):
-        return (stats[0][0].numpy(), stats[1][0].numpy()) if stats[0][2] and stats[1][2] else None
-    for name, x, st in (("p", p, stats[0]), ("q", q, stats[1])):
-        bad = torch.nonzero(~row_ok(st, x))
+    host = _host_row_stats(p), _host_row_stats(q)
+    if host[0] is None or host[1] is None or drafts.device.type != "cpu":
+        host = None, None
+        if bool(_row_ok(p, V).all() & _row_ok(q, V).all() & ((drafts >= 0) & (drafts < V)).all()):
+            return None
+    else:
+        ids = drafts.numpy()
+        ids_ok = not ids.size or (ids.min() >= 0 and ids.max() < V)
+        if ids_ok and _host_ok(host[0], p.dtype, V).all() and _host_ok(host[1], q.dtype, V).all():
+            return host[0][0], host[1][0]
+    for name, x, stats in (("p", p, host[0]), ("q", q, host[1])):  # the diagnosis, by the test that failed
+        bad = torch.nonzero(~_row_ok(x, V, stats))
         if bad.numel():
             row = tuple(int(i) for i in bad[0])
             values = x[row]

@@ -175,3 +175,24 @@ def test_the_value_check_hands_its_sums_to_the_optimal_rule() -> None:
     bad[5, 3] = -1e-3
     with pytest.raises(InputError, match=r"p\[5\] has a negative entry"):
         opt.sample(bad, q, drafts, uniforms=u)
+
+
+@needs_kernels
+def test_the_portable_loops_give_the_vector_loops_bits(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
+    """Built without -mavx2 the row stats run their plain C loops: the same sums and minima, bit for bit (the AVX2
+    lanes are the same eight running sums)."""
+    if "-mavx2" not in native._flags():
+        pytest.skip("this CPU builds the plain loops only")
+    rng = np.random.default_rng(3)
+    x = rng.random((5, 40_003)) ** 8
+    wide = native.row_stats(x), native.row_stats(x.astype(np.float32))
+    monkeypatch.setenv("OTLP_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "_flags", lambda: native.FLAGS)
+    native._build.cache_clear()
+    try:
+        plain = native.row_stats(x), native.row_stats(x.astype(np.float32))
+    finally:
+        native._build.cache_clear()
+    for a, b in zip(wide, plain, strict=True):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])

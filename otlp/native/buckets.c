@@ -135,68 +135,57 @@ static void row_finish(const double *s, const double *m, double *sum, double *lo
     *low = lo;
 }
 
-static void row_stats_f32(const float *restrict x, int64_t V, double *sum, double *low) {
-    double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, m[8];
-    for (int j = 0; j < 8; j++) m[j] = V > 0 ? (double)x[0] : 0.0;
-    int64_t i = 0;
 #ifdef __AVX2__
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), m0 = _mm256_set1_pd(m[0]), m1 = m0;
-    for (; i + 8 <= V; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        const __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), b = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-        s0 = _mm256_add_pd(s0, a);
-        s1 = _mm256_add_pd(s1, b);
-        m0 = _mm256_min_pd(a, m0);
-        m1 = _mm256_min_pd(b, m1);
-    }
-    _mm256_storeu_pd(s, s0);
-    _mm256_storeu_pd(s + 4, s1);
-    _mm256_storeu_pd(m, m0);
-    _mm256_storeu_pd(m + 4, m1);
-#endif
-    for (; i + 8 <= V; i += 8)
-        for (int j = 0; j < 8; j++) {
-            const double v = (double)x[i + j];
-            s[j] += v;
-            m[j] = v < m[j] ? v : m[j];
-        }
-    for (; i < V; i++) {
-        const double v = (double)x[i];
-        s[0] += v;
-        m[0] = v < m[0] ? v : m[0];
-    }
-    row_finish(s, m, sum, low);
+/* Eight entries as two float64 vectors (lanes 0-3 and 4-7). */
+static inline void load8_f32(const float *x, __m256d *a, __m256d *b) {
+    const __m256 v = _mm256_loadu_ps(x);
+    *a = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    *b = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
 }
 
-static void row_stats_f64(const double *restrict x, int64_t V, double *sum, double *low) {
-    double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, m[8];
-    for (int j = 0; j < 8; j++) m[j] = V > 0 ? x[0] : 0.0;
-    int64_t i = 0;
-#ifdef __AVX2__
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), m0 = _mm256_set1_pd(m[0]), m1 = m0;
-    for (; i + 8 <= V; i += 8) {
-        const __m256d a = _mm256_loadu_pd(x + i), b = _mm256_loadu_pd(x + i + 4);
-        s0 = _mm256_add_pd(s0, a);
-        s1 = _mm256_add_pd(s1, b);
-        m0 = _mm256_min_pd(a, m0);
-        m1 = _mm256_min_pd(b, m1);
-    }
-    _mm256_storeu_pd(s, s0);
-    _mm256_storeu_pd(s + 4, s1);
-    _mm256_storeu_pd(m, m0);
-    _mm256_storeu_pd(m + 4, m1);
-#endif
-    for (; i + 8 <= V; i += 8)
-        for (int j = 0; j < 8; j++) {
-            s[j] += x[i + j];
-            m[j] = x[i + j] < m[j] ? x[i + j] : m[j];
-        }
-    for (; i < V; i++) {
-        s[0] += x[i];
-        m[0] = x[i] < m[0] ? x[i] : m[0];
-    }
-    row_finish(s, m, sum, low);
+static inline void load8_f64(const double *x, __m256d *a, __m256d *b) {
+    *a = _mm256_loadu_pd(x);
+    *b = _mm256_loadu_pd(x + 4);
 }
+#define STATS_LANES(LOAD8)                                                                                          \
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), m0 = _mm256_set1_pd(m[0]), m1 = m0, a, b;       \
+    for (; i + 8 <= V; i += 8) {                                                                                  \
+        LOAD8(x + i, &a, &b);                                                                                     \
+        s0 = _mm256_add_pd(s0, a);                                                                                \
+        s1 = _mm256_add_pd(s1, b);                                                                                \
+        m0 = _mm256_min_pd(a, m0);                                                                                \
+        m1 = _mm256_min_pd(b, m1);                                                                                \
+    }                                                                                                             \
+    _mm256_storeu_pd(s, s0);                                                                                      \
+    _mm256_storeu_pd(s + 4, s1);                                                                                  \
+    _mm256_storeu_pd(m, m0);                                                                                      \
+    _mm256_storeu_pd(m + 4, m1);
+#else
+#define STATS_LANES(LOAD8)
+#endif
+
+#define ROW_STATS(NAME, T, LOAD8)                                                                                   \
+    static void NAME(const T *restrict x, int64_t V, double *sum, double *low) {                                  \
+        double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, m[8];                                             \
+        for (int j = 0; j < 8; j++) m[j] = V > 0 ? (double)x[0] : 0.0;                                            \
+        int64_t i = 0;                                                                                            \
+        STATS_LANES(LOAD8)                                                                                        \
+        for (; i + 8 <= V; i += 8)                                                                                \
+            for (int j = 0; j < 8; j++) {                                                                         \
+                const double v = (double)x[i + j];                                                                \
+                s[j] += v;                                                                                        \
+                m[j] = v < m[j] ? v : m[j];                                                                       \
+            }                                                                                                     \
+        for (; i < V; i++) {                                                                                      \
+            const double v = (double)x[i];                                                                        \
+            s[0] += v;                                                                                            \
+            m[0] = v < m[0] ? v : m[0];                                                                           \
+        }                                                                                                         \
+        row_finish(s, m, sum, low);                                                                               \
+    }
+
+ROW_STATS(row_stats_f32, float, load8_f32)
+ROW_STATS(row_stats_f64, double, load8_f64)
 
 void otlp_row_stats(const void *x, int is_double, int64_t B, int64_t V, double *sum, double *low) {
     for (int64_t b = 0; b < B; b++) {

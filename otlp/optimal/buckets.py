@@ -176,7 +176,7 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
 def inverse_sums(x: np.ndarray, total: np.ndarray | None = None) -> np.ndarray:
     """``float64 [B]``: 1 / the float64 sum of each row of ``x [B, V]`` (float32 or float64; 1 for a row without
     mass, which validation refuses before). ``total``: those sums when the caller has them (the value check's,
-    :func:`otlp.verifiers.base.row_stats`), else taken here by :mod:`otlp.native`'s kernel where it is built (one
+    :func:`otlp.verifiers.base.check_tensors`), else taken here by :mod:`otlp.native`'s kernel where it is built (one
     pass; numpy's float32 sum to float64 casts in buffers, two)."""
     if total is None:
         got = native.row_stats(x)

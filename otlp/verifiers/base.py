@@ -134,11 +134,11 @@ def check_tensors(p, q, drafts, *, per_draft_q: bool = False, fixed_n: int | Non
 
     Values (``validate``; None = :func:`validation_enabled`): every row of p and q finite, >= 0 and summing to 1
     within :func:`sum_tolerance` of its dtype (float32 softmax rows pass), every draft id in [0, V). The rows' sums
-    and minima are one pass per tensor (:func:`row_stats`), then one host sync (``bool()``); the diagnosis runs only
-    when it fails. With validation off (``validate=False``, ``with validation(False):`` or ``OTLP_VALIDATE=0``)
-    nothing touches the values: no sync. ``totals``: a list that receives the float64 row sums of p and q (numpy
-    ``[B]`` each) when the check took them exactly (:func:`row_stats` on the host), for a caller that normalises the
-    rows (the optimal rule): one pass over the inputs fewer.
+    and minima are one pass per tensor (on the host one C loop, :func:`_host_row_stats`; elsewhere torch's sum and
+    amin), then one host sync (``bool()``); the diagnosis runs only when it fails. With validation off
+    (``validate=False``, ``with validation(False):`` or ``OTLP_VALIDATE=0``) nothing touches the values: no sync.
+    ``totals``: a list that receives the float64 row sums of p and q (numpy ``[B]`` each) when the check took them
+    exactly (the C loop), for a caller that normalises the rows (the optimal rule): one pass over the inputs fewer.
     """
     import torch
 

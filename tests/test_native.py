@@ -151,7 +151,8 @@ def test_the_inverse_row_sums_are_numpys_to_rounding(dtype) -> None:  # noqa: AN
 @needs_kernels
 def test_the_value_check_hands_its_sums_to_the_optimal_rule() -> None:
     """On the host the value check's sums are the kernel's exact float64 sums, the optimal sampler normalises by
-    them (the same tokens as when it sums the rows itself), and a bad row still gets its one-line error."""
+    them without reading the rows again (the same tokens as when it sums the rows itself), and a bad row still gets
+    its one-line error."""
     from otlp.errors import InputError
     from otlp.verifiers import get
     from otlp.verifiers.base import check_tensors
@@ -166,8 +167,16 @@ def test_the_value_check_hands_its_sums_to_the_optimal_rule() -> None:
     np.testing.assert_array_equal(totals[0], native.row_stats(p.numpy())[0])
     u = torch.rand(8, 2, generator=g, dtype=torch.float64)
     opt = get("optimal")
-    with_check = opt.sample(p, q, drafts, uniforms=u)
-    without = opt.sample(p, q, drafts, uniforms=u, validate=False)
+    passes = []
+    stats = native.row_stats
+    native.row_stats = lambda x: (passes.append(x.shape), stats(x))[1]
+    try:
+        with_check = opt.sample(p, q, drafts, uniforms=u)
+        assert len(passes) == 2  # the check's pass over p and over q; the rule took none of its own
+        without = opt.sample(p, q, drafts, uniforms=u, validate=False)
+        assert len(passes) == 4  # unchecked, the rule sums the rows itself
+    finally:
+        native.row_stats = stats
     assert all(torch.equal(a, b) for a, b in zip(with_check, without, strict=True))
     check_tensors(p, q, drafts, validate=False, totals=(none := []))
     assert none == []  # nothing checked, nothing handed over

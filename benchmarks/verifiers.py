@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.device in ("cuda", "all") and torch.cuda.is_available():
         settings.append(("cuda", default_threads))
     rows = []
-    print(f"C kernels (otlp/native, the optimal rule's CPU route): {native.reason() or 'used'}")
+    print(f"C kernels (otlp/native: the host's value check, the optimal rule's CPU route): {native.reason() or 'used'}")
     for device, threads in settings:
         torch.set_num_threads(threads)
         print(f"\n{device}, {threads} thread(s): ms per verification step (median of {args.reps}); ratio = "
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     meta = {"torch": torch.__version__, "default_threads": default_threads, "python": sys.version.split()[0],
             "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-            "native_kernels": native.reason() or "used"}  # otlp/native's C loops (the optimal rule's CPU route)
+            "native_kernels": native.reason() or "used"}  # otlp/native's C loops (value check, optimal rule)
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=2)
     print(f"wrote {args.out}")

@@ -28,10 +28,10 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    rejected tuple, no run's inside at or after M at or below tau, and position M a token. A row that fails gets the
    failing runs' buckets sorted too and is tried once more (``ATTEMPTS``); then the caller takes the full sort.
 
-The per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows that stay near the cache,
-side by side on :mod:`otlp.threads` when torch has several threads; 4 and 5 run once for all the rows of a call, in
-groups of rows of similar compressed size (:func:`verify_chunks`). Certified rows draw the full sort's token and slot
-for the same uniforms (tests/optimal/test_buckets.py, on every instance family of the exact tests and on LM rows).
+The per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows (``CHUNK``), side by side
+on :mod:`otlp.threads` when torch has several threads; 4 and 5 run once for all the rows of a call, in groups of rows
+of similar compressed size (:func:`verify_chunks`). Certified rows draw the full sort's token and slot for the same
+uniforms (tests/optimal/test_buckets.py, on every instance family of the exact tests and on LM rows).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     ``rows`` (a slice or an int64 index array) of the inputs as float32 or float64 arrays ``[rows, V]`` and the
     reciprocals of their sums ``[rows]`` (the normalised rows are :func:`normalised`; ``load`` runs on host threads,
     so numpy only). The per-token passes (buckets, their sums, the selected tokens) run on chunks of ``CHUNK``
-    entries, whose arrays stay near the cache, side by side on :mod:`otlp.threads`, through the C kernels of
+    entries (at least one per host thread), side by side on :mod:`otlp.threads`, through the C kernels of
     :mod:`otlp.native` where they are built; the compressed instances of all B rows are then solved and certified
     together (their per-call work is paid once, not once per chunk), in groups of rows of similar size
     (:func:`_groups`)."""
@@ -387,7 +387,8 @@ def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
     cut = selected.copy()
     cut[:, 0] = True
     starts = np.flatnonzero(cut)  # [S]
-    seg_b, seg_r = starts // level.Pb.shape[1], rid.ravel()[starts]  # [S] each segment's row and run
+    NB = selected.shape[1]
+    seg_b, seg_r = starts // NB, rid.ravel()[starts]  # [S] each segment's row and run
 
     def per_run(values, reduce, empty):  # noqa: ANN001, ANN202 - [B, NB] by bucket -> [B, G] by run
         out = np.full((B, G), empty, dtype=np.result_type(values, empty))
@@ -412,7 +413,7 @@ def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
     # a run's key: its first bucket's (any of its bucket keys lies between its neighbours)
     first = starts + selected.ravel()[starts]  # [S] a segment's first unselected bucket (if it has one)
     real = members[seg_b, seg_r] > 0
-    K2.ravel()[(seg_b * K + counts[seg_b] + seg_r)[real]] = sc.KEY[first[real] % level.Pb.shape[1]]
+    K2.ravel()[(seg_b * K + counts[seg_b] + seg_r)[real]] = sc.KEY[first[real] % NB]
     pre = C.prefix(P2, Q2, n, order=X.sort_descending(K2))
     w2 = np.searchsorted(F, w + (rows_b * V)[:, None]) - row_start[:, None]  # [B, n] columns of the drafts
     group = C.served_group(pre, w2)

@@ -253,9 +253,11 @@ def _check_values(p, q, drafts, V: int):  # noqa: ANN001, ANN202
     device, and None."""
     import torch
 
-    host = _host_row_stats(p), _host_row_stats(q)
-    if host[0] is None or host[1] is None or drafts.device.type != "cpu":
-        host = None, None
+    host = None, None  # q's stats only once p's route is known: a pass over q that torch would repeat is not taken
+    if drafts.device.type == "cpu" and (hp := _host_row_stats(p)) is not None \
+            and (hq := _host_row_stats(q)) is not None:
+        host = hp, hq
+    if host[0] is None:
         if bool(_row_ok(p, V).all() & _row_ok(q, V).all() & ((drafts >= 0) & (drafts < V)).all()):
             return None
     else:

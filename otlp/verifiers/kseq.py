@@ -57,33 +57,57 @@ def rho_star(p, q, n: int, steps: int | None = None):  # noqa: ANN001, ANN201 - 
     if not host or n == 1 or p.ndim != 2:
         return _bisect(p, q, n, bisection_steps(p.dtype) if steps is None else steps)[1][..., 0]
     P, Q = (p, q) if X.is_numpy(p) else (p.detach().numpy(), q.detach().numpy())  # host views, no copy
-    steps = bisection_steps(P.dtype) if steps is None else steps
-    rho = np.concatenate(threads.map_chunks(lambda sl: _host_rho(P[sl], Q[sl], n, steps), X.row_chunks(P)))
+    rho = _host_rho(P, Q, n, bisection_steps(P.dtype) if steps is None else steps)
     return rho if X.is_numpy(p) else X.namespace(p).from_numpy(rho)
 
 
 def _host_rho(P: np.ndarray, Q: np.ndarray, n: int, steps: int) -> np.ndarray:
     """rho* of rows ``P, Q [B, V]`` (numpy) in two stages of the same bisection: ``HOST_FULL_STEPS`` steps over the
-    whole rows, then the others over each row's tokens whose breakpoint t = p / q lies inside the bracket [lo, hi].
+    whole rows, chunk by chunk (:func:`_first_stage`), then the others on all rows at once over each row's tokens
+    whose breakpoint t = p / q lies inside the bracket [lo, hi] (zero-padded to the longest row's count: a pad adds
+    0 to every sum).
 
     For mid in [lo, hi] a token with q hi <= p (t >= hi) adds mid q to g(mid) and one with q lo >= p (t <= lo) adds p
     (float products are monotone, so the classes hold for every rounded mid q): g(mid) = mid A + C + sum over the
     tokens between of min(mid q, p), with A and C the first two classes' sums. The tokens between are about 1% of an
     LM row after 4 steps, so the last steps cost next to nothing: float32 rows take about 23 passes over the whole
-    rows instead of 81 (first stages of 3 to 8 steps measured at V = 32k and 128k: 3 and 4 the fastest)."""
+    rows instead of 81 (first stages of 3 to 8 steps measured at V = 32k and 128k: 3 and 4 the fastest). The second
+    stage runs once for the whole batch, not once per chunk: its steps on a few hundred tokens are numpy calls whose
+    cost does not depend on the rows they hold (at B = 64, V = 152k, 22 chunks' second stages were ~13% of K-SEQ's
+    call)."""
     first = min(steps, HOST_FULL_STEPS)
-    lo, hi = _bisect(P, Q, n, first)  # [B, 1]
+    parts = threads.map_chunks(lambda sl: _first_stage(P[sl], Q[sl], n, first, first < steps), X.row_chunks(P))
     if first == steps:
-        return hi[:, 0]
-    above, below = Q * hi <= P, Q * lo >= P  # [B, V]: t >= hi, t <= lo (p = q = 0: both, adding 0 to each sum)
-    A = (Q * above).sum(-1, keepdims=True)  # [B, 1]
+        return np.concatenate([part[1] for part in parts])[:, 0]
+    if len(parts) == 1:
+        return _bisect(parts[0][4], parts[0][5], n, steps - first, *parts[0][:4])[1][:, 0]
+    lo, hi, A, C = (np.concatenate([part[k] for part in parts]) for k in range(4))  # [B, 1] each
+    Pm = np.zeros((P.shape[0], max(part[4].shape[1] for part in parts)), dtype=P.dtype)  # [B, Tmax]
+    Qm = np.zeros_like(Pm)
+    at = 0
+    for part in parts:
+        b, t = part[4].shape
+        Pm[at:at + b, :t], Qm[at:at + b, :t] = part[4], part[5]
+        at += b
+    return _bisect(Pm, Qm, n, steps - first, lo, hi, A, C)[1][:, 0]
+
+
+def _first_stage(P: np.ndarray, Q: np.ndarray, n: int, steps: int, inner: bool) -> tuple:
+    """:func:`_host_rho`'s first stage on rows ``P, Q [b, V]``: ``steps`` bisection steps over the whole rows, then
+    ``(lo, hi)`` (``[b, 1]`` each), with ``inner`` also the classes of that bracket: ``(lo, hi, A, C, Pm, Qm)``, A
+    and C ``[b, 1]`` and the inner tokens' p and q left-aligned, zero-padded ``[b, T]``."""
+    lo, hi = _bisect(P, Q, n, steps)  # [b, 1]
+    if not inner:
+        return lo, hi
+    above, below = Q * hi <= P, Q * lo >= P  # [b, V]: t >= hi, t <= lo (p = q = 0: both, adding 0 to each sum)
+    A = (Q * above).sum(-1, keepdims=True)  # [b, 1]
     C = (P * below).sum(-1, keepdims=True)
     rows, cols = X.nonzero_2d(~(above | below))  # [T]: t strictly inside the bracket
     counts, _, at = X.row_places(rows, P.shape[0])  # each token's place in its row
-    Pm = np.zeros((P.shape[0], max(int(counts.max(initial=0)), 1)), dtype=P.dtype)  # [B, Tmax], 0-padded
+    Pm = np.zeros((P.shape[0], max(int(counts.max(initial=0)), 1)), dtype=P.dtype)  # [b, Tmax], 0-padded
     Qm = np.zeros_like(Pm)
     Pm[rows, at], Qm[rows, at] = P[rows, cols], Q[rows, cols]
-    return _bisect(Pm, Qm, n, steps - first, lo, hi, A, C)[1][:, 0]
+    return lo, hi, A, C, Pm, Qm
 
 
 def _bisect(p, q, n: int, steps: int, lo=None, hi=None, A=None, C=None):  # noqa: ANN001, ANN202

@@ -4,6 +4,8 @@ tokens; and the fallback to numpy where no kernel can be built."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -205,3 +207,19 @@ def test_the_portable_loops_give_the_vector_loops_bits(monkeypatch: pytest.Monke
     for a, b in zip(wide, plain, strict=True):
         np.testing.assert_array_equal(a[0], b[0])
         np.testing.assert_array_equal(a[1], b[1])
+
+
+@needs_kernels
+def test_a_cached_library_that_does_not_load_is_rebuilt(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
+    """A cached kernel file that cannot be loaded (a truncated or overwritten .so) is replaced by a fresh build in
+    the same folder, not skipped for the temporary folder on every later start."""
+    monkeypatch.setenv("OTLP_CACHE", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    cached = tmp_path / native._file_name(os.environ.get("CC", "cc"), native._flags())
+    cached.write_bytes(b"not a shared library")  # never loaded before: a loaded file must not be overwritten
+    native._build.cache_clear()
+    try:
+        assert native.library() is not None and native.reason() is None
+        assert cached.read_bytes()[:4] == b"\x7fELF" and not (tmp_path / "tmp").exists()
+    finally:
+        native._build.cache_clear()

@@ -3,9 +3,10 @@
 numpy spends one pass over a ``[B, V]`` array per operation; the optimal rule's bucketed route (``buckets.c``, see
 its header) needs about ten for what a loop does in two. The kernels are built once per source text, compiler and
 platform into a cache folder (``$OTLP_CACHE``, else ``$XDG_CACHE_HOME/otlp`` or ``~/.cache/otlp``, else the temporary
-folder) with ``$CC`` or ``cc``, and loaded with ctypes, which lets go of the GIL during a call (so the row chunks of
-:mod:`otlp.threads` run side by side). Where no compiler works, or with ``OTLP_NATIVE=0``, :func:`library` returns
-None and the callers take their numpy route, which gives the same answers (tests/test_native.py).
+folder) with ``$CC`` or ``cc`` (a cached file that does not load is built again), and loaded with ctypes, which lets
+go of the GIL during a call (so the row chunks of :mod:`otlp.threads` run side by side). Where no compiler works, or
+with ``OTLP_NATIVE=0``, :func:`library` returns None and the callers take their numpy route, which gives the same
+answers (tests/test_native.py).
 """
 
 from __future__ import annotations
@@ -72,23 +73,32 @@ def _flags() -> tuple[str, ...]:
     return (*FLAGS, "-mavx2") if has_avx2 else FLAGS
 
 
+def _file_name(compiler: str, flags: tuple[str, ...]) -> str:
+    """The cached library's file name: a hash of the source text, compiler, flags and platform."""
+    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), compiler.encode(), " ".join(flags).encode(),
+                                     platform.machine().encode(), sys.platform.encode()])).hexdigest()[:16]
+    return f"otlp_native_{key}.so"
+
+
 @functools.cache
 def _build() -> ctypes.CDLL | None:
     compiler, flags = os.environ.get("CC", "cc"), _flags()
-    text = SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join([text, compiler.encode(), " ".join(flags).encode(),
-                                     platform.machine().encode(), sys.platform.encode()])).hexdigest()[:16]
+    name = _file_name(compiler, flags)
     for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"otlp-{os.getuid() if hasattr(os, 'getuid') else 0}"):
-        target = folder / f"otlp_native_{key}.so"
+        target = folder / name
         try:
-            if not target.exists():
-                folder.mkdir(parents=True, exist_ok=True)
-                partial = folder / f".{target.name}.{os.getpid()}"  # built aside, then renamed: no half-written file
-                subprocess.run([compiler, *flags, "-o", str(partial), str(SOURCE)], check=True, capture_output=True,
-                               timeout=120)
-                os.replace(partial, target)
+            if target.exists():
+                try:
+                    return _declare(ctypes.CDLL(str(target)))
+                except (OSError, AttributeError):  # a cached file that does not load (truncated, overwritten): rebuilt
+                    target.unlink()
+            folder.mkdir(parents=True, exist_ok=True)
+            partial = folder / f".{target.name}.{os.getpid()}"  # built aside, then renamed: no half-written file
+            subprocess.run([compiler, *flags, "-o", str(partial), str(SOURCE)], check=True, capture_output=True,
+                           timeout=120)
+            os.replace(partial, target)
             return _declare(ctypes.CDLL(str(target)))
-        except (OSError, subprocess.SubprocessError) as exc:
+        except (OSError, AttributeError, subprocess.SubprocessError) as exc:
             detail = getattr(exc, "stderr", None)
             text = detail.decode(errors="replace").strip() if isinstance(detail, bytes) and detail.strip() else str(exc)
             _FAILURES.append(f"{target}: {text.splitlines()[0] if text else type(exc).__name__}")

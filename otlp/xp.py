@@ -253,7 +253,7 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     same = trunc[:, 1:] == trunc[:, :-1]  # [B, V - 1]: position i + 1 ties position i
     if not same.any():
         return np.ascontiguousarray(order)
-    kbits = np.take_along_axis(key.view(np.int64), order, axis=-1)  # [B, V] the exact keys' bits in that order
+    kbits = take(key.view(np.int64), order)  # [B, V] the exact keys' bits in that order
     bad = (same & (kbits[:, 1:] != kbits[:, :-1])).any(axis=-1)  # [B] a tie of truncated keys only
     if not bad.any():
         return np.ascontiguousarray(order)

@@ -73,8 +73,7 @@ def _host_rho(P: np.ndarray, Q: np.ndarray, n: int, steps: int) -> np.ndarray:
     LM row after 4 steps, so the last steps cost next to nothing: float32 rows take about 23 passes over the whole
     rows instead of 81 (first stages of 3 to 8 steps measured at V = 32k and 128k: 3 and 4 the fastest). The second
     stage runs once for the whole batch, not once per chunk: its steps on a few hundred tokens are numpy calls whose
-    cost does not depend on the rows they hold (at B = 64, V = 152k, 22 chunks' second stages were ~13% of K-SEQ's
-    call)."""
+    cost hardly depends on the rows they hold."""
     first = min(steps, HOST_FULL_STEPS)
     parts = threads.map_chunks(lambda sl: _first_stage(P[sl], Q[sl], n, first, first < steps), X.row_chunks(P))
     if first == steps:
@@ -93,9 +92,9 @@ def _host_rho(P: np.ndarray, Q: np.ndarray, n: int, steps: int) -> np.ndarray:
 
 
 def _first_stage(P: np.ndarray, Q: np.ndarray, n: int, steps: int, inner: bool) -> tuple:
-    """:func:`_host_rho`'s first stage on rows ``P, Q [b, V]``: ``steps`` bisection steps over the whole rows, then
-    ``(lo, hi)`` (``[b, 1]`` each), with ``inner`` also the classes of that bracket: ``(lo, hi, A, C, Pm, Qm)``, A
-    and C ``[b, 1]`` and the inner tokens' p and q left-aligned, zero-padded ``[b, T]``."""
+    """:func:`_host_rho`'s first stage on rows ``P, Q [b, V]``: the bracket ``(lo, hi)`` (``[b, 1]`` each) after
+    ``steps`` bisection steps over the whole rows; with ``inner`` also its classes, ``(lo, hi, A, C, Pm, Qm)``: A and
+    C ``[b, 1]`` and the inner tokens' p and q left-aligned, zero-padded ``[b, T]``."""
     lo, hi = _bisect(P, Q, n, steps)  # [b, 1]
     if not inner:
         return lo, hi

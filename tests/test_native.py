@@ -177,6 +177,10 @@ def test_the_value_check_hands_its_sums_to_the_optimal_rule() -> None:
         assert len(passes) == 2  # the check's pass over p and over q; the rule took none of its own
         without = opt.sample(p, q, drafts, uniforms=u, validate=False)
         assert len(passes) == 4  # unchecked, the rule sums the rows itself
+        passes.clear()
+        check_tensors(p, q.half(), drafts, totals=(mixed := []))
+        check_tensors(p.half(), q, drafts, totals=mixed)
+        assert passes == [] and mixed == []  # a float16 q (or p) is checked by torch: p's (q's) pass is not taken
     finally:
         native.row_stats = stats
     assert all(torch.equal(a, b) for a, b in zip(with_check, without, strict=True))

@@ -218,13 +218,18 @@ def _host_row_stats(x):  # noqa: ANN001, ANN202 - a tensor [..., V] -> (total, l
     """The float64 sum and the least entry of each row of a host float32 / float64 tensor, in one pass of
     :mod:`otlp.native`'s kernel (exact float64 sums; a NaN or infinite entry makes its row's sum non-finite); None on
     a device, for other dtypes, or where the kernels are not built."""
-    import torch
-
     from otlp import native
 
-    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
+    if not _host_dtype(x):
         return None
     return native.row_stats(x.detach().reshape(-1, x.shape[-1]).numpy())
+
+
+def _host_dtype(x) -> bool:  # noqa: ANN001 - a tensor
+    """Whether :func:`_host_row_stats` can take ``x``'s rows: a host float32 or float64 tensor."""
+    import torch
+
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
 
 
 def _row_ok(x, V: int, host=None):  # noqa: ANN001, ANN202 - [..., V] -> [...] bool
@@ -253,8 +258,8 @@ def _check_values(p, q, drafts, V: int):  # noqa: ANN001, ANN202
     device, and None."""
     import torch
 
-    host = None, None  # q's stats only once p's route is known: a pass over q that torch would repeat is not taken
-    if drafts.device.type == "cpu" and (hp := _host_row_stats(p)) is not None \
+    host = None, None  # both or neither on the host: a pass over p or q that torch would repeat is not taken
+    if drafts.device.type == "cpu" and _host_dtype(q) and (hp := _host_row_stats(p)) is not None \
             and (hq := _host_row_stats(q)) is not None:
         host = hp, hq
     if host[0] is None:

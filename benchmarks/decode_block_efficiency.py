@@ -4,7 +4,8 @@ For each verifier (on its own draft scheme) and n, one decode run over the same 
 block efficiency (tokens per target call), acceptance at depth 1, tokens/s and the verifier's share of the time,
 and the ratio of block efficiency to the i.i.d. "optimal" rule's. Theory: for one draft scheme, "optimal" (alpha*)
 >= every other rule in per-node acceptance. Writes benchmarks/results/decode_block_efficiency.json and publishes the
-README table (block efficiency / acceptance at depth 1 by verifier and n; benchmarks/published/, readme_tables.py).
+README tables (block efficiency / acceptance at depth 1, and the verifier's share of the time, by verifier and n;
+benchmarks/published/, readme_tables.py).
 Run: python benchmarks/decode_block_efficiency.py [--tokens 256 --batch 16 --L 4]
 README: python benchmarks/decode_block_efficiency.py --tokens 96 --batch 32
 
@@ -223,24 +224,25 @@ def paths_gap(args: argparse.Namespace) -> None:
 
 
 def publish(rows: list[dict], args: argparse.Namespace) -> None:
-    """The README table: one row per verifier, ``block efficiency / acceptance at depth 1`` per n (- where not run)."""
+    """The README tables, one row per verifier and one column per n (- where not run): ``block efficiency /
+    acceptance at depth 1`` (``block_efficiency``) and the verifier's share of the run's time (``verifier_share``;
+    the rest is drafting, the target calls and the loop)."""
     ns = sorted({r["n"] for r in rows})
     names = [v for v in ORDER if any(r["verifier"] == v for r in rows)]
     names += sorted({r["verifier"] for r in rows} - set(names))
-    cells = []
-    for name in names:
-        mine = {r["n"]: r for r in rows if r["verifier"] == name}
-        scheme = next(iter(mine.values()))["scheme"]
-        row = [f"{name} ({SCHEME_LABEL.get(scheme, scheme)})"]
-        for n in ns:
-            r = mine.get(n)
-            row.append("-" if r is None or "refused" in r else
-                       f"{r['block_efficiency']:.3f} / {r['acceptance_depth1']:.3f}")
-        cells.append(row)
     columns = ["verifier (scheme)", *(f"n = {n}" for n in ns)]
     settings = {"tokens": args.tokens, "batch": args.batch, "L": args.L, "seed": args.seed}
-    readme_tables.publish("decode_block_efficiency", "block_efficiency", columns, cells, settings)
-    print("\n<!-- table: decode_block_efficiency/block_efficiency -->\n" + readme_tables.markdown(columns, cells))
+    cell = {"block_efficiency": lambda r: f"{r['block_efficiency']:.3f} / {r['acceptance_depth1']:.3f}",
+            "verifier_share": lambda r: f"{100 * r['verifier_share']:.1f}%"}
+    for table, fmt in cell.items():
+        cells = []
+        for name in names:
+            mine = {r["n"]: r for r in rows if r["verifier"] == name}
+            scheme = next(iter(mine.values()))["scheme"]
+            cells.append([f"{name} ({SCHEME_LABEL.get(scheme, scheme)})",
+                          *("-" if mine.get(n) is None or "refused" in mine[n] else fmt(mine[n]) for n in ns)])
+        readme_tables.publish("decode_block_efficiency", table, columns, cells, settings)
+        print(f"\n<!-- table: decode_block_efficiency/{table} -->\n" + readme_tables.markdown(columns, cells))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    before m* at or below psi* (the first argmin), none after it below; the served group's positions s .. top hold no
    run, and no run's inside reaches psi_s (inner group) or psi_e (outer group) where that would move s or e; for a
    rejected tuple, no run's inside at or after M at or below tau, and position M a token. A row that fails gets the
-   failing runs' buckets sorted too and is tried once more (``ATTEMPTS``); then the caller takes the full sort.
+   failing runs' buckets sorted too and is tried once more (``ATTEMPTS``); then the caller takes the full sort. A
+   row whose compressed instance would hold more than 1 / ``FULL_SORT_SHARE`` of its tokens (a draft close to the
+   target: its ratios fill a few octaves' buckets) takes the full sort without a try.
 
 The per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows (``CHUNK``), side by side
 on :mod:`otlp.threads` when torch has several threads; 4 and 5 run once for all the rows of a call, in groups of rows
@@ -56,6 +58,10 @@ MIN_V = 8192
 MIN_ENTRIES = 1 << 16
 #: rows tried again with the failing runs sorted, before the full sort.
 ATTEMPTS = 2
+#: a row whose compressed instance holds more than 1 / FULL_SORT_SHARE of its tokens takes the full sort at once: a
+#: draft close to the target (ratios within a few octaves) selects most buckets, and its first attempt then fails
+#: and its second is a full sort with the buckets' work on top.
+FULL_SORT_SHARE = 5
 #: rows per chunk of the per-token passes (:func:`verify_chunks`): at most this many entries of one [rows, V] array,
 #: and one chunk per host thread at least. Each chunk also pays its bucket levels and selection (a few dozen numpy
 #: calls on [rows, NB] arrays), so with the C kernels fewer chunks cost less: against 2^19, 2^21 took 0.89-0.95x the
@@ -160,9 +166,11 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     found = _Found.join(threads.map_chunks(chunk, range(0, B, step)), step)
     tokens, index = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
     done = np.zeros(B, dtype=bool)
-    groups = _groups(np.bincount(found.F // V, minlength=B) + found.selected.sum(1))
+    sizes = np.bincount(found.F // V, minlength=B) + found.selected.sum(1)  # [B] compressed instance sizes
+    small = np.flatnonzero(sizes * FULL_SORT_SHARE <= V)  # the others take the full sort now: they hardly compress
+    groups = [small[g] for g in _groups(sizes[small])]
     for rows in groups:  # rows of similar compressed sizes: [rows, K] pads each row to the largest K
-        part = found if len(groups) == 1 else found.take(rows)
+        part = found if rows.size == B else found.take(rows)
         for attempt in range(ATTEMPTS):
             t, i, ok, bad = _attempt(part, w[rows], U[rows], n, sc)
             tokens[rows[ok]], index[rows[ok]], done[rows[ok]] = t[ok], i[ok], True

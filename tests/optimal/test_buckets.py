@@ -106,8 +106,9 @@ def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.Monk
 def test_rows_grouped_by_compressed_size_draw_what_the_full_sort_draws(monkeypatch: pytest.MonkeyPatch) -> None:
     """With no slack the compressed instances are solved in several groups of rows (each padded to its largest
     row), and every certified row still equals the full sort; the groups cover every row once and pad each to at
-    most twice its rows' own sizes."""
+    most twice its rows' own sizes (every row tried: FULL_SORT_SHARE near 0)."""
     monkeypatch.setattr(BK, "GROUP_SLACK", 0)
+    monkeypatch.setattr(BK, "FULL_SORT_SHARE", 1e-9)
     seen = []
     original = BK._groups
 
@@ -127,6 +128,33 @@ def test_rows_grouped_by_compressed_size_draw_what_the_full_sort_draws(monkeypat
         np.testing.assert_array_equal(np.sort(np.concatenate(groups)), np.arange(sizes.size))
         for g in groups:
             assert g.size * sizes[g].max() <= 2 * sizes[g].sum()
+
+
+def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row whose compressed instance would hold more than 1 / FULL_SORT_SHARE of its tokens (here a draft close
+    to the target: every ratio within a few octaves) is not tried on the buckets; the CPU sampler gives it the full
+    sort, and every row draws what the full sort draws."""
+    import torch
+
+    from otlp.optimal.sampler import verify
+
+    attempts = []
+    original = BK._attempt
+    monkeypatch.setattr(BK, "_attempt", lambda found, *a: (attempts.append(found.selected.shape[0]),
+                                                            original(found, *a))[1])
+    rng = np.random.default_rng(5)
+    P, Q, W = _lm(rng, 6, 20_000, 4)
+    close = np.exp(np.log(P[2]) + 0.02 * rng.normal(size=20_000))  # all but a few percent of its tokens selected
+    Q[2] = close / close.sum()
+    W[2] = rng.choice(20_000, size=4, p=Q[2])
+    U = rng.random((6, 2))
+    tokens, index, done = BK.verify_rows(P, Q, W, U, 4)
+    assert not done[2] and done[[0, 1, 3, 4, 5]].all() and max(attempts) <= 5  # row 2 was never attempted
+    t0, i0 = _full(P, Q, W, U, 4)
+    np.testing.assert_array_equal(tokens[done], t0[done])
+    t1, i1 = verify(torch.from_numpy(P), torch.from_numpy(Q), torch.from_numpy(W), torch.from_numpy(U))
+    np.testing.assert_array_equal(t1.numpy(), t0)
+    np.testing.assert_array_equal(i1.numpy(), i0)
 
 
 def _drafts_only(self, draft_buckets, u):  # noqa: ANN001, ANN202

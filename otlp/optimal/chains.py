@@ -46,7 +46,7 @@ from math import comb, inf
 import numpy as np
 
 from otlp import xp as X
-from otlp.psi import ratio_keys, sorted_psi
+from otlp.psi import int_power, ratio_keys, sorted_psi
 
 #: Newton steps of :func:`slot_mass` for n >= 3 when the caller cannot iterate to convergence (device code). From the
 #: tighter of two upper bounds of the root (module docstring of :func:`slot_mass`) the iteration converges
@@ -336,7 +336,7 @@ def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: AN
         y = xp.where(b >= 0, 2.0 * gap / xp.where(den > 0, den, 1.0), 0.5 * (root - b))
         return X.minimum(X.maximum(y, 0.0), L)
     # upper bound A: y (b + D1 y) = gap with b = n H^(n-1) - r, D1 = C(n, 2) H^(n-2)
-    Hn2 = H ** (n - 2)
+    Hn2 = int_power(H, n - 2)
     b = n * Hn2 * H - r_below
     D1 = comb(n, 2) * Hn2
     root = xp.sqrt(b * b + 4.0 * D1 * gap)
@@ -365,7 +365,10 @@ def _horner_terms(H, n: int) -> tuple[list, list]:  # noqa: ANN001
     if n > POWER_GAP_EXPANSION_MAX:
         return [], []
     coef = [comb(n, j + 1) for j in range(n)]  # C(n, j + 1): a few integers
-    powers = [H ** (n - 1 - j) for j in range(n - 1)]
+    powers = [H]  # H^(n - 1 - j) for j = n - 2 down to 0, each from the last by one multiplication (numpy's ** with
+    for _ in range(n - 2):  # an integer exponent above 2 calls pow per entry)
+        powers.append(powers[-1] * H)
+    powers.reverse()
     return [coef[j] * powers[j] for j in range(n - 1)], [0.0] + [j * coef[j] * powers[j] for j in range(1, n - 1)]
 
 

@@ -78,8 +78,6 @@ def _host_rho(P: np.ndarray, Q: np.ndarray, n: int, steps: int) -> np.ndarray:
     parts = threads.map_chunks(lambda sl: _first_stage(P[sl], Q[sl], n, first, first < steps), X.row_chunks(P))
     if first == steps:
         return np.concatenate([part[1] for part in parts])[:, 0]
-    if len(parts) == 1:
-        return _bisect(parts[0][4], parts[0][5], n, steps - first, *parts[0][:4])[1][:, 0]
     lo, hi, A, C = (np.concatenate([part[k] for part in parts]) for k in range(4))  # [B, 1] each
     Pm = np.zeros((P.shape[0], max(part[4].shape[1] for part in parts)), dtype=P.dtype)  # [B, Tmax]
     Qm = np.zeros_like(Pm)

@@ -15,6 +15,7 @@ the CPU with one thread and with torch's default threads, and on CUDA when a GPU
     python benchmarks/verifiers.py --from-json benchmarks/results/verifiers.json   # publish a finished run
     python benchmarks/verifiers.py --device cuda --reps 10            # the CUDA table
     python benchmarks/verifiers.py --device cuda --compile --V 128000 --B 64   # and compile=True (a compile per shape)
+    python benchmarks/verifiers.py --device cuda --graph --reps 10    # every rule captured in a CUDA graph
     python benchmarks/verifiers.py --device cpu --threads 1 --draft-noise 1 0.5 --V 2000 32000 128000 --n 4
                                                         # close drafts (the README's close-drafts table)
 """
@@ -32,6 +33,7 @@ import torch
 
 from otlp import native
 from otlp.verifiers import get
+from otlp.verifiers.base import validation
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import readme_tables  # noqa: E402 - benchmarks/readme_tables.py, beside this script
@@ -73,24 +75,56 @@ def _times(fns: dict[str, object], reps: int, device: str) -> dict[str, float]:
     return {name: statistics.median(ts) for name, ts in out.items()}
 
 
+def _graphed(fn):  # noqa: ANN001, ANN202
+    """``fn`` captured once in a CUDA graph (after two warm-up calls on a side stream, as ``torch.cuda.graphs``
+    asks): its replay, which launches the captured kernels with no Python or launch overhead."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int,
-                compiled: bool = False, noise: float | None = None) -> dict[str, object]:
-    """One grid point; ``compiled``: also the optimal rule with ``compile=True`` (``optimal_compiled``; its first
+                compiled: bool = False, noise: float | None = None, graphs: bool = False) -> dict[str, object]:
+    """One grid point. ``compiled``: also the optimal rule with ``compile=True`` (``optimal_compiled``; its first
     call, which compiles, is the warm-up), and how many of its tokens / slots differ from the eager call's for the
     same uniforms (``optimal_compiled_mismatches``, out of 2 B); ``noise``: the close draft of :func:`_inputs`
-    (recorded with the rows' mean 1 - TV(p, q), ``draft_acceptance``)."""
+    (recorded with the rows' mean 1 - TV(p, q), ``draft_acceptance``); ``graphs`` (CUDA): every call captured in a
+    CUDA graph and timed as a replay, as a serving engine that graphs its decode step runs it (value checks off,
+    since they synchronise; randomness from the device's default generator, which graphs capture; a call that
+    cannot be captured gets ``<name>_graph_error`` instead of a time)."""
     p, q, drafts = _inputs(B, V, n, device, noise=noise)
     gen = torch.Generator(device=device).manual_seed(0)
     fns = {"read_floor": lambda: p.sum() + q.sum()}
+    errors = {}
     for rule in rules:
         verifier = get(rule)
-        fns[rule] = lambda v=verifier: v.sample(p, q, drafts, gen)
+        fns[rule] = lambda v=verifier: v.sample(p, q, drafts, None if graphs else gen)
     optimal = get("optimal")
     if compiled:
-        fns["optimal_compiled"] = lambda: optimal.sample(p, q, drafts, gen, compile=True)
+        fns["optimal_compiled"] = lambda: optimal.sample(p, q, drafts, None if graphs else gen, compile=True)
+    if graphs:
+        with validation(False):
+            for name, fn in list(fns.items()):
+                try:
+                    fns[name] = _graphed(fn)
+                except RuntimeError as exc:  # a host sync or a data-dependent shape inside the call
+                    errors[f"{name}_graph_error"] = str(exc).splitlines()[0][:200]
+                    del fns[name]
+                    torch.cuda.synchronize()
     seconds = _times(fns, max(reps, 1), device)
     out = {"device": device, "threads": torch.get_num_threads(), "B": B, "V": V, "n": n,
-           **{f"{name}_ms": 1e3 * s for name, s in seconds.items()}}
+           **{f"{name}_ms": 1e3 * s for name, s in seconds.items()}, **errors}
+    if graphs:
+        out["graphs"] = True
+        del fns
+        torch.cuda.empty_cache()
     if noise is not None:
         out.update(draft_noise=noise, draft_acceptance=float(torch.minimum(p, q).sum(1).mean()))
     if compiled:
@@ -102,8 +136,9 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
 
 def publish(rows: list[dict], meta: dict) -> None:
     """The README's tables from a run: one per (device, threads) setting that covers the whole grid with all five
-    rules, ``<device>_compiled`` for the points measured with ``--compile`` (eager and compiled side by side), and
-    ``<setting>_close_drafts`` for the points measured with ``--draft-noise`` (whatever part of the grid was run)."""
+    rules, ``<device>_compiled`` for the points measured with ``--compile`` (eager and compiled side by side),
+    ``<setting>_close_drafts`` for the points measured with ``--draft-noise`` (whatever part of the grid was run),
+    and ``cuda_graphs`` / ``cuda_graphs_compiled`` likewise for the calls replayed from CUDA graphs (``--graph``)."""
     grid = {(V, n, B) for V in SIZES for n in (2, 4, 8) for B in (1, 8, 64)}
     for device, threads in sorted({(r["device"], r["threads"]) for r in rows}):
         settings = {**meta, "device": device, "threads": threads}
@@ -116,21 +151,30 @@ def publish(rows: list[dict], meta: dict) -> None:
                       f"{r['read_floor_ms']:.3f}", *(f"{r[f'{x}_ms']:.2f}" for x in RULES),
                       f"{r['optimal_ms'] / r['rrs_ms']:.1f}"] for r in close]
             _publish_table(f"{name}_close_drafts", cols, cells, settings)
-        mine = [r for r in rows if (r["device"], r["threads"]) == (device, threads) and "draft_noise" not in r]
-        if {(r["V"], r["n"], r["B"]) for r in mine} == grid and all(f"{x}_ms" in r for r in mine for x in RULES):
-            cols = ["V", "n", "B", "read floor", *RULES, "optimal / rrs"]
-            cells = [[f"{r['V']:,}", str(r["n"]), str(r["B"]), f"{r['read_floor_ms']:.3f}",
-                      *(f"{r[f'{x}_ms']:.2f}" for x in RULES), f"{r['optimal_ms'] / r['rrs_ms']:.2f}"] for r in mine]
-            _publish_table(name, cols, cells, settings)
-        comp = [r for r in mine if "optimal_compiled_ms" in r and "rrs_ms" in r and "optimal_ms" in r]
-        if comp:
-            cols = ["V", "n", "B", "rrs", "optimal", "optimal, compile=True", "compiled / rrs", "eager / compiled",
-                    "outputs unlike eager"]
-            cells = [[f"{r['V']:,}", str(r["n"]), str(r["B"]), f"{r['rrs_ms']:.2f}", f"{r['optimal_ms']:.2f}",
-                      f"{r['optimal_compiled_ms']:.2f}", f"{r['optimal_compiled_ms'] / r['rrs_ms']:.2f}",
-                      f"{r['optimal_ms'] / r['optimal_compiled_ms']:.2f}",
-                      f"{r['optimal_compiled_mismatches']} of {2 * r['B']}"] for r in comp]
-            _publish_table(f"{device}_compiled", cols, cells, settings)
+        for graphs, suffix in ((False, ""), (True, "_graphs")):  # eager calls, and calls replayed from CUDA graphs
+            mine = [r for r in rows if (r["device"], r["threads"]) == (device, threads) and "draft_noise" not in r
+                    and bool(r.get("graphs")) == graphs]
+            if {(r["V"], r["n"], r["B"]) for r in mine} == grid and all(f"{x}_ms" in r or f"{x}_graph_error" in r
+                                                                      for r in mine for x in RULES):
+                cols = ["V", "n", "B", "read floor", *RULES, "optimal / rrs"]
+                cells = [[f"{r['V']:,}", str(r["n"]), str(r["B"]), _ms(r, "read_floor", 3), *(_ms(r, x) for x in RULES),
+                          f"{r['optimal_ms'] / r['rrs_ms']:.2f}" if "optimal_ms" in r and "rrs_ms" in r else "-"]
+                         for r in mine]
+                _publish_table(name + suffix, cols, cells, settings)
+            comp = [r for r in mine if "optimal_compiled_ms" in r and "rrs_ms" in r and "optimal_ms" in r]
+            if comp:
+                cols = ["V", "n", "B", "rrs", "optimal", "optimal, compile=True", "compiled / rrs", "eager / compiled",
+                        "outputs unlike eager"]
+                cells = [[f"{r['V']:,}", str(r["n"]), str(r["B"]), f"{r['rrs_ms']:.2f}", f"{r['optimal_ms']:.2f}",
+                          f"{r['optimal_compiled_ms']:.2f}", f"{r['optimal_compiled_ms'] / r['rrs_ms']:.2f}",
+                          f"{r['optimal_ms'] / r['optimal_compiled_ms']:.2f}",
+                          f"{r['optimal_compiled_mismatches']} of {2 * r['B']}"] for r in comp]
+                _publish_table(f"{device}{suffix}_compiled", cols, cells, settings)
+
+
+def _ms(row: dict, name: str, digits: int = 2) -> str:
+    """A row's time for ``name`` in ms, or "-" where it has none (a call that a CUDA graph could not capture)."""
+    return f"{row[f'{name}_ms']:.{digits}f}" if f"{name}_ms" in row else "-"
 
 
 def _publish_table(name: str, cols: list[str], cells: list[list[str]], settings: dict) -> None:
@@ -154,6 +198,9 @@ def main(argv: list[str] | None = None) -> None:
                          "(1 - TV about 0.64 at 1, 0.81 at 0.5); each point once per SIGMA")
     ap.add_argument("--compile", action="store_true",
                     help="on CUDA, also the optimal rule with compile=True (torch.compile; each new shape compiles)")
+    ap.add_argument("--graph", action="store_true",
+                    help="on CUDA, time each call captured in a CUDA graph (replays; value checks off) instead of "
+                         "eagerly: the README's CUDA-graph table")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "verifiers.json"))
     ap.add_argument("--from-json", metavar="PATH", help="publish the README tables of a finished run and exit")
     args = ap.parse_args(argv)
@@ -189,17 +236,18 @@ def main(argv: list[str] | None = None) -> None:
         for noise, V, n, B in ((s, V, n, B) for s in (args.draft_noise or [None]) for V in sizes for n in ns
                                for B in batches):
             compiled = args.compile and device == "cuda"
-            r = bench_point(args.rules, B, V, n, device, args.reps, compiled, noise)
+            r = bench_point(args.rules, B, V, n, device, args.reps, compiled, noise, args.graph and device == "cuda")
             rows.append(r)
-            line = f"{V:>7} {n:>2} {B:>3} {r['read_floor_ms']:>8.3f} "
-            line += " ".join(f"{r[f'{x}_ms']:>9.2f}" for x in args.rules)
-            if {"optimal", "rrs"} <= set(args.rules):
+            line = f"{V:>7} {n:>2} {B:>3} {_ms(r, 'read_floor', 3):>8} "
+            line += " ".join(f"{_ms(r, x):>9}" for x in args.rules)
+            if "optimal_ms" in r and "rrs_ms" in r:
                 line += f" {r['optimal_ms'] / r['rrs_ms']:>6.2f}"
             if compiled:
                 line += (f"  compiled {r['optimal_compiled_ms']:.2f} ms"
                          f" ({r['optimal_compiled_mismatches']} outputs differ from eager)")
             if noise is not None:
                 line += f"  draft noise {noise:g} (1 - TV {r['draft_acceptance']:.2f})"
+            line += "".join(f"  {k}: {v}" for k, v in r.items() if k.endswith("_graph_error"))
             print(line, flush=True)
     torch.set_num_threads(default_threads)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

@@ -251,7 +251,7 @@ class KVTreeCache:
             extra["logits_to_keep"] = keep
         out = self.model(input_ids=tokens, position_ids=pos_in, attention_mask=mask[:, None],  # type: ignore
                          use_cache=True, **extra)
-        returned = getattr(out, "past_key_values", None)
+        returned = getattr(out, self._cache_kw, None)  # named as the input (transformers 5.2x: cache)
         if returned is not None and returned is not self.cache:
             self.cache = returned
         self.passes += 1

@@ -204,6 +204,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "verifiers.json"))
     ap.add_argument("--from-json", metavar="PATH", help="publish the README tables of a finished run and exit")
     args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available() and not args.from_json:
+        ap.error("--device cuda needs a CUDA device, and torch sees none (torch.cuda.is_available() is False)")
+    if (args.graph or args.compile) and args.device == "cpu":
+        ap.error(f"{'--graph' if args.graph else '--compile'} applies to CUDA calls only; use --device cuda or all")
     if args.from_json:
         with open(args.from_json, encoding="utf-8") as fh:
             done = json.load(fh)

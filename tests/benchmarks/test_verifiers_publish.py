@@ -1,4 +1,5 @@
-"""benchmarks/verifiers.py: which README tables a finished run publishes (no timings are asserted here).
+"""benchmarks/verifiers.py: which README tables a finished run publishes, and which runs it refuses (no timings are
+asserted here).
 
 Eager and CUDA-graph rows are kept apart: a partial run (``--compile --V 128000 --B 64``, say) publishes only its
 compiled table and never overwrites a whole-grid table with a few points; a rule that a CUDA graph could not capture
@@ -60,3 +61,14 @@ def test_a_partial_compiled_run_publishes_only_its_compiled_tables(vb, capsys) -
     assert set(vb.published) == {"cuda_compiled", "cuda_graphs_compiled"}
     cols, cells = vb.published["cuda_graphs_compiled"]
     assert len(cells) == 3 and cells[0][cols.index("compiled / rrs")] == f"{2.5 / 2.0:.2f}"
+
+
+def test_cuda_only_options_without_cuda_calls_are_refused(vb, capsys) -> None:
+    import torch
+
+    for argv in (["--device", "cpu", "--graph"], ["--device", "cpu", "--compile"]) + (
+            () if torch.cuda.is_available() else (["--device", "cuda"],)):
+        with pytest.raises(SystemExit) as exc:
+            vb.main(argv)
+        assert exc.value.code == 2
+        assert "error: --" in capsys.readouterr().err

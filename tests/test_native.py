@@ -4,8 +4,6 @@ tokens; and the fallback to numpy where no kernel can be built."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -219,7 +217,7 @@ def test_a_cached_library_that_does_not_load_is_rebuilt(monkeypatch: pytest.Monk
     the same folder, not skipped for the temporary folder on every later start."""
     monkeypatch.setenv("OTLP_CACHE", str(tmp_path))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
-    cached = tmp_path / native._file_name(os.environ.get("CC", "cc"), native._flags())
+    cached = tmp_path / native._file_name(native._compiler(), native._flags())
     cached.write_bytes(b"not a shared library")  # never loaded before: a loaded file must not be overwritten
     native._build.cache_clear()
     try:

@@ -80,9 +80,14 @@ def _file_name(compiler: str, flags: tuple[str, ...]) -> str:
     return f"otlp_native_{key}.so"
 
 
+def _compiler() -> str:
+    """The C compiler the kernels are built with: ``$CC``, else ``cc``."""
+    return os.environ.get("CC", "cc")
+
+
 @functools.cache
 def _build() -> ctypes.CDLL | None:
-    compiler, flags = os.environ.get("CC", "cc"), _flags()
+    compiler, flags = _compiler(), _flags()
     name = _file_name(compiler, flags)
     for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"otlp-{os.getuid() if hasattr(os, 'getuid') else 0}"):
         target = folder / name

@@ -76,18 +76,11 @@ def _times(fns: dict[str, object], reps: int, device: str) -> dict[str, float]:
 
 
 def _graphed(fn):  # noqa: ANN001, ANN202
-    """``fn`` captured once in a CUDA graph (after two warm-up calls on a side stream, as ``torch.cuda.graphs``
-    asks): its replay, which launches the captured kernels with no Python or launch overhead."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
+    """``fn`` captured once in a CUDA graph (:func:`otlp.cuda_graphs.capture`): its replay, which launches the
+    captured kernels with no Python or launch overhead."""
+    from otlp.cuda_graphs import capture
+
+    return capture(fn)[0].replay
 
 
 def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int,

@@ -97,6 +97,9 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
                         help="HF models: cached = accepted context in the KV cache, one tree-attention pass per "
                              "step (default; falls back to recompute, with a warning, for a model that cannot "
                              "take a custom attention mask); recompute = every tree node's prefix from scratch")
+    parser.add_argument("--no-cuda-graphs", action="store_true",
+                        help="on a CUDA device, launch the optimal verifier's kernels on every call instead of "
+                             "replaying a CUDA graph captured per call shape (the default; same tokens)")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip plain target sampling (two runs: the token-law comparison with its noise "
                              "floor, and the speed ratio)")
@@ -187,7 +190,8 @@ def run_decode_cli(args: argparse.Namespace) -> int:
         result = decode(pair.draft, pair.target, args.verifier, args.n, args.L, prompts=prompts,
                         max_new_tokens=args.max_new_tokens, scheme=args.scheme, temperature=args.temperature,
                         top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                        progress=bar.update if bar is not None else None, capture=capture, tree=args.tree)
+                        progress=bar.update if bar is not None else None, capture=capture, tree=args.tree,
+                        cuda_graphs=not args.no_cuda_graphs)
         if bar is not None:
             bar.close()
         report: dict = {"models": pair.description, "metrics": result.metrics.as_dict(),

@@ -96,10 +96,11 @@ def _gather_slots(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 class KVTreeCache:
     """The accepted contexts of a batch of sequences in one model's KV cache, with tree passes on top.
 
-    ``tree(ids, contexts, drafts [A, n, d])`` -> logits float32 [A, n, d + 1, V] (CPU): index 0 the root (the
-    law after the context), index j the node at depth j of path i. ``grow(tokens [A, n])`` -> logits [A, n, V]:
-    one more depth on every path of the tree in flight. ``commit(tau [A], path [A])``: keep the pending tokens and
-    the first ``tau - 1`` nodes of path ``path`` (the accepted drafted tokens), drop the rest of the tree.
+    ``tree(ids, contexts, drafts [A, n, d])`` -> logits float32 [A, n, d + 1, V] (on the model's device): index 0
+    the root (the law after the context), index j the node at depth j of path i. ``grow(tokens [A, n])`` ->
+    logits [A, n, V]: one more depth on every path of the tree in flight. ``commit(tau [A], path [A])``: keep the
+    pending tokens and the first ``tau - 1`` nodes of path ``path`` (the accepted drafted tokens), drop the rest of
+    the tree.
     ``ids`` are the caller's row ids; rows missing from a later call are dropped from the cache.
     """
 
@@ -192,7 +193,7 @@ class KVTreeCache:
         self._lengths = length.to(self.device)
         logits = self._push(tokens, pos, valid, qpath, qdepth, keep=n * d + 1)  # [A, n*d + 1, V] (or [A, Q, V])
         self._depth = d
-        out = torch.empty((A, n, d + 1, self.vocab_size), dtype=torch.float32)
+        out = torch.empty((A, n, d + 1, self.vocab_size), dtype=torch.float32, device=logits.device)
         root = logits.shape[1] - n * d - 1
         out[:, :, 0] = logits[:, root, None, :]
         out[:, :, 1:] = logits[:, root + 1 :].view(A, n, d, self.vocab_size)
@@ -261,7 +262,7 @@ class KVTreeCache:
         self.lm.positions += pushed
         self._flight_pos = kpos_flight
         self._flight_path, self._flight_depth = kpath, kdepth
-        return out.logits[..., : self.vocab_size].float().cpu()
+        return out.logits[..., : self.vocab_size].float()  # on the model's device
 
     @torch.no_grad()
     def commit(self, tau: torch.Tensor, path: torch.Tensor) -> None:
@@ -320,7 +321,7 @@ def probe_tree_support(lm: HFCausalLM) -> str | None:
         extra = session.grow(drafts[:, :, 0])  # [2, 2, V]
         prefixes = [c + drafts[a, i, :j].tolist() for a, c in enumerate(contexts) for i in range(2) for j in (0, 1, 2)]
         prefixes += grown + [g + [drafts[a, i, 0].item()] for a, g in enumerate(grown) for i in range(2)]
-        cached = torch.cat([nodes.reshape(-1, V), roots, extra.reshape(-1, V)])
+        cached = torch.cat([nodes.reshape(-1, V), roots, extra.reshape(-1, V)]).cpu()  # as _forward's rows
         reference = torch.cat([lm._forward([p]) for p in prefixes])
     except Exception as exc:  # noqa: BLE001 - any failure means: use the recompute path
         return f"the tree pass failed ({type(exc).__name__}: {str(exc)[:200]})"

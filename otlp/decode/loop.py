@@ -22,6 +22,8 @@ stream, see the SpecTr note §4). Block efficiency = emitted tokens / target cal
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,7 +33,7 @@ import torch
 from otlp.decode.draft_sampling import check_scheme, sample_drafts
 from otlp.decode.models import LanguageModel, check_pair, prefix_lists
 from otlp.decode.registry import Verifier, resolve_verifier
-from otlp.decode.tree import tree_laws
+from otlp.decode.tree import finished, tree_laws
 from otlp.distributions import probabilities_from_logits
 from otlp.errors import InputError, ModelTooLargeError
 
@@ -59,6 +61,7 @@ class DecodeMetrics:
     draft_seconds: float
     target_seconds: float
     verifier_seconds: float
+    verifier_calls: int = 0  # calls of the verifier (one per depth and per number of children present)
     tokens_per_second: float = 0.0
     verifier_time_share: float = 0.0  # verifier seconds / total step seconds
     draft_tree: str = "recompute"  # "cached" (KV cache, one tree pass per step) or "recompute" (every prefix)
@@ -82,12 +85,31 @@ class DecodeResult:
     root_q: list[torch.Tensor] = field(default_factory=list)  # matching draft laws [V]
 
 
-def _generator(seed: int | torch.Generator | None) -> torch.Generator:
+def _generator(seed: int | torch.Generator | None, device: torch.device) -> torch.Generator:
+    """A generator on ``device`` (torch draws on a device only from that device's generators); a generator passed
+    in is used as is and must live there."""
     if isinstance(seed, torch.Generator):
+        if seed.device.type != device.type:
+            raise InputError(f"seed is a torch.Generator on {seed.device}, the models' laws are on {device}; pass "
+                             f"a generator on {device.type} or an integer seed")
         return seed
-    gen = torch.Generator()
+    gen = torch.Generator(device=device)
     gen.manual_seed(0 if seed is None else int(seed))
     return gen
+
+
+def loop_device(target_model: LanguageModel) -> torch.device:
+    """Where the loop keeps the laws, draws and verifies: the target model's ``device`` (an HF model on a GPU), else
+    the CPU (the n-gram models). The walk's bookkeeping (drafted tokens, alive paths) stays on the host."""
+    return torch.device(getattr(target_model, "device", None) or "cpu")
+
+
+def _takes(fn: Callable, keyword: str) -> bool:
+    """Whether ``fn`` has a parameter named ``keyword`` (False where its signature cannot be read)."""
+    try:
+        return keyword in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -95,15 +117,17 @@ def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) 
 
 
 class _Distributions:
-    """logits -> float64 probabilities with one model's sampling settings."""
+    """logits -> float64 probabilities on ``device`` with one model's sampling settings."""
 
-    def __init__(self, model: LanguageModel, temperature: float, top_k: int | None, top_p: float | None):
+    def __init__(self, model: LanguageModel, temperature: float, top_k: int | None, top_p: float | None,
+                 device: torch.device):
         self.model, self.temperature, self.top_k, self.top_p = model, temperature, top_k, top_p
+        self.device = device
         self.seconds = 0.0
 
     def laws(self, logits: torch.Tensor) -> torch.Tensor:
-        """float [..., V] logits -> float64 [..., V] probabilities."""
-        logits = logits.detach().to("cpu", torch.float64)
+        """float [..., V] logits -> float64 [..., V] probabilities on the loop's device."""
+        logits = logits.detach().to(self.device, torch.float64)
         if self.top_k is None and self.top_p is None and self.temperature > 0:
             return torch.softmax(logits / self.temperature, dim=-1)  # the shared function's result, no sort
         shape = logits.shape
@@ -113,7 +137,7 @@ class _Distributions:
     def __call__(self, prefixes: list[list[int]]) -> torch.Tensor:
         start = time.perf_counter()
         probs = self.laws(self.model.next_token_logits(prefixes))  # [B, V]
-        self.seconds += time.perf_counter() - start
+        self.seconds += finished(probs, start)
         return probs  # [B, V]
 
 
@@ -146,6 +170,7 @@ def decode(
     progress: Callable[[int], object] | None = None,
     capture: object = None,
     tree: str = "cached",
+    cuda_graphs: bool = True,
 ) -> DecodeResult:
     """Speculative decoding of ``max_new_tokens`` tokens for each prompt (see the module docstring).
 
@@ -170,6 +195,9 @@ def decode(
         gets each step's tree in one forward pass (the draft: one pass per depth), see :mod:`otlp.decode.tree`;
         a model that cannot take a custom attention mask falls back to "recompute" with one RuntimeWarning.
         "recompute": every node's prefix goes through ``next_token_logits``. Both give the same laws.
+    cuda_graphs : on a CUDA device, a verifier whose ``sample`` takes ``graphs`` (``optimal``) replays each call
+        signature (rows, children, dtypes) from a CUDA graph (:mod:`otlp.cuda_graphs`): the same tokens, without
+        the launch overhead of its few hundred kernels per call. False: every call launches its kernels.
     """
     V = check_pair(draft_model, target_model)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -180,8 +208,12 @@ def decode(
         raise InputError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     resolved = resolve_verifier(verifier, scheme)
     scheme = check_scheme(resolved.scheme, n)
+    device = loop_device(target_model)
+    verify_node = resolved.sample
+    if cuda_graphs and device.type == "cuda" and _takes(verify_node, "graphs"):
+        verify_node = functools.partial(verify_node, graphs=True)
     if single_draft_verifier is None:
-        single_draft_verifier = resolve_verifier("sps").sample if scheme == "spechub" else resolved.sample
+        single_draft_verifier = resolve_verifier("sps").sample if scheme == "spechub" else verify_node
     d_temp = temperature if draft_temperature is None else draft_temperature
     d_top_k = top_k if draft_top_k is None else draft_top_k
     d_top_p = top_p if draft_top_p is None else draft_top_p
@@ -197,9 +229,10 @@ def decode(
     if step_bytes > MAX_STEP_BYTES:
         raise ModelTooLargeError(f"a decode step with batch {B}, n = {n}, L = {L}, V = {V}", step_bytes,
                                  MAX_STEP_BYTES)
-    generator = _generator(seed)
-    draft_probs = tree_laws(draft_model, _Distributions(draft_model, d_temp, d_top_k, d_top_p).laws, tree)
-    target_probs = tree_laws(target_model, _Distributions(target_model, temperature, top_k, top_p).laws, tree)
+    generator = _generator(seed, device)
+    draft_probs = tree_laws(draft_model, _Distributions(draft_model, d_temp, d_top_k, d_top_p, device).laws, tree)
+    target_probs = tree_laws(target_model, _Distributions(target_model, temperature, top_k, top_p, device).laws,
+                             tree)
     window = _window(draft_model, target_model)
     prompt_lengths = [len(s) for s in sequences]
 
@@ -208,6 +241,7 @@ def decode(
     rule_accepts = torch.zeros((), dtype=torch.int64)
     verifications = torch.zeros((), dtype=torch.int64)
     verifier_seconds = 0.0
+    verifier_calls = 0
     target_calls = sequence_steps = emitted = 0
     root_p: list[torch.Tensor] = []
     root_q: list[torch.Tensor] = []
@@ -234,22 +268,22 @@ def decode(
                     for b in active_ids]
 
         # 1. drafting: the scheme's n-tuple at the root, then one q-sample per path and depth
-        drafts = torch.empty((A, n, L), dtype=torch.int64)  # [A, n, L]
-        q_all = torch.empty((A, n, L, V), dtype=torch.float64)  # [A, n, L, V]: q at the node of drafts[:, i, j]
+        drafts = torch.empty((A, n, L), dtype=torch.int64)  # [A, n, L], on the host
+        q_all = torch.empty((A, n, L, V), dtype=torch.float64, device=device)  # [A, n, L, V]: q at drafts[:, i, j]
         q_root = draft_probs.tree(active_ids, contexts, drafts[:, :, :0])[:, 0, 0]  # [A, V]
-        drafts[:, :, 0] = sample_drafts(scheme, q_root, n, generator)
+        drafts[:, :, 0] = sample_drafts(scheme, q_root, n, generator).cpu()
         q_all[:, :, 0] = q_root[:, None, :]
         for j in range(1, L):
             q_depth = draft_probs.grow(drafts[:, :, j - 1])  # [A, n, V]: q after each path's first j tokens
             q_all[:, :, j] = q_depth
-            drafts[:, :, j] = torch.multinomial(q_depth.reshape(A * n, V), 1, generator=generator).view(A, n)
+            drafts[:, :, j] = torch.multinomial(q_depth.reshape(A * n, V), 1, generator=generator).view(A, n).cpu()
 
         # 2. one target call for every node of the tree: depth 0 (shared root) and depths 1..L per path
         p_all = target_probs.tree(active_ids, contexts, drafts)  # [A, n, L+1, V]
         target_calls += 1
         if len(root_p) < collect:
-            root_p.extend(p_all[:, 0, 0].unbind(0))
-            root_q.extend(q_root.unbind(0))
+            root_p.extend(p_all[:, 0, 0].cpu().unbind(0))
+            root_q.extend(q_root.cpu().unbind(0))
 
         # 3. verification, depth by depth; rows grouped by how many paths reach their current node
         alive = torch.ones((A, n), dtype=torch.bool)  # paths consistent with the tokens emitted this step
@@ -266,22 +300,23 @@ def decode(
                     continue
                 # alive paths first (stable): their first `width` indices are the node's children
                 cols = torch.sort((~alive[rows]).to(torch.int8), dim=1, stable=True).indices[:, :width]
-                children = drafts[rows, :, j].gather(1, cols)  # [R, width]
-                lead = cols[:, 0]
-                p = p_all[rows, lead, j]  # [R, V]
-                q = q_all[rows, lead, j]  # [R, V]
+                children = drafts[rows, :, j].gather(1, cols).to(device)  # [R, width]
+                node = (rows.to(device), cols[:, 0].to(device))
+                p = p_all[node + (j,)]  # [R, V]
+                q = q_all[node + (j,)]  # [R, V]
                 if capture is not None:
                     capture.add_nodes(p, q, context_id=context_ids[rows], sequence=torch.tensor(active_ids)[rows],
                                       position=positions[rows], depth=j, width=width)
-                rule = resolved.sample if width > 1 else single_draft_verifier
-                if resolved.per_draft_q and rule is resolved.sample:
+                rule = verify_node if width > 1 else single_draft_verifier
+                if resolved.per_draft_q and rule is verify_node:
                     q = q[:, None, :].expand(-1, width, -1)  # [R, width, V]: every child drawn from q
                 t0 = time.perf_counter()
                 tokens, accepted = rule(p, q, children, generator)
-                verifier_seconds += time.perf_counter() - t0
+                verifier_seconds += finished(tokens, t0)
                 chosen[rows] = tokens.to(torch.int64).cpu()
                 rule_accepts += (accepted >= 0).sum().cpu()
                 verifications += rows.numel()
+                verifier_calls += 1
             out[walking, j] = chosen[walking]
             follow = alive & (drafts[:, :, j] == chosen[:, None]) & walking[:, None]
             goes_on = follow.any(dim=1)
@@ -292,9 +327,8 @@ def decode(
             alive, walking = follow, goes_on
         if bool(walking.any()):  # every level accepted: the bonus token from p(. | context, path)
             rows = torch.nonzero(walking).squeeze(1)
-            lead = path[rows]
-            bonus = torch.multinomial(p_all[rows, lead, L], 1, generator=generator).squeeze(1)
-            out[rows, L] = bonus
+            bonus = torch.multinomial(p_all[rows.to(device), path[rows].to(device), L], 1, generator=generator)
+            out[rows, L] = bonus.squeeze(1).cpu()
             tau[rows] += 1
 
         draft_probs.commit(tau, path)  # the caches keep the context plus the tau - 1 accepted drafted tokens
@@ -321,7 +355,7 @@ def decode(
         reached_per_position=reached_list,
         rule_acceptance=float(rule_accepts) / max(int(verifications), 1),
         seconds=seconds, draft_seconds=draft_probs.seconds, target_seconds=target_probs.seconds,
-        verifier_seconds=verifier_seconds,
+        verifier_seconds=verifier_seconds, verifier_calls=verifier_calls,
         tokens_per_second=B * max_new_tokens / seconds if seconds > 0 else float("inf"),
         verifier_time_share=verifier_seconds / seconds if seconds > 0 else 0.0,
         draft_tree=draft_probs.mode, target_tree=target_probs.mode,
@@ -356,8 +390,9 @@ def sample_target(
     sequences = prefix_lists(prompts)
     if not sequences:
         raise InputError("prompts is empty; give at least one prompt")
-    generator = _generator(seed)
-    probs = _Distributions(target_model, temperature, top_k, top_p)
+    device = loop_device(target_model)
+    generator = _generator(seed, device)
+    probs = _Distributions(target_model, temperature, top_k, top_p, device)
     window = _window(target_model)
     start = time.perf_counter()
     new: list[list[int]] = [[] for _ in sequences]

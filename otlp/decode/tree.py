@@ -28,6 +28,14 @@ from otlp.errors import InputError
 TREE_MODES = ("cached", "recompute")
 
 
+def finished(result: torch.Tensor, start: float) -> float:
+    """Seconds since ``start`` (a ``time.perf_counter()``) once ``result`` is computed: on a CUDA device the host
+    first waits for the work queued there, so that the time is the work's and not only its launch's."""
+    if result.is_cuda:
+        torch.cuda.synchronize(result.device)
+    return time.perf_counter() - start
+
+
 class PrefixBackend:
     """The recompute path: one ``next_token_logits`` call per tree (or per grown depth) over all its prefixes."""
 
@@ -56,7 +64,7 @@ class PrefixBackend:
         prefixes += [contexts[a] + paths[a][i][:j] for a in range(A) for i in range(n) for j in range(1, d + 1)]
         flat = self._logits(prefixes)  # [A + A*n*d, V]
         V = flat.shape[-1]
-        out = torch.empty((A, n, d + 1, V), dtype=flat.dtype)
+        out = torch.empty((A, n, d + 1, V), dtype=flat.dtype, device=flat.device)
         out[:, :, 0] = flat[:A, None, :]
         out[:, :, 1:] = flat[A:].view(A, n, d, V)
         self._contexts, self._heads = list(contexts), paths
@@ -97,8 +105,8 @@ class TreeLaws:
 
     def _timed(self, fn: Callable[[], torch.Tensor]) -> torch.Tensor:
         start = time.perf_counter()
-        probs = self.laws(fn().detach().to("cpu", torch.float64))
-        self.seconds += time.perf_counter() - start
+        probs = self.laws(fn().detach())
+        self.seconds += finished(probs, start)
         self.calls += 1
         return probs
 

@@ -43,7 +43,7 @@ BACKENDS = ("auto", "torch")
 
 
 def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  # noqa: ANN001, ANN201 - tensors
-           compile: bool = False, totals=None):  # noqa: A002 - torch.compile's name, as the flag users look for
+           compile: bool = False, totals=None, graphs: bool = False):  # noqa: A002 - torch.compile's name
     """One verified token per row (see the module docstring): ``p, q [B, V]`` (any float dtype), ``drafts int64
     [B, n]``, ``u float [B, 2]`` uniforms in [0, 1). Returns ``(tokens int64 [B], accepted_index int64 [B])``
     with -1 where the token came from the residual. ``backend="torch"`` keeps torch operations on the CPU too.
@@ -63,29 +63,29 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
     (tens of seconds), later calls of that shape reuse the kernels; for loops with fixed shapes, as CUDA graphs are.
 
     ``totals``: the float64 row sums of p and q (numpy ``[B]`` each) when the caller took them exactly (the value
-    check's, :func:`otlp.verifiers.base.check_tensors`); the CPU route then reads the rows once fewer."""
+    check's, :func:`otlp.verifiers.base.check_tensors`); the CPU route then reads the rows once fewer.
+
+    ``graphs=True`` (default rule, CUDA tensors only; elsewhere ignored) replays the device route from a CUDA graph
+    captured for the call's shapes and dtypes, the rows rounded up to a power of two
+    (:class:`otlp.cuda_graphs.GraphCache`, one per device): the same kernels with one launch, for decode loops whose
+    calls are too small to keep the GPU busy. The first call of each signature also runs the route three times (two
+    warm-ups and the capture)."""
     import torch
 
     if backend not in BACKENDS:
         raise InputError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     if widths is not None and rule is not None:
         raise InputError("widths (a draft mask) is supported with the default tuple rule only")
+    if graphs and rule is not None:
+        raise InputError("graphs=True (CUDA graph replay) is supported with the default tuple rule only")
     default = rule is None  # the default rule: its n = 1 form, and the bucketed partial order on the CPU
-    rule = _default_rule if rule is None else rule
-    n = drafts.shape[1]
     U = u.to(torch.float64)
     if backend == "torch" or p.device.type != "cpu":
-        P, Q = _normalised(p), _normalised(q)
-        device = _compiled_device() if compile and default else functools.partial(_device, rule=rule, default=default)
-        if widths is None:
-            return device(P, Q, drafts, U)[:2]
-        tokens = index = order = None
-        for m in range(1, n + 1):  # every width on every row, selected per row: static shapes
-            t, i, order = device(P, Q, drafts[:, :m], U, order)
-            here = widths == m
-            tokens = t if tokens is None else torch.where(here, t, tokens)
-            index = i if index is None else torch.where(here, i, index)
-        return tokens, index
+        args = (p, q, drafts, U) if widths is None else (p, q, drafts, U, widths)
+        if graphs and p.is_cuda and p.shape[0] > 0:
+            return _graph_cache(p.device).run(_DEVICE_ROUTES[bool(compile)], *args, rows=True)
+        return _device_route(*args, rule=rule, compile=compile)
+    rule = _default_rule if rule is None else rule
     B, V = p.shape
     Wn, Un = drafts.long().numpy(), U.numpy()
     ph, qh = _host(p), _host(q)  # [B, V] numpy views
@@ -151,6 +151,38 @@ def _compiled_device():  # noqa: ANN202
     import torch
 
     return torch.compile(_device, dynamic=False)
+
+
+def _device_route(p, q, drafts, U, widths=None, *, rule=None, compile: bool = False):  # noqa: ANN001, ANN202, A002
+    """The device route of :func:`verify` (``rule`` None: the default rule): ``(tokens, index)``."""
+    import torch
+
+    P, Q = _normalised(p), _normalised(q)
+    if compile and rule is None:
+        device = _compiled_device()
+    else:
+        device = functools.partial(_device, rule=rule or _default_rule, default=rule is None)
+    if widths is None:
+        return device(P, Q, drafts, U)[:2]
+    tokens = index = order = None
+    for m in range(1, drafts.shape[1] + 1):  # every width on every row, selected per row: static shapes
+        t, i, order = device(P, Q, drafts[:, :m], U, order)
+        here = widths == m
+        tokens = t if tokens is None else torch.where(here, t, tokens)
+        index = i if index is None else torch.where(here, i, index)
+    return tokens, index
+
+
+#: the default rule's device route, eager and compiled: stable callables, as the graph cache keys on them
+_DEVICE_ROUTES = {False: _device_route, True: functools.partial(_device_route, compile=True)}
+
+
+@functools.cache
+def _graph_cache(device):  # noqa: ANN001, ANN202 - a torch.device
+    """The CUDA graphs of the device route on ``device``, made on first use (graphs and their pool are per device)."""
+    from otlp.cuda_graphs import GraphCache
+
+    return GraphCache()
 
 
 def _device(P, Q, drafts, U, order=None, *, rule=_default_rule, default: bool = True):  # noqa: ANN001, ANN202

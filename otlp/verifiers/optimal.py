@@ -70,7 +70,7 @@ class Optimal(Verifier):
         return tokens, 1.0 - reject
 
     def sample(self, p, q, drafts, generator=None, *, uniforms=None, validate=None,  # noqa: ANN001, ANN201
-               widths=None, compile: bool = False):  # noqa: A002 - torch.compile's name
+               widths=None, compile: bool = False, graphs: bool = False):  # noqa: A002 - torch.compile's name
         """The i.i.d. optimal rule on a batch, on the tensors' device (:func:`otlp.optimal.sampler.verify`):
         ``p [B, V]``, ``q [B, V]`` (any float dtype; rows are normalised in float64), ``drafts [B, n]`` drawn i.i.d.
         from q -> ``(tokens [B], accepted_index [B])``. The randomness is ``uniforms [B, 2]`` in [0, 1) when given
@@ -80,7 +80,9 @@ class Optimal(Verifier):
         its first ``widths[b]`` drafts (1..n; a tree node with fewer children), the other slots are padding, and the
         row is verified with the rule for n = widths[b] (one call for a whole tree depth, no re-shape per width;
         its values are checked unless validation is off). ``compile=True``: the device route through
-        ``torch.compile`` (:func:`otlp.optimal.sampler.verify`; the first call of each shape compiles)."""
+        ``torch.compile`` (:func:`otlp.optimal.sampler.verify`; the first call of each shape compiles).
+        ``graphs=True`` (CUDA tensors): the rule replayed from a CUDA graph captured per shape (the same tokens,
+        without the launch overhead of its few hundred kernels; :mod:`otlp.cuda_graphs`)."""
         import torch
 
         from otlp.optimal.sampler import verify
@@ -92,7 +94,7 @@ class Optimal(Verifier):
         if p.shape[0] == 0:  # an empty batch: nothing to verify
             empty = torch.zeros(0, dtype=torch.long, device=p.device)
             return empty, empty.clone()
-        return verify(p, q, drafts.long(), uniforms, widths=widths, compile=compile, totals=totals)
+        return verify(p, q, drafts.long(), uniforms, widths=widths, compile=compile, totals=totals, graphs=graphs)
 
 
 def _check_widths(widths, drafts, values: bool) -> None:  # noqa: ANN001 - torch tensors

@@ -233,3 +233,47 @@ def test_a_model_without_custom_masks_falls_back_once(model_dirs):
         again = decode(lm, lm, "rrs", 2, 2, prompts=[[0, 1]], max_new_tokens=4, seed=0)
     assert first.metrics.target_tree == again.metrics.target_tree == "recompute"
     assert first.tokens == again.tokens
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@needs_cuda
+@pytest.mark.parametrize("verifier", ["optimal", "rrs"])
+def test_cuda_decode_keeps_laws_draws_and_verifier_on_the_device(model_dirs, verifier):
+    """HF models on a GPU: every verifier call gets its p, q and drafts on the GPU, and the emitted stream has the
+    target's law (the chi-square test above, against laws recomputed on the CPU)."""
+    from otlp.verifiers import get
+
+    devices = set()
+    rule = get(verifier)
+
+    def recording(p, q, drafts, generator):  # noqa: ANN001, ANN202
+        devices.update(x.device.type for x in (p, q, drafts))
+        devices.add(generator.device.type)
+        return rule.sample(p, q, drafts, generator)
+
+    recording.scheme = "iid"
+    draft = HFCausalLM.from_pretrained(model_dirs["gpt2"], device="cuda")
+    target = HFCausalLM.from_pretrained(model_dirs["llama"], device="cuda")
+    T, N, prompt = 3, 2000, [0, 4, 1]
+    result = decode(draft, target, recording, 3, 2, prompts=[prompt] * N, max_new_tokens=T, seed=7)
+    assert devices == {"cuda"}
+    assert result.metrics.target_tree == "cached"
+    assert 0 < result.metrics.verifier_seconds < result.metrics.seconds
+    codes = sequence_codes(result.tokens, V, T)
+    assert chi_square_p_value(codes, _exact_law(_load(model_dirs, "llama"), prompt, T)) > ALPHA
+
+
+
+@needs_cuda
+def test_cuda_graphs_in_the_loop_emit_the_eager_loops_tokens(model_dirs):
+    """The loop's default on a GPU (the optimal verifier replayed from CUDA graphs, one per call shape) emits the
+    tokens of the loop that launches every call, for the same seed."""
+    draft = HFCausalLM.from_pretrained(model_dirs["gpt2"], device="cuda")
+    target = HFCausalLM.from_pretrained(model_dirs["qwen2"], device="cuda")
+    prompts = [[0, 1, 2, 3, 4, 5, 1], [0], [0, 2, 4], [0, 3]]
+    runs = [decode(draft, target, "optimal", 3, 3, prompts=prompts, max_new_tokens=24, seed=5, cuda_graphs=graphs)
+            for graphs in (True, False)]
+    assert runs[0].tokens == runs[1].tokens
+    assert runs[0].metrics.verifier_calls == runs[1].metrics.verifier_calls > 0

@@ -194,3 +194,14 @@ def test_vocabulary_mismatch_and_oversized_step_are_refused(toy_pair):
         decode(other, target, "rrs", 2, 2, prompts=[prompt])
     with pytest.raises(ModelTooLargeError, match="decode step"):
         decode(target, target, "rrs", 64, 128, prompts=[prompt] * 8192)
+
+
+def test_the_generator_lives_where_the_laws_do():
+    """The loop draws on the target's device, where torch takes only that device's generators: a generator passed
+    as the seed for another device is refused in one line (checked without a GPU: only the device types compare)."""
+    from otlp.decode.loop import _generator
+    from otlp.errors import InputError
+
+    assert _generator(3, torch.device("cpu")).device.type == "cpu"
+    with pytest.raises(InputError, match="seed is a torch.Generator on cpu, the models' laws are on cuda"):
+        _generator(torch.Generator(), torch.device("cuda"))

@@ -289,16 +289,10 @@ def test_the_cuda_route_agrees_with_the_cpu_route(dtype: str) -> None:
 def test_a_cuda_graph_of_the_sampler_replays_bit_for_bit() -> None:
     """Static shapes and caller-supplied uniforms: the sampler is captured once in a CUDA graph, and replaying it on
     new inputs copied into the captured tensors gives the eager call's tokens and slots."""
+    from otlp.cuda_graphs import capture
+
     static = [t.cuda() for t in _cuda_case(16, 4000, 4, 31)]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graphs asks
-        for _ in range(2):
-            verify(*static)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = verify(*static)
+    graph, out = capture(verify, *static)
     for seed in (32, 33, 34):
         fresh = [t.cuda() for t in _cuda_case(16, 4000, 4, seed)]
         for dst, src in zip(static, fresh, strict=True):
@@ -306,6 +300,30 @@ def test_a_cuda_graph_of_the_sampler_replays_bit_for_bit() -> None:
         graph.replay()
         eager = verify(*fresh)
         assert torch.equal(out[0], eager[0]) and torch.equal(out[1], eager[1]), seed
+
+
+@needs_cuda
+def test_graphs_true_replays_the_eager_routes_tokens() -> None:
+    """graphs=True (the decode loop's setting on a GPU): for several call signatures (widths n, batch sizes, input
+    dtypes, a width mask), each met again with fresh inputs and other row counts of the same power of two (copied
+    into the captured tensors' first rows), the tokens and slots of the eager call for the same uniforms; one capture
+    per signature."""
+    from otlp.optimal.sampler import _graph_cache
+
+    cases = [((16, 13, 9), 4000, 4, torch.float32, False), ((3, 4, 3), 4000, 2, torch.float32, False),
+             ((16, 11, 16), 4000, 4, torch.float32, True), ((8, 8, 5), 32000, 8, torch.float64, False)]
+    cache = _graph_cache(torch.empty(0, device="cuda").device)
+    before = cache.captures
+    for k, seed in enumerate((32, 33, 34)):
+        for sizes, V, n, dtype, masked in cases:
+            B = sizes[k]
+            p, q, drafts, u = (t.cuda() for t in _cuda_case(B, V, n, seed))
+            p, q = p.to(dtype), q.to(dtype)
+            widths = torch.arange(B, device="cuda") % n + 1 if masked else None
+            graphed = verify(p, q, drafts, u, widths=widths, graphs=True)
+            eager = verify(p, q, drafts, u, widths=widths)
+            assert torch.equal(graphed[0], eager[0]) and torch.equal(graphed[1], eager[1]), (seed, B, n, masked)
+    assert cache.captures - before == len(cases)
 
 
 @needs_cuda

@@ -1,0 +1,94 @@
+"""otlp.cuda_graphs: one capture per call signature, fresh inputs copied in, outputs cloned out, LRU eviction, row
+counts rounded up to powers of two (the optimal sampler's use of it is tested in tests/optimal/test_sampler_device.py).
+
+Each cache test runs on CUDA with real graphs and, where there is no GPU, on the CPU with a stand-in for capture
+whose replay runs the function again on the captured tensors, into the captured outputs (what a graph's replay
+does), so that the cache's bookkeeping is tested everywhere.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from otlp import cuda_graphs  # noqa: E402
+from otlp.cuda_graphs import GraphCache, bucket, padded  # noqa: E402
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                 reason="needs a CUDA device"))]
+
+
+class _Replay:
+    def __init__(self, fn, static, outputs):  # noqa: ANN001
+        self.fn, self.static, self.outputs = fn, static, outputs
+
+    def replay(self) -> None:
+        for slot, value in zip(self.outputs, self.fn(*self.static), strict=True):
+            slot.copy_(value)
+
+    def pool(self) -> None:
+        return None
+
+
+@pytest.fixture
+def device(request, monkeypatch):  # noqa: ANN001, ANN201
+    if request.param == "cpu":
+        def capture(fn, *static, pool=None, warmup=2):  # noqa: ANN001, ANN202, ARG001
+            outputs = fn(*static)
+            return _Replay(fn, static, outputs), outputs
+
+        monkeypatch.setattr(cuda_graphs, "capture", capture)
+    return request.param
+
+
+def _affine(x, y):  # noqa: ANN001, ANN202
+    return (x * 2 + y, x.sum(0, keepdim=True))
+
+
+@pytest.mark.parametrize("device", DEVICES, indirect=True)
+def test_each_signature_is_captured_once_and_replays_fresh_inputs(device: str) -> None:
+    cache = GraphCache(max_graphs=2)
+    results = []
+    for size, offset in ((3, 0.0), (5, 1.0), (3, 7.0), (5, 2.0)):  # two signatures, each met twice
+        x = torch.arange(size, device=device, dtype=torch.float32) + offset
+        y = torch.full((size,), offset, device=device)
+        out = cache.run(_affine, x, y)
+        assert torch.equal(out[0], x * 2 + y) and torch.equal(out[1], x.sum(0, keepdim=True))
+        results.append(out[0])
+    assert cache.captures == 2 and len(cache) == 2
+    assert torch.equal(results[0], torch.arange(3.0, device=device) * 2)  # a clone: later replays left it alone
+
+
+@pytest.mark.parametrize("device", DEVICES, indirect=True)
+def test_the_least_recently_used_graph_is_dropped(device: str) -> None:
+    cache = GraphCache(max_graphs=2)
+    for size in (1, 2, 1, 3, 2):  # 2 is the least recently used when 3 arrives, so it is captured again
+        x = torch.ones(size, device=device)
+        assert torch.equal(cache.run(_affine, x, x)[0], x * 3)
+    assert cache.captures == 4 and len(cache) == 2
+
+
+def test_row_buckets_are_powers_of_two_and_padding_repeats_the_first_row() -> None:
+    assert [bucket(r) for r in (0, 1, 2, 3, 4, 5, 8, 9, 33, 64)] == [1, 1, 2, 4, 4, 8, 8, 16, 64, 64]
+    x = torch.arange(6.0).view(3, 2)
+    assert torch.equal(padded(x, 5), torch.tensor([[0.0, 1], [2, 3], [4, 5], [0, 1], [0, 1]]))
+    same = padded(x, 3)
+    assert torch.equal(same, x) and same.data_ptr() != x.data_ptr()  # a copy even when no row is added
+
+
+def _rowwise(x, w):  # noqa: ANN001, ANN202
+    return (x.cumsum(1) * w[:, None], w + 1)
+
+
+@pytest.mark.parametrize("device", DEVICES, indirect=True)
+def test_calls_with_rows_share_the_graph_of_their_power_of_two(device: str) -> None:
+    cache = GraphCache()
+    gen = torch.Generator(device=device).manual_seed(0)
+    for R in (5, 7, 8, 6, 3, 5):  # buckets 8, 8, 8, 8, 4, 8: two captures
+        x = torch.rand(R, 10, device=device, generator=gen)
+        w = torch.rand(R, device=device, generator=gen)
+        out = cache.run(_rowwise, x, w, rows=True)
+        assert out[0].shape == (R, 10) and out[1].shape == (R,)
+        assert torch.allclose(out[0], x.cumsum(1) * w[:, None], rtol=1e-6) and torch.equal(out[1], w + 1)
+    assert cache.captures == 2

@@ -43,14 +43,17 @@ SIZES = {  # name -> (target config, draft config): hidden, layers, intermediate
 }
 
 
-def _save(folder: Path, spec: tuple[int, int, int, int], seed: int, max_positions: int) -> int:
+def _save(folder: Path, spec: tuple[int, int, int, int], seed: int, max_positions: int,
+          initializer_range: float = 0.02) -> int:
+    """A random Llama-style model of ``spec`` saved to ``folder``; returns its parameter count. The default
+    initializer_range (transformers' own) gives nearly uniform next-token laws."""
     import transformers
 
     hidden, layers, inter, heads = spec
     config = transformers.LlamaConfig(hidden_size=hidden, num_hidden_layers=layers, intermediate_size=inter,
                                       num_attention_heads=heads, num_key_value_heads=heads, vocab_size=V,
                                       max_position_embeddings=max_positions, tie_word_embeddings=True,
-                                      bos_token_id=0, eos_token_id=0)
+                                      bos_token_id=0, eos_token_id=0, initializer_range=initializer_range)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)
     model.save_pretrained(folder)

@@ -6,7 +6,9 @@ launches once and replays them as one. :class:`GraphCache` keeps one graph per s
 dtypes and device of its tensor arguments), captured on first use over static copies of the arguments; a call copies
 its arguments into them, replays, and returns clones of the outputs (the next replay overwrites them). The graphs
 share one memory pool: their temporaries are dead between replays, which run one at a time on the current stream,
-and their outputs are cloned at once. At most ``max_graphs`` are kept (least recently used dropped first).
+and their outputs are cloned at once; and an argument's captured tensor is shared by every graph with the same
+signature for it (a call copies all its arguments in before replaying). At most ``max_graphs`` graphs are kept
+(least recently used dropped first); the captured arguments stay, one per signature met.
 
 With ``rows=True`` the function must treat the leading dimension of every argument and output as independent rows
 (a batch): the batch is then rounded up to a power of two (:func:`bucket`), so that a decode loop whose calls carry
@@ -79,6 +81,7 @@ class GraphCache:
         self.max_graphs = int(max_graphs)
         self.captures = 0
         self._graphs: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._inputs: dict[tuple, torch.Tensor] = {}  # (argument, shape, dtype, device) -> its captured tensor
         self._pool = None
 
     def __len__(self) -> int:
@@ -87,20 +90,32 @@ class GraphCache:
     def run(self, fn: Callable[..., tuple[torch.Tensor, ...]], *args: torch.Tensor,
             rows: bool = False) -> tuple[torch.Tensor, ...]:
         R = args[0].shape[0] if rows else None
+        if R == 0:  # no rows: nothing worth a graph
+            return tuple(fn(*args))
         size = bucket(R) if rows else None
         key = (fn, size, *((tuple(a.shape[1:] if rows else a.shape), a.dtype, a.device) for a in args))
         entry = self._graphs.get(key)
         if entry is None:
-            static = tuple(padded(a, size) if rows else a.clone() for a in args)
-            graph, outputs = capture(fn, *static, pool=self._pool)
+            graph, outputs = capture(fn, *(self._static(k, a, size) for k, a in enumerate(args)), pool=self._pool)
             self._pool = graph.pool()
             self.captures += 1
-            entry = self._graphs[key] = _Entry(graph, static, tuple(outputs))
+            entry = self._graphs[key] = _Entry(graph, tuple(self._static(k, a, size) for k, a in enumerate(args)),
+                                               tuple(outputs))
             while len(self._graphs) > self.max_graphs:
                 self._graphs.popitem(last=False)
-        else:
-            self._graphs.move_to_end(key)
-            for slot, a in zip(entry.inputs, args, strict=True):
-                (slot[:R] if rows else slot).copy_(a)
+        for slot, a in zip(entry.inputs, args, strict=True):
+            (slot[:R] if rows else slot).copy_(a)
+        self._graphs.move_to_end(key)
         entry.graph.replay()
         return tuple((o[:R] if rows else o).clone() for o in entry.outputs)
+
+    def _static(self, k: int, a: torch.Tensor, size: int | None) -> torch.Tensor:
+        """The captured tensor of argument ``k`` for ``a``'s shape (its rows grown to ``size``), dtype and device:
+        made on first use (``a``, padded by copies of its first row), then shared by every graph whose argument
+        ``k`` has that signature (the optimal rule's p and q by the graphs of every width), since each call copies
+        its arguments in before its replay."""
+        shape = (size, *a.shape[1:]) if size is not None else tuple(a.shape)
+        slot = (k, shape, a.dtype, a.device)
+        if slot not in self._inputs:
+            self._inputs[slot] = padded(a, size) if size is not None else a.clone()
+        return self._inputs[slot]

@@ -92,3 +92,23 @@ def test_calls_with_rows_share_the_graph_of_their_power_of_two(device: str) -> N
         assert out[0].shape == (R, 10) and out[1].shape == (R,)
         assert torch.allclose(out[0], x.cumsum(1) * w[:, None], rtol=1e-6) and torch.equal(out[1], w + 1)
     assert cache.captures == 2
+
+
+def _widths(x, d):  # noqa: ANN001, ANN202
+    return (x.sum(1) + d.sum(1), d * 2)
+
+
+@pytest.mark.parametrize("device", DEVICES, indirect=True)
+def test_graphs_share_the_captured_tensor_of_an_argument_with_the_same_signature(device: str) -> None:
+    """Two graphs (drafts of width 1 and 2) over the same rows share x's captured tensor; calls alternating between
+    them each see their own arguments (each copies all of its arguments in), and an empty batch runs as is."""
+    cache = GraphCache()
+    gen = torch.Generator(device=device).manual_seed(1)
+    for R, m in ((3, 1), (4, 2), (4, 1), (3, 2), (3, 1)):  # all in the bucket of 4 rows
+        x = torch.rand(R, 6, device=device, generator=gen)
+        d = torch.rand(R, m, device=device, generator=gen)
+        out = cache.run(_widths, x, d, rows=True)
+        assert torch.allclose(out[0], x.sum(1) + d.sum(1), rtol=1e-6) and torch.equal(out[1], d * 2)
+    assert cache.captures == 2 and len(cache._inputs) == 3  # x's tensor for both graphs, one d per width
+    empty = cache.run(_widths, x[:0], d[:0], rows=True)
+    assert empty[0].shape == (0,) and cache.captures == 2

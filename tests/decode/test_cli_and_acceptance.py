@@ -69,6 +69,7 @@ def test_decode_cli_on_the_embedded_default(capsys):
     assert m["n"] == 2 and m["L"] == 3 and m["verifier"] == "rrs" and m["scheme"] == "iid"
     assert 1.0 <= m["block_efficiency"] <= 4.0
     assert len(m["acceptance_per_position"]) == 3
+    assert m["verifier_calls"] >= m["target_calls"] > 0  # one call per step at the root at least
     assert report["baseline"]["target_calls"] == 24
     assert set(report["baseline"]["token_law"]) >= {"tv", "p_value"}
     floor = report["baseline"]["token_law_plain_vs_plain"]  # two plain runs of the same law and length
@@ -77,7 +78,8 @@ def test_decode_cli_on_the_embedded_default(capsys):
 
 def test_decode_cli_text_output_and_bad_input(capsys):
     args = _parse(add_decode_arguments, ["--verifier", "spechub", "--max-new-tokens", "8", "--batch", "1",
-                                         "--no-progress", "--no-baseline", "--prompt", "the file"])
+                                         "--no-progress", "--no-baseline", "--prompt", "the file",
+                                         "--no-cuda-graphs"])  # (on the CPU the flag changes nothing)
     assert run_decode_cli(args) == 0
     out = capsys.readouterr().out
     assert "block efficiency" in out and "spechub" in out

@@ -96,11 +96,11 @@ class GraphCache:
         key = (fn, size, *((tuple(a.shape[1:] if rows else a.shape), a.dtype, a.device) for a in args))
         entry = self._graphs.get(key)
         if entry is None:
-            graph, outputs = capture(fn, *(self._static(k, a, size) for k, a in enumerate(args)), pool=self._pool)
+            static = tuple(self._static(k, a, size) for k, a in enumerate(args))
+            graph, outputs = capture(fn, *static, pool=self._pool)
             self._pool = graph.pool()
             self.captures += 1
-            entry = self._graphs[key] = _Entry(graph, tuple(self._static(k, a, size) for k, a in enumerate(args)),
-                                               tuple(outputs))
+            entry = self._graphs[key] = _Entry(graph, static, tuple(outputs))
             while len(self._graphs) > self.max_graphs:
                 self._graphs.popitem(last=False)
         for slot, a in zip(entry.inputs, args, strict=True):

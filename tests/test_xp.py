@@ -149,3 +149,24 @@ def test_blocked_inverse_cdf_is_the_one_level_search() -> None:
         assert bool((w.float().gather(1, index32[:, None])[:, 0] > 0)[w.float().sum(-1) > 0].all())
     empty = torch.zeros(0, X.CDF_BLOCKED_MIN_V, dtype=torch.float64)  # no rows
     assert X.inverse_cdf(empty, torch.zeros(0, 1, dtype=torch.float64), empty).shape == (0,)
+
+
+@pytest.mark.parametrize("block", [1, 3, 256])
+def test_two_level_scans_are_the_one_level_scans(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An accelerator's running sums, minima and maxima (:func:`otlp.xp._two_level_scan`, blocks of ``block``,
+    some rows padded): minima and maxima equal torch's one-level scans exactly, sums to rounding (relative to the
+    running sum of |x|), on floats with infinities, ties and many binades, and on integers."""
+    monkeypatch.setattr(X, "SCAN_BLOCK", block)
+    for x in _rows(np.random.default_rng(1)):
+        t = torch.from_numpy(np.ascontiguousarray(x))
+        for op in ("sum", "min", "max"):
+            with np.errstate(invalid="ignore"):
+                got, want = X._two_level_scan(t, op), X._one_level_scan(t, op)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            if op == "sum" and t.dtype.is_floating_point:
+                g, w = got.numpy(), want.numpy()
+                same = (g == w) | (np.isnan(g) & np.isnan(w))  # infinities and nan where the rows hold them
+                with np.errstate(invalid="ignore"):
+                    assert np.all(same | (np.abs(g - w) <= 1e-13 * np.abs(x).cumsum(-1))), op
+            else:
+                assert torch.equal(got, want), op

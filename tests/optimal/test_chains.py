@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import otlp
+from otlp import xp as X
 from otlp.optimal import OptimalTransport
 from otlp.optimal import chains as C
 from otlp.optimal.scalar import scalar_chains, scalar_rule
@@ -51,15 +52,23 @@ def _law_and_acceptance(accept: np.ndarray, reject: np.ndarray, F: np.ndarray, o
     return law, float(probs @ accept.sum(1))
 
 
-@pytest.mark.parametrize("route", ["full", "window", "torch", "cuda"])
-def test_law_is_p_and_acceptance_is_alpha_star_by_enumeration(route: str) -> None:
+@pytest.mark.parametrize("route", ["full", "window", "torch", "torch_two_level", "cuda"])
+def test_law_is_p_and_acceptance_is_alpha_star_by_enumeration(route: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """1500 instances per numpy route, 600 on torch (the CPU, and CUDA where a GPU is present; V = 2..7, n = 1..4;
-    ties, zeros, point masses, p = q, skewed, near-ties)."""
-    torch = pytest.importorskip("torch") if route in ("torch", "cuda") else None
+    ties, zeros, point masses, p = q, skewed, near-ties). ``torch_two_level``: torch on the CPU with the running sums,
+    minima and maxima an accelerator takes (:func:`otlp.xp._two_level_scan`), in blocks of 2 so that these short
+    rows span several blocks, the last one padded."""
+    torch = pytest.importorskip("torch") if route not in ("full", "window") else None
     if route == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
+    seen: set[str] = set()
+    if route == "torch_two_level":
+        scan = X._two_level_scan
+        monkeypatch.setattr(X, "_two_level", lambda t, op: True)
+        monkeypatch.setattr(X, "SCAN_BLOCK", 2)
+        monkeypatch.setattr(X, "_two_level_scan", lambda t, op: seen.add(op) or scan(t, op))
     worst = 0.0
-    for fam, p, q, n in _instances({"full": 1, "window": 2, "torch": 3, "cuda": 3}[route],
+    for fam, p, q, n in _instances({"full": 1, "window": 2, "torch": 3, "torch_two_level": 4, "cuda": 3}[route],
                                    1500 if route in ("full", "window") else 600):
         V = p.size
         omegas = np.array(list(itertools.product(range(V), repeat=n)))  # [V^n, n]
@@ -84,6 +93,7 @@ def test_law_is_p_and_acceptance_is_alpha_star_by_enumeration(route: str) -> Non
         worst = max(worst, err)
         assert err < TOL, (fam, p, q, n, err)
     assert worst < TOL
+    assert route != "torch_two_level" or seen == {"sum", "min", "max"}
 
 
 def test_alpha_matches_brute_force_over_subsets() -> None:

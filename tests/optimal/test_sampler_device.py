@@ -12,6 +12,7 @@ import pytest
 import scipy.stats
 
 import otlp
+from otlp import xp as X
 from otlp.optimal import chains as C
 from otlp.optimal.sampler import verify
 
@@ -266,13 +267,17 @@ def test_the_cuda_route_never_synchronises(n: int) -> None:
 
 @needs_cuda
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_the_cuda_route_agrees_with_the_cpu_route(dtype: str) -> None:
+@pytest.mark.parametrize("two_level", [False, True])
+def test_the_cuda_route_agrees_with_the_cpu_route(dtype: str, two_level: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same rows and uniforms on the GPU and on the CPU (numpy route, data-dependent windows): the same tokens
     and accepted slots, and the tuple rule's accept / reject within 1e-10. Not 1e-12: psi's prefix sums over 5,000
     positions carry about 1e-14 of rounding, which the GPU's parallel scans associate differently from the CPU's
     sequential ones, and the slot roots amplify it (4e-12 seen on an H200; re-associating the CPU's own prefix sums
     in blocks of 32 moves its answer by 5e-13). The 1e-12 agreement with the exact law is the enumeration test of
-    tests/optimal/test_chains.py on CUDA."""
+    tests/optimal/test_chains.py on CUDA. ``two_level``: the GPU's scans in two levels (:func:`otlp.xp._scan`, which
+    long rows take), here from 1,024 entries."""
+    if two_level:
+        monkeypatch.setattr(X, "TWO_LEVEL_SCAN_MIN", 1024)
     p, q, drafts, u = _cuda_case(64, 5000, 4, 21)
     p, q = p.to(getattr(torch, dtype)), q.to(getattr(torch, dtype))
     cpu = verify(p, q, drafts, u)
@@ -327,11 +332,17 @@ def test_graphs_true_replays_the_eager_routes_tokens() -> None:
 
 
 @needs_cuda
-def test_the_compiled_cuda_route_gives_the_eager_routes_tokens() -> None:
+@pytest.mark.parametrize("two_level", [False, True])
+def test_the_compiled_cuda_route_gives_the_eager_routes_tokens(two_level: bool,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """compile=True (torch.compile of the device route; at n = 4, and with a width mask at n = 2): for the same
     uniforms, the same tokens and slots as the eager route (its numerics move at rounding level only, so a flip would
     need a uniform within ~1e-15 of a boundary). It used to differ on most rows: an argmax over a mask, which
-    torch.compile did not resolve to the first True on CUDA (otlp.xp.first_true is now a min-reduction)."""
+    torch.compile did not resolve to the first True on CUDA (otlp.xp.first_true is now a min-reduction).
+    ``two_level``: the scans in two levels (long rows take them; here from 4,096 entries), which inductor failed to
+    compile while a padded two-level sum fed a search as a non-contiguous view."""
+    if two_level:
+        monkeypatch.setattr(X, "TWO_LEVEL_SCAN_MIN", 4096)
     p, q, drafts, u = (t.cuda() for t in _cuda_case(64, 20_000, 4, 41))
     widths = torch.arange(64, device="cuda") % 2 + 1
     for seed in range(3):

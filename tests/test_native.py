@@ -9,6 +9,7 @@ import pytest
 
 from otlp import native
 from otlp.optimal import buckets as BK
+from otlp.optimal import chains as C
 from tests.optimal.instances import FAMILIES, draw
 
 torch = pytest.importorskip("torch")
@@ -193,17 +194,20 @@ def test_the_value_check_hands_its_sums_to_the_optimal_rule() -> None:
 @needs_kernels
 def test_the_portable_loops_give_the_vector_loops_bits(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
     """Built without -mavx2 the row stats run their plain C loops: the same sums and minima, bit for bit (the AVX2
-    lanes are the same eight running sums)."""
+    lanes are the same eight running sums); and the slot roots, whose lanes are vectorised where the build allows."""
     if "-mavx2" not in native._flags():
         pytest.skip("this CPU builds the plain loops only")
     rng = np.random.default_rng(3)
     x = rng.random((5, 40_003)) ** 8
     wide = native.row_stats(x), native.row_stats(x.astype(np.float32))
+    H, L, r, gap = _slot_inputs(rng)[-1]
+    roots = native.slot_mass(H, L, r, gap, 4, 200)
     monkeypatch.setenv("OTLP_CACHE", str(tmp_path))
     monkeypatch.setattr(native, "_flags", lambda: native.FLAGS)
     native._build.cache_clear()
     try:
         plain = native.row_stats(x), native.row_stats(x.astype(np.float32))
+        np.testing.assert_array_equal(native.slot_mass(H, L, r, gap, 4, 200), roots)
     finally:
         native._build.cache_clear()
     for a, b in zip(wide, plain, strict=True):
@@ -225,3 +229,54 @@ def test_a_cached_library_that_does_not_load_is_rebuilt(monkeypatch: pytest.Monk
         assert cached.read_bytes()[:4] == b"\x7fELF" and not (tmp_path / "tmp").exists()
     finally:
         native._build.cache_clear()
+
+
+def _numpy_slot_mass(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    saved = native.library
+    native.library = lambda: None
+    try:
+        with np.errstate(all="ignore"):
+            return C.slot_mass(*args, **kwargs)
+    finally:
+        native.library = saved
+
+
+def _slot_inputs(rng: np.random.Generator) -> list[tuple[np.ndarray, ...]]:
+    """``(H, L, r_below, gap)`` as the CPU route meets them (every slot root of close-draft rows at V = 8192) and
+    adversarial entries: masses over many binades, zero gaps, ratios of 0 and far above 1, L = 0, odd sizes."""
+    from otlp.optimal.sampler import verify
+
+    seen = []
+    g = torch.Generator().manual_seed(5)
+    p = torch.softmax(torch.randn(6, 8192, generator=g) * 2, dim=1)
+    q = torch.softmax(torch.log(p) + 0.5 * torch.randn(6, 8192, generator=g), dim=1)
+    drafts = torch.multinomial(q, 4, replacement=True, generator=g)
+    real = native.slot_mass
+    native.slot_mass = lambda *a: seen.append(np.broadcast_arrays(*a[:4])) or real(*a)
+    try:
+        verify(p, q, drafts, torch.rand(6, 2, dtype=torch.float64, generator=g))
+    finally:
+        native.slot_mass = real
+    out = [tuple(np.ascontiguousarray(x).ravel() for x in entry) for entry in seen]
+    for size in (1, 7, 9, 1001):
+        H = rng.random(size) ** rng.integers(1, 30, size)
+        L = np.where(rng.random(size) < 0.1, 0.0, rng.random(size))
+        r = np.where(rng.random(size) < 0.1, 0.0, rng.random(size) * 10.0 ** rng.integers(-3, 4, size))
+        gap = np.where(rng.random(size) < 0.1, 0.0, rng.random(size) ** 8)
+        out.append((H, L, r, gap))
+    return out
+
+
+@needs_kernels
+@pytest.mark.parametrize("n", [3, 4, 5, 8, native.SLOT_MASS_MAX_N])
+def test_the_slot_roots_are_numpys_bit_for_bit(n: int) -> None:
+    """``otlp_slot_mass`` (chains.c) against chains.slot_mass's numpy route: the same bounds (its shortcut past the
+    second bound's powers included) and the same Newton steps per entry, to the last bit, with Newton to convergence
+    and cut at 1 and 8 steps."""
+    inputs = _slot_inputs(np.random.default_rng(n))
+    assert sum(x[0].size for x in inputs) > 10_000  # the CPU route did solve roots
+    for H, L, r, gap in inputs:
+        for steps in (None, 1, C.NEWTON_STEPS):
+            with np.errstate(all="ignore"):
+                got = C.slot_mass(H, L, r, gap, n, steps)
+            np.testing.assert_array_equal(got, _numpy_slot_mass(H, L, r, gap, n, steps), err_msg=f"{steps}")

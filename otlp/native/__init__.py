@@ -1,7 +1,8 @@
 """Small C kernels for the CPU samplers' per-token passes, built on first use with the system's C compiler.
 
 numpy spends one pass over a ``[B, V]`` array per operation; the optimal rule's bucketed route (``buckets.c``, see
-its header) needs about ten for what a loop does in two. The kernels are built once per source text, compiler and
+its header) needs about ten for what a loop does in two, and its class chains' slot roots (``chains.c``) about 25
+per Newton step. The kernels are built once per source text, compiler and
 platform into a cache folder (``$OTLP_CACHE``, else ``$XDG_CACHE_HOME/otlp`` or ``~/.cache/otlp``, else the temporary
 folder) with ``$CC`` or ``cc`` (a cached file that does not load is built again), and loaded with ctypes, which lets
 go of the GIL during a call (so the row chunks of :mod:`otlp.threads` run side by side). Where no compiler works, or
@@ -25,10 +26,13 @@ from pathlib import Path
 import numpy as np
 
 #: the compiler's flags: no -ffast-math (IEEE results, the numpy route's bits) and no contraction into fused
-#: multiply-adds; no -march=native, so that a cached library never meets a CPU it was not built for (AVX2, where the
-#: CPU has it, is part of the cache key: :func:`_flags`).
-FLAGS = ("-O3", "-ffp-contract=off", "-fPIC", "-shared")
-SOURCE = Path(__file__).with_name("buckets.c")
+#: multiply-adds; -fno-trapping-math lets the compiler compute both sides of a select in vector lanes (the same values;
+#: nothing here reads floating-point exception flags); no -march=native, so that a cached library never meets a CPU
+#: it was not built for (AVX2, where the CPU has it, is part of the cache key: :func:`_flags`).
+FLAGS = ("-O3", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared")
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("buckets.c", "chains.c"))
+#: :func:`slot_mass` takes n up to here (chains.c's integers stay exact in int64).
+SLOT_MASS_MAX_N = 32
 
 _VOID, _I64, _F64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int
 
@@ -74,9 +78,10 @@ def _flags() -> tuple[str, ...]:
 
 
 def _file_name(compiler: str, flags: tuple[str, ...]) -> str:
-    """The cached library's file name: a hash of the source text, compiler, flags and platform."""
-    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), compiler.encode(), " ".join(flags).encode(),
-                                     platform.machine().encode(), sys.platform.encode()])).hexdigest()[:16]
+    """The cached library's file name: a hash of the sources' text, compiler, flags and platform."""
+    parts = [*(path.read_bytes() for path in SOURCES), compiler.encode(), " ".join(flags).encode(),
+             platform.machine().encode(), sys.platform.encode()]
+    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
     return f"otlp_native_{key}.so"
 
 
@@ -99,8 +104,8 @@ def _build() -> ctypes.CDLL | None:
                     target.unlink()
             folder.mkdir(parents=True, exist_ok=True)
             partial = folder / f".{target.name}.{os.getpid()}"  # built aside, then renamed: no half-written file
-            subprocess.run([compiler, *flags, "-o", str(partial), str(SOURCE)], check=True, capture_output=True,
-                           timeout=120)
+            subprocess.run([compiler, *flags, "-o", str(partial), *map(str, SOURCES), "-lm"], check=True,
+                           capture_output=True, timeout=120)
             os.replace(partial, target)
             return _declare(ctypes.CDLL(str(target)))
         except (OSError, AttributeError, subprocess.SubprocessError) as exc:
@@ -120,6 +125,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_gather_selected.restype = _I64
     lib.otlp_row_stats.argtypes = [_VOID, _INT, _I64, _I64, _VOID, _VOID]
     lib.otlp_row_stats.restype = None
+    lib.otlp_slot_mass.argtypes = [_VOID, _VOID, _VOID, _VOID, _I64, _INT, _I64, _VOID]
+    lib.otlp_slot_mass.restype = None
     return lib
 
 
@@ -135,3 +142,16 @@ def row_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     lib.otlp_row_stats(x.ctypes.data, int(x.dtype == np.float64), x.shape[0], x.shape[1], total.ctypes.data,
                        low.ctypes.data)
     return total, low
+
+
+def slot_mass(H, L, r_below, gap, n: int, limit: int) -> np.ndarray | None:  # noqa: ANN001 - numpy arrays
+    """:func:`otlp.optimal.chains.slot_mass` at 3 <= n <= ``SLOT_MASS_MAX_N`` on numpy arrays (broadcast together) in
+    ``otlp_slot_mass``, each entry at most ``limit`` Newton steps: the numpy route's bits (``chains.c``); None where
+    the kernels are not built or n is out of range."""
+    lib = library()
+    if lib is None or not 3 <= n <= SLOT_MASS_MAX_N:
+        return None
+    args = [np.ascontiguousarray(x, dtype=np.float64) for x in np.broadcast_arrays(H, L, r_below, gap)]
+    out = np.empty(args[0].shape)
+    lib.otlp_slot_mass(*(x.ctypes.data for x in args), out.size, n, limit, out.ctypes.data)
+    return out

@@ -45,6 +45,7 @@ from math import comb, inf
 
 import numpy as np
 
+from otlp import native
 from otlp import xp as X
 from otlp.psi import int_power, ratio_keys, sorted_psi
 
@@ -335,6 +336,10 @@ def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: AN
         den = b + root
         y = xp.where(b >= 0, 2.0 * gap / xp.where(den > 0, den, 1.0), 0.5 * (root - b))
         return X.minimum(X.maximum(y, 0.0), L)
+    if X.is_numpy(H):  # numpy arrays: the same operations per entry in C, where the kernels are built
+        y = native.slot_mass(H, L, r_below, gap, n, 200 if steps is None else steps)
+        if y is not None:
+            return y
     # upper bound A: y (b + D1 y) = gap with b = n H^(n-1) - r, D1 = C(n, 2) H^(n-2)
     Hn2 = int_power(H, n - 2)
     b = n * Hn2 * H - r_below
@@ -413,18 +418,23 @@ def _only_where(fn, mask, *args):  # noqa: ANN001, ANN202
 
 
 def _newton_numpy(y, H, L, r_below, gap, n: int, steps: int | None):  # noqa: ANN001, ANN202 - numpy arrays
-    """:func:`slot_mass`'s Newton iteration on numpy arrays, each entry until it no longer moves (a change of at
-    most 2 ulp) or ``steps`` steps (None: at most 200): the entries still moving are gathered into smaller arrays
-    once they are fewer than half, so the many that converge in two or three steps stop costing."""
+    """:func:`slot_mass`'s Newton iteration on numpy arrays, each entry until its step moves it by at most 4.5e-16
+    of itself (about 2 ulp; it then keeps that step's value and stops) or ``steps`` steps (None: at most 200), as
+    ``otlp_slot_mass`` (otlp/native/chains.c) iterates each entry: the entries still moving are gathered into smaller
+    arrays once they are fewer than half, so the many that converge in two or three steps stop costing; until then
+    the stopped ones are carried along unchanged."""
     shape = y.shape
     y = y.reshape(-1).copy()
     H, L, r_below, gap = (np.broadcast_to(x, shape).reshape(-1) for x in (H, L, r_below, gap))
     live = None  # the entries of y still iterating (None: all)
     cur, sub = y, (H, L, r_below, -gap)
+    stopped = None  # entries of cur that stopped at an earlier step (None: none)
     terms = _horner_terms(H, n)
     limit = 200 if steps is None else steps
     for _ in range(limit):
         new = _newton_step(cur, *sub, n, terms)
+        if stopped is not None:
+            np.copyto(new, cur, where=stopped)
         moved = np.abs(new - cur) > 4.5e-16 * cur
         if live is None:
             y = new
@@ -436,8 +446,9 @@ def _newton_numpy(y, H, L, r_below, gap, n: int, steps: int | None):  # noqa: AN
             live = np.flatnonzero(moved) if live is None else live[moved]
             cur, sub = new[moved], tuple(x[moved] for x in sub)
             terms = tuple([x[moved] if np.ndim(x) else x for x in part] for part in terms)
+            stopped = None
         else:
-            cur = new
+            cur, stopped = new, ~moved
     return y.reshape(shape)
 
 

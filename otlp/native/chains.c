@@ -20,7 +20,7 @@
 static inline double np_max(double a, double b) { return (a >= b || a != a) ? a : b; }
 static inline double np_min(double a, double b) { return (a <= b || a != a) ? a : b; }
 
-static double int_power(double x, int k) { /* otlp.psi.int_power: repeated squaring, k >= 1 */
+static double int_power(double x, int k) { /* x^k by repeated squaring, k >= 1 (for the check of newton_start) */
     double out = 0.0;
     int have = 0;
     for (;;) {
@@ -46,10 +46,9 @@ static void binomials(int n, int64_t *row) { /* row[k] = C(n, k), k = 0..n, by P
  * (u_b, two pow calls) only matter where u_b - H < y_a; where a few multiplications show u_b >= (y_a + H) (1 + 1e-9)
  * (so that u_b - H, rounded, stays above y_a whatever pow's last bit), the numpy route's minimum takes y_a, and so
  * does this without them. */
-static double newton_start(double H, double L, double r, double gap, int n, double half_n, double inv_n,
-                           double inv_n1) {
+static double newton_start(double H, double Hn2, double L, double r, double gap, int n, double half_n,
+                           double inv_n, double inv_n1) {
     /* upper bound A: y (b + D1 y) = gap, b = n H^(n-1) - r, D1 = C(n, 2) H^(n-2) */
-    const double Hn2 = int_power(H, n - 2);
     const double b = (double)n * Hn2 * H - r;
     const double D1 = half_n * Hn2;
     const double root = sqrt(b * b + 4.0 * D1 * gap);
@@ -74,7 +73,7 @@ static double newton_start(double H, double L, double r, double gap, int n, doub
 void otlp_slot_mass(const double *H_in, const double *L_in, const double *r_in, const double *gap_in, int64_t count,
                     int n, int64_t limit, double *y_out) {
     int64_t row[MAX_N + 1];
-    double coef[MAX_N], scaled[MAX_N];
+    double coef[MAX_N], scaled[MAX_N], powers[MAX_N];
     binomials(n, row);
     for (int j = 0; j < n; j++) { /* the integers of chains._horner_terms, rounded to doubles once, as numpy does */
         coef[j] = (double)row[j + 1];
@@ -91,14 +90,14 @@ void otlp_slot_mass(const double *H_in, const double *L_in, const double *r_in, 
             L[k] = L_in[i];
             r[k] = r_in[i];
             neg_gap[k] = -gap;
-            y[k] = newton_start(H, L[k], r[k], gap, n, half_n, inv_n, inv_n1);
+            /* chains._descending_powers: powers[j] = H^(n-1-j), each from the one after it by one multiplication */
+            powers[n - 2] = H;
+            for (int j = n - 3; j >= 0; j--) powers[j] = powers[j + 1] * H;
+            y[k] = newton_start(H, powers[1], L[k], r[k], gap, n, half_n, inv_n, inv_n1);
             live[k] = k < m;
-            /* chains._horner_terms: H^(n-1-j), each from the one above by one multiplication */
-            double power = H;
-            for (int j = n - 2; j >= 0; j--) {
-                c[j][k] = coef[j] * power;
-                d[j][k] = j ? scaled[j] * power : 0.0;
-                power = power * H;
+            for (int j = 0; j < n - 1; j++) { /* chains._horner_terms */
+                c[j][k] = coef[j] * powers[j];
+                d[j][k] = j ? scaled[j] * powers[j] : 0.0;
             }
         }
         for (int64_t step = 0; step < limit; step++) { /* chains._newton_step, lane by lane */

@@ -341,7 +341,8 @@ def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: AN
         if y is not None:
             return y
     # upper bound A: y (b + D1 y) = gap with b = n H^(n-1) - r, D1 = C(n, 2) H^(n-2)
-    Hn2 = int_power(H, n - 2)
+    powers = _descending_powers(H, n) if n <= POWER_GAP_EXPANSION_MAX else None
+    Hn2 = powers[1] if powers is not None else int_power(H, n - 2)
     b = n * Hn2 * H - r_below
     D1 = comb(n, 2) * Hn2
     root = xp.sqrt(b * b + 4.0 * D1 * gap)
@@ -355,25 +356,32 @@ def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: AN
     y = X.maximum(X.minimum(X.minimum(y_a, u_b - H), L), 0.0)
     if X.is_numpy(y) and y.size:
         return _newton_numpy(y, H, L, r_below, gap, n, steps)
-    terms = _horner_terms(H, n)
+    terms = _horner_terms(powers, n)
     neg_gap = -gap
     for _ in range(NEWTON_STEPS if steps is None else steps):  # device code: no data-dependent stop
         y = _newton_step(y, H, L, r_below, neg_gap, n, terms)
     return y
 
 
-def _horner_terms(H, n: int) -> tuple[list, list]:  # noqa: ANN001
-    """The per-entry coefficients of :func:`_newton_step`'s polynomials, computed once per root: ``(c, d)`` with
-    D(y) = ((H + y)^n - H^n) / y = sum_j c_j y^j, c_j = C(n, j + 1) H^(n-1-j) (j = 0..n-2; c_{n-1} = 1), and
-    y D'(y) = sum_{j>=1} d_j y^j, d_j = j C(n, j + 1) H^(n-1-j) (j = 1..n-2; d_0 = 0, d_{n-1} = n - 1). Empty above
-    ``POWER_GAP_EXPANSION_MAX`` (closed forms there)."""
-    if n > POWER_GAP_EXPANSION_MAX:
+def _descending_powers(H, n: int) -> list:  # noqa: ANN001
+    """``[H^(n-1), H^(n-2), ..., H]`` (entry j is H^(n-1-j)), each from the one after it by one multiplication
+    (numpy's ** with an integer exponent above 2 calls pow per entry): the powers that :func:`slot_mass`'s bounds
+    (H^(n-2)) and its Newton coefficients (:func:`_horner_terms`) read, n >= 2."""
+    powers = [H]
+    for _ in range(n - 2):
+        powers.append(powers[-1] * H)
+    return powers[::-1]
+
+
+def _horner_terms(powers: list | None, n: int) -> tuple[list, list]:
+    """The per-entry coefficients of :func:`_newton_step`'s polynomials, computed once per root from
+    :func:`_descending_powers` of H: ``(c, d)`` with D(y) = ((H + y)^n - H^n) / y = sum_j c_j y^j,
+    c_j = C(n, j + 1) H^(n-1-j) (j = 0..n-2; c_{n-1} = 1), and y D'(y) = sum_{j>=1} d_j y^j,
+    d_j = j C(n, j + 1) H^(n-1-j) (j = 1..n-2; d_0 = 0, d_{n-1} = n - 1). Empty above ``POWER_GAP_EXPANSION_MAX``
+    (``powers`` None; closed forms there)."""
+    if powers is None:
         return [], []
     coef = [comb(n, j + 1) for j in range(n)]  # C(n, j + 1): a few integers
-    powers = [H]  # H^(n - 1 - j) for j = n - 2 down to 0, each from the last by one multiplication (numpy's ** with
-    for _ in range(n - 2):  # an integer exponent above 2 calls pow per entry)
-        powers.append(powers[-1] * H)
-    powers.reverse()
     return [coef[j] * powers[j] for j in range(n - 1)], [0.0] + [j * coef[j] * powers[j] for j in range(1, n - 1)]
 
 
@@ -429,7 +437,7 @@ def _newton_numpy(y, H, L, r_below, gap, n: int, steps: int | None):  # noqa: AN
     live = None  # the entries of y still iterating (None: all)
     cur, sub = y, (H, L, r_below, -gap)
     stopped = None  # entries of cur that stopped at an earlier step (None: none)
-    terms = _horner_terms(H, n)
+    terms = _horner_terms(_descending_powers(H, n) if n <= POWER_GAP_EXPANSION_MAX else None, n)
     limit = 200 if steps is None else steps
     for _ in range(limit):
         new = _newton_step(cur, *sub, n, terms)

@@ -118,10 +118,9 @@ def _one_level_scan(t, op: str):  # noqa: ANN001, ANN202
 def _two_level_scan(t, op: str):  # noqa: ANN001, ANN202 - a tensor [..., V]
     """The running ``op`` of :func:`_scan` as blocks of ``SCAN_BLOCK`` entries scanned side by side (``[..., NB, K]``),
     the blocks' last entries scanned (``[..., NB]``), and each block combined with the result of the blocks before it
-    (one add, minimum or maximum per entry). torch's scan along the innermost axis spreads a row over few threads, so
-    a few long rows leave a GPU idle (a profile on an H200: 245 us for one float64 running sum of [64, 128k], several
-    times its read time); the blocks give it B x NB short rows. Minima and maxima are exact, so they equal the
-    one-level scan's; sums are associated per block, which moves them by rounding only."""
+    (one add, minimum or maximum per entry). torch's scan along the innermost axis spreads a row over few threads, so a
+    few long rows leave a GPU idle, far from its read time; the blocks give it B x NB short rows. Minima and maxima are
+    exact, so they equal the one-level scan's; sums are associated per block, which moves them by rounding only."""
     import torch
 
     V, K = t.shape[-1], SCAN_BLOCK

@@ -1,13 +1,12 @@
 """Small C kernels for the CPU samplers' per-token passes, built on first use with the system's C compiler.
 
-numpy spends one pass over a ``[B, V]`` array per operation; the optimal rule's bucketed route (``buckets.c``, see
-its header) needs about ten for what a loop does in two, and its class chains' slot roots (``chains.c``) about 25
-per Newton step. The kernels are built once per source text, compiler and
-platform into a cache folder (``$OTLP_CACHE``, else ``$XDG_CACHE_HOME/otlp`` or ``~/.cache/otlp``, else the temporary
-folder) with ``$CC`` or ``cc`` (a cached file that does not load is built again), and loaded with ctypes, which lets
-go of the GIL during a call (so the row chunks of :mod:`otlp.threads` run side by side). Where no compiler works, or
-with ``OTLP_NATIVE=0``, :func:`library` returns None and the callers take their numpy route, which gives the same
-answers (tests/test_native.py).
+numpy spends one pass over a ``[B, V]`` array per operation; the optimal rule's bucketed route (``buckets.c``, see its
+header) needs about ten for what a loop does in two, and its class chains' slot roots (``chains.c``) about 25 per Newton
+step. The kernels are built once per source text, compiler and platform into a cache folder (``$OTLP_CACHE``, else
+``$XDG_CACHE_HOME/otlp`` or ``~/.cache/otlp``, else the temporary folder) with ``$CC`` or ``cc`` (a cached file that
+does not load is built again), and loaded with ctypes, which lets go of the GIL during a call (so the row chunks of
+:mod:`otlp.threads` run side by side). Where no compiler works, or with ``OTLP_NATIVE=0``, :func:`library` returns None
+and the callers take their numpy route, which gives the same answers (tests/test_native.py).
 """
 
 from __future__ import annotations

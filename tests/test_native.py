@@ -4,6 +4,8 @@ tokens; and the fallback to numpy where no kernel can be built."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -267,16 +269,30 @@ def _slot_inputs(rng: np.random.Generator) -> list[tuple[np.ndarray, ...]]:
     return out
 
 
+def _numpy_pow_is_the_c_librarys() -> bool:
+    """Whether numpy's float64 power is the C library's pow here, as chains.c's bounds call it (numpy's AVX512 builds
+    dispatch float64 power to SVML, whose results can differ in the last bit); Python's math.pow is the C
+    library's."""
+    x = np.random.default_rng(0).random(4096) * 2.0
+    return all(float(a) == math.pow(float(b), e) for e in (1 / 3, 1 / 4, 1 / 7) for a, b in zip(x**e, x, strict=True))
+
+
 @needs_kernels
 @pytest.mark.parametrize("n", [3, 4, 5, 8, native.SLOT_MASS_MAX_N])
 def test_the_slot_roots_are_numpys_bit_for_bit(n: int) -> None:
     """``otlp_slot_mass`` (chains.c) against chains.slot_mass's numpy route: the same bounds (its shortcut past the
     second bound's powers included) and the same Newton steps per entry, to the last bit, with Newton to convergence
-    and cut at 1 and 8 steps."""
+    and cut at 1 and 8 steps. Where numpy's float64 power is not the C library's (its AVX512 builds), the starts can
+    differ in the last bit, and the roots to convergence are compared to 1e-14 (relative) instead."""
+    exact = _numpy_pow_is_the_c_librarys()
     inputs = _slot_inputs(np.random.default_rng(n))
     assert sum(x[0].size for x in inputs) > 10_000  # the CPU route did solve roots
     for H, L, r, gap in inputs:
-        for steps in (None, 1, C.NEWTON_STEPS):
+        for steps in (None, 1, C.NEWTON_STEPS) if exact else (None,):
             with np.errstate(all="ignore"):
                 got = C.slot_mass(H, L, r, gap, n, steps)
-            np.testing.assert_array_equal(got, _numpy_slot_mass(H, L, r, gap, n, steps), err_msg=f"{steps}")
+            want = _numpy_slot_mass(H, L, r, gap, n, steps)
+            if exact:
+                np.testing.assert_array_equal(got, want, err_msg=f"{steps}")
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-300)

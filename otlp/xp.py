@@ -286,17 +286,16 @@ PACKED_SORT_MIN = 1024
 
 def _packed_sort(key: np.ndarray) -> np.ndarray:
     """Stable descending order of each row of ``key [B, V]`` (float64: >= 0 or +inf, and one common negative value
-    such as -1 for the p = q = 0 tokens) from int64 sorts.
+    such as -1 for the p = q = 0 tokens) from one int64 sort.
 
     A float64 >= 0 compares like its bit pattern read as an integer, and every negative float's pattern is a
     negative integer, so clearing the low ``s = bit_length(V - 1)`` bits keeps the order (merging only keys within
     2^-(52 - s) relative of each other); with ``V - 1 - id`` in those bits every key is distinct, and their
     decreasing order is the stable decreasing order of the truncated keys. Runs of equal truncated keys that hold
-    different exact keys (keys within about 2^-(52 - s) relative: rare in LM rows, common in n-gram laws, whose
-    smoothed ratios differ in their last bits) differ only in those s low bits, so a second int64 sort of the rows
-    that have such runs puts them in exact order: its key packs the run's number, the s low bits (decreasing) and
-    the id (increasing), 3 s <= 63 bits for V <= 2^21 (a stable argsort above that). Runs of exact ties are already
-    in id order. Three integer passes besides each sort and the tie check.
+    different exact keys (keys within about 2^-(52 - s) relative: a few dozen per row in the rows of a close draft,
+    common in n-gram laws, whose smoothed ratios differ in their last bits) are then put in exact order, and only
+    they: their positions (a few per run) are sorted by (run, exact key decreasing, id increasing) and written back
+    into the same positions, so each run keeps its place. Runs of exact ties are already in id order.
     """
     B, V = key.shape
     s = max(int(V - 1).bit_length(), 1)
@@ -304,36 +303,24 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     packed = (np.ascontiguousarray(key).view(np.int64) & ~low) | (V - 1 - np.arange(V, dtype=np.int64))
     packed.sort(axis=-1)
     packed = packed[:, ::-1]
-    order = (V - 1) - (packed & low)  # decreasing keys; ids increasing within ties
+    order = np.ascontiguousarray((V - 1) - (packed & low))  # decreasing keys; ids increasing within ties
     trunc = packed >> s
     same = trunc[:, 1:] == trunc[:, :-1]  # [B, V - 1]: position i + 1 ties position i
     if not same.any():
-        return np.ascontiguousarray(order)
-    kbits = take(key.view(np.int64), order)  # [B, V] the exact keys' bits in that order
-    bad = (same & (kbits[:, 1:] != kbits[:, :-1])).any(axis=-1)  # [B] a tie of truncated keys only
-    if not bad.any():
-        return np.ascontiguousarray(order)
-    order = np.ascontiguousarray(order)
-    rows = np.flatnonzero(bad)
-    if 3 * s > 63:
-        order[rows] = stable_descending(key[rows])
         return order
-    every = rows.size == B  # n-gram rows: all of them (no copies of the rows then)
-    same, kbits, sub = (same, kbits, order) if every else (same[rows], kbits[rows], order[rows])
-    second = np.empty(kbits.shape, dtype=np.int64)  # [R, V]: run number, low bits (decreasing key first), id
-    second[:, 0] = 0
-    np.cumsum(~same, axis=-1, out=second[:, 1:])  # each position's run number (position order)
-    second <<= 2 * s
-    kbits &= low
-    np.subtract(low, kbits, out=kbits)  # the low bits, decreasing key -> increasing
-    kbits <<= s
-    second |= kbits
-    second |= sub
-    second.sort(axis=-1)
-    second &= low
-    if every:
-        return second
-    order[rows] = second
+    rows, left = nonzero_2d(same)  # the tied pairs (few)
+    exact = key[rows[:, None], order[rows[:, None], left[:, None] + np.arange(2)]]  # [pairs, 2] their exact keys
+    if not (exact[:, 0] != exact[:, 1]).any():  # only exact ties: in id order already
+        return order
+    flat_left = rows * V + left  # the tied pairs by the flat position of their first member
+    at = np.unique(np.concatenate([flat_left, flat_left + 1]))  # [M] the positions in truncated runs, increasing
+    tied_left = np.zeros(at.size, dtype=bool)  # at[k] ties the position before it (the same run)
+    tied_left[1:] = np.isin(at[1:] - 1, flat_left, assume_unique=True) & (at[1:] - 1 == at[:-1])
+    run = np.cumsum(~tied_left)  # [M] run numbers
+    flat = order.reshape(-1)
+    ids = flat[at]
+    ranked = np.lexsort((ids, -key.reshape(-1)[at // V * V + ids], run))  # by run, exact key decreasing, id
+    flat[at] = ids[ranked]
     return order
 
 

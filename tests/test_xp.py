@@ -54,9 +54,9 @@ def test_read_only_and_other_dtypes_take_numpy_quietly() -> None:
 
 
 def test_packed_sort_repairs_only_the_tied_runs_and_equals_a_stable_argsort() -> None:
-    """Keys within the truncation's resolution (a few ulps apart) land in one truncated run; the second packed sort
-    orders each run by (exact key decreasing, id increasing), as a stable argsort of -key does, with a few runs or
-    with a third of the row tied; and the whole order on exact ties, p = q = 0 keys, +inf and 0."""
+    """Keys within the truncation's resolution (a few ulps apart) land in one truncated run; the repair orders the
+    positions of each such run by (exact key decreasing, id increasing), as a stable argsort of -key does, with a
+    few runs or with a third of the row tied; and the whole order on exact ties, p = q = 0 keys, +inf and 0."""
     rng = np.random.default_rng(4)
     for trial in range(200):
         B, V = int(rng.integers(1, 5)), int(rng.integers(2, 3000))
@@ -83,7 +83,7 @@ def test_packed_sort_repairs_only_the_tied_runs_and_equals_a_stable_argsort() ->
             k[rng.random((B, V)) < 0.2] = 0.0
         np.testing.assert_array_equal(X._packed_sort(k), np.argsort(-k, axis=1, kind="stable"))
         np.testing.assert_array_equal(X.sort_descending(k), np.argsort(-k, axis=1, kind="stable"))  # either route
-    rng = np.random.default_rng(8)  # rows that need the second sort beside rows that do not
+    rng = np.random.default_rng(8)  # rows that need the repair beside rows that do not
     for trial in range(50):
         V = int(rng.integers(2, 3000))
         k = rng.random((4, V))

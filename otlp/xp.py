@@ -312,11 +312,12 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     exact = key[rows[:, None], order[rows[:, None], left[:, None] + np.arange(2)]]  # [pairs, 2] their exact keys
     if not (exact[:, 0] != exact[:, 1]).any():  # only exact ties: in id order already
         return order
-    flat_left = rows * V + left  # the tied pairs by the flat position of their first member
-    at = np.unique(np.concatenate([flat_left, flat_left + 1]))  # [M] the positions in truncated runs, increasing
-    tied_left = np.zeros(at.size, dtype=bool)  # at[k] ties the position before it (the same run)
-    tied_left[1:] = np.isin(at[1:] - 1, flat_left, assume_unique=True) & (at[1:] - 1 == at[:-1])
-    run = np.cumsum(~tied_left)  # [M] run numbers
+    flat_left = rows * V + left  # [pairs] the tied pairs by the flat position of their first member, increasing
+    at = np.concatenate([flat_left, flat_left + 1])
+    at.sort()
+    at = at[np.concatenate([[True], at[1:] != at[:-1]])]  # [M] the positions in truncated runs, increasing, once
+    prev = np.minimum(np.searchsorted(flat_left, at - 1), flat_left.size - 1)
+    run = np.cumsum(flat_left[prev] != at - 1)  # [M] run numbers: a new run unless at - 1 ties at
     flat = order.reshape(-1)
     ids = flat[at]
     ranked = np.lexsort((ids, -key.reshape(-1)[at // V * V + ids], run))  # by run, exact key decreasing, id

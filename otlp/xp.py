@@ -308,14 +308,19 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     same = trunc[:, 1:] == trunc[:, :-1]  # [B, V - 1]: position i + 1 ties position i
     if not same.any():
         return order
-    rows, left = nonzero_2d(same)  # the tied pairs (few)
+    rows, left = nonzero_2d(same)  # the tied pairs
     exact = key[rows[:, None], order[rows[:, None], left[:, None] + np.arange(2)]]  # [pairs, 2] their exact keys
-    if not (exact[:, 0] != exact[:, 1]).any():  # only exact ties: in id order already
+    differ = exact[:, 0] != exact[:, 1]
+    if not differ.any():  # only exact ties: in id order already
         return order
-    flat_left = rows * V + left  # [pairs] the tied pairs by the flat position of their first member, increasing
+    flat_left = rows * V + left  # [pairs] each tied pair by the flat position of its first member, increasing
+    chain = np.cumsum(np.concatenate([[True], flat_left[1:] != flat_left[:-1] + 1]))  # [pairs] its run
+    mixed = np.zeros(int(chain[-1]) + 1, dtype=bool)
+    mixed[chain[differ]] = True
+    flat_left = flat_left[mixed[chain]]  # the pairs of the runs that hold different keys
     at = np.concatenate([flat_left, flat_left + 1])
     at.sort()
-    at = at[np.concatenate([[True], at[1:] != at[:-1]])]  # [M] the positions in truncated runs, increasing, once
+    at = at[np.concatenate([[True], at[1:] != at[:-1]])]  # [M] the positions of those runs, increasing, once
     prev = np.minimum(np.searchsorted(flat_left, at - 1), flat_left.size - 1)
     run = np.cumsum(flat_left[prev] != at - 1)  # [M] run numbers: a new run unless at - 1 ties at
     flat = order.reshape(-1)

@@ -282,6 +282,9 @@ def sort_descending(key):  # noqa: ANN001, ANN201
 
 #: numpy keys below this many entries are sorted by a stable argsort (:func:`sort_descending`).
 PACKED_SORT_MIN = 1024
+#: :func:`_packed_sort` repairs its runs with one int64 sort where their numbers and two ids fit in these bits, else
+#: by a lexsort.
+_REPAIR_BITS = 63
 
 
 def _packed_sort(key: np.ndarray) -> np.ndarray:
@@ -292,10 +295,12 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     negative integer, so clearing the low ``s = bit_length(V - 1)`` bits keeps the order (merging only keys within
     2^-(52 - s) relative of each other); with ``V - 1 - id`` in those bits every key is distinct, and their
     decreasing order is the stable decreasing order of the truncated keys. Runs of equal truncated keys that hold
-    different exact keys (keys within about 2^-(52 - s) relative: a few dozen per row in the rows of a close draft,
-    common in n-gram laws, whose smoothed ratios differ in their last bits) are then put in exact order, and only
-    they: their positions (a few per run) are sorted by (run, exact key decreasing, id increasing) and written back
-    into the same positions, so each run keeps its place. Runs of exact ties are already in id order.
+    different exact keys (keys within about 2^-(52 - s) relative) are then put in exact order: their positions are
+    sorted by (run, exact key decreasing, id increasing), one int64 sort of the run number, the low bits (the only
+    ones that differ within a run; such runs hold keys >= 0) and the id, and written back into the same positions,
+    so each run keeps its place. Where ties are sparse (a few dozen runs per row of a close draft's LM rows) only the
+    positions of those runs are sorted; where they are dense (n-gram laws, whose smoothed ratios differ in their last
+    bits) the whole rows that hold one. Runs of exact ties are already in id order.
     """
     B, V = key.shape
     s = max(int(V - 1).bit_length(), 1)
@@ -308,7 +313,20 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     same = trunc[:, 1:] == trunc[:, :-1]  # [B, V - 1]: position i + 1 ties position i
     if not same.any():
         return order
-    rows, left = nonzero_2d(same)  # the tied pairs
+    if 8 * np.count_nonzero(same) > same.size:  # dense ties (n-gram laws): the whole rows that hold a mixed run
+        kbits = take(key.view(np.int64), order)  # [B, V] the exact keys' bits in that order
+        rows = np.flatnonzero((same & (kbits[:, 1:] != kbits[:, :-1])).any(axis=-1))
+        if rows.size == 0:  # only exact ties: in id order already
+            return order
+        every = rows.size == B  # (n-gram rows: all of them; no copies then)
+        run = np.empty((rows.size, V), dtype=np.int64)  # [R, V] each position's run within its row
+        run[:, 0] = 0
+        np.cumsum(~(same if every else same[rows]), axis=-1, out=run[:, 1:])
+        if every:
+            return _sorted_runs(run, kbits, order, s)
+        order[rows] = _sorted_runs(run, kbits[rows], order[rows], s)
+        return order
+    rows, left = nonzero_2d(same)  # sparse ties (LM rows): the tied pairs
     exact = key[rows[:, None], order[rows[:, None], left[:, None] + np.arange(2)]]  # [pairs, 2] their exact keys
     differ = exact[:, 0] != exact[:, 1]
     if not differ.any():  # only exact ties: in id order already
@@ -325,9 +343,27 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     run = np.cumsum(flat_left[prev] != at - 1)  # [M] run numbers: a new run unless at - 1 ties at
     flat = order.reshape(-1)
     ids = flat[at]
-    ranked = np.lexsort((ids, -key.reshape(-1)[at // V * V + ids], run))  # by run, exact key decreasing, id
-    flat[at] = ids[ranked]
+    flat[at] = _sorted_runs(run, key.view(np.int64).reshape(-1)[at // V * V + ids], ids, s)
     return order
+
+
+def _sorted_runs(run, bits, ids, s: int):  # noqa: ANN001, ANN202 - numpy int64 arrays of one shape
+    """``ids`` ordered by (run, exact key decreasing, id increasing) along the last axis, for ids in runs of keys
+    equal in all but their low ``s`` bits (keys >= 0, so that their order is that of those bits; ``bits``: the keys'
+    bit patterns): one int64 sort of the run number, the low bits decreasing and the id where they fit in
+    ``_REPAIR_BITS``, else a lexsort of the exact keys. ``run`` and ``bits`` are overwritten."""
+    low = (1 << s) - 1
+    if int(run.max()).bit_length() + 2 * s <= _REPAIR_BITS:
+        run <<= 2 * s  # in place: [R, V] arrays on the dense path
+        bits &= low
+        np.subtract(low, bits, out=bits)
+        bits <<= s
+        run |= bits
+        run |= ids
+        run.sort(axis=-1)
+        run &= low
+        return run
+    return np.take_along_axis(ids, np.lexsort((ids, -bits.view(np.float64), run), axis=-1), axis=-1)
 
 
 def nonzero_2d(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -355,7 +355,7 @@ def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: AN
     u_b = X.maximum((2.0 * c) ** (1.0 / n), (2.0 * X.maximum(r_below, 0.0)) ** (1.0 / (n - 1)))
     y = X.maximum(X.minimum(X.minimum(y_a, u_b - H), L), 0.0)
     if X.is_numpy(y) and y.size:
-        return _newton_numpy(y, H, L, r_below, gap, n, steps)
+        return _newton_numpy(y, H, L, r_below, gap, n, steps, powers)
     terms = _horner_terms(powers, n)
     neg_gap = -gap
     for _ in range(NEWTON_STEPS if steps is None else steps):  # device code: no data-dependent stop
@@ -425,19 +425,20 @@ def _only_where(fn, mask, *args):  # noqa: ANN001, ANN202
     return out
 
 
-def _newton_numpy(y, H, L, r_below, gap, n: int, steps: int | None):  # noqa: ANN001, ANN202 - numpy arrays
+def _newton_numpy(y, H, L, r_below, gap, n: int, steps: int | None, powers):  # noqa: ANN001, ANN202 - numpy
     """:func:`slot_mass`'s Newton iteration on numpy arrays, each entry until its step moves it by at most 4.5e-16
     of itself (about 2 ulp; it then keeps that step's value and stops) or ``steps`` steps (None: at most 200), as
     ``otlp_slot_mass`` (otlp/native/chains.c) iterates each entry: the entries still moving are gathered into smaller
     arrays once they are fewer than half, so the many that converge in two or three steps stop costing; until then
-    the stopped ones are carried along unchanged."""
+    the stopped ones are carried along unchanged. ``powers``: :func:`_descending_powers` of H (None above
+    ``POWER_GAP_EXPANSION_MAX``), as the bounds read them."""
     shape = y.shape
     y = y.reshape(-1).copy()
     H, L, r_below, gap = (np.broadcast_to(x, shape).reshape(-1) for x in (H, L, r_below, gap))
     live = None  # the entries of y still iterating (None: all)
     cur, sub = y, (H, L, r_below, -gap)
     stopped = None  # entries of cur that stopped at an earlier step (None: none)
-    terms = _horner_terms(_descending_powers(H, n) if n <= POWER_GAP_EXPANSION_MAX else None, n)
+    terms = _horner_terms(None if powers is None else [np.broadcast_to(x, shape).reshape(-1) for x in powers], n)
     limit = 200 if steps is None else steps
     for _ in range(limit):
         new = _newton_step(cur, *sub, n, terms)

@@ -253,12 +253,13 @@ def _slot_inputs(rng: np.random.Generator) -> list[tuple[np.ndarray, ...]]:
     p = torch.softmax(torch.randn(6, 8192, generator=g) * 2, dim=1)
     q = torch.softmax(torch.log(p) + 0.5 * torch.randn(6, 8192, generator=g), dim=1)
     drafts = torch.multinomial(q, 4, replacement=True, generator=g)
-    real = native.slot_mass
+    real, chain = native.slot_mass, native.window_chain
     native.slot_mass = lambda *a: seen.append(np.broadcast_arrays(*a[:4])) or real(*a)
+    native.window_chain = lambda *a: None  # the roots through Python, to be seen
     try:
         verify(p, q, drafts, torch.rand(6, 2, dtype=torch.float64, generator=g))
     finally:
-        native.slot_mass = real
+        native.slot_mass, native.window_chain = real, chain
     out = [tuple(np.ascontiguousarray(x).ravel() for x in entry) for entry in seen]
     for size in (1, 7, 9, 1001):
         H = rng.random(size) ** rng.integers(1, 30, size)
@@ -296,3 +297,56 @@ def test_the_slot_roots_are_numpys_bit_for_bit(n: int) -> None:
                 np.testing.assert_array_equal(got, want, err_msg=f"{steps}")
             else:
                 np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-300)
+
+
+def _numpy_window_hazards(*args):  # noqa: ANN002, ANN202
+    saved = native.window_chain
+    native.window_chain = lambda *a: None
+    try:
+        with np.errstate(all="ignore"):
+            return C._window_hazards(*args)
+    finally:
+        native.window_chain = saved
+
+
+@needs_kernels
+@pytest.mark.parametrize("n", [3, 4, 5, 8, native.SLOT_MASS_MAX_N])
+def test_the_window_chains_are_numpys_bit_for_bit(n: int) -> None:
+    """``otlp_window_chain`` (chains.c) against chains._window_hazards' numpy route (chains._group_terms on the flat
+    windows): the same hazards, certain slots and final acceptances to the last bit, on the windows the CPU route
+    meets (close drafts at V = 8192, through the sampler) and on rows of every instance family of the exact tests
+    (ties, zeros, point masses, near-ties; tuples drawn from q and uniform ones), with Newton to convergence and cut
+    at 1 and 8 steps. Where numpy's float64 power is not the C library's (the slot roots' bounds, see
+    test_the_slot_roots_are_numpys_bit_for_bit), to 1e-12 instead."""
+    from otlp.optimal.sampler import verify
+
+    exact = _numpy_pow_is_the_c_librarys()
+    seen = []
+    real = C._window_hazards
+    C._window_hazards = lambda *a: seen.append(a) or real(*a)
+    try:
+        g = torch.Generator().manual_seed(n)
+        p = torch.softmax(torch.randn(6, 8192, generator=g) * 2, dim=1)
+        q = torch.softmax(torch.log(p) + 0.5 * torch.randn(6, 8192, generator=g), dim=1)
+        verify(p, q, torch.multinomial(q, n, replacement=True, generator=g),
+               torch.rand(6, 2, dtype=torch.float64, generator=g))
+        rng = np.random.default_rng(n)
+        for family in sorted(FAMILIES):
+            for V in (2, 5, 40):
+                rows = [draw(family, rng, V, n) for _ in range(6)]
+                P, Q = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+                for w in (np.array([rng.choice(V, n, p=r[1]) for r in rows]), rng.integers(0, V, (6, n))):
+                    with np.errstate(all="ignore"):  # tuples drawn from q, and any tuples (q = 0 draws included)
+                        C.tuple_rule(C.prefix(P, Q, n), w, window="auto")
+    finally:
+        C._window_hazards = real
+    assert sum(int((a[1] - a[2]).sum()) for a in seen) > 5_000  # the windows hold that many slots
+    for pre, top, s, e, W, _ in seen:
+        for steps in (None, 1, C.NEWTON_STEPS):
+            got = native.window_chain(pre, s, e, top, W, 200 if steps is None else steps)
+            want = _numpy_window_hazards(pre, top, s, e, W, steps)
+            for a, b in zip(got, want, strict=True):
+                if exact:
+                    np.testing.assert_array_equal(a, b, err_msg=f"{steps}")
+                else:
+                    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-300)

@@ -1,12 +1,13 @@
 """Small C kernels for the CPU samplers' per-token passes, built on first use with the system's C compiler.
 
 numpy spends one pass over a ``[B, V]`` array per operation; the optimal rule's bucketed route (``buckets.c``, see its
-header) needs about ten for what a loop does in two, and its class chains' slot roots (``chains.c``) about 25 per Newton
-step. The kernels are built once per source text, compiler and platform into a cache folder (``$OTLP_CACHE``, else
-``$XDG_CACHE_HOME/otlp`` or ``~/.cache/otlp``, else the temporary folder) with ``$CC`` or ``cc`` (a cached file that
-does not load is built again), and loaded with ctypes, which lets go of the GIL during a call (so the row chunks of
-:mod:`otlp.threads` run side by side). Where no compiler works, or with ``OTLP_NATIVE=0``, :func:`library` returns None
-and the callers take their numpy route, which gives the same answers (tests/test_native.py).
+header) needs about ten for what a loop does in two, its class chains' slot roots (``chains.c``) about 25 per Newton
+step, and the rest of a served group's chain about 40. The kernels are built once per source text, compiler and
+platform into a cache folder (``$OTLP_CACHE``, else ``$XDG_CACHE_HOME/otlp`` or ``~/.cache/otlp``, else the temporary
+folder) with ``$CC`` or ``cc`` (a cached file that does not load is built again), and loaded with ctypes, which lets
+go of the GIL during a call (so the row chunks of :mod:`otlp.threads` run side by side). Where no compiler works, or
+with ``OTLP_NATIVE=0``, :func:`library` returns None and the callers take their numpy route, which gives the same
+answers (tests/test_native.py).
 """
 
 from __future__ import annotations
@@ -126,6 +127,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_row_stats.restype = None
     lib.otlp_slot_mass.argtypes = [_VOID, _VOID, _VOID, _VOID, _I64, _INT, _I64, _VOID]
     lib.otlp_slot_mass.restype = None
+    lib.otlp_window_chain.argtypes = [_VOID] * 5 + [_I64, _I64] + [_VOID] * 4 + [_INT, _I64, _I64] + [_VOID] * 3
+    lib.otlp_window_chain.restype = _INT
     return lib
 
 
@@ -154,3 +157,24 @@ def slot_mass(H, L, r_below, gap, n: int, limit: int) -> np.ndarray | None:  # n
     out = np.empty(args[0].shape)
     lib.otlp_slot_mass(*(x.ctypes.data for x in args), out.size, n, limit, out.ctypes.data)
     return out
+
+
+def window_chain(pre, s, e, top, W: int, limit: int):  # noqa: ANN001, ANN201 - a chains.Prefix and numpy arrays
+    """The class chain of each row's served group on its positions s .. top + 1 (``s, e, top int64 [B, 1]``) as
+    :func:`otlp.optimal.chains._ragged_rule` forms it, in ``otlp_window_chain`` (``chains.c``: the numpy route's
+    bits), each slot root at most ``limit`` Newton steps: ``(lam, certain)``, float64 ``[B, W]`` (the hazard and the
+    certain-slot flag where the slot can matter, 0 elsewhere), and ``beta [B]``; None where the kernels are not built
+    or n is outside 3 .. ``SLOT_MASS_MAX_N``."""
+    lib = library()
+    if lib is None or not 3 <= pre.n <= SLOT_MASS_MAX_N:
+        return None
+    B, V = pre.ps.shape
+    rows = [np.ascontiguousarray(x, dtype=np.float64) for x in (pre.ps, pre.qs, pre.prefix_q, pre.suffix_q, pre.psi)]
+    ends = [np.ascontiguousarray(x, dtype=np.int64).reshape(B) for x in (pre.m_star, s, e, top)]
+    a, certain, beta = np.empty((B, W)), np.empty((B, W)), np.empty(B)
+    if lib.otlp_window_chain(*(x.ctypes.data for x in rows), B, V, *(x.ctypes.data for x in ends), pre.n, limit, W,
+                             a.ctypes.data, certain.ctypes.data, beta.ctypes.data):
+        raise MemoryError(f"otlp_window_chain: no memory for the work arrays of windows of up to {W} positions")
+    np.negative(a, out=a)
+    lam = np.log1p(a, out=a)  # the hazards -log1p(-a), by numpy's log1p as the numpy route takes them
+    return np.negative(lam, out=lam), certain, beta

@@ -1,12 +1,13 @@
-/* The slot roots of the optimal rule's class chains (otlp/optimal/chains.py, slot_mass at n >= 3) in one loop per entry.
+/* The optimal rule's class chains (otlp/optimal/chains.py) on the CPU route: the slot roots (slot_mass at n >= 3) in
+ * one loop per entry, and the chain of each row's served group on its window (otlp_window_chain) in one pass.
  *
- * numpy solves them as vectorised Newton steps, about 25 passes over the entries per step (the Horner polynomials of
- * g and g', the clamps) and 5-6 steps from the upper bounds, so on the CPU route with a draft close to its target
- * (windows of tens of thousands of positions) the roots were about a third of a call. Here each entry takes the same
- * operations in the same order (the bounds, then the Newton steps of chains._newton_step with chains._horner_terms'
- * coefficients, until the step moves it by at most 4.5e-16 of itself, as chains._newton_numpy stops an entry), so
- * the same bits as the numpy route, which stays for machines without a C compiler; tests/test_native.py holds the
- * two together.
+ * numpy solves the roots as vectorised Newton steps, about 25 passes over the entries per step (the Horner polynomials
+ * of g and g', the clamps) and 5-6 steps from the upper bounds, and forms the rest of a window's chain in about 40
+ * more passes, so on the CPU route with a draft close to its target (windows of tens of thousands of positions) the
+ * chain was about a third of a call. Here each entry takes the same operations in the same order (the bounds, then
+ * the Newton steps of chains._newton_step with chains._horner_terms' coefficients, until the step moves it by at most
+ * 4.5e-16 of itself, as chains._newton_numpy stops an entry; chains._group_terms around them), so the same bits as
+ * the numpy route, which stays for machines without a C compiler; tests/test_native.py holds the two together.
  *
  * numpy's maximum and minimum return their first argument on ties and propagate NaN (np_max, np_min); numpy's power
  * with the exponent 0.5 is a square root. Built without -ffast-math and with -ffp-contract=off
@@ -14,6 +15,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define MAX_N 32 /* native.SLOT_MASS_MAX_N: up to here j C(n, j) is an exact int64, as Python's ints are */
 
@@ -122,4 +124,104 @@ void otlp_slot_mass(const double *H_in, const double *L_in, const double *r_in, 
         }
         for (int k = 0; k < m; k++) y_out[i0 + k] = y[k];
     }
+}
+
+/* (base + x)^n - base^n by Horner in x (chains.power_gap below POWER_GAP_EXPANSION_MAX), the powers of base as
+ * chains._descending_powers forms them (each from the one below by one multiplication). `row`: C(n, k). */
+static double power_gap(double base, double x, int n, const int64_t *row) {
+    double powers[MAX_N]; /* powers[k] = base^k */
+    powers[1] = base;
+    for (int k = 2; k < n; k++) powers[k] = powers[k - 1] * base;
+    double acc = x + (double)n * base;
+    for (int j = n - 2; j >= 1; j--) acc = acc * x + (double)row[j] * powers[n - j];
+    return acc * x;
+}
+
+/* The class chain of each row's served group on its window of positions s .. top + 1 (chains._ragged_rule with
+ * chains._group_terms' `rows` form, 3 <= n <= MAX_N) in one pass per row: the same operations per entry in the same
+ * order, the slot roots by otlp_slot_mass on the entries that need one (neither a group's first position nor the
+ * tail of a tied run), so the same bits as the numpy route. Rows of ps, qs [B, V] and prefix_q, suffix_q, psi
+ * [B, V + 1] in the ratio order; m_star, s, e, top [B]. Writes a_out, certain_out [B, W] (W >= top - s + 2 of every
+ * row): the slot's firing probability a where its hazard -log1p(-a) is finite and positive, and the certain-slot flag,
+ * at the positions that can matter (s <= pos <= top, pos < e), 0 elsewhere (the caller takes the hazards with numpy's
+ * log1p, whose bits the C library's need not match); beta_out [B]: the group's final acceptance. Returns 0, or -1
+ * where its work arrays could not be allocated. */
+int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q, const double *suffix_q,
+                      const double *psi, int64_t B, int64_t V, const int64_t *m_star, const int64_t *s_in,
+                      const int64_t *e_in, const int64_t *top_in, int n, int64_t limit, int64_t W, double *a_out,
+                      double *certain_out, double *beta_out) {
+    int64_t row[MAX_N + 1];
+    binomials(n, row);
+    int64_t most = 2;
+    for (int64_t b = 0; b < B; b++) most = top_in[b] - s_in[b] + 2 > most ? top_in[b] - s_in[b] + 2 : most;
+    double *work = malloc(sizeof(double) * (size_t)most * 11);
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)most);
+    unsigned char *tied = malloc((size_t)most);
+    if (!work || !idx || !tied) {
+        free(work);
+        free(idx);
+        free(tied);
+        return -1;
+    }
+    double *H = work, *L = H + most, *r = L + most, *gap = r + most, *y = gap + most, *q = y + most;
+    double *rH = q + most, *rL = rH + most, *rr = rL + most, *rgap = rr + most, *ry = rgap + most;
+    for (int64_t b = 0; b < B; b++) {
+        const double *pb = ps + b * V, *qb = qs + b * V, *Hb = prefix_q + b * (V + 1), *Sb = suffix_q + b * (V + 1);
+        const double *psib = psi + b * (V + 1);
+        const int64_t s = s_in[b], e = e_in[b], top = top_in[b], width = top - s + 2;
+        const int inner = e <= m_star[b];
+        const double psi_s = psib[s], psi_e = psib[e], S_e = Sb[e];
+        int64_t count = 0;
+        for (int64_t k = 0; k < width; k++) { /* chains._group_terms, up to the roots */
+            const int64_t at = s + k < V ? s + k : V - 1;
+            const int first = k == 0, outer_first = first && !inner;
+            const double p = pb[at];
+            q[k] = qb[at];
+            H[k] = Hb[at];
+            const double t = outer_first ? np_max(p - (psi_e - psi_s), 0.0) : p;
+            L[k] = Sb[at] - S_e;
+            gap[k] = np_max(first ? (inner ? psi_s - psi_e : 0.0) : psib[at] - psi_e, 0.0);
+            const int q_pos = q[k] > 0;
+            const double q_div = q_pos ? q[k] : 1.0;
+            r[k] = q_pos ? (outer_first ? t / q_div : 1.0 / (q_div / p)) : 0.0;
+            tied[k] = k >= 2 && r[k - 1] == r[k - 2] && q[k - 1] > 0; /* chains._tied */
+            if (!first && !tied[k]) {
+                rH[count] = H[k];
+                rL[count] = L[k];
+                rr[count] = r[k - 1];
+                rgap[count] = gap[k];
+                idx[count++] = k;
+            }
+            y[k] = L[k]; /* a group's first position; the others are the roots and the tied runs below */
+        }
+        otlp_slot_mass(rH, rL, rr, rgap, count, n, limit, ry);
+        for (int64_t j = 0; j < count; j++) y[idx[j]] = ry[j];
+        int64_t anchor = 0;
+        for (int64_t k = 1; k < width; k++) { /* a tied run's tail from the last entry solved */
+            if (!tied[k]) anchor = k;
+            else y[k] = np_min(np_max(y[anchor] - (H[k] - H[anchor]), 0.0), L[k]);
+        }
+        double *a_row = a_out + b * W, *certain = certain_out + b * W;
+        for (int64_t k = 0; k < width; k++) {
+            const int64_t pos = s + k;
+            const int first = k == 0;
+            const double before = (pos + 1 >= e || k + 1 >= width ? 0.0 : y[k + 1]) + q[k];
+            const int b_pos = before > 0;
+            const double a = first || !b_pos ? 0.0 : np_min(np_max(1.0 - y[k] / before, 0.0), 1.0);
+            const int sure = a >= 1.0 && !first;
+            const int live = pos <= top; /* (and pos < e: top < e) */
+            a_row[k] = live && !sure && !first ? a : 0.0;
+            certain[k] = live && sure ? 1.0 : 0.0;
+            if (first) {
+                const double capacity = power_gap(H[0], before, n, row);
+                const int c_pos = capacity > 0;
+                beta_out[b] = inner ? (c_pos ? np_min(np_max(1.0 - gap[0] / capacity, 0.0), 1.0) : 0.0) : 1.0;
+            }
+        }
+        for (int64_t k = width; k < W; k++) a_row[k] = certain[k] = 0.0;
+    }
+    free(work);
+    free(idx);
+    free(tied);
+    return 0;
 }

@@ -310,14 +310,14 @@ def _numpy_window_hazards(*args):  # noqa: ANN002, ANN202
 
 
 @needs_kernels
-@pytest.mark.parametrize("n", [3, 4, 5, 8, native.SLOT_MASS_MAX_N])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, native.SLOT_MASS_MAX_N])
 def test_the_window_chains_are_numpys_bit_for_bit(n: int) -> None:
     """``otlp_window_chain`` (chains.c) against chains._window_hazards' numpy route (chains._group_terms on the flat
     windows): the same hazards, certain slots and final acceptances to the last bit, on the windows the CPU route
     meets (close drafts at V = 8192, through the sampler) and on rows of every instance family of the exact tests
     (ties, zeros, point masses, near-ties; tuples drawn from q and uniform ones), with Newton to convergence and cut
-    at 1 and 8 steps. Where numpy's float64 power is not the C library's (the slot roots' bounds, see
-    test_the_slot_roots_are_numpys_bit_for_bit), to 1e-12 instead."""
+    at 1 and 8 steps (n <= 2: the closed forms). Where numpy's float64 power is not the C library's (the slot roots'
+    bounds, see test_the_slot_roots_are_numpys_bit_for_bit), to 1e-12 instead."""
     from otlp.optimal.sampler import verify
 
     exact = _numpy_pow_is_the_c_librarys()
@@ -340,7 +340,7 @@ def test_the_window_chains_are_numpys_bit_for_bit(n: int) -> None:
                         C.tuple_rule(C.prefix(P, Q, n), w, window="auto")
     finally:
         C._window_hazards = real
-    assert sum(int((a[1] - a[2]).sum()) for a in seen) > 5_000  # the windows hold that many slots
+    assert sum(int((a[1] - a[2]).sum()) for a in seen) > 100  # the windows hold slots (n = 1: the families only)
     for pre, top, s, e, W, _ in seen:
         for steps in (None, 1, C.NEWTON_STEPS):
             got = native.window_chain(pre, s, e, top, W, 200 if steps is None else steps)

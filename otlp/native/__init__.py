@@ -164,9 +164,9 @@ def window_chain(pre, s, e, top, W: int, limit: int):  # noqa: ANN001, ANN201 - 
     :func:`otlp.optimal.chains._ragged_rule` forms it, in ``otlp_window_chain`` (``chains.c``: the numpy route's
     bits), each slot root at most ``limit`` Newton steps: ``(lam, certain)``, float64 ``[B, W]`` (the hazard and the
     certain-slot flag where the slot can matter, 0 elsewhere), and ``beta [B]``; None where the kernels are not built
-    or n is outside 3 .. ``SLOT_MASS_MAX_N``."""
+    or n is above ``SLOT_MASS_MAX_N``."""
     lib = library()
-    if lib is None or not 3 <= pre.n <= SLOT_MASS_MAX_N:
+    if lib is None or not 1 <= pre.n <= SLOT_MASS_MAX_N:
         return None
     B, V = pre.ps.shape
     rows = [np.ascontiguousarray(x, dtype=np.float64) for x in (pre.ps, pre.qs, pre.prefix_q, pre.suffix_q, pre.psi)]

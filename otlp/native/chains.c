@@ -129,6 +129,8 @@ void otlp_slot_mass(const double *H_in, const double *L_in, const double *r_in, 
 /* (base + x)^n - base^n by Horner in x (chains.power_gap below POWER_GAP_EXPANSION_MAX), the powers of base as
  * chains._descending_powers forms them (each from the one below by one multiplication). `row`: C(n, k). */
 static double power_gap(double base, double x, int n, const int64_t *row) {
+    if (n == 1) return x + 0.0 * base;
+    if (n == 2) return x * (2.0 * base + x);
     double powers[MAX_N]; /* powers[k] = base^k */
     powers[1] = base;
     for (int k = 2; k < n; k++) powers[k] = powers[k - 1] * base;
@@ -137,10 +139,24 @@ static double power_gap(double base, double x, int n, const int64_t *row) {
     return acc * x;
 }
 
+/* chains.slot_mass at n = 1 and 2: the closed forms (n = 2: its stable branch). */
+static double closed_root(double H, double L, double r, double gap, int n) {
+    gap = np_max(gap, 0.0);
+    if (n == 1) {
+        const int below = r < 1.0;
+        return np_min(np_max(below ? gap / (1.0 - r) : L, 0.0), L);
+    }
+    const double b = 2.0 * H - r;
+    const double root = sqrt(b * b + 4.0 * gap);
+    const double den = b + root;
+    const double y = b >= 0 ? 2.0 * gap / (den > 0 ? den : 1.0) : 0.5 * (root - b);
+    return np_min(np_max(y, 0.0), L);
+}
+
 /* The class chain of each row's served group on its window of positions s .. top + 1 (chains._ragged_rule with
- * chains._group_terms' `rows` form, 3 <= n <= MAX_N) in one pass per row: the same operations per entry in the same
- * order, the slot roots by otlp_slot_mass on the entries that need one (neither a group's first position nor the
- * tail of a tied run), so the same bits as the numpy route. Rows of ps, qs [B, V] and prefix_q, suffix_q, psi
+ * chains._group_terms' `rows` form, 1 <= n <= MAX_N) in one pass per row: the same operations per entry in the same
+ * order, the slot roots in closed form at n <= 2 and else by otlp_slot_mass on the entries that need one (neither a
+ * group's first position nor the tail of a tied run), so the same bits as the numpy route. Rows of ps, qs [B, V] and prefix_q, suffix_q, psi
  * [B, V + 1] in the ratio order; m_star, s, e, top [B]. Writes a_out, certain_out [B, W] (W >= top - s + 2 of every
  * row): the slot's firing probability a where its hazard -log1p(-a) is finite and positive, and the certain-slot flag,
  * at the positions that can matter (s <= pos <= top, pos < e), 0 elsewhere (the caller takes the hazards with numpy's
@@ -184,7 +200,11 @@ int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q
             const int q_pos = q[k] > 0;
             const double q_div = q_pos ? q[k] : 1.0;
             r[k] = q_pos ? (outer_first ? t / q_div : 1.0 / (q_div / p)) : 0.0;
-            tied[k] = k >= 2 && r[k - 1] == r[k - 2] && q[k - 1] > 0; /* chains._tied */
+            tied[k] = n >= 3 && k >= 2 && r[k - 1] == r[k - 2] && q[k - 1] > 0; /* chains._tied */
+            if (!first && n <= 2) {
+                y[k] = closed_root(H[k], L[k], r[k - 1], gap[k], n);
+                continue;
+            }
             if (!first && !tied[k]) {
                 rH[count] = H[k];
                 rL[count] = L[k];
@@ -194,7 +214,7 @@ int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q
             }
             y[k] = L[k]; /* a group's first position; the others are the roots and the tied runs below */
         }
-        otlp_slot_mass(rH, rL, rr, rgap, count, n, limit, ry);
+        if (count) otlp_slot_mass(rH, rL, rr, rgap, count, n, limit, ry);
         for (int64_t j = 0; j < count; j++) y[idx[j]] = ry[j];
         int64_t anchor = 0;
         for (int64_t k = 1; k < width; k++) { /* a tied run's tail from the last entry solved */

@@ -69,59 +69,109 @@ static double newton_start(double H, double Hn2, double L, double r, double gap,
 
 #define LANES 8 /* entries iterated side by side (vector registers, and divisions that overlap) */
 
+/* What the Newton iteration of one n needs: the integers of chains._horner_terms rounded to doubles once, as numpy
+ * does (coef[j] = C(n, j + 1), scaled[j] = j C(n, j + 1)), and the constants of newton_start. */
+struct poly {
+    int n;
+    double coef[MAX_N], scaled[MAX_N], half_n, inv_n, inv_n1, n1;
+};
+
+static void poly_init(struct poly *P, int n) {
+    int64_t row[MAX_N + 1];
+    binomials(n, row);
+    P->n = n;
+    for (int j = 0; j < n; j++) {
+        P->coef[j] = (double)row[j + 1];
+        P->scaled[j] = (double)(j * row[j + 1]);
+    }
+    P->half_n = (double)row[2];
+    P->inv_n = 1.0 / n;
+    P->inv_n1 = 1.0 / (n - 1);
+    P->n1 = (double)(n - 1);
+}
+
+/* One entry's coefficients of chains._newton_step's polynomials (chains._horner_terms) at stride `stride` in c and d,
+ * from chains._descending_powers of H (powers[j] = H^(n-1-j), each from the one after it by one multiplication).
+ * Returns H^(n-2), which newton_start reads. */
+static double entry_terms(const struct poly *P, double H, double *c, double *d, int stride) {
+    const int n = P->n;
+    double powers[MAX_N];
+    powers[n - 2] = H;
+    for (int j = n - 3; j >= 0; j--) powers[j] = powers[j + 1] * H;
+    for (int j = 0; j < n - 1; j++) {
+        c[j * stride] = P->coef[j] * powers[j];
+        d[j * stride] = j ? P->scaled[j] * powers[j] : 0.0;
+    }
+    return powers[1];
+}
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* chains._newton_step on entries 0 .. m - 1 side by side (their coefficients from entry_terms, at stride LANES; m a
+ * constant where this is inlined, so that the loops over entries vectorise): g = y (D(y) - r) - gap and
+ * g' = D - r + y D'(y) by Horner; next = the step kept in [0, L], or y where g' <= 0; dg = g'(y). */
+ALWAYS_INLINE void lanes_step(const int m, const double *y, double c[][LANES], double d[][LANES], const double *L,
+                              const double *r, const double *neg_gap, const struct poly *P, double *next,
+                              double *dg) {
+    const int n = P->n;
+    double D[LANES], S[LANES];
+    for (int k = 0; k < m; k++) D[k] = y[k] + c[n - 2][k];
+    for (int j = n - 3; j >= 0; j--)
+        for (int k = 0; k < m; k++) D[k] = D[k] * y[k] + c[j][k];
+    for (int k = 0; k < m; k++) S[k] = P->n1 * y[k] + d[n - 2][k];
+    for (int j = n - 3; j >= 1; j--)
+        for (int k = 0; k < m; k++) S[k] = S[k] * y[k] + d[j][k];
+    for (int k = 0; k < m; k++) {
+        const double Dr = D[k] - r[k];
+        const double g = Dr * y[k] + neg_gap[k];
+        dg[k] = Dr + S[k] * y[k];
+        const double step_to = np_min(np_max(y[k] - g / (dg[k] > 0 ? dg[k] : 1.0), 0.0), L[k]);
+        next[k] = dg[k] > 0 ? step_to : y[k];
+    }
+}
+
+/* Newton on entries 0 .. m - 1 side by side from y (lanes_step): each entry whose `live` is 1 steps until a step
+ * moves it by at most 4.5e-16 of itself (it keeps that step's value and stops: live 0) or `limit` steps; the others
+ * stay as they are. */
+ALWAYS_INLINE void lanes_newton(const int m, double *y, double c[][LANES], double d[][LANES], const double *L,
+                                const double *r, const double *neg_gap, double *live, const struct poly *P,
+                                int64_t limit) {
+    double next[LANES], dg[LANES];
+    for (int64_t step = 0; step < limit; step++) {
+        lanes_step(m, y, c, d, L, r, neg_gap, P, next, dg);
+        double any = 0.0;
+        for (int k = 0; k < m; k++) {
+            const double moved = fabs(next[k] - y[k]) > 4.5e-16 * y[k] ? 1.0 : 0.0;
+            y[k] = live[k] != 0.0 ? next[k] : y[k];
+            live[k] = live[k] * moved;
+            any += live[k];
+        }
+        if (any == 0.0) break;
+    }
+}
+
 /* y[i] = the largest root in [0, L] of (H + y)^n - H^n - r y = gap for each of the `count` entries (chains.slot_mass,
  * 3 <= n <= MAX_N), at most `limit` Newton steps each. LANES entries step together; each keeps the value of its first
  * step that moved it by at most 4.5e-16 of itself and then stays as it is. */
 void otlp_slot_mass(const double *H_in, const double *L_in, const double *r_in, const double *gap_in, int64_t count,
                     int n, int64_t limit, double *y_out) {
-    int64_t row[MAX_N + 1];
-    double coef[MAX_N], scaled[MAX_N], powers[MAX_N];
-    binomials(n, row);
-    for (int j = 0; j < n; j++) { /* the integers of chains._horner_terms, rounded to doubles once, as numpy does */
-        coef[j] = (double)row[j + 1];
-        scaled[j] = (double)(j * row[j + 1]);
-    }
-    const double half_n = (double)row[2], inv_n = 1.0 / n, inv_n1 = 1.0 / (n - 1), n1 = (double)(n - 1);
+    struct poly P;
+    poly_init(&P, n);
     for (int64_t i0 = 0; i0 < count; i0 += LANES) {
         const int m = count - i0 < LANES ? (int)(count - i0) : LANES;
-        double y[LANES], L[LANES], r[LANES], neg_gap[LANES], live[LANES], D[LANES], S[LANES];
+        double y[LANES], L[LANES], r[LANES], neg_gap[LANES], live[LANES];
         double c[MAX_N][LANES], d[MAX_N][LANES];
         for (int k = 0; k < LANES; k++) {
             const int64_t i = i0 + (k < m ? k : 0);
-            const double H = H_in[i], gap = np_max(gap_in[i], 0.0);
+            const double gap = np_max(gap_in[i], 0.0);
             L[k] = L_in[i];
             r[k] = r_in[i];
             neg_gap[k] = -gap;
-            /* chains._descending_powers: powers[j] = H^(n-1-j), each from the one after it by one multiplication */
-            powers[n - 2] = H;
-            for (int j = n - 3; j >= 0; j--) powers[j] = powers[j + 1] * H;
-            y[k] = newton_start(H, powers[1], L[k], r[k], gap, n, half_n, inv_n, inv_n1);
+            const double Hn2 = entry_terms(&P, H_in[i], &c[0][k], &d[0][k], LANES);
+            y[k] = newton_start(H_in[i], Hn2, L[k], r[k], gap, n, P.half_n, P.inv_n, P.inv_n1);
             live[k] = k < m;
-            for (int j = 0; j < n - 1; j++) { /* chains._horner_terms */
-                c[j][k] = coef[j] * powers[j];
-                d[j][k] = j ? scaled[j] * powers[j] : 0.0;
-            }
         }
-        for (int64_t step = 0; step < limit; step++) { /* chains._newton_step, lane by lane */
-            for (int k = 0; k < LANES; k++) D[k] = y[k] + c[n - 2][k];
-            for (int j = n - 3; j >= 0; j--)
-                for (int k = 0; k < LANES; k++) D[k] = D[k] * y[k] + c[j][k];
-            for (int k = 0; k < LANES; k++) S[k] = n1 * y[k] + d[n - 2][k];
-            for (int j = n - 3; j >= 1; j--)
-                for (int k = 0; k < LANES; k++) S[k] = S[k] * y[k] + d[j][k];
-            double any = 0.0;
-            for (int k = 0; k < LANES; k++) {
-                const double Dr = D[k] - r[k];
-                const double g = Dr * y[k] + neg_gap[k], dg = Dr + S[k] * y[k];
-                const double step_to = np_min(np_max(y[k] - g / (dg > 0 ? dg : 1.0), 0.0), L[k]);
-                const double next = dg > 0 ? step_to : y[k];
-                const double moved = fabs(next - y[k]) > 4.5e-16 * y[k] ? 1.0 : 0.0;
-                y[k] = live[k] != 0.0 ? next : y[k];
-                live[k] = live[k] * moved;
-                any += live[k];
-            }
-            if (any == 0.0) break;
-        }
+        lanes_newton(LANES, y, c, d, L, r, neg_gap, live, &P, limit);
         for (int k = 0; k < m; k++) y_out[i0 + k] = y[k];
     }
 }
@@ -153,41 +203,113 @@ static double closed_root(double H, double L, double r, double gap, int n) {
     return np_min(np_max(y, 0.0), L);
 }
 
+/* A warm start is kept as it is when its first step moved it by at most this much of itself (the neighbour's root
+ * was close); past it, the smaller of that step and newton_start (both upper bounds of the root): window_roots. */
+#define WARM_MOVE 1e-3
+
+/* The roots of a window's positions 1 .. width - 1 at n >= 3 (and the tied runs' masses between them), cut into
+ * `lanes` segments solved side by side (their chains of divisions overlap), each from its first position up. A
+ * segment starts where the tied-run form does not apply (lo, hi: its positions).
+ *
+ * Each root starts from the root of the position below it, z = y_{k-1} - q_{k-1}: where the ratios of the two
+ * positions below are equal this is the root (the tied run of chains._group_terms); where r_{k-1} > r_{k-2} (the
+ * order's increasing p / q) step k's g at z is g_{k-1}(y_{k-1}) - (r_{k-1} - r_{k-2}) y_{k-1} <= 0, so z lies at or
+ * below the root, and one Newton step from it (where g' > 0) lands at or above it (g is convex). From there Newton
+ * descends as from newton_start, in a step or two where neighbouring ratios are close (a draft close to its target)
+ * instead of five or six. A segment's first position, and a root whose first step moved by more than WARM_MOVE of
+ * itself, start from newton_start (or from that step, where it is smaller: both are upper bounds). */
+ALWAYS_INLINE void window_lanes(const struct poly *P, int64_t width, const double *H,
+                                                               const double *L, const double *r, const double *gap,
+                                                               const double *q, const unsigned char *tied,
+                                                               int64_t limit, double *y, const int lanes) {
+    int64_t lo[LANES], hi[LANES], anchor[LANES], at[LANES], longest = 0;
+    for (int j = 0; j < lanes; j++) {
+        lo[j] = 1 + j * (width - 1) / lanes;
+        if (j && lo[j] < lo[j - 1]) lo[j] = lo[j - 1];
+        while (lo[j] < width && tied[lo[j]]) lo[j]++;
+        if (j) hi[j - 1] = lo[j];
+        hi[j] = width;
+        anchor[j] = lo[j];
+    }
+    for (int j = 0; j < lanes; j++) longest = hi[j] - lo[j] > longest ? hi[j] - lo[j] : longest;
+    double yl[LANES], Ll[LANES], rl[LANES], ng[LANES], live[LANES], z[LANES], dgz[LANES], Hn2[LANES];
+    double c[MAX_N][LANES], d[MAX_N][LANES];
+    int warm[LANES];
+    for (int64_t i = 0; i < longest; i++) {
+        for (int j = 0; j < lanes; j++) { /* this round's position of each segment */
+            const int64_t k = lo[j] + i;
+            live[j] = k < hi[j] && !tied[k];
+            if (k < hi[j] && tied[k]) /* y_k = (y_a - (H_k - H_a))^+ from the last position a solved */
+                y[k] = np_min(np_max(y[anchor[j]] - (H[k] - H[anchor[j]]), 0.0), L[k]);
+            if (live[j] == 0.0) { /* an idle lane: harmless values */
+                warm[j] = 0;
+                z[j] = Ll[j] = rl[j] = ng[j] = Hn2[j] = 0.0;
+                for (int t = 0; t < P->n - 1; t++) c[t][j] = d[t][j] = 0.0;
+                continue;
+            }
+            anchor[j] = at[j] = k;
+            Hn2[j] = entry_terms(P, H[k], &c[0][j], &d[0][j], LANES);
+            Ll[j] = L[k];
+            rl[j] = r[k - 1];
+            ng[j] = -gap[k];
+            warm[j] = i > 0 && k >= 2;
+            z[j] = warm[j] ? np_min(np_max(y[k - 1] - q[k - 1], 0.0), L[k]) : 0.0;
+        }
+        lanes_step(lanes, z, c, d, Ll, rl, ng, P, yl, dgz);
+        for (int j = 0; j < lanes; j++) {
+            if (live[j] == 0.0 || (warm[j] && dgz[j] > 0 && yl[j] - z[j] <= WARM_MOVE * yl[j])) continue;
+            const int64_t k = at[j];
+            const double cold = newton_start(H[k], Hn2[j], L[k], r[k - 1], gap[k], P->n, P->half_n, P->inv_n,
+                                             P->inv_n1);
+            yl[j] = warm[j] && dgz[j] > 0 ? np_min(yl[j], cold) : cold;
+        }
+        lanes_newton(lanes, yl, c, d, Ll, rl, ng, live, P, limit);
+        for (int j = 0; j < lanes; j++)
+            if (lo[j] + i < hi[j] && !tied[lo[j] + i]) y[at[j]] = yl[j];
+    }
+}
+
+static void window_roots(const struct poly *P, int64_t width, const double *H, const double *L, const double *r,
+                         const double *gap, const double *q, const unsigned char *tied, int64_t limit, double *y) {
+    if (width - 1 >= 8 * LANES) /* (constant lane counts: the lane loops vectorise) */
+        window_lanes(P, width, H, L, r, gap, q, tied, limit, y, LANES);
+    else
+        window_lanes(P, width, H, L, r, gap, q, tied, limit, y, 1);
+}
+
 /* The class chain of each row's served group on its window of positions s .. top + 1 (chains._ragged_rule with
  * chains._group_terms' `rows` form, 1 <= n <= MAX_N) in one pass per row: the same operations per entry in the same
- * order, the slot roots in closed form at n <= 2 and else by otlp_slot_mass on the entries that need one (neither a
- * group's first position nor the tail of a tied run), so the same bits as the numpy route. Rows of ps, qs [B, V] and prefix_q, suffix_q, psi
- * [B, V + 1] in the ratio order; m_star, s, e, top [B]. Writes a_out, certain_out [B, W] (W >= top - s + 2 of every
- * row): the slot's firing probability a where its hazard -log1p(-a) is finite and positive, and the certain-slot flag,
- * at the positions that can matter (s <= pos <= top, pos < e), 0 elsewhere (the caller takes the hazards with numpy's
- * log1p, whose bits the C library's need not match); beta_out [B]: the group's final acceptance. Returns 0, or -1
- * where its work arrays could not be allocated. */
+ * order as the numpy route, except the Newton starts of the slot roots at n >= 3 (window_roots: the same roots to
+ * rounding, in half the steps with close drafts). Rows of ps, qs [B, V] and prefix_q, suffix_q,
+ * psi [B, V + 1] in the ratio order; m_star, s, e, top [B]. Writes a_out, certain_out [B, W] (W >= top - s + 2 of
+ * every row): the slot's firing probability a where its hazard -log1p(-a) is finite and positive, and the
+ * certain-slot flag, at the positions that can matter (s <= pos <= top), 0 elsewhere (the caller takes the hazards
+ * with numpy's log1p, whose bits the C library's need not match); beta_out [B]: the group's final acceptance.
+ * Returns 0, or -1 where its work arrays could not be allocated. */
 int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q, const double *suffix_q,
                       const double *psi, int64_t B, int64_t V, const int64_t *m_star, const int64_t *s_in,
                       const int64_t *e_in, const int64_t *top_in, int n, int64_t limit, int64_t W, double *a_out,
                       double *certain_out, double *beta_out) {
     int64_t row[MAX_N + 1];
     binomials(n, row);
+    struct poly P;
+    if (n >= 3) poly_init(&P, n);
     int64_t most = 2;
     for (int64_t b = 0; b < B; b++) most = top_in[b] - s_in[b] + 2 > most ? top_in[b] - s_in[b] + 2 : most;
-    double *work = malloc(sizeof(double) * (size_t)most * 11);
-    int64_t *idx = malloc(sizeof(int64_t) * (size_t)most);
+    double *work = malloc(sizeof(double) * (size_t)most * 6);
     unsigned char *tied = malloc((size_t)most);
-    if (!work || !idx || !tied) {
+    if (!work || !tied) {
         free(work);
-        free(idx);
         free(tied);
         return -1;
     }
     double *H = work, *L = H + most, *r = L + most, *gap = r + most, *y = gap + most, *q = y + most;
-    double *rH = q + most, *rL = rH + most, *rr = rL + most, *rgap = rr + most, *ry = rgap + most;
     for (int64_t b = 0; b < B; b++) {
         const double *pb = ps + b * V, *qb = qs + b * V, *Hb = prefix_q + b * (V + 1), *Sb = suffix_q + b * (V + 1);
         const double *psib = psi + b * (V + 1);
         const int64_t s = s_in[b], e = e_in[b], top = top_in[b], width = top - s + 2;
         const int inner = e <= m_star[b];
         const double psi_s = psib[s], psi_e = psib[e], S_e = Sb[e];
-        int64_t count = 0;
         for (int64_t k = 0; k < width; k++) { /* chains._group_terms, up to the roots */
             const int64_t at = s + k < V ? s + k : V - 1;
             const int first = k == 0, outer_first = first && !inner;
@@ -201,26 +323,9 @@ int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q
             const double q_div = q_pos ? q[k] : 1.0;
             r[k] = q_pos ? (outer_first ? t / q_div : 1.0 / (q_div / p)) : 0.0;
             tied[k] = n >= 3 && k >= 2 && r[k - 1] == r[k - 2] && q[k - 1] > 0; /* chains._tied */
-            if (!first && n <= 2) {
-                y[k] = closed_root(H[k], L[k], r[k - 1], gap[k], n);
-                continue;
-            }
-            if (!first && !tied[k]) {
-                rH[count] = H[k];
-                rL[count] = L[k];
-                rr[count] = r[k - 1];
-                rgap[count] = gap[k];
-                idx[count++] = k;
-            }
-            y[k] = L[k]; /* a group's first position; the others are the roots and the tied runs below */
+            y[k] = first ? L[k] : n <= 2 ? closed_root(H[k], L[k], r[k - 1], gap[k], n) : 0.0;
         }
-        if (count) otlp_slot_mass(rH, rL, rr, rgap, count, n, limit, ry);
-        for (int64_t j = 0; j < count; j++) y[idx[j]] = ry[j];
-        int64_t anchor = 0;
-        for (int64_t k = 1; k < width; k++) { /* a tied run's tail from the last entry solved */
-            if (!tied[k]) anchor = k;
-            else y[k] = np_min(np_max(y[anchor] - (H[k] - H[anchor]), 0.0), L[k]);
-        }
+        if (n >= 3) window_roots(&P, width, H, L, r, gap, q, tied, limit, y);
         double *a_row = a_out + b * W, *certain = certain_out + b * W;
         for (int64_t k = 0; k < width; k++) {
             const int64_t pos = s + k;
@@ -241,7 +346,6 @@ int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q
         for (int64_t k = width; k < W; k++) a_row[k] = certain[k] = 0.0;
     }
     free(work);
-    free(idx);
     free(tied);
     return 0;
 }

@@ -162,7 +162,8 @@ def slot_mass(H, L, r_below, gap, n: int, limit: int) -> np.ndarray | None:  # n
 def window_chain(pre, s, e, top, W: int, limit: int):  # noqa: ANN001, ANN201 - a chains.Prefix and numpy arrays
     """The class chain of each row's served group on its positions s .. top + 1 (``s, e, top int64 [B, 1]``) as
     :func:`otlp.optimal.chains._ragged_rule` forms it, in ``otlp_window_chain`` (``chains.c``: the numpy route's
-    bits), each slot root at most ``limit`` Newton steps: ``(lam, certain)``, float64 ``[B, W]`` (the hazard and the
+    bits at n <= 2; at n >= 3 its roots start from their neighbour's, so they agree to rounding), each slot root at
+    most ``limit`` Newton steps after its start: ``(lam, certain)``, float64 ``[B, W]`` (the hazard and the
     certain-slot flag where the slot can matter, 0 elsewhere), and ``beta [B]``; None where the kernels are not built
     or n is above ``SLOT_MASS_MAX_N``."""
     lib = library()

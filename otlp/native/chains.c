@@ -7,7 +7,9 @@
  * chain was about a third of a call. Here each entry takes the same operations in the same order (the bounds, then
  * the Newton steps of chains._newton_step with chains._horner_terms' coefficients, until the step moves it by at most
  * 4.5e-16 of itself, as chains._newton_numpy stops an entry; chains._group_terms around them), so the same bits as
- * the numpy route, which stays for machines without a C compiler; tests/test_native.py holds the two together.
+ * the numpy route, which stays for machines without a C compiler; tests/test_native.py holds the two together. One
+ * exception: a window's roots start from their neighbour's root (window_roots), not from the bounds, so they agree
+ * with the numpy route's to rounding.
  *
  * numpy's maximum and minimum return their first argument on ties and propagate NaN (np_max, np_min); numpy's power
  * with the exponent 0.5 is a square root. Built without -ffast-math and with -ffp-contract=off

@@ -545,7 +545,7 @@ def _ragged_rule(pre: Prefix, w, pos, top, s, e, steps: int | None):  # noqa: AN
 def _window_hazards(pre: Prefix, top, s, e, W: int, steps: int | None):  # noqa: ANN001, ANN202 - numpy
     """The served groups' chains on their windows s .. top + 1 (``[B, 1]`` each): ``(lam, certain)`` ``[B, W]``
     (row b's window in its first top_b - s_b + 2 columns; 0 where the slot cannot matter) and ``beta [B]``. Through
-    ``otlp_window_chain`` (:func:`otlp.native.window_chain`, the same bits) where the kernels are built and
+    ``otlp_window_chain`` (:func:`otlp.native.window_chain`, equal to rounding) where the kernels are built and
     n <= ``native.SLOT_MASS_MAX_N``; else by :func:`group_terms` on the T = sum_b (top_b - s_b + 2) positions of
     all rows in one ``[1, T]`` array."""
     got = native.window_chain(pre, s, e, top, W, 200 if steps is None else steps)

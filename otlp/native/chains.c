@@ -283,15 +283,15 @@ static void window_roots(const struct poly *P, int64_t width, const double *H, c
  * chains._group_terms' `rows` form, 1 <= n <= MAX_N) in one pass per row: the same operations per entry in the same
  * order as the numpy route, except the Newton starts of the slot roots at n >= 3 (window_roots: the same roots to
  * rounding, in half the steps with close drafts). Rows of ps, qs [B, V] and prefix_q, suffix_q,
- * psi [B, V + 1] in the ratio order; m_star, s, e, top [B]. Writes a_out, certain_out [B, W] (W >= top - s + 2 of
- * every row): the slot's firing probability a where its hazard -log1p(-a) is finite and positive, and the
- * certain-slot flag, at the positions that can matter (s <= pos <= top), 0 elsewhere (the caller takes the hazards
- * with numpy's log1p, whose bits the C library's need not match); beta_out [B]: the group's final acceptance.
- * Returns 0, or -1 where its work arrays could not be allocated. */
+ * psi [B, V + 1] in the ratio order; m_star, s, e, top [B]; the draws' positions pos [B, n]. Writes cum, cum_c
+ * [B, n]: the running sums over the window of the hazards -log1p(-a) and of the certain slots (a = 1), at the
+ * positions that can matter (s <= pos <= top), read at each draw (offset pos - s, clamped to the window), as
+ * chains._ragged_rule reads them; beta_out [B]: the group's final acceptance. Returns 0, or -1 where its work arrays
+ * could not be allocated. */
 int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q, const double *suffix_q,
                       const double *psi, int64_t B, int64_t V, const int64_t *m_star, const int64_t *s_in,
-                      const int64_t *e_in, const int64_t *top_in, int n, int64_t limit, int64_t W, double *a_out,
-                      double *certain_out, double *beta_out) {
+                      const int64_t *e_in, const int64_t *top_in, const int64_t *pos_in, int n, int64_t limit,
+                      double *cum_out, double *cum_c_out, double *beta_out) {
     int64_t row[MAX_N + 1];
     binomials(n, row);
     struct poly P;
@@ -328,7 +328,7 @@ int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q
             y[k] = first ? L[k] : n <= 2 ? closed_root(H[k], L[k], r[k - 1], gap[k], n) : 0.0;
         }
         if (n >= 3) window_roots(&P, width, H, L, r, gap, q, tied, limit, y);
-        double *a_row = a_out + b * W, *certain = certain_out + b * W;
+        double S = 0.0, S_c = 0.0; /* the running sums, into r and L (not read here) */
         for (int64_t k = 0; k < width; k++) {
             const int64_t pos = s + k;
             const int first = k == 0;
@@ -337,15 +337,22 @@ int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q
             const double a = first || !b_pos ? 0.0 : np_min(np_max(1.0 - y[k] / before, 0.0), 1.0);
             const int sure = a >= 1.0 && !first;
             const int live = pos <= top; /* (and pos < e: top < e) */
-            a_row[k] = live && !sure && !first ? a : 0.0;
-            certain[k] = live && sure ? 1.0 : 0.0;
+            S += live && !sure && !first ? -log1p(-a) : 0.0;
+            S_c += live && sure ? 1.0 : 0.0;
             if (first) {
                 const double capacity = power_gap(H[0], before, n, row);
                 const int c_pos = capacity > 0;
                 beta_out[b] = inner ? (c_pos ? np_min(np_max(1.0 - gap[0] / capacity, 0.0), 1.0) : 0.0) : 1.0;
             }
+            r[k] = S;
+            L[k] = S_c;
         }
-        for (int64_t k = width; k < W; k++) a_row[k] = certain[k] = 0.0;
+        for (int j = 0; j < n; j++) {
+            const int64_t off = pos_in[b * n + j] - s;
+            const int64_t at = off < 0 ? 0 : off >= width ? width - 1 : off;
+            cum_out[b * n + j] = r[at];
+            cum_c_out[b * n + j] = L[at];
+        }
     }
     free(work);
     free(tied);

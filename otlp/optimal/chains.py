@@ -534,25 +534,24 @@ def needed_window(pre: Prefix, w) -> int:
 
 def _ragged_rule(pre: Prefix, w, pos, top, s, e, steps: int | None):  # noqa: ANN001, ANN202 - numpy
     """:func:`tuple_rule` with ``window="auto"``: the chain of row b on its positions s_b .. top_b + 1 only (the top
-    draw's slot and the class mass above it, :func:`_window_hazards`); the running hazards then per row on a
-    ``[B, W]`` array."""
-    W = int((top - s).max()) + 2
-    lam, certain, beta = _window_hazards(pre, top, s, e, W, steps)
-    off = np.minimum(np.maximum(pos - s, 0), W - 1)
-    return _pieces(np, w, pos, pos >= s, X.take(X.cumsum(lam), off), X.take(X.cumsum(certain), off), beta)
+    draw's slot and the class mass above it, :func:`_window_hazards`)."""
+    cum, cum_c, beta = _window_hazards(pre, pos, top, s, e, steps)
+    return _pieces(np, w, pos, pos >= s, cum, cum_c, beta)
 
 
-def _window_hazards(pre: Prefix, top, s, e, W: int, steps: int | None):  # noqa: ANN001, ANN202 - numpy
-    """The served groups' chains on their windows s .. top + 1 (``[B, 1]`` each): ``(lam, certain)`` ``[B, W]``
-    (row b's window in its first top_b - s_b + 2 columns; 0 where the slot cannot matter) and ``beta [B]``. Through
-    ``otlp_window_chain`` (:func:`otlp.native.window_chain`, equal to rounding) where the kernels are built and
+def _window_hazards(pre: Prefix, pos, top, s, e, steps: int | None):  # noqa: ANN001, ANN202 - numpy
+    """The served groups' chains on their windows s .. top + 1 (``[B, 1]`` each): ``(cum, cum_c)`` ``[B, n]``, the
+    running sums over the window of the hazards and of the certain slots where the slot can matter, read at the draws
+    (``pos [B, n]``, offset pos - s clamped to the window), and ``beta [B]``. Through ``otlp_window_chain``
+    (:func:`otlp.native.window_chain`, equal to rounding) where the kernels are built and
     n <= ``native.SLOT_MASS_MAX_N``; else by :func:`group_terms` on the T = sum_b (top_b - s_b + 2) positions of
-    all rows in one ``[1, T]`` array."""
-    got = native.window_chain(pre, s, e, top, W, 200 if steps is None else steps)
+    all rows in one ``[1, T]`` array, then running sums on a ``[B, W]`` array."""
+    got = native.window_chain(pre, s, e, top, pos, 200 if steps is None else steps)
     if got is not None:
         return got
     B = s.shape[0]
     width = (top - s)[:, 0] + 2  # [B]
+    W = int(width.max())
     first = np.cumsum(width) - width  # [B] where each row's window starts in the flat array
     rows = np.repeat(np.arange(B), width)  # [T]
     k = np.arange(rows.size) - first[rows]  # [T] offset in the row's window
@@ -564,7 +563,9 @@ def _window_hazards(pre: Prefix, top, s, e, W: int, steps: int | None):  # noqa:
     lam, certain = np.zeros(B * W), np.zeros(B * W)
     lam[flat] = np.where(live, tm.lam, 0.0)[0]
     certain[flat] = (live & tm.certain)[0]
-    return lam.reshape(B, W), certain.reshape(B, W), tm.beta[0, first]
+    off = np.minimum(np.maximum(pos - s, 0), W - 1)
+    return (X.take(X.cumsum(lam.reshape(B, W)), off), X.take(X.cumsum(certain.reshape(B, W)), off),
+            tm.beta[0, first])
 
 
 def _pieces(xp, w, pos, in_group, cum, cum_c, beta):  # noqa: ANN001, ANN202

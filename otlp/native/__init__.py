@@ -127,7 +127,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_row_stats.restype = None
     lib.otlp_slot_mass.argtypes = [_VOID, _VOID, _VOID, _VOID, _I64, _INT, _I64, _VOID]
     lib.otlp_slot_mass.restype = None
-    lib.otlp_window_chain.argtypes = [_VOID] * 5 + [_I64, _I64] + [_VOID] * 5 + [_INT, _I64] + [_VOID] * 3
+    lib.otlp_window_chain.argtypes = [_VOID] * 5 + [_I64, _I64] + [_VOID] * 5 + [_I64, _INT, _I64] + [_VOID] * 3
     lib.otlp_window_chain.restype = _INT
     return lib
 
@@ -163,18 +163,18 @@ def window_chain(pre, s, e, top, pos, limit: int):  # noqa: ANN001, ANN201 - a c
     """The class chain of each row's served group on its positions s .. top + 1 (``s, e, top int64 [B, 1]``) as
     :func:`otlp.optimal.chains._window_hazards` forms it, in ``otlp_window_chain`` (``chains.c``; at n >= 3 its roots
     start from their neighbour's, so they agree with the numpy route's to rounding), each slot root at most ``limit``
-    Newton steps after its start: ``(cum, cum_c)``, float64 ``[B, n]``, the running sums of the hazards and of the
-    certain slots read at the draws' positions ``pos int64 [B, n]``, and ``beta [B]``; None where the kernels are not
-    built or n is above ``SLOT_MASS_MAX_N``."""
+    Newton steps after its start: ``(cum, cum_c)``, float64 ``[B, k]``, the running sums of the hazards and of the
+    certain slots read at the positions ``pos int64 [B, k]`` (the draws'), and ``beta [B]``; None where the kernels
+    are not built or n is above ``SLOT_MASS_MAX_N``."""
     lib = library()
     if lib is None or not 1 <= pre.n <= SLOT_MASS_MAX_N:
         return None
     B, V = pre.ps.shape
     rows = [np.ascontiguousarray(x, dtype=np.float64) for x in (pre.ps, pre.qs, pre.prefix_q, pre.suffix_q, pre.psi)]
     ends = [np.ascontiguousarray(x, dtype=np.int64).reshape(B, -1) for x in (pre.m_star, s, e, top, pos)]
-    n = ends[-1].shape[1]
-    cum, cum_c, beta = np.empty((B, n)), np.empty((B, n)), np.empty(B)
-    if lib.otlp_window_chain(*(x.ctypes.data for x in rows), B, V, *(x.ctypes.data for x in ends), pre.n, limit,
+    draws = ends[-1].shape[1]
+    cum, cum_c, beta = np.empty((B, draws)), np.empty((B, draws)), np.empty(B)
+    if lib.otlp_window_chain(*(x.ctypes.data for x in rows), B, V, *(x.ctypes.data for x in ends), draws, pre.n, limit,
                              cum.ctypes.data, cum_c.ctypes.data, beta.ctypes.data):
         width = int((top - s).max()) + 2
         raise MemoryError(f"otlp_window_chain: no memory for the work arrays of windows of up to {width} positions")

@@ -209,89 +209,98 @@ static double closed_root(double H, double L, double r, double gap, int n) {
  * was close); past it, the smaller of that step and newton_start (both upper bounds of the root): window_roots. */
 #define WARM_MOVE 1e-3
 
-/* The roots of a window's positions 1 .. width - 1 at n >= 3 (and the tied runs' masses between them), cut into
- * `lanes` segments solved side by side (their chains of divisions overlap), each from its first position up. A
- * segment starts where the tied-run form does not apply (lo, hi: its positions).
+/* The slot roots of a window's positions 1 .. width - 1 at n >= 3, then the tied runs' masses from them (the tied run
+ * of chains._group_terms: y_k = (y_a - (H_k - H_a))^+ from the last position a solved). The positions that need a root
+ * (`roots`, increasing, `count` of them) are cut into `lanes` equal segments solved side by side (their chains of
+ * divisions overlap), each from its first up.
  *
- * Each root starts from the root of the position below it, z = y_{k-1} - q_{k-1}: where the ratios of the two
- * positions below are equal this is the root (the tied run of chains._group_terms); where r_{k-1} > r_{k-2} (the
- * order's increasing p / q) step k's g at z is g_{k-1}(y_{k-1}) - (r_{k-1} - r_{k-2}) y_{k-1} <= 0, so z lies at or
- * below the root, and one Newton step from it (where g' > 0) lands at or above it (g is convex). From there Newton
- * descends as from newton_start, in a step or two where neighbouring ratios are close (a draft close to its target)
- * instead of five or six. A segment's first position, and a root whose first step moved by more than WARM_MOVE of
- * itself, start from newton_start (or from that step, where it is smaller: both are upper bounds). */
-ALWAYS_INLINE void window_lanes(const struct poly *P, int64_t width, const double *H,
-                                                               const double *L, const double *r, const double *gap,
-                                                               const double *q, const unsigned char *tied,
-                                                               int64_t limit, double *y, const int lanes) {
-    int64_t lo[LANES], hi[LANES], anchor[LANES], at[LANES], longest = 0;
+ * Each root starts from the mass at the position below it, z = y_{k-1} - q_{k-1}: where the ratios of the two
+ * positions below are equal this is the root (the tied run); where r_{k-1} > r_{k-2} (the order's increasing p / q)
+ * step k's g at z is g_{k-1}(y_{k-1}) - (r_{k-1} - r_{k-2}) y_{k-1} <= 0, so z lies at or below the root, and one
+ * Newton step from it (where g' > 0) lands at or above it (g is convex). From there Newton descends as from
+ * newton_start, in a step or two where neighbouring ratios are close (a draft close to its target) instead of five or
+ * six. A segment's first root, and a root whose first step moved by more than WARM_MOVE of itself, start from
+ * newton_start (or from that step, where it is smaller: both are upper bounds). */
+ALWAYS_INLINE void window_lanes(const struct poly *P, const int64_t *roots, int64_t count, const double *H,
+                                const double *L, const double *r, const double *gap, const double *q, int64_t limit,
+                                double *y, const int lanes) {
+    int64_t lo[LANES], hi[LANES], longest = 0;
     for (int j = 0; j < lanes; j++) {
-        lo[j] = 1 + j * (width - 1) / lanes;
-        if (j && lo[j] < lo[j - 1]) lo[j] = lo[j - 1];
-        while (lo[j] < width && tied[lo[j]]) lo[j]++;
-        if (j) hi[j - 1] = lo[j];
-        hi[j] = width;
-        anchor[j] = lo[j];
+        lo[j] = j * count / lanes;
+        hi[j] = (j + 1) * count / lanes;
+        longest = hi[j] - lo[j] > longest ? hi[j] - lo[j] : longest;
     }
-    for (int j = 0; j < lanes; j++) longest = hi[j] - lo[j] > longest ? hi[j] - lo[j] : longest;
     double yl[LANES], Ll[LANES], rl[LANES], ng[LANES], live[LANES], z[LANES], dgz[LANES], Hn2[LANES];
     double c[MAX_N][LANES], d[MAX_N][LANES];
     int warm[LANES];
     for (int64_t i = 0; i < longest; i++) {
-        for (int j = 0; j < lanes; j++) { /* this round's position of each segment */
-            const int64_t k = lo[j] + i;
-            live[j] = k < hi[j] && !tied[k];
-            if (k < hi[j] && tied[k]) /* y_k = (y_a - (H_k - H_a))^+ from the last position a solved */
-                y[k] = np_min(np_max(y[anchor[j]] - (H[k] - H[anchor[j]]), 0.0), L[k]);
+        for (int j = 0; j < lanes; j++) { /* this round's root of each segment */
+            const int64_t t = lo[j] + i;
+            live[j] = t < hi[j];
             if (live[j] == 0.0) { /* an idle lane: harmless values */
                 warm[j] = 0;
                 z[j] = Ll[j] = rl[j] = ng[j] = Hn2[j] = 0.0;
-                for (int t = 0; t < P->n - 1; t++) c[t][j] = d[t][j] = 0.0;
+                for (int u = 0; u < P->n - 1; u++) c[u][j] = d[u][j] = 0.0;
                 continue;
             }
-            anchor[j] = at[j] = k;
+            const int64_t k = roots[t];
             Hn2[j] = entry_terms(P, H[k], &c[0][j], &d[0][j], LANES);
             Ll[j] = L[k];
             rl[j] = r[k - 1];
             ng[j] = -gap[k];
             warm[j] = i > 0 && k >= 2;
-            z[j] = warm[j] ? np_min(np_max(y[k - 1] - q[k - 1], 0.0), L[k]) : 0.0;
+            if (warm[j]) { /* the mass at k - 1: a root, or on the tied run from the segment's previous root a */
+                const int64_t a = roots[t - 1];
+                const double below = a == k - 1 ? y[a] : np_min(np_max(y[a] - (H[k - 1] - H[a]), 0.0), L[k - 1]);
+                z[j] = np_min(np_max(below - q[k - 1], 0.0), L[k]);
+            } else {
+                z[j] = 0.0;
+            }
         }
         lanes_step(lanes, z, c, d, Ll, rl, ng, P, yl, dgz);
         for (int j = 0; j < lanes; j++) {
             if (live[j] == 0.0 || (warm[j] && dgz[j] > 0 && yl[j] - z[j] <= WARM_MOVE * yl[j])) continue;
-            const int64_t k = at[j];
+            const int64_t k = roots[lo[j] + i];
             const double cold = newton_start(H[k], Hn2[j], L[k], r[k - 1], gap[k], P->n, P->half_n, P->inv_n,
                                              P->inv_n1);
             yl[j] = warm[j] && dgz[j] > 0 ? np_min(yl[j], cold) : cold;
         }
         lanes_newton(lanes, yl, c, d, Ll, rl, ng, live, P, limit);
         for (int j = 0; j < lanes; j++)
-            if (lo[j] + i < hi[j] && !tied[lo[j] + i]) y[at[j]] = yl[j];
+            if (lo[j] + i < hi[j]) y[roots[lo[j] + i]] = yl[j];
     }
 }
 
 static void window_roots(const struct poly *P, int64_t width, const double *H, const double *L, const double *r,
-                         const double *gap, const double *q, const unsigned char *tied, int64_t limit, double *y) {
-    if (width - 1 >= 8 * LANES) /* (constant lane counts: the lane loops vectorise) */
-        window_lanes(P, width, H, L, r, gap, q, tied, limit, y, LANES);
+                         const double *gap, const double *q, const unsigned char *tied, int64_t *roots, int64_t limit,
+                         double *y) {
+    int64_t count = 0;
+    for (int64_t k = 1; k < width; k++)
+        if (!tied[k]) roots[count++] = k;
+    if (count >= 8 * LANES) /* (constant lane counts: the lane loops vectorise) */
+        window_lanes(P, roots, count, H, L, r, gap, q, limit, y, LANES);
     else
-        window_lanes(P, width, H, L, r, gap, q, tied, limit, y, 1);
+        window_lanes(P, roots, count, H, L, r, gap, q, limit, y, 1);
+    int64_t anchor = 0;
+    for (int64_t k = 1; k < width; k++) {
+        if (!tied[k]) anchor = k;
+        else y[k] = np_min(np_max(y[anchor] - (H[k] - H[anchor]), 0.0), L[k]);
+    }
 }
 
 /* The class chain of each row's served group on its window of positions s .. top + 1 (chains._ragged_rule with
  * chains._group_terms' `rows` form, 1 <= n <= MAX_N) in one pass per row: the same operations per entry in the same
  * order as the numpy route, except the Newton starts of the slot roots at n >= 3 (window_roots: the same roots to
  * rounding, in half the steps with close drafts). Rows of ps, qs [B, V] and prefix_q, suffix_q,
- * psi [B, V + 1] in the ratio order; m_star, s, e, top [B]; the draws' positions pos [B, n]. Writes cum, cum_c
- * [B, n]: the running sums over the window of the hazards -log1p(-a) and of the certain slots (a = 1), at the
+ * psi [B, V + 1] in the ratio order; m_star, s, e, top [B]; the draws' positions pos [B, draws]. Writes cum, cum_c
+ * [B, draws]: the running sums over the window of the hazards -log1p(-a) and of the certain slots (a = 1), at the
  * positions that can matter (s <= pos <= top), read at each draw (offset pos - s, clamped to the window), as
  * chains._ragged_rule reads them; beta_out [B]: the group's final acceptance. Returns 0, or -1 where its work arrays
  * could not be allocated. */
 int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q, const double *suffix_q,
                       const double *psi, int64_t B, int64_t V, const int64_t *m_star, const int64_t *s_in,
-                      const int64_t *e_in, const int64_t *top_in, const int64_t *pos_in, int n, int64_t limit,
-                      double *cum_out, double *cum_c_out, double *beta_out) {
+                      const int64_t *e_in, const int64_t *top_in, const int64_t *pos_in, int64_t draws, int n,
+                      int64_t limit, double *cum_out, double *cum_c_out, double *beta_out) {
     int64_t row[MAX_N + 1];
     binomials(n, row);
     struct poly P;
@@ -300,9 +309,11 @@ int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q
     for (int64_t b = 0; b < B; b++) most = top_in[b] - s_in[b] + 2 > most ? top_in[b] - s_in[b] + 2 : most;
     double *work = malloc(sizeof(double) * (size_t)most * 6);
     unsigned char *tied = malloc((size_t)most);
-    if (!work || !tied) {
+    int64_t *roots = malloc(sizeof(int64_t) * (size_t)most);
+    if (!work || !tied || !roots) {
         free(work);
         free(tied);
+        free(roots);
         return -1;
     }
     double *H = work, *L = H + most, *r = L + most, *gap = r + most, *y = gap + most, *q = y + most;
@@ -327,7 +338,7 @@ int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q
             tied[k] = n >= 3 && k >= 2 && r[k - 1] == r[k - 2] && q[k - 1] > 0; /* chains._tied */
             y[k] = first ? L[k] : n <= 2 ? closed_root(H[k], L[k], r[k - 1], gap[k], n) : 0.0;
         }
-        if (n >= 3) window_roots(&P, width, H, L, r, gap, q, tied, limit, y);
+        if (n >= 3) window_roots(&P, width, H, L, r, gap, q, tied, roots, limit, y);
         double S = 0.0, S_c = 0.0; /* the running sums, into r and L (not read here) */
         for (int64_t k = 0; k < width; k++) {
             const int64_t pos = s + k;
@@ -347,14 +358,15 @@ int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q
             r[k] = S;
             L[k] = S_c;
         }
-        for (int j = 0; j < n; j++) {
-            const int64_t off = pos_in[b * n + j] - s;
+        for (int64_t j = 0; j < draws; j++) {
+            const int64_t off = pos_in[b * draws + j] - s;
             const int64_t at = off < 0 ? 0 : off >= width ? width - 1 : off;
-            cum_out[b * n + j] = r[at];
-            cum_c_out[b * n + j] = L[at];
+            cum_out[b * draws + j] = r[at];
+            cum_c_out[b * draws + j] = L[at];
         }
     }
     free(work);
     free(tied);
+    free(roots);
     return 0;
 }

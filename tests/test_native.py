@@ -350,3 +350,58 @@ def test_the_window_chains_are_numpys(n: int) -> None:
             assert np.all(np.abs(cum - want[0]) <= 2e-15 * summed), np.max(np.abs(cum - want[0]) / summed)
             np.testing.assert_array_equal(cum_c, want[1])
             np.testing.assert_allclose(beta, want[2], rtol=0, atol=1e-13)
+
+
+@needs_kernels
+@pytest.mark.parametrize("n", [1, 2, 4, 8, native.SLOT_MASS_MAX_N])
+def test_the_prefix_is_numpys_bit_for_bit(n: int) -> None:
+    """``otlp_prefix`` (chains.c) against chains.prefix's numpy route (the ratio sort's order, psi by otlp.psi's two
+    forms, m*) to the last bit, on rows of every instance family of the exact tests at V = 1 to 600 and on LM-shaped
+    rows with exact zeros at V = 3000 (psi near 0 at both ends, the suffix form where Q_m > 1/2)."""
+    rng = np.random.default_rng(n)
+    batches = [_rows(rng, 5, 3000, np.float64)]
+    for family in sorted(FAMILIES):
+        for V in (1, 2, 5, 40, 600):
+            rows = [draw(family, rng, V, n) for _ in range(4)]
+            batches.append((np.array([r[0] for r in rows]), np.array([r[1] for r in rows])))
+    saved = native.library
+    for P, Q in batches:
+        got = C.prefix(P, Q, n)
+        native.library = lambda: None
+        try:
+            want = C.prefix(P, Q, n)
+        finally:
+            native.library = saved
+        for name in ("order", "ps", "qs", "prefix_q", "suffix_q", "psi", "m_star", "alpha"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+
+
+@needs_kernels
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_the_served_groups_are_numpys(n: int) -> None:
+    """``otlp_served_group`` (chains.c) against chains.served_group's numpy route: the same draw positions, top draw,
+    and group ends s and e, on rows of every instance family at V = 1 to 600 and LM-shaped rows at V = 3000, for
+    tuples drawn from q and uniform ones (inner and outer groups both met)."""
+    rng = np.random.default_rng(n)
+    batches = [_rows(rng, 5, 3000, np.float64)]
+    for family in sorted(FAMILIES):
+        for V in (1, 2, 5, 40, 600):
+            rows = [draw(family, rng, V, n) for _ in range(4)]
+            batches.append((np.array([r[0] for r in rows]), np.array([r[1] for r in rows])))
+    saved = native.served_group
+    inner = outer = 0
+    for P, Q in batches:
+        pre = C.prefix(P, Q, n)
+        V = P.shape[1]
+        for w in (np.array([rng.choice(V, n, p=q / q.sum()) for q in Q]), rng.integers(0, V, (P.shape[0], n))):
+            got = C.served_group(pre, w)
+            native.served_group = lambda *a: None
+            try:
+                want = C.served_group(pre, w)
+            finally:
+                native.served_group = saved
+            for name, a, b in zip(("pos", "top", "s", "e"), got, want, strict=True):
+                np.testing.assert_array_equal(a, b, err_msg=name)
+            inside = got[1][:, 0] < pre.m_star
+            inner, outer = inner + int(inside.sum()), outer + int((~inside).sum())
+    assert inner > 20 and outer > 20

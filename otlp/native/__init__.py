@@ -2,12 +2,12 @@
 
 numpy spends one pass over a ``[B, V]`` array per operation; the optimal rule's bucketed route (``buckets.c``, see its
 header) needs about ten for what a loop does in two, its class chains' slot roots (``chains.c``) about 25 per Newton
-step, and the rest of a served group's chain about 40. The kernels are built once per source text, compiler and
-platform into a cache folder (``$OTLP_CACHE``, else ``$XDG_CACHE_HOME/otlp`` or ``~/.cache/otlp``, else the temporary
-folder) with ``$CC`` or ``cc`` (a cached file that does not load is built again), and loaded with ctypes, which lets
-go of the GIL during a call (so the row chunks of :mod:`otlp.threads` run side by side). Where no compiler works, or
-with ``OTLP_NATIVE=0``, :func:`library` returns None and the callers take their numpy route, which gives the same
-answers (tests/test_native.py).
+step, the rest of a served group's chain about 40, and psi on the prefixes with the served group about 30. The kernels
+are built once per source text, compiler and platform into a cache folder (``$OTLP_CACHE``, else
+``$XDG_CACHE_HOME/otlp`` or ``~/.cache/otlp``, else the temporary folder) with ``$CC`` or ``cc`` (a cached file that
+does not load is built again), and loaded with ctypes, which lets go of the GIL during a call (so the row chunks of
+:mod:`otlp.threads` run side by side). Where no compiler works, or with ``OTLP_NATIVE=0``, :func:`library` returns None
+and the callers take their numpy route, which gives the same answers (tests/test_native.py).
 """
 
 from __future__ import annotations
@@ -129,6 +129,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_slot_mass.restype = None
     lib.otlp_window_chain.argtypes = [_VOID] * 5 + [_I64, _I64] + [_VOID] * 5 + [_I64, _INT, _I64] + [_VOID] * 3
     lib.otlp_window_chain.restype = _INT
+    lib.otlp_prefix.argtypes = [_VOID, _VOID, _VOID, _I64, _I64, _INT] + [_VOID] * 7
+    lib.otlp_prefix.restype = None
+    lib.otlp_served_group.argtypes = [_VOID] * 4 + [_I64] * 3 + [_VOID] * 5
+    lib.otlp_served_group.restype = None
     return lib
 
 
@@ -179,3 +183,38 @@ def window_chain(pre, s, e, top, pos, limit: int):  # noqa: ANN001, ANN201 - a c
         width = int((top - s).max()) + 2
         raise MemoryError(f"otlp_window_chain: no memory for the work arrays of windows of up to {width} positions")
     return cum, cum_c, beta
+
+
+def prefix(P: np.ndarray, Q: np.ndarray, order: np.ndarray, n: int):  # noqa: ANN201
+    """:func:`otlp.optimal.chains.prefix`'s arrays for float64 rows ``P, Q [B, V]`` in the ratio order ``order int64
+    [B, V]``, in ``otlp_prefix`` (``chains.c``: the numpy route's bits): ``(ps, qs, prefix_q, suffix_q, psi,
+    m_star)``; None where the kernels are not built or n is above ``SLOT_MASS_MAX_N``."""
+    lib = library()
+    if lib is None or not 1 <= n <= SLOT_MASS_MAX_N or P.ndim != 2:
+        return None
+    B, V = P.shape
+    P, Q = np.ascontiguousarray(P, dtype=np.float64), np.ascontiguousarray(Q, dtype=np.float64)
+    order = np.ascontiguousarray(order, dtype=np.int64)
+    ps, qs = np.empty((B, V)), np.empty((B, V))
+    prefix_q, suffix_q, psi = np.empty((B, V + 1)), np.empty((B, V + 1)), np.empty((B, V + 1))
+    m_star, work = np.empty(B, dtype=np.int64), np.empty(2 * (V + 1))
+    lib.otlp_prefix(P.ctypes.data, Q.ctypes.data, order.ctypes.data, B, V, n, *(x.ctypes.data for x in (
+        ps, qs, prefix_q, suffix_q, psi, m_star, work)))
+    return ps, qs, prefix_q, suffix_q, psi, m_star
+
+
+def served_group(pre, w: np.ndarray):  # noqa: ANN001, ANN201 - a chains.Prefix of numpy arrays
+    """:func:`otlp.optimal.chains.served_group` for the drafts ``w int64 [B, k]`` in ``otlp_served_group``
+    (``chains.c``: the same positions): ``(pos [B, k], top [B, 1], s [B, 1], e [B, 1])``; None where the kernels are
+    not built or ``w`` has other rows than the prefix (one row evaluated on many tuples)."""
+    lib = library()
+    B, V = pre.order.shape
+    if lib is None or w.ndim != 2 or w.shape[0] != B:
+        return None
+    psi, order = np.ascontiguousarray(pre.psi, dtype=np.float64), np.ascontiguousarray(pre.order, dtype=np.int64)
+    w, m_star = np.ascontiguousarray(w, dtype=np.int64), np.ascontiguousarray(pre.m_star, dtype=np.int64)
+    pos, work = np.empty(w.shape, dtype=np.int64), np.empty(V, dtype=np.int64)
+    top, s, e = (np.empty((B, 1), dtype=np.int64) for _ in range(3))
+    lib.otlp_served_group(psi.ctypes.data, order.ctypes.data, w.ctypes.data, m_star.ctypes.data, B, V, w.shape[1],
+                          *(x.ctypes.data for x in (pos, top, s, e, work)))
+    return pos, top, s, e

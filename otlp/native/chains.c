@@ -1,5 +1,6 @@
-/* The optimal rule's class chains (otlp/optimal/chains.py) on the CPU route: the slot roots (slot_mass at n >= 3) in
- * one loop per entry, and the chain of each row's served group on its window (otlp_window_chain) in one pass.
+/* The optimal rule's class chains (otlp/optimal/chains.py) on the CPU route: psi on the ratio order's prefixes
+ * (otlp_prefix), the served group of a tuple (otlp_served_group), the slot roots (slot_mass at n >= 3) in one loop per
+ * entry, and the chain of each row's served group on its window (otlp_window_chain) in one pass.
  *
  * numpy solves the roots as vectorised Newton steps, about 25 passes over the entries per step (the Horner polynomials
  * of g and g', the clamps) and 5-6 steps from the upper bounds, and forms the rest of a window's chain in about 40
@@ -369,4 +370,105 @@ int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q
     free(tied);
     free(roots);
     return 0;
+}
+
+/* chains.prefix on rows already ordered (order [B, V], from the ratio sort), 1 <= n <= MAX_N, in two passes per row
+ * instead of about twenty numpy passes: ps, qs [B, V] the laws in that order; prefix_q, suffix_q, psi [B, V + 1]
+ * (otlp.psi.sorted_psi: running sums from the bottom and, for the suffixes, from the top, each one addition per
+ * entry in numpy's order; psi by otlp.psi.prefix_psi's two forms with int_power's products, the suffix form where
+ * Q_m > 1/2; psi_0 = psi_V = 0); m_star [B] the first argmin of psi (numpy's argmin: the first NaN, if any). The
+ * same operations as the numpy route, so the same bits (tests/test_native.py). work: 2 (V + 1) doubles. */
+void otlp_prefix(const double *P, const double *Q, const int64_t *order, int64_t B, int64_t V, int n, double *ps,
+                 double *qs, double *prefix_q, double *suffix_q, double *psi, int64_t *m_star, double *work) {
+    double *prefix_p = work, *suffix_p = work + V + 1;
+    for (int64_t b = 0; b < B; b++) {
+        const double *Pb = P + b * V, *Qb = Q + b * V;
+        const int64_t *ob = order + b * V;
+        double *pb = ps + b * V, *qb = qs + b * V;
+        double *Hq = prefix_q + b * (V + 1), *Sq = suffix_q + b * (V + 1), *psib = psi + b * (V + 1);
+        for (int64_t i = 0; i < V; i++) {
+            pb[i] = Pb[ob[i]];
+            qb[i] = Qb[ob[i]];
+        }
+        prefix_p[0] = Hq[0] = 0.0;
+        if (V > 0) {
+            prefix_p[1] = pb[0];
+            Hq[1] = qb[0];
+        }
+        for (int64_t i = 1; i < V; i++) {
+            prefix_p[i + 1] = prefix_p[i] + pb[i];
+            Hq[i + 1] = Hq[i] + qb[i];
+        }
+        suffix_p[V] = Sq[V] = 0.0;
+        if (V > 0) {
+            suffix_p[V - 1] = pb[V - 1];
+            Sq[V - 1] = qb[V - 1];
+        }
+        for (int64_t i = V - 2; i >= 0; i--) {
+            suffix_p[i] = suffix_p[i + 1] + pb[i];
+            Sq[i] = Sq[i + 1] + qb[i];
+        }
+        int64_t best = 0;
+        for (int64_t m = 0; m <= V; m++) {
+            double value;
+            if (m == 0 || m == V) value = 0.0;
+            else if (Hq[m] > 0.5) value = 1.0 - int_power(1.0 - (Sq[m] <= 1.0 || Sq[m] != Sq[m] ? Sq[m] : 1.0), n)
+                                         - suffix_p[m];
+            else value = prefix_p[m] - int_power(Hq[m], n);
+            psib[m] = value;
+            const double low = psib[best];
+            if (low == low && (value < low || value != value)) best = m;
+        }
+        m_star[b] = best;
+    }
+}
+
+/* chains.served_group on the host: for the draws w [B, draws] of rows whose ratio order is order [B, V] and psi
+ * [B, V + 1], pos [B, draws] the draws' positions, top [B] the highest, and the served group's first position s and
+ * one past its last e [B]: an inner group (top < m*) from the first argmin of psi over [0, top] to the first m > top
+ * with psi below it; an outer one from the last m <= top with psi_m <= psi_e to the first argmin e of psi over
+ * (top, V]. The same comparisons as the numpy route (argmin's first NaN included), so the same positions. work: V
+ * int64. */
+void otlp_served_group(const double *psi, const int64_t *order, const int64_t *w, const int64_t *m_star, int64_t B,
+                       int64_t V, int64_t draws, int64_t *pos, int64_t *top_out, int64_t *s_out, int64_t *e_out,
+                       int64_t *work) {
+    for (int64_t b = 0; b < B; b++) {
+        const double *psib = psi + b * (V + 1);
+        const int64_t *ob = order + b * V;
+        for (int64_t i = 0; i < V; i++) work[ob[i]] = i; /* the inverse permutation */
+        int64_t top = 0;
+        for (int64_t j = 0; j < draws; j++) {
+            pos[b * draws + j] = work[w[b * draws + j]];
+            top = j == 0 || pos[b * draws + j] > top ? pos[b * draws + j] : top;
+        }
+        int64_t s, e;
+        if (top < m_star[b]) { /* inner */
+            s = 0;
+            for (int64_t m = 1; m <= top; m++) {
+                const double low = psib[s], value = psib[m];
+                if (low == low && (value < low || value != value)) s = m;
+            }
+            e = 0;
+            for (int64_t m = top + 1; m <= V; m++)
+                if (psib[m] < psib[s]) {
+                    e = m;
+                    break;
+                }
+        } else { /* outer */
+            e = top + 1;
+            for (int64_t m = top + 2; m <= V; m++) {
+                const double low = psib[e], value = psib[m];
+                if (low == low && (value < low || value != value)) e = m;
+            }
+            s = 0;
+            for (int64_t m = top; m >= 1; m--)
+                if (psib[m] <= psib[e]) {
+                    s = m;
+                    break;
+                }
+        }
+        top_out[b] = top;
+        s_out[b] = s;
+        e_out[b] = e;
+    }
 }

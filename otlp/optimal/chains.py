@@ -78,9 +78,13 @@ def prefix(P, Q, n: int, order=None) -> Prefix:  # noqa: ANN001 - [B, V] arrays
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         if order is None:
             order = X.sort_descending(ratio_keys(P, Q))  # [B, V]
-        ps, qs = X.take(P, order), X.take(Q, order)  # [B, V]
-        _, prefix_q, suffix_q, psi = sorted_psi(ps, qs, n)  # [B, V + 1]
-        m_star = X.argmin_rows(psi)  # [B], first exact argmin
+        got = native.prefix(P, Q, order, n) if X.is_numpy(P) else None  # the same bits in two passes a row
+        if got is not None:
+            ps, qs, prefix_q, suffix_q, psi, m_star = got
+        else:
+            ps, qs = X.take(P, order), X.take(Q, order)  # [B, V]
+            _, prefix_q, suffix_q, psi = sorted_psi(ps, qs, n)  # [B, V + 1]
+            m_star = X.argmin_rows(psi)  # [B], first exact argmin
         alpha = 1.0 + X.take(psi, m_star[:, None])[:, 0]
     return Prefix(n=n, order=order, ps=ps, qs=qs, prefix_q=prefix_q, suffix_q=suffix_q, psi=psi, m_star=m_star,
                   alpha=alpha)
@@ -511,6 +515,9 @@ def served_group(pre: Prefix, w):  # noqa: ANN001, ANN201
     * top >= m* (an outer group): e is the first argmin of psi over (top, V] (each psi before it in (top, e) is
       above a later one: no suffix minimum), and s the last m <= top with psi_m <= psi_e (the psi after it up to
       top are above psi_e, so not suffix minima, and it is one; m* qualifies, so s >= m*)."""
+    got = native.served_group(pre, w) if X.is_numpy(pre.psi) else None  # the same positions, in two passes a row
+    if got is not None:
+        return got
     xp = X.namespace(pre.psi)
     V = pre.ps.shape[-1]
     psi = pre.psi

@@ -405,3 +405,59 @@ def test_the_served_groups_are_numpys(n: int) -> None:
             inside = got[1][:, 0] < pre.m_star
             inner, outer = inner + int(inside.sum()), outer + int((~inside).sum())
     assert inner > 20 and outer > 20
+
+
+@needs_kernels
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_the_pieces_and_the_draw_are_numpys(n: int) -> None:
+    """``otlp_pieces`` and ``otlp_sample`` (chains.c) against chains._pieces and chains.sample's numpy route on rows of
+    every instance family at V = 2 to 600 and LM-shaped rows at V = 3000, for tuples drawn from q and uniform ones
+    (repeated tokens, draws outside the served group) and uniforms that land on every outcome: acceptances and
+    rejections to 1e-15 (the C library's exp and expm1 against numpy's), the same tokens and slots (a uniform would
+    have to fall within that rounding of a boundary)."""
+    rng = np.random.default_rng(n)
+    batches = [_rows(rng, 5, 3000, np.float64)]
+    for family in sorted(FAMILIES):
+        for V in (2, 5, 40, 600):
+            rows = [draw(family, rng, V, n) for _ in range(4)]
+            batches.append((np.array([r[0] for r in rows]), np.array([r[1] for r in rows])))
+    saved_pieces, saved_sample = native.pieces, native.sample
+    residual = 0
+    for P, Q in batches:
+        pre = C.prefix(P, Q, n)
+        B, V = P.shape
+        for w in (np.array([rng.choice(V, n, p=q / q.sum()) for q in Q]), rng.integers(0, V, (B, n))):
+            pos, top, s, e = C.served_group(pre, w)
+            cum, cum_c, beta = C._window_hazards(pre, pos, top, s, e, C.NEWTON_STEPS)
+            accept, reject = native.pieces(w, pos, s, cum, cum_c, beta)
+            with np.errstate(all="ignore"):
+                want = C._pieces(np, w, pos, pos >= s, cum, cum_c, beta)
+            np.testing.assert_allclose(accept, want[0], rtol=0, atol=1e-15)
+            np.testing.assert_allclose(reject, want[1], rtol=0, atol=1e-15)
+            for _ in range(4):
+                U = rng.random((B, 2))
+                got = native.sample(pre, accept, reject, w, U)
+                native.sample = lambda *a: None
+                try:
+                    expected = C.sample(pre, accept, reject, w, U)
+                finally:
+                    native.sample = saved_sample
+                np.testing.assert_array_equal(got[0], expected[0])
+                np.testing.assert_array_equal(got[1], expected[1])
+                residual += int((got[1] < 0).sum())
+    assert saved_pieces is native.pieces and residual > 20  # residual draws were met
+    # synthetic running sums with certain slots (infinite pieces), which the families rarely meet: positions with
+    # repeats and draws outside the group (below s), sums non-decreasing in the position
+    B, V = 200, 30
+    pos = rng.integers(0, V, (B, n))
+    s = rng.integers(0, V // 2, (B, 1))
+    steps = np.where(rng.random((B, V)) < 0.3, 0.0, rng.random((B, V)))
+    lam, cert = np.cumsum(steps, axis=1), np.cumsum(rng.random((B, V)) < 0.1, axis=1).astype(float)
+    cum, cum_c = np.take_along_axis(lam, pos, 1), np.take_along_axis(cert, pos, 1)
+    beta = np.where(rng.random(B) < 0.3, 1.0, rng.random(B))
+    w = rng.integers(0, 5, (B, n))  # repeated tokens
+    accept, reject = native.pieces(w, pos, s, cum, cum_c, beta)
+    with np.errstate(all="ignore"):
+        want = C._pieces(np, w, pos, pos >= s, cum, cum_c, beta)
+    np.testing.assert_allclose(accept, want[0], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(reject, want[1], rtol=0, atol=1e-15)

@@ -133,6 +133,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_prefix.restype = None
     lib.otlp_served_group.argtypes = [_VOID] * 4 + [_I64] * 3 + [_VOID] * 5
     lib.otlp_served_group.restype = None
+    lib.otlp_pieces.argtypes = [_VOID] * 6 + [_I64, _INT, _VOID, _VOID]
+    lib.otlp_pieces.restype = None
+    lib.otlp_sample.argtypes = [_VOID] * 7 + [_I64, _I64, _INT, _VOID, _VOID]
+    lib.otlp_sample.restype = None
     return lib
 
 
@@ -218,3 +222,37 @@ def served_group(pre, w: np.ndarray):  # noqa: ANN001, ANN201 - a chains.Prefix 
     lib.otlp_served_group(psi.ctypes.data, order.ctypes.data, w.ctypes.data, m_star.ctypes.data, B, V, w.shape[1],
                           *(x.ctypes.data for x in (pos, top, s, e, work)))
     return pos, top, s, e
+
+
+def pieces(w: np.ndarray, pos: np.ndarray, s: np.ndarray, cum: np.ndarray, cum_c: np.ndarray, beta: np.ndarray):
+    """:func:`otlp.optimal.chains._pieces` on numpy arrays (``w, pos int64 [B, n]``, ``s [B, 1]``, ``cum, cum_c
+    [B, n]``, ``beta [B]``) in ``otlp_pieces`` (``chains.c``; the C library's exp and expm1, so equal to rounding):
+    ``(accept [B, n], reject [B])``; None where the kernels are not built or n is above ``SLOT_MASS_MAX_N``."""
+    lib = library()
+    B, n = w.shape
+    if lib is None or not 1 <= n <= SLOT_MASS_MAX_N:
+        return None
+    ints = [np.ascontiguousarray(x, dtype=np.int64) for x in (w, pos, s)]
+    floats = [np.ascontiguousarray(x, dtype=np.float64) for x in (cum, cum_c, beta)]
+    accept, reject = np.empty((B, n)), np.empty(B)
+    lib.otlp_pieces(*(x.ctypes.data for x in ints + floats), B, n, accept.ctypes.data, reject.ctypes.data)
+    return accept, reject
+
+
+def sample(pre, accept: np.ndarray, reject: np.ndarray, w: np.ndarray, u: np.ndarray):  # noqa: ANN001, ANN201
+    """:func:`otlp.optimal.chains.sample` on numpy arrays in ``otlp_sample`` (``chains.c``, the same operations):
+    ``(tokens [B], index [B])``; None where the kernels are not built or n is above ``SLOT_MASS_MAX_N``."""
+    lib = library()
+    B, n = w.shape
+    if lib is None or not 1 <= n <= SLOT_MASS_MAX_N or pre.order.shape[0] != B:
+        return None
+    V = pre.order.shape[1]
+    floats = [np.ascontiguousarray(x, dtype=np.float64) for x in (accept, reject)]
+    w = np.ascontiguousarray(w, dtype=np.int64)
+    u = np.ascontiguousarray(u[:, :2], dtype=np.float64)
+    psi = np.ascontiguousarray(pre.psi, dtype=np.float64)
+    ints = [np.ascontiguousarray(x, dtype=np.int64) for x in (pre.order, pre.m_star)]
+    tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
+    lib.otlp_sample(*(x.ctypes.data for x in floats + [w, u, psi] + ints), B, V, n, tokens.ctypes.data,
+                    index.ctypes.data)
+    return tokens, index

@@ -1,6 +1,7 @@
 /* The optimal rule's class chains (otlp/optimal/chains.py) on the CPU route: psi on the ratio order's prefixes
  * (otlp_prefix), the served group of a tuple (otlp_served_group), the slot roots (slot_mass at n >= 3) in one loop per
- * entry, and the chain of each row's served group on its window (otlp_window_chain) in one pass.
+ * entry, the chain of each row's served group on its window (otlp_window_chain) in one pass, and the rule's pieces and
+ * draw (otlp_pieces, otlp_sample).
  *
  * numpy solves the roots as vectorised Newton steps, about 25 passes over the entries per step (the Horner polynomials
  * of g and g', the clamps) and 5-6 steps from the upper bounds, and forms the rest of a window's chain in about 40
@@ -470,5 +471,95 @@ void otlp_served_group(const double *psi, const int64_t *order, const int64_t *w
         top_out[b] = top;
         s_out[b] = s;
         e_out[b] = e;
+    }
+}
+
+/* chains._pieces on one tuple per row, n <= MAX_N draws: w, pos [B, n] the drafted tokens and their positions, s [B]
+ * the served group's first position, cum, cum_c [B, n] the running hazards and certain-slot counts at the draws, beta
+ * [B]. The served group's draws by position (decreasing, slot order on ties; the others after them) cut the hazard
+ * into pieces: piece k holds the top k draws with hazard h_k = cum(d_k) - cum(d_{k+1}) (infinite where it holds a
+ * certain slot) and fires with probability reach_k (1 - e^{-k h_k}), shared by its k draws; what is left gives each
+ * draw beta / c and rejects 1 - beta. Writes accept [B, n] (a repeated token's draws summed on its first slot) and
+ * reject [B]. The numpy route's operations with the C library's exp and expm1 (numpy's own differ in the last bit),
+ * so equal to rounding. */
+void otlp_pieces(const int64_t *w, const int64_t *pos, const int64_t *s, const double *cum, const double *cum_c,
+                 const double *beta, int64_t B, int n, double *accept, double *reject) {
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t *wb = w + b * n, *pb = pos + b * n;
+        const double *at = cum + b * n, *at_c = cum_c + b * n;
+        int64_t key[MAX_N];
+        int by[MAX_N], c = 0;
+        for (int k = 0; k < n; k++) { /* stable descending order of the keys: insertion */
+            key[k] = pb[k] >= s[b] ? pb[k] : -1;
+            c += pb[k] >= s[b];
+            int i = k;
+            while (i > 0 && key[by[i - 1]] < key[k]) {
+                by[i] = by[i - 1];
+                i--;
+            }
+            by[i] = k;
+        }
+        double h[MAX_N], per[MAX_N], slot[MAX_N], log_reach = 0.0;
+        for (int k = 0; k < n; k++) {
+            const int valid = k < c, more = k + 1 < c;
+            const double next = more ? at[by[k + 1]] : 0.0, next_c = more ? at_c[by[k + 1]] : 0.0;
+            h[k] = valid ? np_max(at[by[k]] - next, 0.0) : 0.0;
+            if (valid && at_c[by[k]] - next_c > 0) h[k] = INFINITY;
+            per[k] = 0.0;
+        }
+        for (int k = 1; k <= n; k++) {
+            const double hk = h[k - 1], fired = exp(log_reach) * -expm1((double)(-k) * hk);
+            for (int i = 0; i < k; i++) per[i] = per[i] + fired / k;
+            log_reach = log_reach - k * hk;
+        }
+        const double left = exp(log_reach), share = left * beta[b] / (c > 1 ? c : 1);
+        for (int k = 0; k < n; k++) slot[by[k]] = k < c ? per[k] + share : 0.0;
+        for (int i = 0; i < n; i++) {
+            int first = 1;
+            double total = 0.0;
+            for (int j = 0; j < n; j++) {
+                if (wb[j] != wb[i]) continue;
+                first &= j >= i;
+                total += slot[j];
+            }
+            accept[b * n + i] = first ? total : 0.0;
+        }
+        reject[b] = left * (1.0 - beta[b]);
+    }
+}
+
+/* chains.sample: one output token per row from accept [B, n], reject [B] and uniforms u [B, 2]: draft slot k with
+ * probability accept[k], else (reject; only where 1 - alpha* > 0) the residual draw, the position min(M, V - 1) with
+ * M the last prefix index where psi_M - psi_m* <= u_1 (1 - alpha*), read through order [B, V]. Writes tokens [B] and
+ * index [B] (the slot, or -1 for the residual). The numpy route's operations. */
+void otlp_sample(const double *accept, const double *reject, const int64_t *w, const double *u, const double *psi,
+                 const int64_t *order, const int64_t *m_star, int64_t B, int64_t V, int n, int64_t *tokens,
+                 int64_t *index) {
+    for (int64_t b = 0; b < B; b++) {
+        const double *psib = psi + b * (V + 1), *ab = accept + b * n;
+        const double psi_min = psib[m_star[b]], total = np_max(-psi_min, 0.0);
+        double cw[MAX_N + 1], run = 0.0;
+        int any = 0;
+        for (int k = 0; k <= n; k++) {
+            const double weight = k < n ? ab[k] : (total > 0 ? reject[b] : 0.0);
+            run = k ? run + weight : weight;
+            cw[k] = run;
+            any |= weight > 0;
+        }
+        const double value = u[2 * b] * cw[n];
+        int slot = 0;
+        for (int k = 0; k <= n; k++) slot += cw[k] <= value;
+        slot = any ? (slot < n ? slot : n) : 0;
+        if (slot < n) {
+            tokens[b] = w[b * n + slot];
+            index[b] = slot;
+            continue;
+        }
+        const double v = u[2 * b + 1] * total;
+        int64_t M = 0;
+        for (int64_t m = 0; m <= V; m++)
+            if (psib[m] - psi_min <= v) M = m;
+        tokens[b] = order[b * V + (M < V - 1 ? M : V - 1)];
+        index[b] = -1;
     }
 }

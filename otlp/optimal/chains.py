@@ -543,7 +543,8 @@ def _ragged_rule(pre: Prefix, w, pos, top, s, e, steps: int | None):  # noqa: AN
     """:func:`tuple_rule` with ``window="auto"``: the chain of row b on its positions s_b .. top_b + 1 only (the top
     draw's slot and the class mass above it, :func:`_window_hazards`)."""
     cum, cum_c, beta = _window_hazards(pre, pos, top, s, e, steps)
-    return _pieces(np, w, pos, pos >= s, cum, cum_c, beta)
+    got = native.pieces(w, pos, s, cum, cum_c, beta)  # the same operations in one loop a row
+    return got if got is not None else _pieces(np, w, pos, pos >= s, cum, cum_c, beta)
 
 
 def _window_hazards(pre: Prefix, pos, top, s, e, steps: int | None):  # noqa: ANN001, ANN202 - numpy
@@ -617,6 +618,10 @@ def sample(pre: Prefix, accept, reject, w, u):  # noqa: ANN001, ANN201
     The residual draw needs no CDF array: F_j = min_{m > j} psi_m - psi_m* <= v (or j < m*) exactly when j < M, the
     last prefix index with psi_M - psi_m* <= v, so the position drawn with v = u (1 - alpha*) is min(M, V - 1) (the
     same comparisons as a search of F, so the same token)."""
+    if X.is_numpy(accept):
+        got = native.sample(pre, accept, reject, w, u)  # the same operations in one loop a row
+        if got is not None:
+            return got
     xp = X.namespace(accept)
     B, n = accept.shape
     V = pre.ps.shape[-1]

@@ -461,3 +461,23 @@ def test_the_pieces_and_the_draw_are_numpys(n: int) -> None:
         want = C._pieces(np, w, pos, pos >= s, cum, cum_c, beta)
     np.testing.assert_allclose(accept, want[0], rtol=0, atol=1e-15)
     np.testing.assert_allclose(reject, want[1], rtol=0, atol=1e-15)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_normalised_rows_and_keys_are_numpys(dtype) -> None:  # noqa: ANN001
+    """``otlp_normalised_keys`` against buckets.normalised and otlp.psi.ratio_keys: the same P, Q and ratio keys to
+    the last bit, on LM-shaped rows with exact zeros in p, in q and in both (keys +inf, 0 and -1)."""
+    from otlp.psi import ratio_keys
+
+    p, q = _rows(np.random.default_rng(7), 6, 5000, dtype)
+    inv_p, inv_q = BK.inverse_sums(p), BK.inverse_sums(q)
+    P, Q = np.empty(p.shape), np.empty(q.shape)
+    key = native.normalised_keys(p, q, inv_p, inv_q, P, Q)
+    want_P, want_Q = BK.normalised(p, inv_p), BK.normalised(q, inv_q)
+    with np.errstate(all="ignore"):
+        want_key = ratio_keys(want_P, want_Q)
+    np.testing.assert_array_equal(P, want_P)
+    np.testing.assert_array_equal(Q, want_Q)
+    np.testing.assert_array_equal(key, want_key)
+    assert {-1.0, 0.0, np.inf} <= set(np.unique(key).tolist())

@@ -125,6 +125,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_gather_selected.restype = _I64
     lib.otlp_row_stats.argtypes = [_VOID, _INT, _I64, _I64, _VOID, _VOID]
     lib.otlp_row_stats.restype = None
+    lib.otlp_normalised_keys.argtypes = [_VOID, _VOID, _INT, _I64, _I64] + [_VOID] * 5
+    lib.otlp_normalised_keys.restype = None
     lib.otlp_slot_mass.argtypes = [_VOID, _VOID, _VOID, _VOID, _I64, _INT, _I64, _VOID]
     lib.otlp_slot_mass.restype = None
     lib.otlp_window_chain.argtypes = [_VOID] * 5 + [_I64, _I64] + [_VOID] * 5 + [_I64, _INT, _I64] + [_VOID] * 3
@@ -152,6 +154,23 @@ def row_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     lib.otlp_row_stats(x.ctypes.data, int(x.dtype == np.float64), x.shape[0], x.shape[1], total.ctypes.data,
                        low.ctypes.data)
     return total, low
+
+
+def normalised_keys(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, P: np.ndarray,
+                    Q: np.ndarray) -> np.ndarray | None:
+    """The rows ``p, q [B, V]`` (float32 or float64, one dtype) times ``inv_p, inv_q [B]`` into ``P, Q`` (float64
+    ``[B, V]``, C-contiguous) and their ratio keys (:func:`otlp.psi.ratio_keys`, a new ``[B, V]`` array), in one pass
+    of ``otlp_normalised_keys`` (the numpy route's bits); None where the kernels are not built or the inputs are of
+    other dtypes."""
+    lib = library()
+    if lib is None or p.dtype != q.dtype or p.dtype not in (np.float32, np.float64) or p.ndim != 2:
+        return None
+    p, q = np.ascontiguousarray(p), np.ascontiguousarray(q)
+    inv_p, inv_q = np.ascontiguousarray(inv_p, dtype=np.float64), np.ascontiguousarray(inv_q, dtype=np.float64)
+    key = np.empty(p.shape)
+    lib.otlp_normalised_keys(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), p.shape[0], p.shape[1],
+                             inv_p.ctypes.data, inv_q.ctypes.data, P.ctypes.data, Q.ctypes.data, key.ctypes.data)
+    return key
 
 
 def slot_mass(H, L, r_below, gap, n: int, limit: int) -> np.ndarray | None:  # noqa: ANN001 - numpy arrays

@@ -195,3 +195,31 @@ void otlp_row_stats(const void *x, int is_double, int64_t B, int64_t V, double *
             row_stats_f32((const float *)x + b * V, V, sum + b, low + b);
     }
 }
+
+/* The rows p, q [B, V] (float32, or float64 when is_double) normalised, P = p inv_p and Q = q inv_q into P, Q [B, V]
+ * float64 (the products buckets.normalised forms), and their ratio keys Q / P into key [B, V] (-1 where both are 0:
+ * otlp.psi.ratio_keys), in one pass: the same bits as the numpy route. */
+void otlp_normalised_keys(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
+                          const double *inv_q, double *restrict P, double *restrict Q, double *restrict key) {
+    for (int64_t b = 0; b < B; b++) {
+        const double ip = inv_p[b], iq = inv_q[b];
+        double *Pb = P + b * V, *Qb = Q + b * V, *kb = key + b * V;
+        if (is_double) {
+            const double *pb = (const double *)p + b * V, *qb = (const double *)q + b * V;
+            for (int64_t i = 0; i < V; i++) {
+                Pb[i] = pb[i] * ip;
+                Qb[i] = qb[i] * iq;
+            }
+        } else {
+            const float *pb = (const float *)p + b * V, *qb = (const float *)q + b * V;
+            for (int64_t i = 0; i < V; i++) {
+                Pb[i] = (double)pb[i] * ip;
+                Qb[i] = (double)qb[i] * iq;
+            }
+        }
+        for (int64_t i = 0; i < V; i++) {
+            const double r = Qb[i] / Pb[i];
+            kb[i] = r == r ? r : -1.0;
+        }
+    }
+}

@@ -30,7 +30,8 @@ import functools
 
 import numpy as np
 
-from otlp import scratch
+from otlp import native, scratch
+from otlp import xp as X
 from otlp.errors import InputError
 from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
@@ -127,12 +128,15 @@ def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001
     for lo in range(0, todo.size, step):  # chunks of rows, each vectorised
         sl = todo[lo:lo + step] if todo.size < count else slice(lo, lo + step)
         p, q, inv_p, inv_q = load(sl)
-        P = BK.normalised(p, inv_p, scratch.array("P", p.shape, np.float64))
-        Q = BK.normalised(q, inv_q, scratch.array("Q", q.shape, np.float64))
+        P, Q = scratch.array("P", p.shape, np.float64), scratch.array("Q", q.shape, np.float64)
+        key = native.normalised_keys(p, q, inv_p, inv_q, P, Q) if n > 1 or not default else None
+        if key is None:  # (the kernels form the same products and keys in one pass)
+            BK.normalised(p, inv_p, P)
+            BK.normalised(q, inv_q, Q)
         if n == 1 and default:
             tokens[sl], index[sl] = C.single_draft(P, Q, w[sl], U[sl])
             continue
-        pre = C.prefix(P, Q, n)
+        pre = C.prefix(P, Q, n, None if key is None else X.sort_descending(key))
         accept, reject = rule(pre, w[sl], window="auto")
         tokens[sl], index[sl] = C.sample(pre, accept, reject, w[sl], U[sl])
     return torch.from_numpy(tokens), torch.from_numpy(index)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from otlp import scratch
+
 #: the compiler's flags: no -ffast-math (IEEE results, the numpy route's bits) and no contraction into fused
 #: multiply-adds; -fno-trapping-math lets the compiler compute both sides of a select in vector lanes (the same values;
 #: nothing here reads floating-point exception flags); no -march=native, so that a cached library never meets a CPU
@@ -208,19 +210,25 @@ def window_chain(pre, s, e, top, pos, limit: int):  # noqa: ANN001, ANN201 - a c
     return cum, cum_c, beta
 
 
-def prefix(P: np.ndarray, Q: np.ndarray, order: np.ndarray, n: int):  # noqa: ANN201
+def prefix(P: np.ndarray, Q: np.ndarray, order: np.ndarray, n: int, reuse: bool = False):  # noqa: ANN201
     """:func:`otlp.optimal.chains.prefix`'s arrays for float64 rows ``P, Q [B, V]`` in the ratio order ``order int64
     [B, V]``, in ``otlp_prefix`` (``chains.c``: the numpy route's bits): ``(ps, qs, prefix_q, suffix_q, psi,
-    m_star)``; None where the kernels are not built or n is above ``SLOT_MASS_MAX_N``."""
+    m_star)``; None where the kernels are not built or n is above ``SLOT_MASS_MAX_N``. ``reuse``: the arrays are
+    this thread's :mod:`otlp.scratch` buffers (valid until the next such call: for a caller that is done with them by
+    then), not fresh ones, whose pages the first write would fault in on every call."""
     lib = library()
     if lib is None or not 1 <= n <= SLOT_MASS_MAX_N or P.ndim != 2:
         return None
     B, V = P.shape
     P, Q = np.ascontiguousarray(P, dtype=np.float64), np.ascontiguousarray(Q, dtype=np.float64)
     order = np.ascontiguousarray(order, dtype=np.int64)
-    ps, qs = np.empty((B, V)), np.empty((B, V))
-    prefix_q, suffix_q, psi = np.empty((B, V + 1)), np.empty((B, V + 1)), np.empty((B, V + 1))
-    m_star, work = np.empty(B, dtype=np.int64), np.empty(2 * (V + 1))
+
+    def new(name: str, shape: tuple, dtype=np.float64) -> np.ndarray:  # noqa: ANN001
+        return scratch.array(f"prefix_{name}", shape, dtype) if reuse else np.empty(shape, dtype=dtype)
+
+    ps, qs = new("ps", (B, V)), new("qs", (B, V))
+    prefix_q, suffix_q, psi = new("prefix_q", (B, V + 1)), new("suffix_q", (B, V + 1)), new("psi", (B, V + 1))
+    m_star, work = np.empty(B, dtype=np.int64), new("work", (2 * (V + 1),))
     lib.otlp_prefix(P.ctypes.data, Q.ctypes.data, order.ctypes.data, B, V, n, *(x.ctypes.data for x in (
         ps, qs, prefix_q, suffix_q, psi, m_star, work)))
     return ps, qs, prefix_q, suffix_q, psi, m_star

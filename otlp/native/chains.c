@@ -392,22 +392,25 @@ void otlp_prefix(const double *P, const double *Q, const int64_t *order, int64_t
             qb[i] = Qb[ob[i]];
         }
         prefix_p[0] = Hq[0] = 0.0;
-        if (V > 0) {
-            prefix_p[1] = pb[0];
-            Hq[1] = qb[0];
-        }
-        for (int64_t i = 1; i < V; i++) {
-            prefix_p[i + 1] = prefix_p[i] + pb[i];
-            Hq[i + 1] = Hq[i] + qb[i];
+        double run_p = V > 0 ? pb[0] : 0.0, run_q = V > 0 ? qb[0] : 0.0; /* (numpy's running sums start at x_0) */
+        for (int64_t i = 1; i <= V; i++) { /* the sums in registers: no store-to-load chain through the arrays */
+            prefix_p[i] = run_p;
+            Hq[i] = run_q;
+            if (i < V) {
+                run_p += pb[i];
+                run_q += qb[i];
+            }
         }
         suffix_p[V] = Sq[V] = 0.0;
-        if (V > 0) {
-            suffix_p[V - 1] = pb[V - 1];
-            Sq[V - 1] = qb[V - 1];
-        }
-        for (int64_t i = V - 2; i >= 0; i--) {
-            suffix_p[i] = suffix_p[i + 1] + pb[i];
-            Sq[i] = Sq[i + 1] + qb[i];
+        run_p = V > 0 ? pb[V - 1] : 0.0;
+        run_q = V > 0 ? qb[V - 1] : 0.0;
+        for (int64_t i = V - 1; i >= 0; i--) {
+            suffix_p[i] = run_p;
+            Sq[i] = run_q;
+            if (i > 0) {
+                run_p += pb[i - 1];
+                run_q += qb[i - 1];
+            }
         }
         int64_t best = 0;
         for (int64_t m = 0; m <= V; m++) {

@@ -422,7 +422,7 @@ def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
     first = starts + selected.ravel()[starts]  # [S] a segment's first unselected bucket (if it has one)
     real = members[seg_b, seg_r] > 0
     K2.ravel()[(seg_b * K + counts[seg_b] + seg_r)[real]] = sc.KEY[first[real] % NB]
-    pre = C.prefix(P2, Q2, n, order=X.sort_descending(K2))
+    pre = C.prefix(P2, Q2, n, order=X.sort_descending(K2), reuse=True)  # (done with it before the next)
     w2 = np.searchsorted(F, w + (rows_b * V)[:, None]) - row_start[:, None]  # [B, n] columns of the drafts
     group = C.served_group(pre, w2)
     accept, reject = C.tuple_rule(pre, w2, window="auto", group=group)

@@ -71,14 +71,16 @@ class Prefix:
     alpha: object
 
 
-def prefix(P, Q, n: int, order=None) -> Prefix:  # noqa: ANN001 - [B, V] arrays
+def prefix(P, Q, n: int, order=None, *, reuse: bool = False) -> Prefix:  # noqa: ANN001 - [B, V] arrays
     """Sort every row of ``P, Q: float64 [B, V]`` by decreasing q/p (p = 0 < q first, p = q = 0 last, stable) and
     compute psi on the prefixes (GR Lemma 6.3, the suffix form where Q_m > 1/2), m* and alpha*. ``order``: the
-    sort of an earlier ``prefix`` of the same rows (it does not depend on n), so that it is not redone."""
+    sort of an earlier ``prefix`` of the same rows (it does not depend on n), so that it is not redone. ``reuse``
+    (numpy): the arrays may be this thread's work buffers (:func:`otlp.native.prefix`), valid until the next
+    ``prefix(..., reuse=True)``: for a caller that is done with the result by then (the CPU sampler)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         if order is None:
             order = X.sort_descending(ratio_keys(P, Q))  # [B, V]
-        got = native.prefix(P, Q, order, n) if X.is_numpy(P) else None  # the same bits in two passes a row
+        got = native.prefix(P, Q, order, n, reuse) if X.is_numpy(P) else None  # the same bits, two passes a row
         if got is not None:
             ps, qs, prefix_q, suffix_q, psi, m_star = got
         else:

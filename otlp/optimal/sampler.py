@@ -136,7 +136,7 @@ def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001
         if n == 1 and default:
             tokens[sl], index[sl] = C.single_draft(P, Q, w[sl], U[sl])
             continue
-        pre = C.prefix(P, Q, n, None if key is None else X.sort_descending(key))
+        pre = C.prefix(P, Q, n, None if key is None else X.sort_descending(key), reuse=True)  # done by the next
         accept, reject = rule(pre, w[sl], window="auto")
         tokens[sl], index[sl] = C.sample(pre, accept, reject, w[sl], U[sl])
     return torch.from_numpy(tokens), torch.from_numpy(index)

@@ -7,7 +7,8 @@ are built once per source text, compiler and platform into a cache folder (``$OT
 ``$XDG_CACHE_HOME/otlp`` or ``~/.cache/otlp``, else the temporary folder) with ``$CC`` or ``cc`` (a cached file that
 does not load is built again), and loaded with ctypes, which lets go of the GIL during a call (so the row chunks of
 :mod:`otlp.threads` run side by side). Where no compiler works, or with ``OTLP_NATIVE=0``, :func:`library` returns None
-and the callers take their numpy route, which gives the same answers (tests/test_native.py).
+and the callers take their numpy route, which gives the same answers: bit for bit, or to rounding where a docstring
+below says so (tests/test_native.py).
 """
 
 from __future__ import annotations

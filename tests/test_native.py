@@ -481,3 +481,35 @@ def test_the_normalised_rows_and_keys_are_numpys(dtype) -> None:  # noqa: ANN001
     np.testing.assert_array_equal(Q, want_Q)
     np.testing.assert_array_equal(key, want_key)
     assert {-1.0, 0.0, np.inf} <= set(np.unique(key).tolist())
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_single_draft_rule_draws_numpys_tokens(dtype) -> None:  # noqa: ANN001
+    """``otlp_single_draft`` (chains.c) against chains.single_draft's numpy route on the normalised rows: the same
+    tokens and slots, on LM-shaped rows with exact zeros (V = 3000) and rows of every instance family (V = 1 to 600;
+    p = q rows, whose residual has no mass, included), for drafts drawn from q and uniform ones and many uniforms
+    (among them the largest below 1, whose product with the residual's total can round up to it)."""
+    rng = np.random.default_rng(11)
+    batches = [_rows(rng, 6, 3000, dtype)]
+    for family in sorted(FAMILIES):
+        for V in (1, 2, 5, 40, 600):
+            rows = [draw(family, rng, V, 1) for _ in range(4)]
+            batches.append(tuple(np.array([r[k] for r in rows]).astype(dtype) for k in (0, 1)))
+    rejected = 0
+    for p, q in batches:
+        inv_p, inv_q = BK.inverse_sums(p), BK.inverse_sums(q)
+        P, Q = BK.normalised(p, inv_p), BK.normalised(q, inv_q)
+        B, V = p.shape
+        for w in (np.array([[rng.choice(V, p=r / r.sum())] for r in Q]), rng.integers(0, V, (B, 1))):
+            for k in range(6):
+                U = rng.random((B, 2))
+                if k == 0:  # u_1 * total rounds to the total: the draw is clamped to the first index reaching it
+                    U[:, 0], U[:, 1] = 1.0, np.nextafter(1.0, 0.0)
+                got = native.single_draft(p, q, inv_p, inv_q, w, U)
+                with np.errstate(all="ignore"):
+                    want = C.single_draft(P, Q, w, U)
+                np.testing.assert_array_equal(got[0], want[0])
+                np.testing.assert_array_equal(got[1], want[1])
+                rejected += int((got[1] < 0).sum())
+    assert rejected > 50

@@ -142,6 +142,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_pieces.restype = None
     lib.otlp_sample.argtypes = [_VOID] * 7 + [_I64, _I64, _INT, _VOID, _VOID]
     lib.otlp_sample.restype = None
+    lib.otlp_single_draft.argtypes = [_VOID, _VOID, _INT, _I64, _I64] + [_VOID] * 6
+    lib.otlp_single_draft.restype = None
     return lib
 
 
@@ -283,4 +285,23 @@ def sample(pre, accept: np.ndarray, reject: np.ndarray, w: np.ndarray, u: np.nda
     tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
     lib.otlp_sample(*(x.ctypes.data for x in floats + [w, u, psi] + ints), B, V, n, tokens.ctypes.data,
                     index.ctypes.data)
+    return tokens, index
+
+
+def single_draft(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, u: np.ndarray):
+    """:func:`otlp.optimal.chains.single_draft` on the unnormalised rows ``p, q [B, V]`` (float32 or float64, one
+    dtype) with the reciprocals of their sums ``inv_p, inv_q [B]``, drafts ``w [B, 1]`` and uniforms ``u [B, 2]``, in
+    ``otlp_single_draft`` (``chains.c``: the numpy route's operations, so the same tokens; only rejected rows read
+    whole): ``(tokens [B], index [B])``; None where the kernels are not built or the rows are of other dtypes."""
+    lib = library()
+    if lib is None or p.dtype != q.dtype or p.dtype not in (np.float32, np.float64) or p.ndim != 2:
+        return None
+    B, V = p.shape
+    p, q = np.ascontiguousarray(p), np.ascontiguousarray(q)
+    floats = [np.ascontiguousarray(x, dtype=np.float64) for x in (inv_p, inv_q)]
+    w = np.ascontiguousarray(w[:, 0], dtype=np.int64)
+    u = np.ascontiguousarray(u[:, :2], dtype=np.float64)
+    tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
+    lib.otlp_single_draft(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), B, V, *(x.ctypes.data for x in (
+        *floats, w, u, tokens, index)))
     return tokens, index

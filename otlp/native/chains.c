@@ -1,7 +1,7 @@
 /* The optimal rule's class chains (otlp/optimal/chains.py) on the CPU route: psi on the ratio order's prefixes
  * (otlp_prefix), the served group of a tuple (otlp_served_group), the slot roots (slot_mass at n >= 3) in one loop per
- * entry, the chain of each row's served group on its window (otlp_window_chain) in one pass, and the rule's pieces and
- * draw (otlp_pieces, otlp_sample).
+ * entry, the chain of each row's served group on its window (otlp_window_chain) in one pass, the rule's pieces and
+ * draw (otlp_pieces, otlp_sample), and its one-draft form (otlp_single_draft).
  *
  * numpy solves the roots as vectorised Newton steps, about 25 passes over the entries per step (the Horner polynomials
  * of g and g', the clamps) and 5-6 steps from the upper bounds, and forms the rest of a window's chain in about 40
@@ -563,6 +563,49 @@ void otlp_sample(const double *accept, const double *reject, const int64_t *w, c
         for (int64_t m = 0; m <= V; m++)
             if (psib[m] - psi_min <= v) M = m;
         tokens[b] = order[b * V + (M < V - 1 ? M : V - 1)];
+        index[b] = -1;
+    }
+}
+
+/* chains.single_draft on the CPU route, straight from the unnormalised rows p, q [B, V] (float32, or float64 when
+ * is_double) and the reciprocals of their sums inv_p, inv_q [B]: the draft w [B] is accepted where u_0 Q_w < P_w (P =
+ * p inv_p, Q = q inv_q: buckets.normalised's products), else the residual (P - Q)^+ is drawn by inverse CDF with u_1
+ * (xp.inverse_cdf: its running sum from the left, the first index above u_1 times the total, clamped to the first
+ * that reaches the total). Only a rejected row is read whole, twice. The numpy route's operations, so the same
+ * tokens. Writes tokens [B] and index [B] (0, or -1 for the residual). */
+void otlp_single_draft(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
+                       const double *inv_q, const int64_t *w, const double *u, int64_t *tokens, int64_t *index) {
+    for (int64_t b = 0; b < B; b++) {
+        const double ip = inv_p[b], iq = inv_q[b];
+        const float *pf = (const float *)p + b * V, *qf = (const float *)q + b * V;
+        const double *pd = (const double *)p + b * V, *qd = (const double *)q + b * V;
+#define P_AT(i) ((is_double ? pd[i] : (double)pf[i]) * ip)
+#define Q_AT(i) ((is_double ? qd[i] : (double)qf[i]) * iq)
+        const int64_t x = w[b];
+        if (u[2 * b] * Q_AT(x) < P_AT(x)) {
+            tokens[b] = x;
+            index[b] = 0;
+            continue;
+        }
+        double total = 0.0;
+        for (int64_t i = 0; i < V; i++) {
+            const double d = np_max(P_AT(i) - Q_AT(i), 0.0);
+            total = i ? total + d : d;
+        }
+        const double threshold = u[2 * b + 1] * total;
+        double run = 0.0;
+        int64_t at = V - 1;
+        for (int64_t i = 0; i < V; i++) {
+            const double d = np_max(P_AT(i) - Q_AT(i), 0.0);
+            run = i ? run + d : d;
+            if (run > threshold || run >= total) {
+                at = i;
+                break;
+            }
+        }
+#undef P_AT
+#undef Q_AT
+        tokens[b] = at;
         index[b] = -1;
     }
 }

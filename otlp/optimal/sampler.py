@@ -128,6 +128,11 @@ def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001
     for lo in range(0, todo.size, step):  # chunks of rows, each vectorised
         sl = todo[lo:lo + step] if todo.size < count else slice(lo, lo + step)
         p, q, inv_p, inv_q = load(sl)
+        if n == 1 and default:  # the rows are read whole only where the draft is rejected (the same tokens)
+            got = native.single_draft(p, q, inv_p, inv_q, w[sl], U[sl])
+            if got is not None:
+                tokens[sl], index[sl] = got
+                continue
         P, Q = scratch.array("P", p.shape, np.float64), scratch.array("Q", q.shape, np.float64)
         key = native.normalised_keys(p, q, inv_p, inv_q, P, Q) if n > 1 or not default else None
         if key is None:  # (the kernels form the same products and keys in one pass)

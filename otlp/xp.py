@@ -307,8 +307,17 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     low = (1 << s) - 1
     packed = (np.ascontiguousarray(key).view(np.int64) & ~low) | (V - 1 - np.arange(V, dtype=np.int64))
     packed.sort(axis=-1)
+    from otlp import native  # (the kernels import this module's users, not this module)
+
+    got = native.sort_runs(key, packed, s, _REPAIR_BITS)  # the passes around the sorts in a C loop: the same order
+    if got is not None and got[1] is not None:  # dense ties: the rows that hold a mixed run, sorted again
+        order, rows, composite = got
+        if rows.size:
+            composite.sort(axis=-1)
+            order[rows] = composite & low
+        return order
     packed = packed[:, ::-1]
-    order = np.ascontiguousarray((V - 1) - (packed & low))  # decreasing keys; ids increasing within ties
+    order = np.ascontiguousarray((V - 1) - (packed & low)) if got is None else got[0]  # ids increasing in ties
     trunc = packed >> s
     same = trunc[:, 1:] == trunc[:, :-1]  # [B, V - 1]: position i + 1 ties position i
     if not same.any():

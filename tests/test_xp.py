@@ -53,14 +53,22 @@ def test_read_only_and_other_dtypes_take_numpy_quietly() -> None:
         np.testing.assert_array_equal(X.suffix_min(x), NUMPY["suffix_min"](x))
 
 
+@pytest.mark.parametrize("kernels", [True, False])
 @pytest.mark.parametrize("repair_bits", [63, 0])
-def test_packed_sort_repairs_only_the_tied_runs_and_equals_a_stable_argsort(repair_bits: int,
+def test_packed_sort_repairs_only_the_tied_runs_and_equals_a_stable_argsort(repair_bits: int, kernels: bool,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Keys within the truncation's resolution (a few ulps apart) land in one truncated run; the repair orders the
     positions of each such run by (exact key decreasing, id increasing), as a stable argsort of -key does, with a
     few runs or with a third of the row tied; and the whole order on exact ties, p = q = 0 keys, +inf and 0.
-    ``repair_bits`` 0: the repair's lexsort, which huge vocabularies take."""
+    ``repair_bits`` 0: the repair's lexsort, which huge vocabularies take. ``kernels``: the passes around the sorts
+    in otlp/native's C loop (``otlp_sort_runs``, where it is built) or in numpy."""
+    from otlp import native
+
     monkeypatch.setattr(X, "_REPAIR_BITS", repair_bits)
+    if not kernels:
+        monkeypatch.setattr(native, "sort_runs", lambda *a: None)
+    elif native.library() is None:
+        pytest.skip("no C compiler built otlp/native's kernels here")
     rng = np.random.default_rng(4)
     for trial in range(200):
         B, V = int(rng.integers(1, 5)), int(rng.integers(2, 3000))

@@ -128,6 +128,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_gather_selected.restype = _I64
     lib.otlp_row_stats.argtypes = [_VOID, _INT, _I64, _I64, _VOID, _VOID]
     lib.otlp_row_stats.restype = None
+    lib.otlp_sort_runs.argtypes = [_VOID, _VOID, _I64, _I64, _INT, _INT] + [_VOID] * 4
+    lib.otlp_sort_runs.restype = _I64
     lib.otlp_normalised_keys.argtypes = [_VOID, _VOID, _INT, _I64, _I64] + [_VOID] * 5
     lib.otlp_normalised_keys.restype = None
     lib.otlp_slot_mass.argtypes = [_VOID, _VOID, _VOID, _VOID, _I64, _INT, _I64, _VOID]
@@ -176,6 +178,29 @@ def normalised_keys(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.n
     lib.otlp_normalised_keys(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), p.shape[0], p.shape[1],
                              inv_p.ctypes.data, inv_q.ctypes.data, P.ctypes.data, Q.ctypes.data, key.ctypes.data)
     return key
+
+
+def sort_runs(key: np.ndarray, packed: np.ndarray, s: int, bits: int = 63):  # noqa: ANN201
+    """:func:`otlp.xp._packed_sort`'s passes around its sorts in ``otlp_sort_runs`` (``buckets.c``, the same
+    order): ``packed int64 [B, V]`` its sorted packed keys (ascending) -> ``(order, rows, composite)``, the ids by
+    decreasing packed key ``[B, V]`` and, where ties are dense, the rows holding a run of truncated ties with different
+    exact keys ``int64 [R]`` with their composite keys ``[R, V]`` (sorted, their low ``s`` bits are those rows' exact
+    order); ``rows`` None where ties are sparse (the caller repairs the runs' positions). None where the kernels are
+    not built or the composite keys would not fit in ``bits`` bits (<= 63)."""
+    lib = library()
+    if lib is None:
+        return None
+    B, V = key.shape
+    key, packed = np.ascontiguousarray(key, dtype=np.float64), np.ascontiguousarray(packed)
+    order, rows, R = np.empty((B, V), dtype=np.int64), np.empty(B, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    composite = scratch.array("sort_composite", (B, V), np.int64)
+    ties = lib.otlp_sort_runs(key.ctypes.data, packed.ctypes.data, B, V, s, min(bits, 63), order.ctypes.data,
+                              composite.ctypes.data, rows.ctypes.data, R.ctypes.data)
+    if ties < 0:
+        return None
+    if 8 * ties <= B * (V - 1):
+        return order, None, None
+    return order, rows[: R[0]], composite[: R[0]]
 
 
 def slot_mass(H, L, r_below, gap, n: int, limit: int) -> np.ndarray | None:  # noqa: ANN001 - numpy arrays

@@ -223,3 +223,49 @@ void otlp_normalised_keys(const void *p, const void *q, int is_double, int64_t B
         }
     }
 }
+
+/* xp._packed_sort's passes around its two sorts. packed [B, V]: each row's keys' bit patterns with their low s bits
+ * replaced by V - 1 - id, sorted ascending. Writes order [B, V], the ids by decreasing packed key (ids increasing
+ * within a truncated tie), and returns the number of adjacent positions whose truncated keys tie, over all rows.
+ * When that is more than an eighth of them (`dense`: n-gram laws) each row holding a run of truncated ties with
+ * different exact keys also gets composite [R, V] (R such rows, listed in rows) = (run << 2s) | ((2^s - 1 - the
+ * exact key's low s bits) << s) | id, whose ascending order is that row's exact stable order (run, key decreasing,
+ * id increasing): *R_out = R; -1 where a row's runs need more than bits - 2s bits (bits <= 63; the caller's
+ * lexsort then). The
+ * numpy route's quantities (xp._sorted_runs), so the same order. */
+int64_t otlp_sort_runs(const double *key, const int64_t *packed, int64_t B, int64_t V, int s, int bits,
+                       int64_t *order, int64_t *composite, int64_t *rows, int64_t *R_out) {
+    const int64_t low = ((int64_t)1 << s) - 1;
+    int64_t ties = 0, R = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t *pb = packed + b * V;
+        int64_t *ob = order + b * V;
+        for (int64_t i = 0; i < V; i++) {
+            const int64_t x = pb[V - 1 - i];
+            ob[i] = (V - 1) - (x & low);
+            ties += i > 0 && (x >> s) == (pb[V - i] >> s);
+        }
+    }
+    *R_out = 0;
+    if (8 * ties <= B * (V - 1)) return ties; /* sparse: the caller repairs the runs' positions only */
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t *pb = packed + b * V, *ob = order + b * V;
+        const double *kb = key + b * V;
+        int mixed = 0;
+        for (int64_t i = 1; i < V && !mixed; i++)
+            mixed = (pb[V - 1 - i] >> s) == (pb[V - i] >> s) && kb[ob[i]] != kb[ob[i - 1]];
+        if (!mixed) continue;
+        int64_t *cb = composite + R * V, run = 0;
+        for (int64_t i = 0; i < V; i++) {
+            run += i > 0 && (pb[V - 1 - i] >> s) != (pb[V - i] >> s);
+            int64_t kbits;
+            memcpy(&kbits, &kb[ob[i]], sizeof kbits);
+            cb[i] = (run << (2 * s)) | ((low - (kbits & low)) << s) | ob[i];
+        }
+        if (run > 0 && 64 - __builtin_clzll((unsigned long long)run) + 2 * s > bits) return -1;
+        if (run == 0 && 2 * s > bits) return -1;
+        rows[R++] = b;
+    }
+    *R_out = R;
+    return ties;
+}

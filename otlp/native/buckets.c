@@ -6,7 +6,9 @@
  * selected buckets with their normalised masses. Every value a caller compares with the numpy route (a token's
  * bucket, its P, Q and ratio) is the same IEEE operation on the same operands, so the same bits; the bucket sums add
  * in another order (equal to rounding, as the numpy route's own sums). And the rows' float64 sums and minima, in one
- * pass (the samplers' value check and the optimal rule's normalisation share it).
+ * pass (the samplers' value check and the optimal rule's normalisation share it); for the rows that take the full
+ * sort, the normalised rows with their ratio keys in one pass (otlp_normalised_keys) and the ratio sort's passes
+ * around its two sorts (otlp_sort_runs, xp._packed_sort).
  *
  * Two formulas here are also in numpy (buckets.Scheme.bucket_of, buckets.normalised): that route stays for machines
  * without a C compiler, and tests/test_native.py holds the two to the same bits.

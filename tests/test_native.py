@@ -32,6 +32,17 @@ def _rows(rng, B: int, V: int, dtype) -> tuple[np.ndarray, np.ndarray]:  # noqa:
     return p, q
 
 
+def _family_batches(rng: np.random.Generator, n: int, sizes: tuple[int, ...], dtype=np.float64) -> list[tuple]:  # noqa: ANN001
+    """Batches ``(p, q)`` of rows: LM-shaped rows with exact zeros at V = 3000 (``_rows``), then 4 rows of every
+    instance family of the exact tests (tests/optimal/instances.py) at each V in ``sizes``."""
+    batches = [_rows(rng, 5, 3000, dtype)]
+    for family in sorted(FAMILIES):
+        for V in sizes:
+            rows = [draw(family, rng, V, n) for _ in range(4)]
+            batches.append(tuple(np.array([r[k] for r in rows]).astype(dtype) for k in (0, 1)))
+    return batches
+
+
 def _numpy_gather(*args, selected=None):  # noqa: ANN002, ANN202
     saved = native.library
     native.library = lambda: None
@@ -359,11 +370,7 @@ def test_the_prefix_is_numpys_bit_for_bit(n: int) -> None:
     forms, m*) to the last bit, on rows of every instance family of the exact tests at V = 1 to 600 and on LM-shaped
     rows with exact zeros at V = 3000 (psi near 0 at both ends, the suffix form where Q_m > 1/2)."""
     rng = np.random.default_rng(n)
-    batches = [_rows(rng, 5, 3000, np.float64)]
-    for family in sorted(FAMILIES):
-        for V in (1, 2, 5, 40, 600):
-            rows = [draw(family, rng, V, n) for _ in range(4)]
-            batches.append((np.array([r[0] for r in rows]), np.array([r[1] for r in rows])))
+    batches = _family_batches(rng, n, (1, 2, 5, 40, 600))
     saved = native.library
     for P, Q in batches:
         got = C.prefix(P, Q, n)
@@ -383,11 +390,7 @@ def test_the_served_groups_are_numpys(n: int) -> None:
     and group ends s and e, on rows of every instance family at V = 1 to 600 and LM-shaped rows at V = 3000, for
     tuples drawn from q and uniform ones (inner and outer groups both met)."""
     rng = np.random.default_rng(n)
-    batches = [_rows(rng, 5, 3000, np.float64)]
-    for family in sorted(FAMILIES):
-        for V in (1, 2, 5, 40, 600):
-            rows = [draw(family, rng, V, n) for _ in range(4)]
-            batches.append((np.array([r[0] for r in rows]), np.array([r[1] for r in rows])))
+    batches = _family_batches(rng, n, (1, 2, 5, 40, 600))
     saved = native.served_group
     inner = outer = 0
     for P, Q in batches:
@@ -416,11 +419,7 @@ def test_the_pieces_and_the_draw_are_numpys(n: int) -> None:
     rejections to 1e-15 (the C library's exp and expm1 against numpy's), the same tokens and slots (a uniform would
     have to fall within that rounding of a boundary)."""
     rng = np.random.default_rng(n)
-    batches = [_rows(rng, 5, 3000, np.float64)]
-    for family in sorted(FAMILIES):
-        for V in (2, 5, 40, 600):
-            rows = [draw(family, rng, V, n) for _ in range(4)]
-            batches.append((np.array([r[0] for r in rows]), np.array([r[1] for r in rows])))
+    batches = _family_batches(rng, n, (2, 5, 40, 600))
     saved_pieces, saved_sample = native.pieces, native.sample
     residual = 0
     for P, Q in batches:
@@ -491,11 +490,7 @@ def test_the_single_draft_rule_draws_numpys_tokens(dtype) -> None:  # noqa: ANN0
     p = q rows, whose residual has no mass, included), for drafts drawn from q and uniform ones and many uniforms
     (among them the largest below 1, whose product with the residual's total can round up to it)."""
     rng = np.random.default_rng(11)
-    batches = [_rows(rng, 6, 3000, dtype)]
-    for family in sorted(FAMILIES):
-        for V in (1, 2, 5, 40, 600):
-            rows = [draw(family, rng, V, 1) for _ in range(4)]
-            batches.append(tuple(np.array([r[k] for r in rows]).astype(dtype) for k in (0, 1)))
+    batches = _family_batches(rng, 1, (1, 2, 5, 40, 600), dtype)
     rejected = 0
     for p, q in batches:
         inv_p, inv_q = BK.inverse_sums(p), BK.inverse_sums(q)

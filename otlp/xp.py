@@ -15,7 +15,7 @@ from math import inf
 
 import numpy as np
 
-from otlp import scratch
+from otlp import native, scratch
 
 
 def namespace(x: object):  # noqa: ANN201 - the numpy or torch module
@@ -300,15 +300,15 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     ones that differ within a run; such runs hold keys >= 0) and the id, and written back into the same positions,
     so each run keeps its place. Where ties are sparse (a few dozen runs per row of a close draft's LM rows) only the
     positions of those runs are sorted; where they are dense (n-gram laws, whose smoothed ratios differ in their last
-    bits) the whole rows that hold one. Runs of exact ties are already in id order.
+    bits) the whole rows that hold one. Runs of exact ties are already in id order. Where :mod:`otlp.native`'s
+    kernels are built, the passes between and around the two sorts run in one C loop (``otlp_sort_runs``: the same
+    order; numpy still sorts).
     """
     B, V = key.shape
     s = max(int(V - 1).bit_length(), 1)
     low = (1 << s) - 1
     packed = (np.ascontiguousarray(key).view(np.int64) & ~low) | (V - 1 - np.arange(V, dtype=np.int64))
     packed.sort(axis=-1)
-    from otlp import native  # (the kernels import this module's users, not this module)
-
     got = native.sort_runs(key, packed, s, _REPAIR_BITS)  # the passes around the sorts in a C loop: the same order
     if got is not None and got[1] is not None:  # dense ties: the rows that hold a mixed run, sorted again
         order, rows, composite = got

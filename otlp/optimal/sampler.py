@@ -13,8 +13,10 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
 * On an accelerator every step is a torch operation on the tensors' device with static shapes: no host
   synchronisation (``window = V``; tests/optimal/test_sampler_device.py records the aten ops on CPU with
   ``backend="torch"``).
-* On the CPU, where there is no device to synchronise with, the same equations run through numpy, in chunks of rows
-  of at most ``CPU_CHUNK`` floats, each chunk converted and normalised on its own (by numpy) into reused arrays
+* On the CPU, where there is no device to synchronise with, the same equations run through numpy and, where they
+  are built, the C loops of :mod:`otlp.native` (normalisation with the ratio keys, the sort's passes, psi, the
+  served group, its chain, the pieces and the draw; the one-draft form reads a row whole only where the draft is
+  rejected), in chunks of rows of at most ``CPU_CHUNK`` floats, each chunk normalised on its own into reused arrays
   (:mod:`otlp.scratch`, so that temporaries stay in cache and are not page-faulted again on every call), with the
   data-dependent window the tuple needs (``backend="auto"``; measured in benchmarks/verifiers.py). On larger calls
   (``buckets.takes``) the default rule sorts only the ratio buckets it needs (:mod:`.buckets`, certified per row: its

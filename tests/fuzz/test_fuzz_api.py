@@ -43,8 +43,9 @@ def test_optimal_acceptance(p, q, n, scheme):
         alpha = otlp.optimal_acceptance(p, draft)
         assert 0.0 <= alpha <= 1.0
         small = draft.V <= 8 and (isinstance(draft, otlp.IID) or draft.V ** min(draft.n, 9) <= 400)
-        if small:
-            assert alpha == pytest.approx(_reference_alpha(np.asarray(p, dtype=float), draft), abs=1e-9)
+        if small:  # the brute-force reference raises a rounded q(H) to the n-th power: its error grows like n V ulp
+            tol = 1e-9 + 4.4e-16 * min(draft.n, 10**12) * draft.V  # (n up to 10^9 here)
+            assert alpha == pytest.approx(_reference_alpha(np.asarray(p, dtype=float), draft), abs=tol)
 
 
 @settings(FUZZ, max_examples=1500)

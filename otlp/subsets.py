@@ -60,4 +60,4 @@ def optimal_acceptance(p: object, draft: DraftScheme) -> float:
     if isinstance(draft, Independent) and draft.n == 1:
         draft = IID(draft.qs[0], 1)
     value, _ = min_psi(p, draft)
-    return 1.0 + value
+    return min(max(1.0 + value, 0.0), 1.0)  # -1 <= min psi <= 0 (H = {} and every H): only rounding leaves [0, 1]

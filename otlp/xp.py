@@ -310,7 +310,7 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     packed = (np.ascontiguousarray(key).view(np.int64) & ~low) | (V - 1 - np.arange(V, dtype=np.int64))
     packed.sort(axis=-1)
     got = native.sort_runs(key, packed, s, _REPAIR_BITS)  # the passes around the sorts in a C loop: the same order
-    if got is not None and got[1] is not None:  # dense ties: the rows that hold a mixed run, sorted again
+    if got is not None and got[1] is not None:  # no ties, or dense ones: the rows that hold a mixed run sorted again
         order, rows, composite = got
         if rows.size:
             composite.sort(axis=-1)

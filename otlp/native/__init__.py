@@ -185,7 +185,8 @@ def sort_runs(key: np.ndarray, packed: np.ndarray, s: int, bits: int = 63):  # n
     order): ``packed int64 [B, V]`` its sorted packed keys (ascending) -> ``(order, rows, composite)``, the ids by
     decreasing packed key ``[B, V]`` and, where ties are dense, the rows holding a run of truncated ties with different
     exact keys ``int64 [R]`` with their composite keys ``[R, V]`` (sorted, their low ``s`` bits are those rows' exact
-    order); ``rows`` None where ties are sparse (the caller repairs the runs' positions). None where the kernels are
+    order; R = 0 where no truncated keys tie: the order is exact); ``rows`` None where ties are sparse (the caller
+    repairs the runs' positions). None where the kernels are
     not built or the composite keys would not fit in ``bits`` bits (<= 63)."""
     lib = library()
     if lib is None:
@@ -198,9 +199,9 @@ def sort_runs(key: np.ndarray, packed: np.ndarray, s: int, bits: int = 63):  # n
                               composite.ctypes.data, rows.ctypes.data, R.ctypes.data)
     if ties < 0:
         return None
-    if 8 * ties <= B * (V - 1):
-        return order, None, None
-    return order, rows[: R[0]], composite[: R[0]]
+    if ties == 0 or 8 * ties > B * (V - 1):  # no ties (the order is exact), or dense ones
+        return order, rows[: R[0]], composite[: R[0]]
+    return order, None, None
 
 
 def slot_mass(H, L, r_below, gap, n: int, limit: int) -> np.ndarray | None:  # noqa: ANN001 - numpy arrays

@@ -257,7 +257,8 @@ def prefix(P: np.ndarray, Q: np.ndarray, order: np.ndarray, n: int, reuse: bool 
 
     ps, qs = new("ps", (B, V)), new("qs", (B, V))
     prefix_q, suffix_q, psi = new("prefix_q", (B, V + 1)), new("suffix_q", (B, V + 1)), new("psi", (B, V + 1))
-    m_star, work = np.empty(B, dtype=np.int64), new("work", (2 * (V + 1),))
+    m_star = np.empty(B, dtype=np.int64)
+    work = scratch.array("prefix_work", (2 * (V + 1),), np.float64)  # the kernel's own: never returned
     lib.otlp_prefix(P.ctypes.data, Q.ctypes.data, order.ctypes.data, B, V, n, *(x.ctypes.data for x in (
         ps, qs, prefix_q, suffix_q, psi, m_star, work)))
     return ps, qs, prefix_q, suffix_q, psi, m_star
@@ -273,7 +274,7 @@ def served_group(pre, w: np.ndarray):  # noqa: ANN001, ANN201 - a chains.Prefix 
         return None
     psi, order = np.ascontiguousarray(pre.psi, dtype=np.float64), np.ascontiguousarray(pre.order, dtype=np.int64)
     w, m_star = np.ascontiguousarray(w, dtype=np.int64), np.ascontiguousarray(pre.m_star, dtype=np.int64)
-    pos, work = np.empty(w.shape, dtype=np.int64), np.empty(V, dtype=np.int64)
+    pos, work = np.empty(w.shape, dtype=np.int64), scratch.array("served_work", (V,), np.int64)  # (work: the kernel's)
     top, s, e = (np.empty((B, 1), dtype=np.int64) for _ in range(3))
     lib.otlp_served_group(psi.ctypes.data, order.ctypes.data, w.ctypes.data, m_star.ctypes.data, B, V, w.shape[1],
                           *(x.ctypes.data for x in (pos, top, s, e, work)))

@@ -94,14 +94,19 @@ static void poly_init(struct poly *P, int n) {
     P->n1 = (double)(n - 1);
 }
 
+/* chains._descending_powers, n >= 2: powers[j] = H^(n-1-j) for j = 0 .. n - 2, each from the one after it by one
+ * multiplication. */
+static void descending_powers(double H, int n, double *powers) {
+    powers[n - 2] = H;
+    for (int j = n - 3; j >= 0; j--) powers[j] = powers[j + 1] * H;
+}
+
 /* One entry's coefficients of chains._newton_step's polynomials (chains._horner_terms) at stride `stride` in c and d,
- * from chains._descending_powers of H (powers[j] = H^(n-1-j), each from the one after it by one multiplication).
- * Returns H^(n-2), which newton_start reads. */
+ * from descending_powers of H. Returns H^(n-2), which newton_start reads. */
 static double entry_terms(const struct poly *P, double H, double *c, double *d, int stride) {
     const int n = P->n;
     double powers[MAX_N];
-    powers[n - 2] = H;
-    for (int j = n - 3; j >= 0; j--) powers[j] = powers[j + 1] * H;
+    descending_powers(H, n, powers);
     for (int j = 0; j < n - 1; j++) {
         c[j * stride] = P->coef[j] * powers[j];
         d[j * stride] = j ? P->scaled[j] * powers[j] : 0.0;
@@ -180,16 +185,15 @@ void otlp_slot_mass(const double *H_in, const double *L_in, const double *r_in, 
     }
 }
 
-/* (base + x)^n - base^n by Horner in x (chains.power_gap below POWER_GAP_EXPANSION_MAX), the powers of base as
- * chains._descending_powers forms them (each from the one below by one multiplication). `row`: C(n, k). */
+/* (base + x)^n - base^n by Horner in x (chains.power_gap below POWER_GAP_EXPANSION_MAX), on descending_powers of
+ * base as that reads chains._descending_powers. `row`: C(n, k). */
 static double power_gap(double base, double x, int n, const int64_t *row) {
     if (n == 1) return x + 0.0 * base;
     if (n == 2) return x * (2.0 * base + x);
-    double powers[MAX_N]; /* powers[k] = base^k */
-    powers[1] = base;
-    for (int k = 2; k < n; k++) powers[k] = powers[k - 1] * base;
+    double powers[MAX_N]; /* powers[j] = base^(n-1-j) */
+    descending_powers(base, n, powers);
     double acc = x + (double)n * base;
-    for (int j = n - 2; j >= 1; j--) acc = acc * x + (double)row[j] * powers[n - j];
+    for (int j = n - 2; j >= 1; j--) acc = acc * x + (double)row[j] * powers[j - 1];
     return acc * x;
 }
 

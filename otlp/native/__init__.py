@@ -33,7 +33,9 @@ from otlp import scratch
 #: nothing here reads floating-point exception flags); no -march=native, so that a cached library never meets a CPU
 #: it was not built for (AVX2, where the CPU has it, is part of the cache key: :func:`_flags`).
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared")
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("buckets.c", "chains.c"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("buckets.c", "chains.c", "bucket_rule.c"))
+#: what the sources include (part of the cached library's key)
+HEADERS = (Path(__file__).with_name("kernels.h"),)
 #: :func:`slot_mass` takes n up to here (chains.c's integers stay exact in int64).
 SLOT_MASS_MAX_N = 32
 
@@ -82,7 +84,7 @@ def _flags() -> tuple[str, ...]:
 
 def _file_name(compiler: str, flags: tuple[str, ...]) -> str:
     """The cached library's file name: a hash of the sources' text, compiler, flags and platform."""
-    parts = [*(path.read_bytes() for path in SOURCES), compiler.encode(), " ".join(flags).encode(),
+    parts = [*(path.read_bytes() for path in SOURCES + HEADERS), compiler.encode(), " ".join(flags).encode(),
              platform.machine().encode(), sys.platform.encode()]
     key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
     return f"otlp_native_{key}.so"
@@ -146,6 +148,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_sample.restype = None
     lib.otlp_single_draft.argtypes = [_VOID, _VOID, _INT, _I64, _I64] + [_VOID] * 6
     lib.otlp_single_draft.restype = None
+    lib.otlp_bucket_rule.argtypes = [_VOID, _VOID, _INT, _I64, _I64] + [_VOID] * 4 + [_INT, _I64, _INT, _I64, _I64,
+                                                                                   _F64, _F64, _VOID, _VOID, _F64,
+                                                                                   _I64, _INT] + [_VOID] * 4
+    lib.otlp_bucket_rule.restype = _INT
     return lib
 
 
@@ -332,3 +338,35 @@ def single_draft(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndar
     lib.otlp_single_draft(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), B, V, *(x.ctypes.data for x in (
         *floats, w, u, tokens, index)))
     return tokens, index
+
+
+def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, u: np.ndarray,
+                n: int, sc, steps: int, forced: np.ndarray | None = None):  # noqa: ANN001, ANN201 - a buckets.Scheme
+    """:func:`otlp.optimal.buckets.verify_chunks`' steps on the rows ``p, q [B, V]`` (float32 or float64, one dtype,
+    normalised by ``inv_p, inv_q [B]``) with drafts ``w int64 [B, n]`` and uniforms ``u [B, 2]``, one row at a time in
+    ``otlp_bucket_rule`` (``bucket_rule.c``): ``(tokens [B], index [B], status int8 [B])``, status the attempt that
+    certified the row (1 .. ``buckets.ATTEMPTS``), 0 for a row that hardly compresses (not tried), negative for one
+    that failed every attempt (those two need the full sort; their tokens are meaningless). ``sc``: the
+    :class:`~otlp.optimal.buckets.Scheme`; ``steps``: the Newton steps of the chain's roots; ``forced bool [B, NB]``:
+    the first attempt's selection instead of the rule's. None where the kernels are not built, n is above
+    ``SLOT_MASS_MAX_N`` or the rows are of other dtypes."""
+    from otlp.optimal import buckets as BK
+
+    lib = library()
+    if lib is None or not 1 <= n <= SLOT_MASS_MAX_N or p.dtype != q.dtype or p.dtype not in (np.float32, np.float64):
+        return None
+    B, V = p.shape
+    p, q = np.ascontiguousarray(p), np.ascontiguousarray(q)
+    floats = [np.ascontiguousarray(x, dtype=np.float64) for x in (inv_p, inv_q)]
+    w = np.ascontiguousarray(w, dtype=np.int64)
+    u = np.ascontiguousarray(u[:, :2], dtype=np.float64)
+    if forced is not None:
+        forced = np.ascontiguousarray(forced, dtype=bool).view(np.uint8)
+    tokens, index, status = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int8)
+    if lib.otlp_bucket_rule(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), B, V,
+                            *(x.ctypes.data for x in (*floats, w, u)), n, steps, sc.bits, BK._top(sc.bits), sc.NB,
+                            BK._BELOW, 2.0**BK.OCTAVES, sc.LO.ctypes.data, sc.HI.ctypes.data, BK.BOUND_MARGIN,
+                            BK.FULL_SORT_SHARE, BK.ATTEMPTS, None if forced is None else forced.ctypes.data,
+                            tokens.ctypes.data, index.ctypes.data, status.ctypes.data):
+        raise MemoryError(f"otlp_bucket_rule: no memory for the work arrays of rows of {V} tokens")
+    return tokens, index, status

@@ -21,24 +21,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "kernels.h"
+
 #define MAX_N 32 /* native.SLOT_MASS_MAX_N: up to here j C(n, j) is an exact int64, as Python's ints are */
-
-static inline double np_max(double a, double b) { return (a >= b || a != a) ? a : b; }
-static inline double np_min(double a, double b) { return (a <= b || a != a) ? a : b; }
-
-static double int_power(double x, int k) { /* x^k by repeated squaring, k >= 1 (for the check of newton_start) */
-    double out = 0.0;
-    int have = 0;
-    for (;;) {
-        if (k & 1) {
-            out = have ? out * x : x;
-            have = 1;
-        }
-        k >>= 1;
-        if (!k) return out;
-        x = x * x;
-    }
-}
 
 static void binomials(int n, int64_t *row) { /* row[k] = C(n, k), k = 0..n, by Pascal's rule (exact) */
     row[0] = 1;

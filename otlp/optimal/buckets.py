@@ -30,10 +30,13 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    row whose compressed instance would hold more than 1 / ``FULL_SORT_SHARE`` of its tokens (a draft close to the
    target: its ratios fill a few octaves' buckets) takes the full sort without a try.
 
-The per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows (``CHUNK``), side by side
-on :mod:`otlp.threads` when torch has several threads; 4 and 5 run once for all the rows of a call, in groups of rows
-of similar compressed size (:func:`verify_chunks`). Certified rows draw the full sort's token and slot for the same
-uniforms (tests/optimal/test_buckets.py, on every instance family of the exact tests and on LM rows).
+Where :mod:`otlp.native`'s kernels are built, a row takes all five steps at once in ``otlp_bucket_rule``
+(``otlp/native/bucket_rule.c``: the same operations, one row at a time, its arrays in cache; the rows in chunks of
+``CHUNK`` entries, side by side on :mod:`otlp.threads` when torch has several threads). Without them (the numpy route
+below) the per-token passes (1 to 3 and the gather of the selected tokens) run on such chunks, and 4 and 5 run once
+for all the rows of a call, in groups of rows of similar compressed size (:func:`verify_chunks`). On both routes
+certified rows draw the full sort's token and slot for the same uniforms, and the two certify the same rows
+(tests/optimal/test_buckets.py, on every instance family of the exact tests and on LM rows).
 """
 
 from __future__ import annotations
@@ -53,18 +56,19 @@ OCTAVES = 32
 #: A bucket's lower bound on psi is trusted only this far above a threshold (rounding of either side is ~1e-15).
 BOUND_MARGIN = 1e-12
 #: the CPU sampler takes this route from this vocabulary size up, or from ``MIN_ENTRIES`` entries in a call (below
-#: both the full sort is as cheap or cheaper: measured at V = 1k-128k, B = 1-64 for issue 19).
-MIN_V = 8192
-MIN_ENTRIES = 1 << 16
+#: both the full sort is as cheap or cheaper: measured at V = 256-4k, B = 1-64, n = 2 and 8 for issue 19).
+MIN_V = 1000
+MIN_ENTRIES = 1 << 15
 #: rows tried again with the failing runs sorted, before the full sort.
 ATTEMPTS = 2
 #: a row whose compressed instance holds more than 1 / FULL_SORT_SHARE of its tokens takes the full sort at once: a
 #: draft close to the target (ratios within a few octaves) selects most buckets, and its first attempt then fails
 #: and its second is a full sort with the buckets' work on top.
 FULL_SORT_SHARE = 5
-#: rows per chunk of the per-token passes (:func:`verify_chunks`): at most this many entries of one [rows, V] array,
-#: and one chunk per host thread at least. Each chunk also pays its bucket levels and selection (a few dozen numpy
-#: calls on [rows, NB] arrays), so with the C kernels fewer chunks cost less: against 2^19, 2^21 took 0.89-0.95x the
+#: rows per chunk (:func:`verify_chunks`): at most this many entries of one [rows, V] array, and one chunk per host
+#: thread at least. On the numpy route each chunk also pays its bucket levels and selection (a few dozen numpy calls
+#: on [rows, NB] arrays), so there fewer chunks cost less (measured before the native route, whose rows take no
+#: [rows, V] arrays): against 2^19, 2^21 took 0.89-0.95x the
 #: time at B = 8 and 64, V = 32k-128k, one thread, and 0.85x at B = 64, V = 152k, two threads (B = 16, V = 32k, two
 #: threads: 1.05x, within noise).
 CHUNK = 1 << 21
@@ -76,10 +80,10 @@ def takes(B: int, V: int) -> bool:
 
 
 def bits_for(V: int) -> int:
-    """Bucket bits per octave for V tokens: 2^(bits + 6) buckets per row, one per 16 to 32 tokens up to V = 64k (4
-    bits at V = 32k), then 5 bits (one bucket per 64 tokens at V = 128k): the per-bucket work stays below the
-    per-token passes while the selected buckets stay small (measured at V = 2k, 32k and 128k for issue 19)."""
-    return min(max(int(V).bit_length() - 11, 1), 5)
+    """Bucket bits per octave for V tokens: 2^(bits + 6) buckets per row, 2 bits at V = 2k (one bucket per 8
+    tokens), 4 at V = 32k (one per 32), 5 from V = 128k (one per 64): finer buckets select fewer tokens, coarser ones
+    cost less per bucket (benchmarks/bucket_bits.py measures each bits at V = 2k-152k)."""
+    return min(max((int(V).bit_length() - 7) // 2, 1), 5)
 
 
 @dataclass(frozen=True)
@@ -152,13 +156,22 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     """:func:`verify_rows` on B rows of V tokens read through ``load(rows) -> (p, q, inv_p, inv_q)``: the rows
     ``rows`` (a slice or an int64 index array) of the inputs as float32 or float64 arrays ``[rows, V]`` and the
     reciprocals of their sums ``[rows]`` (the normalised rows are :func:`normalised`; ``load`` runs on host threads,
-    so numpy only). The per-token passes (buckets, their sums, the selected tokens) run on chunks of ``CHUNK``
-    entries (at least one per host thread), side by side on :mod:`otlp.threads`, through the C kernels of
-    :mod:`otlp.native` where they are built; the compressed instances of all B rows are then solved and certified
-    together (their per-call work is paid once, not once per chunk), in groups of rows of similar size
-    (:func:`_groups`)."""
+    so numpy only), in chunks of ``CHUNK`` entries (at least one per host thread), side by side on
+    :mod:`otlp.threads`: each row start to end in :func:`otlp.native.bucket_rule` where the kernels are built; else
+    the per-token passes (buckets, their sums, the selected tokens) chunk by chunk, then the compressed instances of
+    all B rows solved and certified together (their per-call work paid once, not once per chunk), in groups of rows
+    of similar size (:func:`_groups`)."""
     sc = scheme(bits_for(V) if bits is None else bits)
     step = max(1, min(CHUNK // max(V, 1), -(-B // threads.count())))  # a chunk per thread at least
+
+    def rows_native(lo: int):  # noqa: ANN202 - (tokens, index, status) of the chunk's rows, or None
+        here = slice(lo, lo + step)
+        return native.bucket_rule(*load(here), w[here], U[here], n, sc, C.NEWTON_STEPS)
+
+    parts = threads.map_chunks(rows_native, range(0, B, step)) if native.library() is not None else [None]
+    if all(part is not None for part in parts):
+        tokens, index, status = (np.concatenate(x) for x in zip(*parts, strict=True))
+        return tokens, index, status > 0
 
     def chunk(lo: int) -> _Found:
         return _gather(*load(slice(lo, lo + step)), w[lo:lo + step], U[lo:lo + step], n, sc)

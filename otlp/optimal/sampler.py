@@ -18,11 +18,12 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
   served group, its chain, the pieces and the draw; the one-draft form reads a row whole only where the draft is
   rejected), in chunks of rows of at most ``CPU_CHUNK`` floats, each chunk normalised on its own into reused arrays
   (:mod:`otlp.scratch`, so that temporaries stay in cache and are not page-faulted again on every call), with the
-  data-dependent window the tuple needs (``backend="auto"``; measured in benchmarks/verifiers.py). On larger calls
-  (``buckets.takes``) the default rule sorts only the ratio buckets it needs (:mod:`.buckets`, certified per row: its
-  per-token passes in chunks of ``buckets.CHUNK`` floats, side by side on :mod:`otlp.threads` when torch has several
-  threads, through the C kernels of :mod:`otlp.native` where they are built, then the compressed instances of all
-  rows at once; a row it cannot certify takes the full sort). The normalised rows equal the device route's up to the
+  data-dependent window the tuple needs (``backend="auto"``; measured in benchmarks/verifiers.py). From
+  ``buckets.MIN_V`` tokens or ``buckets.MIN_ENTRIES`` entries in a call (``buckets.takes``) the default rule sorts
+  only the ratio buckets it needs (:mod:`.buckets`, certified per row: each row start to end in the C loop of
+  :mod:`otlp.native` where it is built, else its per-token passes chunk by chunk and then the compressed instances of
+  all rows at once; the chunks side by side on :mod:`otlp.threads` when torch has several threads; a row it cannot
+  certify takes the full sort). The normalised rows equal the device route's up to the
   rounding of the row sums (the host's, :func:`.buckets.inverse_sums`, and torch's add in different orders).
 """
 

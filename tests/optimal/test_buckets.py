@@ -10,9 +10,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from otlp import native
 from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
 from tests.optimal.instances import FAMILIES, draw
+
+ROUTES = ("native", "numpy")
+
+
+@pytest.fixture(params=ROUTES)
+def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The route under test: ``native`` (every step of a row in ``otlp_bucket_rule``, where the kernels are built)
+    or ``numpy`` (the steps on all rows at once in numpy, the route of machines without a C compiler)."""
+    if request.param == "native" and native.library() is None:
+        pytest.skip(f"needs otlp's C kernels ({native.reason()})")
+    if request.param == "numpy":
+        monkeypatch.setattr(native, "bucket_rule", lambda *args, **kwargs: None)
+    return request.param
 
 
 def _full(P, Q, w, U, n):  # noqa: ANN001, ANN202
@@ -57,7 +71,7 @@ def _check(P, Q, W, n: int, draws: int, rng) -> np.ndarray:  # noqa: ANN001
 
 @pytest.mark.parametrize("n", [1, 2, 3, 8])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_certified_rows_draw_what_the_full_sort_draws(family: str, n: int) -> None:
+def test_certified_rows_draw_what_the_full_sort_draws(family: str, n: int, route: str) -> None:
     rng = np.random.default_rng([n, sorted(FAMILIES).index(family)])
     P, Q, W = _batch(rng, family, 6, 3000, n)
     _check(P, Q, W, n, 25, rng)
@@ -65,8 +79,8 @@ def test_certified_rows_draw_what_the_full_sort_draws(family: str, n: int) -> No
 
 @pytest.mark.parametrize("n", [2, 4, 8])
 @pytest.mark.parametrize("rows_per_chunk", [None, 1, 3])
-def test_lm_rows_are_certified_and_agree(n: int, rows_per_chunk: int | None,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lm_rows_are_certified_and_agree(n: int, rows_per_chunk: int | None, monkeypatch: pytest.MonkeyPatch,
+                                         route: str) -> None:
     """At V = 32k almost every LM-shaped row is certified (else the route would be the full sort plus overhead);
     with chunks of 1 or 3 rows (``rows_per_chunk``) the chunks' selected tokens are joined into one set of compressed
     instances and answer as one chunk does."""
@@ -79,9 +93,10 @@ def test_lm_rows_are_certified_and_agree(n: int, rows_per_chunk: int | None,
     assert certified.mean() > 0.9
 
 
-def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With several torch threads the chunks' per-token passes run on otlp.threads' pool: chunks of 2 rows on 3
-    threads draw what one thread draws (which equals the full sort, above), and the pool did run chunks."""
+def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
+    """With several torch threads the chunks run on otlp.threads' pool (the native route's rows, the numpy route's
+    per-token passes): chunks of 2 rows on 3 threads draw what one thread draws (which equals the full sort, above),
+    and the pool did run chunks."""
     import threading
 
     from otlp import threads
@@ -94,8 +109,9 @@ def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.Monk
     monkeypatch.setattr(threads, "count", lambda: 1)
     one = BK.verify_rows(P, Q, W, U, n)
     seen = []
-    gather = BK._gather
-    monkeypatch.setattr(BK, "_gather", lambda *a: (seen.append(threading.get_ident()), gather(*a))[1])
+    owner, name = (native, "bucket_rule") if route == "native" else (BK, "_gather")
+    inner = getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda *a: (seen.append(threading.get_ident()), inner(*a))[1])
     monkeypatch.setattr(threads, "count", lambda: 3)
     pooled = BK.verify_rows(P, Q, W, U, n)
     assert len(seen) == 4 and threading.get_ident() not in seen
@@ -104,9 +120,11 @@ def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.Monk
 
 
 def test_rows_grouped_by_compressed_size_draw_what_the_full_sort_draws(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no slack the compressed instances are solved in several groups of rows (each padded to its largest
-    row), and every certified row still equals the full sort; the groups cover every row once and pad each to at
-    most twice its rows' own sizes (every row tried: FULL_SORT_SHARE near 0)."""
+    """(The numpy route, which solves the rows' compressed instances together.) With no slack the compressed
+    instances are solved in several groups of rows (each padded to its largest row), and every certified row still
+    equals the full sort; the groups cover every row once and pad each to at most twice its rows' own sizes (every
+    row tried: FULL_SORT_SHARE near 0)."""
+    monkeypatch.setattr(native, "bucket_rule", lambda *args, **kwargs: None)
     monkeypatch.setattr(BK, "GROUP_SLACK", 0)
     monkeypatch.setattr(BK, "FULL_SORT_SHARE", 1e-9)
     seen = []
@@ -130,18 +148,24 @@ def test_rows_grouped_by_compressed_size_draw_what_the_full_sort_draws(monkeypat
             assert g.size * sizes[g].max() <= 2 * sizes[g].sum()
 
 
-def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
     """A row whose compressed instance would hold more than 1 / FULL_SORT_SHARE of its tokens (here a draft close
     to the target: every ratio within a few octaves) is not tried on the buckets; the CPU sampler gives it the full
     sort, and every row draws what the full sort draws."""
     import torch
 
+    from otlp import threads
     from otlp.optimal.sampler import verify
 
     attempts = []
-    original = BK._attempt
-    monkeypatch.setattr(BK, "_attempt", lambda found, *a: (attempts.append(found.selected.shape[0]),
-                                                            original(found, *a))[1])
+    monkeypatch.setattr(threads, "count", lambda: 1)  # one chunk: the statuses in row order
+    if route == "native":
+        rule = native.bucket_rule
+        monkeypatch.setattr(native, "bucket_rule", lambda *a: (out := rule(*a), attempts.append(out[2].copy()))[0])
+    else:
+        original = BK._attempt
+        monkeypatch.setattr(BK, "_attempt", lambda found, *a: (attempts.append(found.selected.shape[0]),
+                                                                original(found, *a))[1])
     rng = np.random.default_rng(5)
     P, Q, W = _lm(rng, 6, 20_000, 4)
     close = np.exp(np.log(P[2]) + 0.02 * rng.normal(size=20_000))  # all but a few percent of its tokens selected
@@ -149,7 +173,12 @@ def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytes
     W[2] = rng.choice(20_000, size=4, p=Q[2])
     U = rng.random((6, 2))
     tokens, index, done = BK.verify_rows(P, Q, W, U, 4)
-    assert not done[2] and done[[0, 1, 3, 4, 5]].all() and max(attempts) <= 5  # row 2 was never attempted
+    assert not done[2] and done[[0, 1, 3, 4, 5]].all()
+    if route == "native":  # row 2 was never attempted: status 0
+        status = attempts[0]
+        assert status[2] == 0 and (status[[0, 1, 3, 4, 5]] > 0).all()
+    else:
+        assert max(attempts) <= 5  # row 2 was never attempted
     t0, i0 = _full(P, Q, W, U, 4)
     np.testing.assert_array_equal(tokens[done], t0[done])
     t1, i1 = verify(torch.from_numpy(P), torch.from_numpy(Q), torch.from_numpy(W), torch.from_numpy(U))
@@ -178,10 +207,19 @@ def _no_min_candidates(self, draft_buckets, u):  # noqa: ANN001, ANN202
 _SELECT = BK._Level.select
 
 
+def _with_selection(rule):  # noqa: ANN001, ANN202
+    """``native.bucket_rule`` given the numpy route's selection (``_Level.select``, which a test may replace) as its
+    first attempt's."""
+    def forced(p, q, inv_p, inv_q, w, u, n, sc, steps, selected=None):  # noqa: ANN001, ANN202
+        return rule(p, q, inv_p, inv_q, w, u, n, sc, steps, BK._gather(p, q, inv_p, inv_q, w, u, n, sc).selected)
+    return forced
+
+
 @pytest.mark.parametrize("rows_per_chunk", [None, 5])
 @pytest.mark.parametrize("select", [_drafts_only, _no_min_candidates])
 def test_a_failed_certificate_is_retried_with_the_failing_runs_sorted(monkeypatch: pytest.MonkeyPatch, select,
-                                                                        rows_per_chunk: int | None) -> None:  # noqa: ANN001
+                                                                        rows_per_chunk: int | None,
+                                                                        route: str) -> None:  # noqa: ANN001
     """With a selection too small, the certificate must fail, the retry sorts the failing runs (then the caller's
     full sort takes what is left), and every certified answer still equals the full sort's (also with chunks of 5
     of the 16 rows, whose failing rows are read again for the retry)."""
@@ -190,18 +228,26 @@ def test_a_failed_certificate_is_retried_with_the_failing_runs_sorted(monkeypatc
     rng = np.random.default_rng(7)
     P, Q, W = _lm(rng, 16, 4000, 2)
     calls = []
-    original = BK._attempt
-
-    def spy(*args):  # noqa: ANN002, ANN202
-        out = original(*args)
-        calls.append(out[2].copy())
-        return out
-
-    monkeypatch.setattr(BK, "_attempt", spy)
     monkeypatch.setattr(BK._Level, "select", select)
+    if route == "native":
+        rule = _with_selection(native.bucket_rule)
+        monkeypatch.setattr(native, "bucket_rule", lambda *a: (out := rule(*a), calls.append(out[2].copy()))[0])
+    else:
+        original = BK._attempt
+
+        def spy(*args):  # noqa: ANN002, ANN202
+            out = original(*args)
+            calls.append(out[2].copy())
+            return out
+
+        monkeypatch.setattr(BK, "_attempt", spy)
     _check(P, Q, W, 2, 30, rng)
-    assert not np.concatenate(calls).all()  # some try did fail
-    assert len(calls) > 30  # and was retried
+    if route == "native":  # statuses: 1 certified at once, 2 on the retry, -2 failed both
+        status = np.concatenate(calls)
+        assert (status != 1).any() and (np.abs(status) == 2).any()
+    else:
+        assert not np.concatenate(calls).all()  # some try did fail
+        assert len(calls) > 30  # and was retried
 
 
 def test_the_interior_bound_holds_on_every_prefix_inside_a_bucket() -> None:
@@ -251,7 +297,7 @@ def test_bucket_numbers_decrease_with_the_ratio() -> None:
 
 @pytest.mark.parametrize("select", [None, _drafts_only])
 def test_the_cpu_sampler_takes_the_partial_order_and_agrees_with_the_device_route(
-        monkeypatch: pytest.MonkeyPatch, select) -> None:  # noqa: ANN001
+        monkeypatch: pytest.MonkeyPatch, select, route: str) -> None:  # noqa: ANN001
     """``verify`` on CPU tensors where it takes the bucketed route (widths masked too) draws what the torch route
     (full sort on the tensors' device) draws, for the same uniforms; with a selection too small (``_drafts_only``)
     and no retry the rows the route cannot certify take the CPU's full sort."""
@@ -261,7 +307,13 @@ def test_the_cpu_sampler_takes_the_partial_order_and_agrees_with_the_device_rout
     if select is not None:
         monkeypatch.setattr(BK._Level, "select", select)
         monkeypatch.setattr(BK, "ATTEMPTS", 1)
-        monkeypatch.setattr(BK, "_attempt", _counting(BK._attempt, failed := []))
+        failed = []
+        if route == "native":
+            rule = _with_selection(native.bucket_rule)
+            monkeypatch.setattr(native, "bucket_rule",
+                                lambda *a: (out := rule(*a), failed.append(int((out[2] <= 0).sum())))[0])
+        else:
+            monkeypatch.setattr(BK, "_attempt", _counting(BK._attempt, failed))
 
     B, V, n = 12, BK.MIN_V, 4
     assert BK.takes(B, V)
@@ -286,3 +338,69 @@ def _counting(attempt, failed: list):  # noqa: ANN001, ANN202
         failed.append(int((~out[2]).sum()))
         return out
     return spy
+
+
+@pytest.mark.skipif(native.library() is None, reason="needs otlp's C kernels")
+@pytest.mark.parametrize("V", [2000, 32_000])
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_the_routes_certify_the_same_rows(monkeypatch: pytest.MonkeyPatch, V: int, n: int) -> None:
+    """The native route (a row at a time) selects and certifies as the numpy route (all rows at once) does: the same
+    rows are certified, with the same token and slot, on LM-shaped rows for several uniforms."""
+    rng = np.random.default_rng([V, n])
+    P, Q, W = _lm(rng, 12, V, n)
+    rule = native.bucket_rule
+    for _ in range(4):
+        U = rng.random((12, 2))
+        monkeypatch.setattr(native, "bucket_rule", rule)
+        ours = BK.verify_rows(P, Q, W, U, n)
+        monkeypatch.setattr(native, "bucket_rule", lambda *args, **kwargs: None)
+        theirs = BK.verify_rows(P, Q, W, U, n)
+        np.testing.assert_array_equal(ours[2], theirs[2])
+        np.testing.assert_array_equal(ours[0][ours[2]], theirs[0][ours[2]])
+        np.testing.assert_array_equal(ours[1][ours[2]], theirs[1][ours[2]])
+
+
+def test_a_run_inside_the_served_chain_fails_the_certificate(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
+    """The served group's chain reads each position from s to the top draw, so a merged run there must fail the
+    certificate however its psi bounds lie. Every bucket is selected except one holding only tokens strictly inside
+    the full order's (s, top) (a draft's bucket excepted): such a row fails its first attempt and is certified on the
+    retry (with that bucket sorted) with the full sort's answer; every other row is certified at once."""
+    monkeypatch.setattr(BK, "FULL_SORT_SHARE", 0)  # try every row, though it hardly compresses
+    original = BK._attempt
+    rng = np.random.default_rng(3)
+    B, V = 200, 4000
+    for n in (4, 8):
+        P, Q, W = _lm(rng, B, V, n)
+        sc = BK.scheme(BK.bits_for(V))
+        pre = C.prefix(P, Q, n)
+        _, top, s, _ = C.served_group(pre, W)
+        bucket = sc.bucket_of(np.maximum(Q / P, 0.0))  # (LM rows: p > 0)
+        at = np.take_along_axis(bucket, pre.order, axis=1)  # [B, V] the bucket at each position of the full order
+        forced, inside = np.ones((B, sc.NB), dtype=bool), np.zeros(B, dtype=bool)
+        for b in range(B):
+            lo, hi = s[b, 0], top[b, 0]
+            edge = set(at[b, :lo + 1]) | set(at[b, hi:]) | set(bucket[b, W[b]])
+            middle = sorted(set(at[b, lo + 1:hi]) - edge)
+            if middle:
+                forced[b, middle[0]], inside[b] = False, True
+        assert inside.any()
+        U = rng.random((B, 2))
+        first = []
+        if route == "native":
+            tokens, index, status = native.bucket_rule(P, Q, np.ones(B), np.ones(B), W, U, n, sc, C.NEWTON_STEPS,
+                                                       forced)
+            done, first = status > 0, status == 1
+        else:  # one chunk and one group of rows, so that the selection and the first attempt cover every row
+            from otlp import threads
+
+            monkeypatch.setattr(threads, "count", lambda: 1)
+            monkeypatch.setattr(BK, "GROUP_SLACK", 1 << 40)
+            monkeypatch.setattr(BK._Level, "select", lambda self, d, u, sel=forced: sel.copy())
+            monkeypatch.setattr(BK, "_attempt",
+                                lambda *a, seen=first: (out := original(*a), seen.append(out[2].copy()))[0])
+            tokens, index, done = BK.verify_rows(P, Q, W, U, n, bits=sc.bits)
+            first = first[0]
+        assert done.all() and not first[inside].any() and first[~inside].all()
+        t0, i0 = _full(P, Q, W, U, n)
+        np.testing.assert_array_equal(tokens, t0)
+        np.testing.assert_array_equal(index, i0)

@@ -1,0 +1,328 @@
+/* The optimal rule's bucketed CPU route (otlp/optimal/buckets.py) on one row at a time, start to end, in C.
+ *
+ * buckets.py runs its steps on all the rows of a call at once: two per-token passes in C (otlp_bucket_sums,
+ * otlp_gather_selected), then about three hundred numpy calls on [B, NB] and [B, K] arrays for the buckets' psi and
+ * bounds, the selection, the compressed instance, its rule and the certificate. Their cost per call is what kept the
+ * rule above twice RRS at small batches and at V = 2k (issue 19). Here each row takes the same steps in one loop
+ * (buckets.py's module docstring numbers them):
+ *
+ *   1. the buckets and their sums (otlp_bucket_sums);
+ *   2. psi at the bucket boundaries (otlp_prefix on the buckets in order) and each bucket's interior bound f
+ *      (buckets.psi_interior_bound, less the margin), low and inner (buckets._Level);
+ *   3. the selection (buckets._Level.select), or the caller's;
+ *   4. the selected buckets' tokens (otlp_gather_selected), each run of unselected buckets one entry (its sums, and
+ *      the least bound inside it), in the ratio order: buckets in order, a selected bucket's tokens by decreasing
+ *      key (ties by token id), which is the order the numpy route's stable sort gives, since the buckets hold
+ *      disjoint ratio ranges and a run's key lies between its neighbours';
+ *   5. the rule on it (otlp_prefix, otlp_served_group, otlp_window_chain, otlp_pieces, otlp_sample, as
+ *      chains.tuple_rule and chains.sample on the CPU route) and the certificate (buckets._attempt); a row that fails
+ *      has its failing runs' buckets selected and is tried again, up to `attempts` times.
+ *
+ * The same operations as the numpy route in the same order, with two differences that keep the certificate sound:
+ * a run's sums add its buckets from the first (numpy's reduceat), and the compressed instance has no zero-mass
+ * padding (the numpy route pads rows to one width and keeps a column for each empty run; a zero entry changes no
+ * prefix's psi, only where positions fall). tests/optimal/test_buckets.py holds both routes to the full sort.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define MAX_N 32       /* native.SLOT_MASS_MAX_N */
+#define INSERTION 24   /* a bucket's tokens sorted by insertion up to here, else by merge sort */
+
+/* Stable sort of the columns cols [m] by decreasing key[col] (equal keys keep their order), tmp: m places. */
+static void sort_by_key(int64_t *cols, int64_t m, const double *key, int64_t *tmp) {
+    if (m <= INSERTION) {
+        for (int64_t i = 1; i < m; i++) {
+            const int64_t c = cols[i];
+            const double k = key[c];
+            int64_t j = i;
+            while (j > 0 && key[cols[j - 1]] < k) {
+                cols[j] = cols[j - 1];
+                j--;
+            }
+            cols[j] = c;
+        }
+        return;
+    }
+    const int64_t half = m / 2;
+    sort_by_key(cols, half, key, tmp);
+    sort_by_key(cols + half, m - half, key, tmp);
+    int64_t i = 0, j = half, t = 0;
+    while (i < half && j < m) tmp[t++] = key[cols[j]] > key[cols[i]] ? cols[j++] : cols[i++];
+    while (i < half) tmp[t++] = cols[i++];
+    while (j < m) tmp[t++] = cols[j++];
+    memcpy(cols, tmp, sizeof(int64_t) * (size_t)m);
+}
+
+/* What one call needs, for rows of V tokens in NB buckets: one allocation. */
+struct work {
+    uint16_t *bucket;                                 /* [V] */
+    uint8_t *sel, *bad_run;                           /* [NB] */
+    double *hist, *Pb, *Qb, *lps, *lqs, *Qa, *Sqb, *psib, *lwork, *f, *low, *inner; /* buckets' quantities */
+    int64_t *ident, *start, *run_first, *run_last;    /* [NB + 1] */
+    double *run_p, *run_q, *run_low;                  /* [NB] */
+    int64_t *F, *order, *tmp, *swork;                 /* [V + NB + 1] */
+    double *Pg, *Qg, *key, *ps, *qs, *pq, *sq, *psi, *pwork;
+    void *block;
+};
+
+static int work_alloc(struct work *W, int64_t V, int64_t NB) {
+    const size_t K = (size_t)(V + NB + 1), nb = (size_t)(NB + 1);
+    const size_t doubles = 23 * nb + 10 * K;
+    const size_t ints = 4 * nb + 4 * K;
+    W->block = malloc(sizeof(double) * doubles + sizeof(int64_t) * ints + (size_t)V * 2 + 2 * nb + 64);
+    if (!W->block) return -1;
+    double *d = W->block;
+    W->hist = d, d += 8 * nb;
+    double **lev[] = {&W->Pb, &W->Qb, &W->lps, &W->lqs, &W->Qa, &W->Sqb, &W->psib, &W->f, &W->low, &W->inner,
+                      &W->run_p, &W->run_q, &W->run_low};
+    for (size_t i = 0; i < sizeof lev / sizeof *lev; i++) *lev[i] = d, d += nb;
+    W->lwork = d, d += 2 * nb;
+    double **com[] = {&W->Pg, &W->Qg, &W->key, &W->ps, &W->qs, &W->pq, &W->sq, &W->psi};
+    for (size_t i = 0; i < sizeof com / sizeof *com; i++) *com[i] = d, d += K;
+    W->pwork = d, d += 2 * K;
+    int64_t *x = (int64_t *)d;
+    W->ident = x, x += nb;
+    W->start = x, x += nb;
+    W->run_first = x, x += nb;
+    W->run_last = x, x += nb;
+    W->F = x, x += K;
+    W->order = x, x += K;
+    W->tmp = x, x += K;
+    W->swork = x, x += K;
+    W->bucket = (uint16_t *)x;
+    W->sel = (uint8_t *)(W->bucket + V);
+    W->bad_run = W->sel + nb;
+    for (int64_t k = 0; k < NB; k++) W->ident[k] = k;
+    return 0;
+}
+
+/* The scheme: buckets.Scheme and its constants. */
+struct scheme {
+    int bits;
+    int64_t top, NB;
+    double below, above, margin;
+    const double *LO, *HI;
+};
+
+/* Steps 1-2 on one row: the buckets, their sums, psi at their boundaries and the bounds. Returns b*, the first
+ * argmin of psi over the boundaries. */
+static int64_t row_level(const void *p, const void *q, int is_double, int64_t V, const double *ip, const double *iq,
+                         int n, const struct scheme *S, struct work *W) {
+    const int64_t NB = S->NB;
+    otlp_bucket_sums(p, q, is_double, 1, V, ip, iq, S->bits, S->top, NB, S->below, S->above, W->bucket, W->Pb, W->Qb,
+                     W->hist);
+    int64_t b_star;
+    otlp_prefix(W->Pb, W->Qb, W->ident, 1, NB, n, W->lps, W->lqs, W->Qa, W->Sqb, W->psib, &b_star, W->lwork);
+    const double *Pa = W->lwork; /* otlp_prefix's running sums of P from the bottom */
+    for (int64_t k = 0; k < NB; k++) {
+        const double lo = S->LO[k], hi = S->HI[k], pb = W->Pb[k], qb = W->Qb[k];
+        double x_c = lo > 0 ? (qb / lo - pb) / (1.0 / lo - 1.0 / hi) : qb;
+        x_c = np_min(np_max(x_c, 0.0), qb);
+        W->f[k] = ((Pa[k] + x_c / hi) - int_power(W->Qa[k] + x_c, n)) - S->margin;
+        W->low[k] = np_min(np_min(W->psib[k], W->psib[k + 1]), W->f[k]);
+        W->inner[k] = np_min(W->f[k], W->psib[k + 1]);
+    }
+    return b_star;
+}
+
+/* Step 3: buckets._Level.select for the drafts' buckets and the residual's uniform u1, into W->sel. */
+static void row_select(const struct work *W, int64_t NB, int64_t b_star, const int64_t *w, int n, double u1,
+                       uint8_t *sel) {
+    const double *psi = W->psib, *f = W->f;
+    double best = psi[0];
+    for (int64_t i = 1; i <= NB; i++) best = np_min(best, psi[i]);
+    int64_t m_lo = NB, m_hi = 0;
+    double lowest = INFINITY;
+    for (int64_t k = 0; k < NB; k++) {
+        sel[k] = f[k] <= best;
+        if (sel[k]) {
+            m_lo = k < m_lo ? k : m_lo;
+            m_hi = k + 1 > m_hi ? k + 1 : m_hi;
+            lowest = np_min(lowest, f[k]);
+        }
+    }
+    m_lo = b_star < m_lo ? b_star : m_lo;
+    m_hi = b_star > m_hi ? b_star : m_hi;
+    lowest = np_min(best, lowest);
+    const double keep = 1.0 - u1, tau_lo = lowest * keep, tau_hi = best * keep;
+    int64_t last = 0;
+    for (int64_t i = 0; i <= NB; i++) last = psi[i] <= tau_lo ? i : last;
+    for (int64_t k = last; k < NB; k++) sel[k] |= W->low[k] <= tau_hi;
+    int64_t d = 0;
+    for (int j = 0; j < n; j++) d = W->bucket[w[j]] > d ? W->bucket[w[j]] : d;
+    const double psi_d = psi[d];
+    double after = INFINITY;
+    for (int64_t i = d + 1; i <= NB; i++) after = np_min(after, psi[i]);
+    if (d < m_lo)
+        for (int64_t k = 0; k < d; k++) sel[k] |= f[k] <= psi_d;
+    if (m_hi <= d)
+        for (int64_t k = d + 1; k < NB; k++) sel[k] |= f[k] <= after;
+    for (int j = 0; j < n; j++) sel[W->bucket[w[j]]] = 1;
+}
+
+/* Step 4: the compressed instance of the row's T gathered tokens (W->F, Pg, Qg) and its runs, in W->order (columns:
+ * the tokens 0 .. T - 1, then the runs T .. T + R - 1, R returned) with W->Pg, W->Qg extended by the runs' sums. */
+static int64_t row_instance(struct work *W, int64_t NB, int64_t T) {
+    const uint8_t *sel = W->sel;
+    int64_t *start = W->start;
+    memset(start, 0, sizeof(int64_t) * (size_t)(NB + 1));
+    for (int64_t t = 0; t < T; t++) {
+        const double r = W->Qg[t] / W->Pg[t];
+        W->key[t] = r == r ? r : -1.0; /* otlp.psi.ratio_keys */
+        start[W->bucket[W->F[t]] + 1]++;
+    }
+    int64_t R = 0, at = 0;
+    for (int64_t k = 0; k < NB; k++) { /* each bucket's place in the order: its tokens, or its run's one entry */
+        const int64_t count = start[k + 1];
+        start[k] = at;
+        if (sel[k]) {
+            at += count;
+            continue;
+        }
+        const double bound = k + 1 < NB && !sel[k + 1] ? W->inner[k] : W->f[k];
+        if (k == 0 || sel[k - 1]) { /* a new run */
+            W->run_first[R] = k;
+            W->run_p[R] = W->Pb[k];
+            W->run_q[R] = W->Qb[k];
+            W->run_low[R] = bound;
+            W->order[at++] = T + R;
+            R++;
+        } else {
+            W->run_p[R - 1] += W->Pb[k];
+            W->run_q[R - 1] += W->Qb[k];
+            W->run_low[R - 1] = np_min(W->run_low[R - 1], bound);
+        }
+        W->run_last[R - 1] = k;
+    }
+    start[NB] = at;
+    int64_t *fill = W->tmp; /* where each selected bucket's next token goes */
+    for (int64_t k = 0; k < NB; k++) fill[k] = start[k];
+    for (int64_t t = 0; t < T; t++) W->order[fill[W->bucket[W->F[t]]]++] = t; /* token order within a bucket */
+    for (int64_t k = 0; k < NB; k++)
+        if (sel[k] && start[k + 1] - start[k] > 1)
+            sort_by_key(W->order + start[k], start[k + 1] - start[k], W->key, W->tmp);
+    for (int64_t r = 0; r < R; r++) {
+        W->Pg[T + r] = W->run_p[r];
+        W->Qg[T + r] = W->run_q[r];
+    }
+    return R;
+}
+
+/* Step 5 on the compressed instance of K = T + R entries: the rule, its draw and the certificate. Returns 1 when
+ * certified (token and slot in *token, *slot), else 0 with the failing runs marked in W->bad_run. -1: no memory. */
+static int row_rule(struct work *W, int64_t T, int64_t R, const int64_t *w, const double *u, int n, int64_t steps,
+                    int64_t *token, int64_t *slot) {
+    const int64_t K = T + R;
+    int64_t w2[MAX_N], pos[MAX_N], m, top, s, e, index, drawn_col;
+    double cum[MAX_N], cum_c[MAX_N], accept[MAX_N], beta, reject;
+    for (int j = 0; j < n; j++) { /* the drafts' columns: their tokens' places among the gathered (increasing) */
+        int64_t lo = 0, hi = T;
+        while (lo < hi) {
+            const int64_t mid = (lo + hi) / 2;
+            if (W->F[mid] < w[j]) lo = mid + 1;
+            else hi = mid;
+        }
+        w2[j] = lo;
+    }
+    otlp_prefix(W->Pg, W->Qg, W->order, 1, K, n, W->ps, W->qs, W->pq, W->sq, W->psi, &m, W->pwork);
+    otlp_served_group(W->psi, W->order, w2, &m, 1, K, n, pos, &top, &s, &e, W->swork);
+    if (otlp_window_chain(W->ps, W->qs, W->pq, W->sq, W->psi, 1, K, &m, &s, &e, &top, pos, n, n, steps, cum, cum_c,
+                          &beta))
+        return -1;
+    otlp_pieces(w2, pos, &s, cum, cum_c, &beta, 1, n, accept, &reject);
+    otlp_sample(accept, &reject, w2, u, W->psi, W->order, &m, 1, K, n, &drawn_col, &index);
+    /* the certificate (buckets._attempt), by compressed position j */
+    const double *psi = W->psi;
+    const double psi_star = psi[m], v = u[1] * np_max(-psi_star, 0.0);
+    const double psi_s = psi[s], psi_e = psi[e];
+    const int inner = top < m, rejected = index < 0;
+    int64_t M = 0;
+    for (int64_t i = 0; i <= K; i++)
+        if (psi[i] - psi_star <= v) M = i;
+    memset(W->bad_run, 0, (size_t)(R > 0 ? R : 1));
+    int ok = 1;
+    for (int64_t j = 0; j < K; j++) {
+        const int64_t col = W->order[j];
+        if (col < T) continue; /* only a merged run can fail */
+        const double low = W->run_low[col - T], ends = np_min(psi[j], psi[j + 1]), least = np_min(ends, low);
+#define BELOW(thr) (least < (thr))
+#define AT_OR_BELOW(thr) (ends < (thr) || low <= (thr))
+        int bad = j < m ? AT_OR_BELOW(psi_star) : BELOW(psi_star);
+        bad |= j >= s && j < top;
+        if (inner) bad |= (AT_OR_BELOW(psi_s) && j < s) || (BELOW(psi_s) && j > top && j < e);
+        else bad |= (AT_OR_BELOW(psi_e) && j > top && j < e) || (BELOW(psi_e) && j >= e);
+        if (rejected) bad |= j >= M && ((ends - psi_star < v) || (low - psi_star <= v));
+#undef BELOW
+#undef AT_OR_BELOW
+        if (bad) {
+            W->bad_run[col - T] = 1;
+            ok = 0;
+        }
+    }
+    const int64_t drawn = W->order[M < K - 1 ? M : K - 1];
+    if (rejected && drawn >= T) ok = 0; /* (a run at M fails above unless psi_M is exactly the threshold) */
+    if (!ok) return 0;
+    *token = rejected ? W->F[drawn] : w[index];
+    *slot = index;
+    return 1;
+}
+
+/* The default tuple rule and its draw on rows p, q [B, V] (float32, or float64 when is_double) normalised by inv_p,
+ * inv_q [B], drafts w [B, n] and uniforms u [B, 2], as buckets.verify_rows: tokens, index [B] and status [B], the
+ * attempt that certified the row (1 .. attempts), or 0 for a row whose compressed instance would hold more than 1 /
+ * share of its tokens (not tried), or -attempts (neither needs the full sort). forced [B, NB] (or NULL): the
+ * selection of the first attempt, instead of step 3's. The scheme: bits, top (buckets._top), NB, below, above and LO,
+ * HI [NB] (buckets.Scheme; a run's key is not needed: step 4 places it by its bucket); margin: buckets.BOUND_MARGIN; steps: the Newton steps of the chain's roots. Returns
+ * 0, or -1 where the work arrays could not be allocated. */
+int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
+                     const double *inv_q, const int64_t *w, const double *u, int n, int64_t steps, int bits,
+                     int64_t top, int64_t NB, double below, double above, const double *LO, const double *HI,
+                     double margin, int64_t share, int attempts, const uint8_t *forced, int64_t *tokens,
+                     int64_t *index, int8_t *status) {
+    struct work W;
+    if (work_alloc(&W, V, NB)) return -1;
+    const struct scheme S = {bits, top, NB, below, above, margin, LO, HI};
+    const size_t size = is_double ? sizeof(double) : sizeof(float);
+    for (int64_t b = 0; b < B; b++) {
+        const char *pb = (const char *)p + (size_t)(b * V) * size, *qb = (const char *)q + (size_t)(b * V) * size;
+        const int64_t *wb = w + b * n;
+        const double *ub = u + 2 * b;
+        const int64_t b_star = row_level(pb, qb, is_double, V, inv_p + b, inv_q + b, n, &S, &W);
+        if (forced) memcpy(W.sel, forced + b * NB, (size_t)NB);
+        else row_select(&W, NB, b_star, wb, n, ub[1], W.sel);
+        tokens[b] = index[b] = 0;
+        status[b] = (int8_t)-attempts;
+        for (int attempt = 1; attempt <= attempts; attempt++) {
+            const int64_t T = otlp_gather_selected(pb, qb, is_double, 1, V, inv_p + b, inv_q + b, W.bucket, W.sel,
+                                                   NB, V, W.F, W.Pg, W.Qg);
+            if (attempt == 1) {
+                int64_t chosen = 0;
+                for (int64_t k = 0; k < NB; k++) chosen += W.sel[k];
+                if ((T + chosen) * share > V) { /* hardly compresses: the full sort at once */
+                    status[b] = 0;
+                    break;
+                }
+            }
+            const int64_t R = row_instance(&W, NB, T);
+            const int got = row_rule(&W, T, R, wb, ub, n, steps, tokens + b, index + b);
+            if (got < 0) {
+                free(W.block);
+                return -1;
+            }
+            if (got) {
+                status[b] = (int8_t)attempt;
+                break;
+            }
+            for (int64_t r = 0; r < R; r++) /* the failing runs' buckets sorted too */
+                if (W.bad_run[r])
+                    for (int64_t k = W.run_first[r]; k <= W.run_last[r]; k++) W.sel[k] = 1;
+        }
+    }
+    free(W.block);
+    return 0;
+}

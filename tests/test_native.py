@@ -517,3 +517,43 @@ def test_the_single_draft_rule_draws_numpys_tokens(dtype) -> None:  # noqa: ANN0
                 np.testing.assert_array_equal(got[1], want[1])
                 rejected += int((got[1] < 0).sum())
     assert rejected > 50
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_kseq_first_stage_is_numpys(dtype) -> None:  # noqa: ANN001
+    """K-SEQ's first bisection stage in ``otlp_kseq_first_stage``: the same bracket as numpy's steps on LM-like rows
+    (and on rows with zeros, a point mass and p = q), the classes' sums to rounding and the same inner tokens,
+    left-aligned in token order. The kernel forms the products, sums and f in float64 whatever the rows' dtype, so
+    float32 rows are held to numpy's steps on their float64 values (numpy's float32 evaluation of f rounds where f
+    is within 1e-7 of 0: against a point-mass draft it took f(1.5) <= 0 where f(1.5) = p_x / 3 > 0)."""
+    from otlp.verifiers import kseq
+
+    rng = np.random.default_rng(8)
+    B, V = 6, 5003  # not a multiple of the kernel's eight lanes
+    z = 3.0 * rng.normal(size=(B, V))
+    P = np.exp(z - z.max(1, keepdims=True))
+    Q = np.exp(3.0 * rng.normal(size=(B, V)) + 0.5 * np.log(P))
+    P[1, : V // 2] = 0.0  # zeros in p
+    Q[2] = 0.0
+    Q[2, 7] = 1.0  # a point-mass draft
+    Q[3] = P[3]  # p = q
+    P, Q = (x / x.sum(1, keepdims=True) for x in (P, Q))
+    P, Q = P.astype(dtype), Q.astype(dtype)
+    for n in (1, 2, 4, 8):
+        for steps in (0, 3, 4):
+            got = native.kseq_first_stage(P, Q, n, steps, inner=True)
+            with _numpy_route("kseq_first_stage"):
+                ref = kseq._first_stage(P.astype(np.float64), Q.astype(np.float64), n, steps, inner=True)
+            for a, b in zip(got[:2], ref[:2], strict=True):  # the bracket
+                assert a.dtype == dtype
+                np.testing.assert_array_equal(a, b)
+            for a, b in zip(got[2:4], ref[2:4], strict=True):  # A, C
+                np.testing.assert_allclose(a, b, rtol=1e-6 if dtype == np.float32 else 1e-13, atol=1e-30)
+            for a, b in zip(got[4:], ref[4:], strict=True):  # the inner tokens (padding may differ in width)
+                width = max(a.shape[1], b.shape[1])
+                np.testing.assert_array_equal(np.pad(a, ((0, 0), (0, width - a.shape[1]))),
+                                              np.pad(b, ((0, 0), (0, width - b.shape[1]))))
+            lo, hi = native.kseq_first_stage(P, Q, n, steps, inner=False)
+            np.testing.assert_array_equal(lo, got[0])
+            np.testing.assert_array_equal(hi, got[1])

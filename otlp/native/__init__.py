@@ -33,7 +33,7 @@ from otlp import scratch
 #: nothing here reads floating-point exception flags); no -march=native, so that a cached library never meets a CPU
 #: it was not built for (AVX2, where the CPU has it, is part of the cache key: :func:`_flags`).
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared")
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("buckets.c", "chains.c", "bucket_rule.c"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("buckets.c", "chains.c", "bucket_rule.c", "kseq.c"))
 #: what the sources include (part of the cached library's key)
 HEADERS = (Path(__file__).with_name("kernels.h"),)
 #: :func:`row_stats` splits its rows over the host threads (:mod:`otlp.threads`) from this many entries.
@@ -154,6 +154,9 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
                                                                                    _F64, _F64, _VOID, _VOID, _F64,
                                                                                    _I64, _INT] + [_VOID] * 4
     lib.otlp_bucket_rule.restype = _INT
+    lib.otlp_kseq_first_stage.argtypes = [_VOID, _VOID, _INT, _I64, _I64, _INT, _INT, _INT] + [_VOID] * 5 + [
+        _I64, _VOID, _VOID]
+    lib.otlp_kseq_first_stage.restype = _I64
     return lib
 
 
@@ -381,3 +384,37 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
                             tokens.ctypes.data, index.ctypes.data, status.ctypes.data):
         raise MemoryError(f"otlp_bucket_rule: no memory for the work arrays of rows of {V} tokens")
     return tokens, index, status
+
+
+def kseq_first_stage(P: np.ndarray, Q: np.ndarray, n: int, steps: int, inner: bool):  # noqa: ANN201
+    """:func:`otlp.verifiers.kseq._first_stage` on rows ``P, Q [b, V]`` (float32 or float64, one dtype) in
+    ``otlp_kseq_first_stage`` (``kseq.c``: a step is one pass over a row, its sums exact to float64 rounding): the
+    bracket ``(lo, hi)`` (``[b, 1]`` each, in P's dtype) after ``steps`` bisection steps from [1, n], and with ``inner``
+    also ``(A, C, Pm, Qm)``, the classes' sums ``[b, 1]`` and the inner tokens' p and q left-aligned, zero-padded
+    ``[b, T]``. None where the kernels are not built or the rows are of other dtypes."""
+    lib = library()
+    if lib is None or P.dtype != Q.dtype or P.dtype not in (np.float32, np.float64) or P.ndim != 2:
+        return None
+    P, Q = np.ascontiguousarray(P), np.ascontiguousarray(Q)
+    B, V = P.shape
+    lo, hi, A, C = (np.empty(B) for _ in range(4))
+    counts = np.zeros(B, dtype=np.int64)
+    capacity = max(1 << 10, B * V >> 5) if inner else 0  # inner: about 1% of an LM row after 4 steps
+    while True:
+        Pm, Qm = scratch.array("kseq_Pm", (capacity + 1,), np.float64), scratch.array("kseq_Qm", (capacity + 1,),
+                                                                                     np.float64)
+        T = lib.otlp_kseq_first_stage(P.ctypes.data, Q.ctypes.data, int(P.dtype == np.float64), B, V, n, steps,
+                                      int(inner), *(x.ctypes.data for x in (lo, hi, A, C, counts)), capacity,
+                                      Pm.ctypes.data, Qm.ctypes.data)
+        if T <= capacity:
+            break
+        capacity = T
+    column = (lambda x: x.astype(P.dtype)[:, None])  # noqa: E731 - [b] float64 -> [b, 1] in P's dtype
+    if not inner:
+        return column(lo), column(hi)
+    rows = np.repeat(np.arange(B), counts)  # [T] each inner token's row
+    at = np.arange(T) - np.repeat(np.cumsum(counts) - counts, counts)  # its place in the row
+    width = max(int(counts.max(initial=0)), 1)
+    Pp, Qp = np.zeros((B, width), dtype=P.dtype), np.zeros((B, width), dtype=P.dtype)
+    Pp[rows, at], Qp[rows, at] = Pm[:T], Qm[:T]
+    return column(lo), column(hi), column(A), column(C), Pp, Qp

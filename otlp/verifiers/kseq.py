@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp import scratch, threads
+from otlp import native, scratch, threads
 from otlp import xp as X
 from otlp.drafts import IID, DraftScheme
 from otlp.verifiers.base import (
@@ -92,7 +92,13 @@ def _host_rho(P: np.ndarray, Q: np.ndarray, n: int, steps: int) -> np.ndarray:
 def _first_stage(P: np.ndarray, Q: np.ndarray, n: int, steps: int, inner: bool) -> tuple:
     """:func:`_host_rho`'s first stage on rows ``P, Q [b, V]``: the bracket ``(lo, hi)`` (``[b, 1]`` each) after
     ``steps`` bisection steps over the whole rows; with ``inner`` also its classes, ``(lo, hi, A, C, Pm, Qm)``: A and
-    C ``[b, 1]`` and the inner tokens' p and q left-aligned, zero-padded ``[b, T]``."""
+    C ``[b, 1]`` and the inner tokens' p and q left-aligned, zero-padded ``[b, T]``. Where :mod:`otlp.native`'s
+    kernels are built, in ``otlp_kseq_first_stage`` (one pass a step; products, sums and f in float64, so on float32
+    rows a step whose f is within float32 rounding of 0 may go the other way than numpy's float32 step: both
+    brackets then hold rho* to float32 resolution)."""
+    got = native.kseq_first_stage(P, Q, n, steps, inner)  # one pass a step, where the kernels are built
+    if got is not None:
+        return got
     lo, hi = _bisect(P, Q, n, steps)  # [b, 1]
     if not inner:
         return lo, hi

@@ -355,17 +355,18 @@ def single_draft(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndar
 
 
 def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, u: np.ndarray,
-                n: int, sc, steps: int, forced: np.ndarray | None = None):  # noqa: ANN001, ANN201 - a buckets.Scheme
+                n: int, *, steps: int, bits: int, top: int, NB: int, below: float, above: float, LO: np.ndarray,
+                HI: np.ndarray, margin: float, share: int, attempts: int, forced: np.ndarray | None = None):  # noqa: ANN201
     """:func:`otlp.optimal.buckets.verify_chunks`' steps on the rows ``p, q [B, V]`` (float32 or float64, one dtype,
     normalised by ``inv_p, inv_q [B]``) with drafts ``w int64 [B, n]`` and uniforms ``u [B, 2]``, one row at a time in
     ``otlp_bucket_rule`` (``bucket_rule.c``): ``(tokens [B], index [B], status int8 [B])``, status the attempt that
-    certified the row (1 .. ``buckets.ATTEMPTS``), 0 for a row that hardly compresses (not tried), negative for one
-    that failed every attempt (those two need the full sort; their tokens are meaningless). ``sc``: the
-    :class:`~otlp.optimal.buckets.Scheme`; ``steps``: the Newton steps of the chain's roots; ``forced bool [B, NB]``:
-    the first attempt's selection instead of the rule's. None where the kernels are not built, n is above
-    ``SLOT_MASS_MAX_N`` or the rows are of other dtypes."""
-    from otlp.optimal import buckets as BK
-
+    certified the row (1 .. ``attempts``), 0 for a row whose compressed instance would hold more than 1 / ``share`` of
+    its tokens (not tried), negative for one that failed every attempt (those two need the full sort; their tokens
+    are meaningless). The buckets' scheme (``bits`` per octave, ``NB`` buckets, the top bucket's pattern key ``top``,
+    the clamps ``below`` and ``above``, the ranges ``LO, HI [NB]``) and ``margin``, ``share``, ``attempts`` are
+    :mod:`otlp.optimal.buckets`' (:func:`~otlp.optimal.buckets._native_rows` passes them); ``steps``: the Newton steps
+    of the chain's roots; ``forced bool [B, NB]``: the first attempt's selection instead of the rule's. None where
+    the kernels are not built, n is above ``SLOT_MASS_MAX_N`` or the rows are of other dtypes."""
     lib = library()
     if lib is None or not 1 <= n <= SLOT_MASS_MAX_N or p.dtype != q.dtype or p.dtype not in (np.float32, np.float64):
         return None
@@ -374,14 +375,15 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
     floats = [np.ascontiguousarray(x, dtype=np.float64) for x in (inv_p, inv_q)]
     w = np.ascontiguousarray(w, dtype=np.int64)
     u = np.ascontiguousarray(u[:, :2], dtype=np.float64)
+    LO, HI = np.ascontiguousarray(LO, dtype=np.float64), np.ascontiguousarray(HI, dtype=np.float64)
     if forced is not None:
         forced = np.ascontiguousarray(forced, dtype=bool).view(np.uint8)
     tokens, index, status = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int8)
     if lib.otlp_bucket_rule(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), B, V,
-                            *(x.ctypes.data for x in (*floats, w, u)), n, steps, sc.bits, BK._top(sc.bits), sc.NB,
-                            BK._BELOW, 2.0**BK.OCTAVES, sc.LO.ctypes.data, sc.HI.ctypes.data, BK.BOUND_MARGIN,
-                            BK.FULL_SORT_SHARE, BK.ATTEMPTS, None if forced is None else forced.ctypes.data,
-                            tokens.ctypes.data, index.ctypes.data, status.ctypes.data):
+                            *(x.ctypes.data for x in (*floats, w, u)), n, steps, bits, top, NB, below, above,
+                            LO.ctypes.data, HI.ctypes.data, margin, share, attempts,
+                            None if forced is None else forced.ctypes.data, tokens.ctypes.data, index.ctypes.data,
+                            status.ctypes.data):
         raise MemoryError(f"otlp_bucket_rule: no memory for the work arrays of rows of {V} tokens")
     return tokens, index, status
 

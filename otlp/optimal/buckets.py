@@ -157,7 +157,8 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     ``rows`` (a slice or an int64 index array) of the inputs as float32 or float64 arrays ``[rows, V]`` and the
     reciprocals of their sums ``[rows]`` (the normalised rows are :func:`normalised`; ``load`` runs on host threads,
     so numpy only), in chunks of ``CHUNK`` entries (at least one per host thread), side by side on
-    :mod:`otlp.threads`: each row start to end in :func:`otlp.native.bucket_rule` where the kernels are built; else
+    :mod:`otlp.threads`: each row start to end in :func:`otlp.native.bucket_rule` where the kernels are built
+    (:func:`_native_rows`); else
     the per-token passes (buckets, their sums, the selected tokens) chunk by chunk, then the compressed instances of
     all B rows solved and certified together (their per-call work paid once, not once per chunk), in groups of rows
     of similar size (:func:`_groups`)."""
@@ -166,7 +167,7 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
 
     def rows_native(lo: int):  # noqa: ANN202 - (tokens, index, status) of the chunk's rows, or None
         here = slice(lo, lo + step)
-        return native.bucket_rule(*load(here), w[here], U[here], n, sc, C.NEWTON_STEPS)
+        return _native_rows(*load(here), w[here], U[here], n, sc)
 
     parts = threads.map_chunks(rows_native, range(0, B, step)) if native.library() is not None else [None]
     if all(part is not None for part in parts):
@@ -192,6 +193,15 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
                 break
             part = _gather(*load(rows), w[rows], U[rows], n, sc, selected)  # the failing runs' buckets sorted too
     return tokens, index, done
+
+
+def _native_rows(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, U: np.ndarray,
+                 n: int, sc: Scheme, forced: np.ndarray | None = None):  # noqa: ANN202
+    """:func:`otlp.native.bucket_rule` with this module's scheme and constants: ``(tokens, index, status)`` of the
+    rows ``p, q [b, V]`` (``forced bool [b, NB]``: the first attempt's selection), or None without the kernels."""
+    return native.bucket_rule(p, q, inv_p, inv_q, w, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=_top(sc.bits),
+                              NB=sc.NB, below=_BELOW, above=2.0**OCTAVES, LO=sc.LO, HI=sc.HI, margin=BOUND_MARGIN,
+                              share=FULL_SORT_SHARE, attempts=ATTEMPTS, forced=forced)
 
 
 def inverse_sums(x: np.ndarray, total: np.ndarray | None = None) -> np.ndarray:

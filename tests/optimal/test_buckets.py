@@ -25,7 +25,7 @@ def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
     if request.param == "native" and native.library() is None:
         pytest.skip(f"needs otlp's C kernels ({native.reason()})")
     if request.param == "numpy":
-        monkeypatch.setattr(native, "bucket_rule", lambda *args, **kwargs: None)
+        monkeypatch.setattr(BK, "_native_rows", lambda *args, **kwargs: None)
     return request.param
 
 
@@ -109,9 +109,9 @@ def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.Monk
     monkeypatch.setattr(threads, "count", lambda: 1)
     one = BK.verify_rows(P, Q, W, U, n)
     seen = []
-    owner, name = (native, "bucket_rule") if route == "native" else (BK, "_gather")
-    inner = getattr(owner, name)
-    monkeypatch.setattr(owner, name, lambda *a: (seen.append(threading.get_ident()), inner(*a))[1])
+    name = "_native_rows" if route == "native" else "_gather"
+    inner = getattr(BK, name)
+    monkeypatch.setattr(BK, name, lambda *a: (seen.append(threading.get_ident()), inner(*a))[1])
     monkeypatch.setattr(threads, "count", lambda: 3)
     pooled = BK.verify_rows(P, Q, W, U, n)
     assert len(seen) == 4 and threading.get_ident() not in seen
@@ -124,7 +124,7 @@ def test_rows_grouped_by_compressed_size_draw_what_the_full_sort_draws(monkeypat
     instances are solved in several groups of rows (each padded to its largest row), and every certified row still
     equals the full sort; the groups cover every row once and pad each to at most twice its rows' own sizes (every
     row tried: FULL_SORT_SHARE near 0)."""
-    monkeypatch.setattr(native, "bucket_rule", lambda *args, **kwargs: None)
+    monkeypatch.setattr(BK, "_native_rows", lambda *args, **kwargs: None)
     monkeypatch.setattr(BK, "GROUP_SLACK", 0)
     monkeypatch.setattr(BK, "FULL_SORT_SHARE", 1e-9)
     seen = []
@@ -160,8 +160,8 @@ def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytes
     attempts = []
     monkeypatch.setattr(threads, "count", lambda: 1)  # one chunk: the statuses in row order
     if route == "native":
-        rule = native.bucket_rule
-        monkeypatch.setattr(native, "bucket_rule", lambda *a: (out := rule(*a), attempts.append(out[2].copy()))[0])
+        rule = BK._native_rows
+        monkeypatch.setattr(BK, "_native_rows", lambda *a: (out := rule(*a), attempts.append(out[2].copy()))[0])
     else:
         original = BK._attempt
         monkeypatch.setattr(BK, "_attempt", lambda found, *a: (attempts.append(found.selected.shape[0]),
@@ -208,10 +208,10 @@ _SELECT = BK._Level.select
 
 
 def _with_selection(rule):  # noqa: ANN001, ANN202
-    """``native.bucket_rule`` given the numpy route's selection (``_Level.select``, which a test may replace) as its
-    first attempt's."""
-    def forced(p, q, inv_p, inv_q, w, u, n, sc, steps, selected=None):  # noqa: ANN001, ANN202
-        return rule(p, q, inv_p, inv_q, w, u, n, sc, steps, BK._gather(p, q, inv_p, inv_q, w, u, n, sc).selected)
+    """``buckets._native_rows`` given the numpy route's selection (``_Level.select``, which a test may replace) as
+    its first attempt's."""
+    def forced(p, q, inv_p, inv_q, w, u, n, sc, selected=None):  # noqa: ANN001, ANN202
+        return rule(p, q, inv_p, inv_q, w, u, n, sc, BK._gather(p, q, inv_p, inv_q, w, u, n, sc).selected)
     return forced
 
 
@@ -230,8 +230,8 @@ def test_a_failed_certificate_is_retried_with_the_failing_runs_sorted(monkeypatc
     calls = []
     monkeypatch.setattr(BK._Level, "select", select)
     if route == "native":
-        rule = _with_selection(native.bucket_rule)
-        monkeypatch.setattr(native, "bucket_rule", lambda *a: (out := rule(*a), calls.append(out[2].copy()))[0])
+        rule = _with_selection(BK._native_rows)
+        monkeypatch.setattr(BK, "_native_rows", lambda *a: (out := rule(*a), calls.append(out[2].copy()))[0])
     else:
         original = BK._attempt
 
@@ -309,8 +309,8 @@ def test_the_cpu_sampler_takes_the_partial_order_and_agrees_with_the_device_rout
         monkeypatch.setattr(BK, "ATTEMPTS", 1)
         failed = []
         if route == "native":
-            rule = _with_selection(native.bucket_rule)
-            monkeypatch.setattr(native, "bucket_rule",
+            rule = _with_selection(BK._native_rows)
+            monkeypatch.setattr(BK, "_native_rows",
                                 lambda *a: (out := rule(*a), failed.append(int((out[2] <= 0).sum())))[0])
         else:
             monkeypatch.setattr(BK, "_attempt", _counting(BK._attempt, failed))
@@ -348,12 +348,12 @@ def test_the_routes_certify_the_same_rows(monkeypatch: pytest.MonkeyPatch, V: in
     rows are certified, with the same token and slot, on LM-shaped rows for several uniforms."""
     rng = np.random.default_rng([V, n])
     P, Q, W = _lm(rng, 12, V, n)
-    rule = native.bucket_rule
+    rule = BK._native_rows
     for _ in range(4):
         U = rng.random((12, 2))
-        monkeypatch.setattr(native, "bucket_rule", rule)
+        monkeypatch.setattr(BK, "_native_rows", rule)
         ours = BK.verify_rows(P, Q, W, U, n)
-        monkeypatch.setattr(native, "bucket_rule", lambda *args, **kwargs: None)
+        monkeypatch.setattr(BK, "_native_rows", lambda *args, **kwargs: None)
         theirs = BK.verify_rows(P, Q, W, U, n)
         np.testing.assert_array_equal(ours[2], theirs[2])
         np.testing.assert_array_equal(ours[0][ours[2]], theirs[0][ours[2]])
@@ -387,8 +387,7 @@ def test_a_run_inside_the_served_chain_fails_the_certificate(monkeypatch: pytest
         U = rng.random((B, 2))
         first = []
         if route == "native":
-            tokens, index, status = native.bucket_rule(P, Q, np.ones(B), np.ones(B), W, U, n, sc, C.NEWTON_STEPS,
-                                                       forced)
+            tokens, index, status = BK._native_rows(P, Q, np.ones(B), np.ones(B), W, U, n, sc, forced)
             done, first = status > 0, status == 1
         else:  # one chunk and one group of rows, so that the selection and the first attempt cover every row
             from otlp import threads

@@ -151,30 +151,6 @@ def test_the_row_stats_are_numpys(dtype) -> None:  # noqa: ANN001
 
 
 @needs_kernels
-def test_the_row_stats_split_over_host_threads_are_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
-    """From ``ROW_STATS_SPLIT`` entries the rows are cut into one chunk per host thread (7 rows on 3 threads: 3, 3
-    and 1), each chunk's sums and minima written in place: the same values as one pass over all rows."""
-    from otlp import threads
-
-    x = np.random.default_rng(3).random((7, 1001)).astype(np.float32)
-    whole = native.row_stats(x)
-    calls = []
-    monkeypatch.setattr(native, "ROW_STATS_SPLIT", 1)
-    monkeypatch.setattr(threads, "count", lambda: 3)
-    mapped = threads.map_chunks
-
-    def spy(fn, items):  # noqa: ANN001, ANN202
-        calls.extend(items)
-        return mapped(fn, calls)
-
-    monkeypatch.setattr(threads, "map_chunks", spy)
-    split = native.row_stats(x)
-    for a, b in zip(whole, split, strict=True):
-        np.testing.assert_array_equal(a, b)
-    assert calls == [0, 3, 6]
-
-
-@needs_kernels
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_inverse_row_sums_are_numpys_to_rounding(dtype) -> None:  # noqa: ANN001
     rng = np.random.default_rng(7)

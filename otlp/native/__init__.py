@@ -36,8 +36,6 @@ FLAGS = ("-O3", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared")
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("buckets.c", "chains.c", "bucket_rule.c", "kseq.c"))
 #: what the sources include (part of the cached library's key)
 HEADERS = (Path(__file__).with_name("kernels.h"),)
-#: :func:`row_stats` splits its rows over the host threads (:mod:`otlp.threads`) from this many entries.
-ROW_STATS_SPLIT = 1 << 20
 #: :func:`slot_mass` takes n up to here (chains.c's integers stay exact in int64).
 SLOT_MASS_MAX_N = 32
 
@@ -164,22 +162,13 @@ def row_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """``(total, low)``, each ``float64 [B]``: the float64 sum and the least entry of each row of ``x [B, V]``
     (float32 or float64) in one pass of ``otlp_row_stats``; None where the kernels are not built or ``x`` is of
     another dtype or shape (a NaN entry makes its row's total NaN and its low meaningless)."""
-    from otlp import threads
-
     lib = library()
     if lib is None or x.ndim != 2 or x.dtype not in (np.float32, np.float64):
         return None
     x = np.ascontiguousarray(x)
-    B, V = x.shape
-    total, low = np.empty(B), np.empty(B)
-    step = B if B * V < ROW_STATS_SPLIT else -(-B // threads.count())  # side by side on the host threads
-
-    def rows(lo: int) -> None:
-        count = min(step, B - lo)
-        lib.otlp_row_stats(x[lo:].ctypes.data, int(x.dtype == np.float64), count, V, total[lo:].ctypes.data,
-                           low[lo:].ctypes.data)
-
-    threads.map_chunks(rows, range(0, B, max(step, 1)))
+    total, low = np.empty(x.shape[0]), np.empty(x.shape[0])
+    lib.otlp_row_stats(x.ctypes.data, int(x.dtype == np.float64), x.shape[0], x.shape[1], total.ctypes.data,
+                       low.ctypes.data)
     return total, low
 
 

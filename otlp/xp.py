@@ -57,16 +57,18 @@ TORCH_SCAN_MIN = 1024
 TORCH_OUT_MIN = 1 << 16
 
 
-#: :func:`row_chunks`: host rows are processed in chunks of at most this many entries (2 MiB of float32).
-HOST_CHUNK = 1 << 19
+#: :func:`row_chunks`: host rows are processed in chunks of at most this many entries (8 MiB of float32).
+HOST_CHUNK = 1 << 21
 
 
 def row_chunks(x) -> list[slice]:  # noqa: ANN001
     """Slices of the rows of ``x [B, V]`` for a row-wise computation that reads its rows many times (a bisection):
     on the host, chunks of at most ``HOST_CHUNK`` entries (one row if V is larger), so that each chunk's passes
-    read arrays that stay in the cache instead of the whole batch from memory on every pass (chunk sizes from 2^14 to
-    2^20 entries measured on K-SEQ's bisection at V = 2k-128k for issue 19); one slice of every row on a device (one
-    kernel per pass over the batch) and for a small or 1-D ``x``."""
+    read arrays that stay in the cache instead of the whole batch from memory on every pass, and each chunk's torch
+    calls are few against their work (2^19 was the best of 2^14-2^20 for K-SEQ's numpy bisection at V = 2k-128k;
+    with its first steps in C, 2^21 took less time than 2^19 for rrs, rrs_wor and K-SEQ at V = 32k-152k, B = 8 and
+    64, one and two threads, and larger chunks leave K-SEQ's first stage too few chunks for the host threads); one
+    slice of every row on a device (one kernel per pass over the batch) and for a small or 1-D ``x``."""
     if x.ndim != 2 or x.shape[0] * x.shape[1] <= HOST_CHUNK or (not is_numpy(x) and x.device.type != "cpu"):
         return [slice(None)]
     step = max(1, HOST_CHUNK // x.shape[1])

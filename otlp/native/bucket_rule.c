@@ -72,12 +72,12 @@ struct work {
 
 static int work_alloc(struct work *W, int64_t V, int64_t NB) {
     const size_t K = (size_t)(V + NB + 1), nb = (size_t)(NB + 1);
-    const size_t doubles = 23 * nb + 10 * K;
+    const size_t doubles = 17 * nb + 10 * K;
     const size_t ints = 4 * nb + 4 * K;
     W->block = malloc(sizeof(double) * doubles + sizeof(int64_t) * ints + (size_t)V * 2 + 2 * nb + 64);
     if (!W->block) return -1;
     double *d = W->block;
-    W->hist = d, d += 8 * nb;
+    W->hist = d, d += 2 * nb;
     double **lev[] = {&W->Pb, &W->Qb, &W->lps, &W->lqs, &W->Qa, &W->Sqb, &W->psib, &W->f, &W->low, &W->inner,
                       &W->run_p, &W->run_q, &W->run_low};
     for (size_t i = 0; i < sizeof lev / sizeof *lev; i++) *lev[i] = d, d += nb;

@@ -322,7 +322,7 @@ def _gather_native(lib, p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: 
     NB, wide = sc.NB, int(p.dtype == np.float64)
     bucket = scratch.array("bucket16", (B, V), np.uint16)  # [B, V] each token's bucket in its row
     Pb, Qb = np.empty((B, NB)), np.empty((B, NB))
-    work = scratch.array("hist", (8 * NB,), np.float64)  # the kernel's sub-histograms (held here: C gets an address)
+    work = scratch.array("hist", (2 * NB,), np.float64)  # the kernel's histogram (held here: C gets an address)
     lib.otlp_bucket_sums(p.ctypes.data, q.ctypes.data, wide, B, V, inv_p.ctypes.data, inv_q.ctypes.data, sc.bits,
                          _top(sc.bits), NB, _BELOW, 2.0**OCTAVES, bucket.ctypes.data, Pb.ctypes.data, Qb.ctypes.data,
                          work.ctypes.data)

@@ -121,8 +121,11 @@ static int64_t row_level(const void *p, const void *q, int is_double, int64_t V,
     const double *Pa = W->lwork; /* otlp_prefix's running sums of P from the bottom */
     for (int64_t k = 0; k < NB; k++) {
         const double lo = S->LO[k], hi = S->HI[k], pb = W->Pb[k], qb = W->Qb[k];
-        double x_c = lo > 0 ? (qb / lo - pb) / (1.0 / lo - 1.0 / hi) : qb;
-        x_c = np_min(np_max(x_c, 0.0), qb);
+        double x_c = 0.0; /* an empty bucket's (most of a row's buckets): the formula gives 0 there too */
+        if (pb != 0.0 || qb != 0.0) {
+            x_c = lo > 0 ? (qb / lo - pb) / (1.0 / lo - 1.0 / hi) : qb;
+            x_c = np_min(np_max(x_c, 0.0), qb);
+        }
         W->f[k] = ((Pa[k] + x_c / hi) - int_power(W->Qa[k] + x_c, n)) - S->margin;
         W->low[k] = np_min(np_min(W->psib[k], W->psib[k + 1]), W->f[k]);
         W->inner[k] = np_min(W->f[k], W->psib[k + 1]);

@@ -155,6 +155,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_kseq_first_stage.argtypes = [_VOID, _VOID, _INT, _I64, _I64, _INT, _INT, _INT] + [_VOID] * 5 + [
         _I64, _VOID, _VOID]
     lib.otlp_kseq_first_stage.restype = _I64
+    lib.otlp_sort_bucket.argtypes = [_VOID, _I64, _INT, _INT, _VOID]
+    lib.otlp_sort_bucket.restype = _INT
     return lib
 
 
@@ -375,6 +377,20 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
                             status.ctypes.data):
         raise MemoryError(f"otlp_bucket_rule: no memory for the work arrays of rows of {V} tokens")
     return tokens, index, status
+
+
+def sort_bucket(key: np.ndarray, bits: int, edge: bool = False) -> np.ndarray | None:
+    """The order ``bucket_rule.c`` gives one selected bucket's tokens: ``int64 [m]``, the indices of ``key float64
+    [m]`` (keys of one bucket of ``bits`` bits per octave; ``edge``: the top or bottom bucket) by decreasing key,
+    equal keys in index order. None where the kernels are not built."""
+    lib = library()
+    if lib is None:
+        return None
+    key = np.ascontiguousarray(key, dtype=np.float64)
+    cols = np.empty(key.size, dtype=np.int64)
+    if lib.otlp_sort_bucket(key.ctypes.data, key.size, 52 - bits, int(edge), cols.ctypes.data):
+        raise MemoryError(f"otlp_sort_bucket: no memory for {key.size} keys")
+    return cols
 
 
 def kseq_first_stage(P: np.ndarray, Q: np.ndarray, n: int, steps: int, inner: bool):  # noqa: ANN201

@@ -58,12 +58,59 @@ static void sort_by_key(int64_t *cols, int64_t m, const double *key, int64_t *tm
     memcpy(cols, tmp, sizeof(int64_t) * (size_t)m);
 }
 
+#define DIGIT_BITS 12 /* a large bucket's tokens are first spread by the 12 pattern bits after its own */
+#define DIGITS (1 << DIGIT_BITS)
+#define RADIX_MIN 64  /* from this many tokens in a bucket */
+
+/* A selected bucket's tokens cols [m] (in token order) by decreasing key, stable: keys in [lo, hi) of one bucket
+ * share their pattern's leading bits down to `shift`, so the next DIGIT_BITS bits spread them into DIGITS ordered
+ * groups (a counting sort, stable), each then sorted by sort_by_key; the top and bottom buckets (unbounded ratio
+ * ranges, keys 0 and -1) and small buckets by sort_by_key alone. tmp: m places; count: DIGITS + 1. */
+static void sort_bucket(int64_t *cols, int64_t m, const double *key, int64_t *tmp, int64_t *count, int shift,
+                        int edge) {
+    if (m <= RADIX_MIN || edge || shift < DIGIT_BITS) {
+        sort_by_key(cols, m, key, tmp);
+        return;
+    }
+    const int low = shift - DIGIT_BITS;
+    memset(count, 0, sizeof(int64_t) * (DIGITS + 1));
+    for (int64_t i = 0; i < m; i++) {
+        int64_t pattern;
+        memcpy(&pattern, &key[cols[i]], sizeof pattern);
+        count[(DIGITS - 1 - ((pattern >> low) & (DIGITS - 1))) + 1]++; /* larger keys first */
+    }
+    for (int d = 0; d < DIGITS; d++) count[d + 1] += count[d];
+    for (int64_t i = 0; i < m; i++) {
+        int64_t pattern;
+        memcpy(&pattern, &key[cols[i]], sizeof pattern);
+        tmp[count[DIGITS - 1 - ((pattern >> low) & (DIGITS - 1))]++] = cols[i];
+    }
+    int64_t at = 0; /* count[d] is now where group d ends */
+    for (int d = 0; d < DIGITS; d++) {
+        if (count[d] - at > 1) sort_by_key(tmp + at, count[d] - at, key, cols);
+        at = count[d];
+    }
+    memcpy(cols, tmp, sizeof(int64_t) * (size_t)m);
+}
+
+/* sort_bucket on the columns 0 .. m - 1 of key [m] into cols [m] (a bucket whose pattern bits above `shift` are
+ * shared; edge: the top or bottom bucket), for tests/test_native.py. Returns 0, or -1 without memory. */
+int otlp_sort_bucket(const double *key, int64_t m, int shift, int edge, int64_t *cols) {
+    int64_t *tmp = malloc(sizeof(int64_t) * (size_t)(m + DIGITS + 1));
+    if (!tmp) return -1;
+    for (int64_t i = 0; i < m; i++) cols[i] = i;
+    sort_bucket(cols, m, key, tmp, tmp + m, shift, edge);
+    free(tmp);
+    return 0;
+}
+
 /* What one call needs, for rows of V tokens in NB buckets: one allocation. */
 struct work {
     uint16_t *bucket;                                 /* [V] */
     uint8_t *sel, *bad_run;                           /* [NB] */
     double *hist, *Pb, *Qb, *lps, *lqs, *Qa, *Sqb, *psib, *lwork, *f, *low, *inner; /* buckets' quantities */
     int64_t *ident, *start, *run_first, *run_last;    /* [NB + 1] */
+    int64_t *count;                                   /* [DIGITS + 1] */
     double *run_p, *run_q, *run_low;                  /* [NB] */
     int64_t *F, *order, *tmp, *swork;                 /* [V + NB + 1] */
     double *Pg, *Qg, *key, *ps, *qs, *pq, *sq, *psi, *pwork;
@@ -73,7 +120,7 @@ struct work {
 static int work_alloc(struct work *W, int64_t V, int64_t NB) {
     const size_t K = (size_t)(V + NB + 1), nb = (size_t)(NB + 1);
     const size_t doubles = 17 * nb + 10 * K;
-    const size_t ints = 4 * nb + 4 * K;
+    const size_t ints = 4 * nb + 4 * K + DIGITS + 1;
     W->block = malloc(sizeof(double) * doubles + sizeof(int64_t) * ints + (size_t)V * 2 + 2 * nb + 64);
     if (!W->block) return -1;
     double *d = W->block;
@@ -94,6 +141,7 @@ static int work_alloc(struct work *W, int64_t V, int64_t NB) {
     W->order = x, x += K;
     W->tmp = x, x += K;
     W->swork = x, x += K;
+    W->count = x, x += DIGITS + 1;
     W->bucket = (uint16_t *)x;
     W->sel = (uint8_t *)(W->bucket + V);
     W->bad_run = W->sel + nb;
@@ -170,7 +218,7 @@ static void row_select(const struct work *W, int64_t NB, int64_t b_star, const i
 
 /* Step 4: the compressed instance of the row's T gathered tokens (W->F, Pg, Qg) and its runs, in W->order (columns:
  * the tokens 0 .. T - 1, then the runs T .. T + R - 1, R returned) with W->Pg, W->Qg extended by the runs' sums. */
-static int64_t row_instance(struct work *W, int64_t NB, int64_t T) {
+static int64_t row_instance(struct work *W, int64_t NB, int64_t T, int bits) {
     const uint8_t *sel = W->sel;
     int64_t *start = W->start;
     memset(start, 0, sizeof(int64_t) * (size_t)(NB + 1));
@@ -208,7 +256,8 @@ static int64_t row_instance(struct work *W, int64_t NB, int64_t T) {
     for (int64_t t = 0; t < T; t++) W->order[fill[W->bucket[W->F[t]]]++] = t; /* token order within a bucket */
     for (int64_t k = 0; k < NB; k++)
         if (sel[k] && start[k + 1] - start[k] > 1)
-            sort_by_key(W->order + start[k], start[k + 1] - start[k], W->key, W->tmp);
+            sort_bucket(W->order + start[k], start[k + 1] - start[k], W->key, W->tmp, W->count, 52 - bits,
+                        k == 0 || k == NB - 1);
     for (int64_t r = 0; r < R; r++) {
         W->Pg[T + r] = W->run_p[r];
         W->Qg[T + r] = W->run_q[r];
@@ -234,39 +283,51 @@ static int row_rule(struct work *W, int64_t T, int64_t R, const int64_t *w, cons
     }
     otlp_prefix(W->Pg, W->Qg, W->order, 1, K, n, W->ps, W->qs, W->pq, W->sq, W->psi, &m, W->pwork);
     otlp_served_group(W->psi, W->order, w2, &m, 1, K, n, pos, &top, &s, &e, W->swork);
-    if (otlp_window_chain(W->ps, W->qs, W->pq, W->sq, W->psi, 1, K, &m, &s, &e, &top, pos, n, n, steps, cum, cum_c,
-                          &beta))
-        return -1;
-    otlp_pieces(w2, pos, &s, cum, cum_c, &beta, 1, n, accept, &reject);
-    otlp_sample(accept, &reject, w2, u, W->psi, W->order, &m, 1, K, n, &drawn_col, &index);
-    /* the certificate (buckets._attempt), by compressed position j */
+    /* the certificate (buckets._attempt), by compressed position j: first what needs no chain (m*, the served
+     * group's ends, the chain's positions), so that a failing attempt skips the chain, the costly part of close
+     * drafts' rows; then the residual draw's condition */
     const double *psi = W->psi;
-    const double psi_star = psi[m], v = u[1] * np_max(-psi_star, 0.0);
-    const double psi_s = psi[s], psi_e = psi[e];
-    const int inner = top < m, rejected = index < 0;
-    int64_t M = 0;
-    for (int64_t i = 0; i <= K; i++)
-        if (psi[i] - psi_star <= v) M = i;
+    const double psi_star = psi[m], psi_s = psi[s], psi_e = psi[e];
+    const int inner = top < m;
     memset(W->bad_run, 0, (size_t)(R > 0 ? R : 1));
     int ok = 1;
+#define BELOW(thr) (least < (thr))
+#define AT_OR_BELOW(thr) (ends < (thr) || low <= (thr))
     for (int64_t j = 0; j < K; j++) {
         const int64_t col = W->order[j];
         if (col < T) continue; /* only a merged run can fail */
         const double low = W->run_low[col - T], ends = np_min(psi[j], psi[j + 1]), least = np_min(ends, low);
-#define BELOW(thr) (least < (thr))
-#define AT_OR_BELOW(thr) (ends < (thr) || low <= (thr))
         int bad = j < m ? AT_OR_BELOW(psi_star) : BELOW(psi_star);
         bad |= j >= s && j < top;
         if (inner) bad |= (AT_OR_BELOW(psi_s) && j < s) || (BELOW(psi_s) && j > top && j < e);
         else bad |= (AT_OR_BELOW(psi_e) && j > top && j < e) || (BELOW(psi_e) && j >= e);
-        if (rejected) bad |= j >= M && ((ends - psi_star < v) || (low - psi_star <= v));
-#undef BELOW
-#undef AT_OR_BELOW
         if (bad) {
             W->bad_run[col - T] = 1;
             ok = 0;
         }
     }
+    if (!ok) return 0;
+    if (otlp_window_chain(W->ps, W->qs, W->pq, W->sq, W->psi, 1, K, &m, &s, &e, &top, pos, n, n, steps, cum, cum_c,
+                          &beta))
+        return -1;
+    otlp_pieces(w2, pos, &s, cum, cum_c, &beta, 1, n, accept, &reject);
+    otlp_sample(accept, &reject, w2, u, W->psi, W->order, &m, 1, K, n, &drawn_col, &index);
+    const double v = u[1] * np_max(-psi_star, 0.0);
+    const int rejected = index < 0;
+    int64_t M = 0;
+    for (int64_t i = 0; i <= K; i++)
+        if (psi[i] - psi_star <= v) M = i;
+    for (int64_t j = M; rejected && j < K; j++) {
+        const int64_t col = W->order[j];
+        if (col < T) continue;
+        const double low = W->run_low[col - T], ends = np_min(psi[j], psi[j + 1]);
+        if ((ends - psi_star < v) || (low - psi_star <= v)) {
+            W->bad_run[col - T] = 1;
+            ok = 0;
+        }
+    }
+#undef BELOW
+#undef AT_OR_BELOW
     const int64_t drawn = W->order[M < K - 1 ? M : K - 1];
     if (rejected && drawn >= T) ok = 0; /* (a run at M fails above unless psi_M is exactly the threshold) */
     if (!ok) return 0;
@@ -311,7 +372,7 @@ int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int
                     break;
                 }
             }
-            const int64_t R = row_instance(&W, NB, T);
+            const int64_t R = row_instance(&W, NB, T, bits);
             const int got = row_rule(&W, T, R, wb, ub, n, steps, tokens + b, index + b);
             if (got < 0) {
                 free(W.block);

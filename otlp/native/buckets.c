@@ -40,7 +40,7 @@ static inline int64_t bucket_of(double P, double Q, int shift, int64_t top, doub
  * time of a row's whole rule). */
 #define ROW_SUMS(NAME, T)                                                                                           \
     static void NAME(const T *restrict p, const T *restrict q, int64_t V, double ip, double iq, int shift,        \
-                     int64_t top, int64_t NB, double below, double above, uint16_t *restrict bucket,              \
+                     int64_t top, double below, double above, uint16_t *restrict bucket,                          \
                      double *restrict work) {                                                                     \
         double Ps[BLOCK], Qs[BLOCK];                                                                              \
         int64_t Ks[BLOCK];                                                                                        \
@@ -74,10 +74,10 @@ void otlp_bucket_sums(const void *p, const void *q, int is_double, int64_t B, in
     for (int64_t b = 0; b < B; b++) {
         memset(work, 0, sizeof(double) * 2 * NB);
         if (is_double)
-            row_sums_f64((const double *)p + b * V, (const double *)q + b * V, V, inv_p[b], inv_q[b], shift, top, NB,
+            row_sums_f64((const double *)p + b * V, (const double *)q + b * V, V, inv_p[b], inv_q[b], shift, top,
                          below, above, bucket + b * V, work);
         else
-            row_sums_f32((const float *)p + b * V, (const float *)q + b * V, V, inv_p[b], inv_q[b], shift, top, NB,
+            row_sums_f32((const float *)p + b * V, (const float *)q + b * V, V, inv_p[b], inv_q[b], shift, top,
                          below, above, bucket + b * V, work);
         for (int64_t k = 0; k < NB; k++) {
             Pb[b * NB + k] = work[2 * k];

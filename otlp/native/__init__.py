@@ -31,8 +31,9 @@ from otlp import scratch
 #: the compiler's flags: no -ffast-math (IEEE results, the numpy route's bits) and no contraction into fused
 #: multiply-adds; -fno-trapping-math lets the compiler compute both sides of a select in vector lanes (the same values;
 #: nothing here reads floating-point exception flags); no -march=native, so that a cached library never meets a CPU
-#: it was not built for (AVX2, where the CPU has it, is part of the cache key: :func:`_flags`).
-FLAGS = ("-O3", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared")
+#: it was not built for (AVX2, where the CPU has it, is part of the cache key: :func:`_flags`); -pthread:
+#: ``otlp_bucket_rule`` runs ranges of rows on POSIX threads.
+FLAGS = ("-O3", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared", "-pthread")
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("buckets.c", "chains.c", "bucket_rule.c", "kseq.c"))
 #: what the sources include (part of the cached library's key)
 HEADERS = (Path(__file__).with_name("kernels.h"),)
@@ -150,7 +151,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_single_draft.restype = None
     lib.otlp_bucket_rule.argtypes = [_VOID, _VOID, _INT, _I64, _I64] + [_VOID] * 4 + [_INT, _I64, _INT, _I64, _I64,
                                                                                    _F64, _F64, _VOID, _VOID, _F64,
-                                                                                   _I64, _INT] + [_VOID] * 4
+                                                                                   _I64, _INT, _VOID, _INT] + [
+        _VOID] * 3
     lib.otlp_bucket_rule.restype = _INT
     lib.otlp_kseq_first_stage.argtypes = [_VOID, _VOID, _INT, _I64, _I64, _INT, _INT, _INT] + [_VOID] * 5 + [
         _I64, _VOID, _VOID]
@@ -347,7 +349,8 @@ def single_draft(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndar
 
 def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, u: np.ndarray,
                 n: int, *, steps: int, bits: int, top: int, NB: int, below: float, above: float, LO: np.ndarray,
-                HI: np.ndarray, margin: float, share: int, attempts: int, forced: np.ndarray | None = None):  # noqa: ANN201
+                HI: np.ndarray, margin: float, share: int, attempts: int, forced: np.ndarray | None = None,
+                threads: int = 1):  # noqa: ANN201
     """:func:`otlp.optimal.buckets.verify_chunks`' steps on the rows ``p, q [B, V]`` (float32 or float64, one dtype,
     normalised by ``inv_p, inv_q [B]``) with drafts ``w int64 [B, n]`` and uniforms ``u [B, 2]``, one row at a time in
     ``otlp_bucket_rule`` (``bucket_rule.c``): ``(tokens [B], index [B], status int8 [B])``, status the attempt that
@@ -356,8 +359,9 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
     are meaningless). The buckets' scheme (``bits`` per octave, ``NB`` buckets, the top bucket's pattern key ``top``,
     the clamps ``below`` and ``above``, the ranges ``LO, HI [NB]``) and ``margin``, ``share``, ``attempts`` are
     :mod:`otlp.optimal.buckets`' (:func:`~otlp.optimal.buckets._native_rows` passes them); ``steps``: the Newton steps
-    of the chain's roots; ``forced bool [B, NB]``: the first attempt's selection instead of the rule's. None where
-    the kernels are not built, n is above ``SLOT_MASS_MAX_N`` or the rows are of other dtypes."""
+    of the chain's roots; ``forced bool [B, NB]``: the first attempt's selection instead of the rule's; ``threads``:
+    the rows are cut into that many ranges run side by side on POSIX threads inside the call (the same results).
+    None where the kernels are not built, n is above ``SLOT_MASS_MAX_N`` or the rows are of other dtypes."""
     lib = library()
     if lib is None or not 1 <= n <= SLOT_MASS_MAX_N or p.dtype != q.dtype or p.dtype not in (np.float32, np.float64):
         return None
@@ -373,9 +377,9 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
     if lib.otlp_bucket_rule(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), B, V,
                             *(x.ctypes.data for x in (*floats, w, u)), n, steps, bits, top, NB, below, above,
                             LO.ctypes.data, HI.ctypes.data, margin, share, attempts,
-                            None if forced is None else forced.ctypes.data, tokens.ctypes.data, index.ctypes.data,
-                            status.ctypes.data):
-        raise MemoryError(f"otlp_bucket_rule: no memory for the work arrays of rows of {V} tokens")
+                            None if forced is None else forced.ctypes.data, max(int(threads), 1), tokens.ctypes.data,
+                            index.ctypes.data, status.ctypes.data):
+        raise MemoryError(f"otlp_bucket_rule: no memory for the work arrays of rows of {V} tokens (or no thread)")
     return tokens, index, status
 
 

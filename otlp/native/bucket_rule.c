@@ -24,6 +24,7 @@
  * prefix's psi, only where positions fall). tests/optimal/test_buckets.py holds both routes to the full sort.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,9 +165,23 @@ static int64_t row_level(const void *p, const void *q, int is_double, int64_t V,
     const int64_t NB = S->NB;
     otlp_bucket_sums(p, q, is_double, 1, V, ip, iq, S->bits, S->top, NB, S->below, S->above, W->bucket, W->Pb, W->Qb,
                      W->hist);
-    int64_t b_star;
-    otlp_prefix(W->Pb, W->Qb, W->ident, 1, NB, n, W->lps, W->lqs, W->Qa, W->Sqb, W->psib, &b_star, W->lwork);
-    const double *Pa = W->lwork; /* otlp_prefix's running sums of P from the bottom */
+    /* psi on the boundaries of the buckets kmin .. kmax that hold mass (an LM row's ratios span a third of the
+     * octaves): the running sums there are the whole row's (the others add zeros), and psi is exactly 0 outside
+     * (head form 0 - 0^n before kmin, tail form 1 - 1^n - 0 after kmax) */
+    int64_t kmin = 0, kmax = NB - 1, m;
+    while (kmin < NB - 1 && W->Pb[kmin] == 0.0 && W->Qb[kmin] == 0.0) kmin++;
+    while (kmax > kmin && W->Pb[kmax] == 0.0 && W->Qb[kmax] == 0.0) kmax--;
+    const int64_t L = kmax - kmin + 1;
+    double *Pa = W->lwork; /* otlp_prefix's running sums of P from the bottom (its suffix sums after them) */
+    otlp_prefix(W->Pb + kmin, W->Qb + kmin, W->ident, 1, L, n, W->lps, W->lqs, W->Qa + kmin, W->Sqb + kmin,
+                W->psib + kmin, &m, Pa + kmin);
+    const int64_t b_star = W->psib[kmin + m] < 0.0 ? kmin + m : 0; /* the first argmin; 0 where psi >= 0 */
+    for (int64_t k = 0; k < kmin; k++) Pa[k] = W->Qa[k] = W->psib[k] = 0.0;
+    for (int64_t k = kmax + 2; k <= NB; k++) {
+        Pa[k] = Pa[kmax + 1];
+        W->Qa[k] = W->Qa[kmax + 1];
+        W->psib[k] = 0.0;
+    }
     for (int64_t k = 0; k < NB; k++) {
         const double lo = S->LO[k], hi = S->HI[k], pb = W->Pb[k], qb = W->Qb[k];
         double x_c = 0.0; /* an empty bucket's (most of a row's buckets): the formula gives 0 there too */
@@ -336,50 +351,61 @@ static int row_rule(struct work *W, int64_t T, int64_t R, const int64_t *w, cons
     return 1;
 }
 
-/* The default tuple rule and its draw on rows p, q [B, V] (float32, or float64 when is_double) normalised by inv_p,
- * inv_q [B], drafts w [B, n] and uniforms u [B, 2], as buckets.verify_rows: tokens, index [B] and status [B], the
- * attempt that certified the row (1 .. attempts), or 0 for a row whose compressed instance would hold more than 1 /
- * share of its tokens (not tried), or -attempts (neither needs the full sort). forced [B, NB] (or NULL): the
- * selection of the first attempt, instead of step 3's. The scheme: bits, top (buckets._top), NB, below, above and LO,
- * HI [NB] (buckets.Scheme; a run's key is not needed: step 4 places it by its bucket); margin: buckets.BOUND_MARGIN; steps: the Newton steps of the chain's roots. Returns
- * 0, or -1 where the work arrays could not be allocated. */
-int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
-                     const double *inv_q, const int64_t *w, const double *u, int n, int64_t steps, int bits,
-                     int64_t top, int64_t NB, double below, double above, const double *LO, const double *HI,
-                     double margin, int64_t share, int attempts, const uint8_t *forced, int64_t *tokens,
-                     int64_t *index, int8_t *status) {
+/* One call's arguments (otlp_bucket_rule's), shared by its threads. */
+struct call {
+    const void *p, *q;
+    int is_double, n, attempts;
+    int64_t V, steps, share;
+    const double *inv_p, *inv_q, *u;
+    const int64_t *w;
+    const uint8_t *forced;
+    struct scheme S;
+    int64_t *tokens, *index;
+    int8_t *status;
+    int64_t lo, hi; /* this thread's rows */
+    int failed;
+};
+
+/* The rows lo .. hi - 1 of a call, one at a time (sets failed where its work arrays could not be allocated). */
+static void *rule_rows(void *arg) {
+    struct call *C = arg;
+    const int64_t V = C->V, NB = C->S.NB;
+    const int n = C->n, attempts = C->attempts, is_double = C->is_double;
     struct work W;
-    if (work_alloc(&W, V, NB)) return -1;
-    const struct scheme S = {bits, top, NB, below, above, margin, LO, HI};
+    if (work_alloc(&W, V, NB)) {
+        C->failed = 1;
+        return NULL;
+    }
     const size_t size = is_double ? sizeof(double) : sizeof(float);
-    for (int64_t b = 0; b < B; b++) {
-        const char *pb = (const char *)p + (size_t)(b * V) * size, *qb = (const char *)q + (size_t)(b * V) * size;
-        const int64_t *wb = w + b * n;
-        const double *ub = u + 2 * b;
-        const int64_t b_star = row_level(pb, qb, is_double, V, inv_p + b, inv_q + b, n, &S, &W);
-        if (forced) memcpy(W.sel, forced + b * NB, (size_t)NB);
+    for (int64_t b = C->lo; b < C->hi; b++) {
+        const char *pb = (const char *)C->p + (size_t)(b * V) * size, *qb = (const char *)C->q + (size_t)(b * V) * size;
+        const int64_t *wb = C->w + b * n;
+        const double *ub = C->u + 2 * b;
+        const int64_t b_star = row_level(pb, qb, is_double, V, C->inv_p + b, C->inv_q + b, n, &C->S, &W);
+        if (C->forced) memcpy(W.sel, C->forced + b * NB, (size_t)NB);
         else row_select(&W, NB, b_star, wb, n, ub[1], W.sel);
-        tokens[b] = index[b] = 0;
-        status[b] = (int8_t)-attempts;
+        C->tokens[b] = C->index[b] = 0;
+        C->status[b] = (int8_t)-attempts;
         for (int attempt = 1; attempt <= attempts; attempt++) {
-            const int64_t T = otlp_gather_selected(pb, qb, is_double, 1, V, inv_p + b, inv_q + b, W.bucket, W.sel,
-                                                   NB, V, W.F, W.Pg, W.Qg);
+            const int64_t T = otlp_gather_selected(pb, qb, is_double, 1, V, C->inv_p + b, C->inv_q + b, W.bucket,
+                                                   W.sel, NB, V, W.F, W.Pg, W.Qg);
             if (attempt == 1) {
                 int64_t chosen = 0;
                 for (int64_t k = 0; k < NB; k++) chosen += W.sel[k];
-                if ((T + chosen) * share > V) { /* hardly compresses: the full sort at once */
-                    status[b] = 0;
+                if ((T + chosen) * C->share > V) { /* hardly compresses: the full sort at once */
+                    C->status[b] = 0;
                     break;
                 }
             }
-            const int64_t R = row_instance(&W, NB, T, bits);
-            const int got = row_rule(&W, T, R, wb, ub, n, steps, tokens + b, index + b);
+            const int64_t R = row_instance(&W, NB, T, C->S.bits);
+            const int got = row_rule(&W, T, R, wb, ub, n, C->steps, C->tokens + b, C->index + b);
             if (got < 0) {
+                C->failed = 1;
                 free(W.block);
-                return -1;
+                return NULL;
             }
             if (got) {
-                status[b] = (int8_t)attempt;
+                C->status[b] = (int8_t)attempt;
                 break;
             }
             for (int64_t r = 0; r < R; r++) /* the failing runs' buckets sorted too */
@@ -388,5 +414,44 @@ int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int
         }
     }
     free(W.block);
-    return 0;
+    return NULL;
+}
+
+#define MAX_THREADS 64
+
+/* The default tuple rule and its draw on rows p, q [B, V] (float32, or float64 when is_double) normalised by inv_p,
+ * inv_q [B], drafts w [B, n] and uniforms u [B, 2], as buckets.verify_rows: tokens, index [B] and status [B], the
+ * attempt that certified the row (1 .. attempts), or 0 for a row whose compressed instance would hold more than 1 /
+ * share of its tokens (not tried), or -attempts (neither needs the full sort). forced [B, NB] (or NULL): the
+ * selection of the first attempt, instead of step 3's. The scheme: bits, top (buckets._top), NB, below, above and LO,
+ * HI [NB] (buckets.Scheme; a run's key is not needed: step 4 places it by its bucket); margin:
+ * buckets.BOUND_MARGIN; steps: the Newton steps of the chain's roots. threads: the rows are cut into that many
+ * ranges (at most one per row), run side by side on POSIX threads, this one taking the first (each thread with its
+ * own work arrays: the rows are independent, so the results do not depend on it). Returns 0, or -1 where work
+ * arrays could not be allocated or a thread not started. */
+int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
+                     const double *inv_q, const int64_t *w, const double *u, int n, int64_t steps, int bits,
+                     int64_t top, int64_t NB, double below, double above, const double *LO, const double *HI,
+                     double margin, int64_t share, int attempts, const uint8_t *forced, int threads,
+                     int64_t *tokens, int64_t *index, int8_t *status) {
+    const struct call base = {p, q, is_double, n, attempts, V, steps, share, inv_p, inv_q, u, w, forced,
+                              {bits, top, NB, below, above, margin, LO, HI}, tokens, index, status, 0, B, 0};
+    int parts = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    parts = B < parts ? (int)(B > 0 ? B : 1) : parts;
+    struct call calls[MAX_THREADS];
+    pthread_t ids[MAX_THREADS];
+    int started[MAX_THREADS] = {0}, failed = 0;
+    for (int t = 0; t < parts; t++) {
+        calls[t] = base;
+        calls[t].lo = B * t / parts;
+        calls[t].hi = B * (t + 1) / parts;
+        if (t > 0) started[t] = pthread_create(&ids[t], NULL, rule_rows, &calls[t]) == 0;
+        if (t > 0 && !started[t]) failed = 1;
+    }
+    rule_rows(&calls[0]);
+    for (int t = 0; t < parts; t++) {
+        if (t > 0 && started[t]) pthread_join(ids[t], NULL);
+        failed |= calls[t].failed;
+    }
+    return failed ? -1 : 0;
 }

@@ -72,6 +72,13 @@ FULL_SORT_SHARE = 5
 #: time at B = 8 and 64, V = 32k-128k, one thread, and 0.85x at B = 64, V = 152k, two threads (B = 16, V = 32k, two
 #: threads: 1.05x, within noise).
 CHUNK = 1 << 21
+#: the native route splits a call's rows over the host threads from this many entries. Below, a second thread
+#: loses: right after a torch operation on two threads (as in a decode loop, or the benchmark's interleaved calls)
+#: torch's OpenMP worker still spins on the other core. In benchmarks/verifiers.py's interleaved calls at two threads
+#: optimal / rrs read, split against not (three runs each): 64 x 2k 2.4-7.1 / 1.7-2.0x, 8 x 32k 1.7-2.1 / 1.5x,
+#: 8 x 128k 1.7-1.9 / 1.6-1.7x, 64 x 32k 1.6-1.8 / 1.9-2.0x (n = 2) and 1.1 / 1.3x (n = 8), 64 x 128k 0.8-0.9 /
+#: 1.3-1.4x.
+THREADS_MIN = 3 << 19
 
 
 def takes(B: int, V: int) -> bool:
@@ -156,23 +163,19 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     """:func:`verify_rows` on B rows of V tokens read through ``load(rows) -> (p, q, inv_p, inv_q)``: the rows
     ``rows`` (a slice or an int64 index array) of the inputs as float32 or float64 arrays ``[rows, V]`` and the
     reciprocals of their sums ``[rows]`` (the normalised rows are :func:`normalised`; ``load`` runs on host threads,
-    so numpy only), in chunks of ``CHUNK`` entries (at least one per host thread), side by side on
-    :mod:`otlp.threads`: each row start to end in :func:`otlp.native.bucket_rule` where the kernels are built
-    (:func:`_native_rows`); else
-    the per-token passes (buckets, their sums, the selected tokens) chunk by chunk, then the compressed instances of
-    all B rows solved and certified together (their per-call work paid once, not once per chunk), in groups of rows
-    of similar size (:func:`_groups`)."""
+    so numpy only). Where the kernels are built, each row start to end in :func:`otlp.native.bucket_rule`
+    (:func:`_native_rows`), from ``THREADS_MIN`` entries ranges of rows on :func:`otlp.threads.count` POSIX threads
+    inside the one call; else in chunks of
+    ``CHUNK`` entries (at least one per host thread), side by side on :mod:`otlp.threads`: the per-token passes
+    (buckets, their sums, the selected tokens) chunk by chunk, then the compressed instances of all B rows solved and
+    certified together (their per-call work paid once, not once per chunk), in groups of rows of similar size
+    (:func:`_groups`)."""
     sc = scheme(bits_for(V) if bits is None else bits)
+    spread = threads.count() if B * V >= THREADS_MIN else 1
+    got = _native_rows(*load(slice(0, B)), w, U, n, sc, threads=spread) if native.library() else None
+    if got is not None:  # every row start to end in C, on the host threads inside the call
+        return got[0], got[1], got[2] > 0
     step = max(1, min(CHUNK // max(V, 1), -(-B // threads.count())))  # a chunk per thread at least
-
-    def rows_native(lo: int):  # noqa: ANN202 - (tokens, index, status) of the chunk's rows, or None
-        here = slice(lo, lo + step)
-        return _native_rows(*load(here), w[here], U[here], n, sc)
-
-    parts = threads.map_chunks(rows_native, range(0, B, step)) if native.library() is not None else [None]
-    if all(part is not None for part in parts):
-        tokens, index, status = (np.concatenate(x) for x in zip(*parts, strict=True))
-        return tokens, index, status > 0
 
     def chunk(lo: int) -> _Found:
         return _gather(*load(slice(lo, lo + step)), w[lo:lo + step], U[lo:lo + step], n, sc)
@@ -196,12 +199,13 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
 
 
 def _native_rows(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, U: np.ndarray,
-                 n: int, sc: Scheme, forced: np.ndarray | None = None):  # noqa: ANN202
+                 n: int, sc: Scheme, forced: np.ndarray | None = None, threads: int = 1):  # noqa: ANN202
     """:func:`otlp.native.bucket_rule` with this module's scheme and constants: ``(tokens, index, status)`` of the
-    rows ``p, q [b, V]`` (``forced bool [b, NB]``: the first attempt's selection), or None without the kernels."""
+    rows ``p, q [b, V]`` (``forced bool [b, NB]``: the first attempt's selection; ``threads``: ranges of rows side by
+    side inside the call), or None without the kernels."""
     return native.bucket_rule(p, q, inv_p, inv_q, w, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=_top(sc.bits),
                               NB=sc.NB, below=_BELOW, above=2.0**OCTAVES, LO=sc.LO, HI=sc.HI, margin=BOUND_MARGIN,
-                              share=FULL_SORT_SHARE, attempts=ATTEMPTS, forced=forced)
+                              share=FULL_SORT_SHARE, attempts=ATTEMPTS, forced=forced, threads=threads)
 
 
 def inverse_sums(x: np.ndarray, total: np.ndarray | None = None) -> np.ndarray:

@@ -94,27 +94,34 @@ def test_lm_rows_are_certified_and_agree(n: int, rows_per_chunk: int | None, mon
 
 
 def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
-    """With several torch threads the chunks run on otlp.threads' pool (the native route's rows, the numpy route's
-    per-token passes): chunks of 2 rows on 3 threads draw what one thread draws (which equals the full sort, above),
-    and the pool did run chunks."""
+    """With several torch threads the rows are split over them (the native route's row ranges on POSIX threads
+    inside its one call, the numpy route's per-token passes in chunks on otlp.threads' pool): 7 rows on 3 threads
+    draw what one thread draws (which equals the full sort, above), and the split did happen."""
     import threading
 
     from otlp import threads
 
     V, n = 32_000, 4
     monkeypatch.setattr(BK, "CHUNK", 2 * V)
+    monkeypatch.setattr(BK, "THREADS_MIN", 0)
     rng = np.random.default_rng(11)
     P, Q, W = _lm(rng, 7, V, n)
     U = rng.random((7, 2))
     monkeypatch.setattr(threads, "count", lambda: 1)
     one = BK.verify_rows(P, Q, W, U, n)
     seen = []
-    name = "_native_rows" if route == "native" else "_gather"
-    inner = getattr(BK, name)
-    monkeypatch.setattr(BK, name, lambda *a: (seen.append(threading.get_ident()), inner(*a))[1])
+    if route == "native":
+        inner = BK._native_rows
+        monkeypatch.setattr(BK, "_native_rows", lambda *a, **k: (seen.append(k["threads"]), inner(*a, **k))[1])
+    else:
+        inner = BK._gather
+        monkeypatch.setattr(BK, "_gather", lambda *a: (seen.append(threading.get_ident()), inner(*a))[1])
     monkeypatch.setattr(threads, "count", lambda: 3)
     pooled = BK.verify_rows(P, Q, W, U, n)
-    assert len(seen) == 4 and threading.get_ident() not in seen
+    if route == "native":
+        assert seen == [3]
+    else:
+        assert len(seen) == 4 and threading.get_ident() not in seen
     for a, b in zip(one, pooled, strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -161,7 +168,8 @@ def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytes
     monkeypatch.setattr(threads, "count", lambda: 1)  # one chunk: the statuses in row order
     if route == "native":
         rule = BK._native_rows
-        monkeypatch.setattr(BK, "_native_rows", lambda *a: (out := rule(*a), attempts.append(out[2].copy()))[0])
+        monkeypatch.setattr(BK, "_native_rows",
+                            lambda *a, **k: (out := rule(*a, **k), attempts.append(out[2].copy()))[0])
     else:
         original = BK._attempt
         monkeypatch.setattr(BK, "_attempt", lambda found, *a: (attempts.append(found.selected.shape[0]),
@@ -210,8 +218,9 @@ _SELECT = BK._Level.select
 def _with_selection(rule):  # noqa: ANN001, ANN202
     """``buckets._native_rows`` given the numpy route's selection (``_Level.select``, which a test may replace) as
     its first attempt's."""
-    def forced(p, q, inv_p, inv_q, w, u, n, sc, selected=None):  # noqa: ANN001, ANN202
-        return rule(p, q, inv_p, inv_q, w, u, n, sc, BK._gather(p, q, inv_p, inv_q, w, u, n, sc).selected)
+    def forced(p, q, inv_p, inv_q, w, u, n, sc, selected=None, threads=1):  # noqa: ANN001, ANN202
+        return rule(p, q, inv_p, inv_q, w, u, n, sc, BK._gather(p, q, inv_p, inv_q, w, u, n, sc).selected,
+                    threads=threads)
     return forced
 
 
@@ -231,7 +240,7 @@ def test_a_failed_certificate_is_retried_with_the_failing_runs_sorted(monkeypatc
     monkeypatch.setattr(BK._Level, "select", select)
     if route == "native":
         rule = _with_selection(BK._native_rows)
-        monkeypatch.setattr(BK, "_native_rows", lambda *a: (out := rule(*a), calls.append(out[2].copy()))[0])
+        monkeypatch.setattr(BK, "_native_rows", lambda *a, **k: (out := rule(*a, **k), calls.append(out[2].copy()))[0])
     else:
         original = BK._attempt
 
@@ -311,7 +320,7 @@ def test_the_cpu_sampler_takes_the_partial_order_and_agrees_with_the_device_rout
         if route == "native":
             rule = _with_selection(BK._native_rows)
             monkeypatch.setattr(BK, "_native_rows",
-                                lambda *a: (out := rule(*a), failed.append(int((out[2] <= 0).sum())))[0])
+                                lambda *a, **k: (out := rule(*a, **k), failed.append(int((out[2] <= 0).sum())))[0])
         else:
             monkeypatch.setattr(BK, "_attempt", _counting(BK._attempt, failed))
 

@@ -56,7 +56,7 @@ OCTAVES = 32
 #: A bucket's lower bound on psi is trusted only this far above a threshold (rounding of either side is ~1e-15).
 BOUND_MARGIN = 1e-12
 #: the CPU sampler takes this route from this vocabulary size up, or from ``MIN_ENTRIES`` entries in a call (below
-#: both the full sort is as cheap or cheaper: measured at V = 256-4k, B = 1-64, n = 2 and 8 for issue 19).
+#: both the full sort is as cheap or cheaper; benchmarks/bucket_tuning.py, part "route").
 MIN_V = 1000
 MIN_ENTRIES = 1 << 15
 #: rows tried again with the failing runs sorted, before the full sort.
@@ -74,10 +74,7 @@ FULL_SORT_SHARE = 5
 CHUNK = 1 << 21
 #: the native route splits a call's rows over the host threads from this many entries. Below, a second thread
 #: loses: right after a torch operation on two threads (as in a decode loop, or the benchmark's interleaved calls)
-#: torch's OpenMP worker still spins on the other core. In benchmarks/verifiers.py's interleaved calls at two threads
-#: optimal / rrs read, split against not (three runs each): 64 x 2k 2.4-7.1 / 1.7-2.0x, 8 x 32k 1.7-2.1 / 1.5x,
-#: 8 x 128k 1.7-1.9 / 1.6-1.7x, 64 x 32k 1.6-1.8 / 1.9-2.0x (n = 2) and 1.1 / 1.3x (n = 8), 64 x 128k 0.8-0.9 /
-#: 1.3-1.4x.
+#: torch's OpenMP worker still spins on the other core (benchmarks/bucket_tuning.py, part "threads").
 THREADS_MIN = 3 << 19
 
 
@@ -89,7 +86,7 @@ def takes(B: int, V: int) -> bool:
 def bits_for(V: int) -> int:
     """Bucket bits per octave for V tokens: 2^(bits + 6) buckets per row, 2 bits at V = 2k (one bucket per 8
     tokens), 4 at V = 32k (one per 32), 5 from V = 128k (one per 64): finer buckets select fewer tokens, coarser ones
-    cost less per bucket (benchmarks/bucket_bits.py measures each bits at V = 2k-152k)."""
+    cost less per bucket (benchmarks/bucket_tuning.py, part "bits")."""
     return min(max((int(V).bit_length() - 7) // 2, 1), 5)
 
 

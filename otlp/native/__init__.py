@@ -379,7 +379,7 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
                             LO.ctypes.data, HI.ctypes.data, margin, share, attempts,
                             None if forced is None else forced.ctypes.data, max(int(threads), 1), tokens.ctypes.data,
                             index.ctypes.data, status.ctypes.data):
-        raise MemoryError(f"otlp_bucket_rule: no memory for the work arrays of rows of {V} tokens (or no thread)")
+        raise MemoryError(f"otlp_bucket_rule: no memory for the work arrays of rows of {V} tokens")
     return tokens, index, status
 
 

@@ -18,10 +18,12 @@
  *      chains.tuple_rule and chains.sample on the CPU route) and the certificate (buckets._attempt); a row that fails
  *      has its failing runs' buckets selected and is tried again, up to `attempts` times.
  *
- * The same operations as the numpy route in the same order, with two differences that keep the certificate sound:
- * a run's sums add its buckets from the first (numpy's reduceat), and the compressed instance has no zero-mass
- * padding (the numpy route pads rows to one width and keeps a column for each empty run; a zero entry changes no
- * prefix's psi, only where positions fall). tests/optimal/test_buckets.py holds both routes to the full sort.
+ * The same operations as the numpy route in the same order, with differences that keep the certificate sound: a
+ * run's sums add its buckets from the first (numpy's reduceat); the compressed instance has no zero-mass padding
+ * (the numpy route pads rows to one width and keeps a column for each empty run; a zero entry changes no prefix's
+ * psi, only where positions fall); psi at the bucket boundaries is formed over the buckets that hold mass (the same
+ * values); a failing attempt stops before the chain. tests/optimal/test_buckets.py holds both routes to the full
+ * sort, and to each other's certified rows. A call's rows may run in ranges on POSIX threads (otlp_bucket_rule).
  */
 #include <math.h>
 #include <pthread.h>
@@ -427,8 +429,8 @@ static void *rule_rows(void *arg) {
  * HI [NB] (buckets.Scheme; a run's key is not needed: step 4 places it by its bucket); margin:
  * buckets.BOUND_MARGIN; steps: the Newton steps of the chain's roots. threads: the rows are cut into that many
  * ranges (at most one per row), run side by side on POSIX threads, this one taking the first (each thread with its
- * own work arrays: the rows are independent, so the results do not depend on it). Returns 0, or -1 where work
- * arrays could not be allocated or a thread not started. */
+ * own work arrays: the rows are independent, so the results do not depend on it; a range whose thread does not
+ * start runs here). Returns 0, or -1 where work arrays could not be allocated. */
 int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
                      const double *inv_q, const int64_t *w, const double *u, int n, int64_t steps, int bits,
                      int64_t top, int64_t NB, double below, double above, const double *LO, const double *HI,
@@ -446,12 +448,12 @@ int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int
         calls[t].lo = B * t / parts;
         calls[t].hi = B * (t + 1) / parts;
         if (t > 0) started[t] = pthread_create(&ids[t], NULL, rule_rows, &calls[t]) == 0;
-        if (t > 0 && !started[t]) failed = 1;
     }
     rule_rows(&calls[0]);
-    for (int t = 0; t < parts; t++) {
-        if (t > 0 && started[t]) pthread_join(ids[t], NULL);
-        failed |= calls[t].failed;
+    for (int t = 1; t < parts; t++) {
+        if (started[t]) pthread_join(ids[t], NULL);
+        else rule_rows(&calls[t]); /* a thread that did not start: its rows here */
     }
+    for (int t = 0; t < parts; t++) failed |= calls[t].failed;
     return failed ? -1 : 0;
 }

@@ -2,12 +2,14 @@
  *
  * numpy takes three passes over [rows, V] arrays per bisection step (mid q, its minimum with p, the sum) and about
  * eight more for the bracket's classes (the two masks, their sums, the inner tokens). Here a row's step is one pass
- * and its classes one more, the row's p and q staying in cache between them. The sums accumulate in float64 from the
- * exact products (a float32 q times a dyadic mid is exact in float64), so g(mid) = sum min(mid q, p) is the exact
- * value to float64 rounding where numpy's float32 sum rounds in float32; the decision f(mid) = 1 - (1 - g / mid)^n -
- * g <= 0 is taken in float64. The classes compare exact products too: q hi <= p exactly implies the rounded product
- * is <= p, so a token classed above (below) here is above (below) for every rounded mid q of the second stage, which
- * is what that stage needs (kseq._host_rho). tests/verifiers/test_kseq_rho.py holds rho* to its definition.
+ * and its classes one more, the row's p and q staying in cache between them. The sums accumulate in float64 from
+ * float64 products (exact for float32 rows: a float32 q times a dyadic mid fits a float64; float64 rows' products round
+ * as numpy's), so on float32 rows g(mid) = sum min(mid q, p) is exact to float64 rounding where numpy's float32 sum
+ * rounds in float32; the decision f(mid) = 1 - (1 - g / mid)^n - g <= 0 is taken in float64. The classes compare
+ * those products too: q hi <= p exactly implies the rounded product is <= p, so a token classed above (below) here is
+ * above (below) for every rounded mid q of the second stage, which is what that stage needs (kseq._host_rho).
+ * tests/test_native.py holds the stage to numpy's steps on float64 rows, tests/verifiers/test_kseq_rho.py rho* to its
+ * definition.
  */
 #include <math.h>
 #include <stdint.h>

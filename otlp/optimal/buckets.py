@@ -31,10 +31,11 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    target: its ratios fill a few octaves' buckets) takes the full sort without a try.
 
 Where :mod:`otlp.native`'s kernels are built, a row takes all five steps at once in ``otlp_bucket_rule``
-(``otlp/native/bucket_rule.c``: the same operations, one row at a time, its arrays in cache; the rows in chunks of
-``CHUNK`` entries, side by side on :mod:`otlp.threads` when torch has several threads). Without them (the numpy route
-below) the per-token passes (1 to 3 and the gather of the selected tokens) run on such chunks, and 4 and 5 run once
-for all the rows of a call, in groups of rows of similar compressed size (:func:`verify_chunks`). On both routes
+(``otlp/native/bucket_rule.c``: the same operations, one row at a time, its arrays in cache; from ``THREADS_MIN``
+entries a call's rows in ranges on torch's thread count of POSIX threads). Without them (the numpy route below) the
+per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows (``CHUNK``), side by side on
+:mod:`otlp.threads` when torch has several threads, and 4 and 5 run once for all the rows of a call, in groups of
+rows of similar compressed size (:func:`verify_chunks`). On both routes
 certified rows draw the full sort's token and slot for the same uniforms, and the two certify the same rows
 (tests/optimal/test_buckets.py, on every instance family of the exact tests and on LM rows).
 """
@@ -162,11 +163,10 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     reciprocals of their sums ``[rows]`` (the normalised rows are :func:`normalised`; ``load`` runs on host threads,
     so numpy only). Where the kernels are built, each row start to end in :func:`otlp.native.bucket_rule`
     (:func:`_native_rows`), from ``THREADS_MIN`` entries ranges of rows on :func:`otlp.threads.count` POSIX threads
-    inside the one call; else in chunks of
-    ``CHUNK`` entries (at least one per host thread), side by side on :mod:`otlp.threads`: the per-token passes
-    (buckets, their sums, the selected tokens) chunk by chunk, then the compressed instances of all B rows solved and
-    certified together (their per-call work paid once, not once per chunk), in groups of rows of similar size
-    (:func:`_groups`)."""
+    inside the one call; else in chunks of ``CHUNK`` entries (at least one per host thread), side by side on
+    :mod:`otlp.threads`: the per-token passes (buckets, their sums, the selected tokens) chunk by chunk, then the
+    compressed instances of all B rows solved and certified together (their per-call work paid once, not once per
+    chunk), in groups of rows of similar size (:func:`_groups`)."""
     sc = scheme(bits_for(V) if bits is None else bits)
     spread = threads.count() if B * V >= THREADS_MIN else 1
     got = _native_rows(*load(slice(0, B)), w, U, n, sc, threads=spread) if native.library() else None

@@ -33,7 +33,6 @@
 
 #include "kernels.h"
 
-#define MAX_N 32       /* native.SLOT_MASS_MAX_N */
 #define INSERTION 24   /* a bucket's tokens sorted by insertion up to here, else by merge sort */
 
 /* Stable sort of the columns cols [m] by decreasing key[col] (equal keys keep their order), tmp: m places. */

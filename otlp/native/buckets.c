@@ -18,9 +18,8 @@
  */
 #include <stdint.h>
 #include <string.h>
-#ifdef __AVX2__
-#include <immintrin.h>
-#endif
+
+#include "kernels.h"
 
 #define BLOCK 1024 /* tokens whose ratios are formed before their histogram updates (they stay in L1) */
 #define SKIP 16    /* tokens whose selection is tested at once by the gather (1-2% of an LM row's are selected) */
@@ -127,24 +126,13 @@ int64_t otlp_gather_selected(const void *p, const void *q, int is_double, int64_
  * same eight lanes in two registers: the same sums, bit for bit). A NaN entry makes its row's sum NaN (its minimum is
  * then meaningless; the callers test the sum first). */
 static void row_finish(const double *s, const double *m, double *sum, double *low) {
-    *sum = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    *sum = sum8(s);
     double lo = m[0];
     for (int j = 1; j < 8; j++) lo = m[j] < lo ? m[j] : lo;
     *low = lo;
 }
 
 #ifdef __AVX2__
-/* Eight entries as two float64 vectors (lanes 0-3 and 4-7). */
-static inline void load8_f32(const float *x, __m256d *a, __m256d *b) {
-    const __m256 v = _mm256_loadu_ps(x);
-    *a = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-    *b = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-}
-
-static inline void load8_f64(const double *x, __m256d *a, __m256d *b) {
-    *a = _mm256_loadu_pd(x);
-    *b = _mm256_loadu_pd(x + 4);
-}
 #define STATS_LANES(LOAD8)                                                                                          \
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), m0 = _mm256_set1_pd(m[0]), m1 = m0, a, b;       \
     for (; i + 8 <= V; i += 8) {                                                                                  \

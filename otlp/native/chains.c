@@ -23,7 +23,6 @@
 
 #include "kernels.h"
 
-#define MAX_N 32 /* native.SLOT_MASS_MAX_N: up to here j C(n, j) is an exact int64, as Python's ints are */
 
 static void binomials(int n, int64_t *row) { /* row[k] = C(n, k), k = 0..n, by Pascal's rule (exact) */
     row[0] = 1;

@@ -1,8 +1,41 @@
-/* What the kernels share: numpy's max / min and int_power (chains.c, bucket_rule.c), and the kernels of buckets.c
- * and chains.c that bucket_rule.c calls on one row at a time (B = 1). */
+/* What the kernels share: numpy's max / min and int_power (chains.c, bucket_rule.c, kseq.c), eight running sums
+ * added pairwise and, with AVX2, eight entries loaded as two float64 vectors (buckets.c, kseq.c), and the kernels of
+ * buckets.c and chains.c that bucket_rule.c calls on one row at a time (B = 1). */
 #ifndef OTLP_KERNELS_H
 #define OTLP_KERNELS_H
 #include <stdint.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
+#define MAX_N 32 /* native.SLOT_MASS_MAX_N: up to here j C(n, j) is an exact int64, as Python's ints are */
+
+/* Eight running sums s [8] added pairwise. */
+static inline double sum8(const double *s) {
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+#ifdef __AVX2__
+/* Eight entries as two float64 vectors (lanes 0-3 and 4-7). */
+static inline void load8_f32(const float *x, __m256d *a, __m256d *b) {
+    const __m256 v = _mm256_loadu_ps(x);
+    *a = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    *b = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+}
+
+static inline void load8_f64(const double *x, __m256d *a, __m256d *b) {
+    *a = _mm256_loadu_pd(x);
+    *b = _mm256_loadu_pd(x + 4);
+}
+
+/* The eight lanes of a (0-3) and b (4-7), added as sum8 adds. */
+static inline double lanes_sum(__m256d a, __m256d b) {
+    double s[8];
+    _mm256_storeu_pd(s, a);
+    _mm256_storeu_pd(s + 4, b);
+    return sum8(s);
+}
+#endif
 
 /* numpy's maximum and minimum: the first argument on ties, NaN propagated */
 static inline double np_max(double a, double b) { return (a >= b || a != a) ? a : b; }

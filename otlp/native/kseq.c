@@ -17,27 +17,6 @@
 #include "kernels.h"
 
 #ifdef __AVX2__
-#include <immintrin.h>
-
-/* Eight entries of a row as two float64 vectors (lanes 0-3 and 4-7). */
-static inline void load8_f32(const float *x, __m256d *a, __m256d *b) {
-    const __m256 v = _mm256_loadu_ps(x);
-    *a = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-    *b = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-}
-
-static inline void load8_f64(const double *x, __m256d *a, __m256d *b) {
-    *a = _mm256_loadu_pd(x);
-    *b = _mm256_loadu_pd(x + 4);
-}
-
-/* The sum over eight lanes, added pairwise. */
-static inline double lanes_sum(__m256d a, __m256d b) {
-    double s[8];
-    _mm256_storeu_pd(s, a);
-    _mm256_storeu_pd(s + 4, b);
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
 #define WIDE 8
 #define G_LANES(LOAD8)                                                                                              \
     __m256d s0 = _mm256_setzero_pd(), s1 = s0, qa, qb, pa, pb;                                                    \

@@ -518,7 +518,8 @@ def test_the_kseq_first_stage_is_numpys(dtype) -> None:  # noqa: ANN001
     P, Q = P.astype(dtype), Q.astype(dtype)
     for n in (1, 2, 4, 8):
         for steps in (0, 3, 4):
-            got = native.kseq_first_stage(P, Q, n, steps, inner=True)
+            assert native.kseq_first_stage(P, Q, n, steps, inner=False) is not None  # the kernel's route below
+            got = kseq._first_stage(P, Q, n, steps, inner=True)
             with _numpy_route("kseq_first_stage"):
                 ref = kseq._first_stage(P.astype(np.float64), Q.astype(np.float64), n, steps, inner=True)
             for a, b in zip(got[:2], ref[:2], strict=True):  # the bracket
@@ -527,10 +528,11 @@ def test_the_kseq_first_stage_is_numpys(dtype) -> None:  # noqa: ANN001
             for a, b in zip(got[2:4], ref[2:4], strict=True):  # A, C
                 np.testing.assert_allclose(a, b, rtol=1e-6 if dtype == np.float32 else 1e-13, atol=1e-30)
             for a, b in zip(got[4:], ref[4:], strict=True):  # the inner tokens (padding may differ in width)
+                assert a.dtype == dtype
                 width = max(a.shape[1], b.shape[1])
                 np.testing.assert_array_equal(np.pad(a, ((0, 0), (0, width - a.shape[1]))),
                                               np.pad(b, ((0, 0), (0, width - b.shape[1]))))
-            lo, hi = native.kseq_first_stage(P, Q, n, steps, inner=False)
+            lo, hi = kseq._first_stage(P, Q, n, steps, inner=False)
             np.testing.assert_array_equal(lo, got[0])
             np.testing.assert_array_equal(hi, got[1])
 

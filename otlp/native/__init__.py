@@ -401,8 +401,9 @@ def kseq_first_stage(P: np.ndarray, Q: np.ndarray, n: int, steps: int, inner: bo
     """:func:`otlp.verifiers.kseq._first_stage` on rows ``P, Q [b, V]`` (float32 or float64, one dtype) in
     ``otlp_kseq_first_stage`` (``kseq.c``: a step is one pass over a row, its sums exact to float64 rounding): the
     bracket ``(lo, hi)`` (``[b, 1]`` each, in P's dtype) after ``steps`` bisection steps from [1, n], and with ``inner``
-    also ``(A, C, Pm, Qm)``, the classes' sums ``[b, 1]`` and the inner tokens' p and q left-aligned, zero-padded
-    ``[b, T]``. None where the kernels are not built or the rows are of other dtypes."""
+    also ``(A, C, rows, p, q)``, the classes' sums ``[b, 1]`` and the inner tokens' rows ``int64 [T]`` (non-decreasing)
+    and their p and q ``[T]``, row by row in token order. None where the kernels are not built or the rows are of other
+    dtypes."""
     lib = library()
     if lib is None or P.dtype != Q.dtype or P.dtype not in (np.float32, np.float64) or P.ndim != 2:
         return None
@@ -424,8 +425,4 @@ def kseq_first_stage(P: np.ndarray, Q: np.ndarray, n: int, steps: int, inner: bo
     if not inner:
         return column(lo), column(hi)
     rows = np.repeat(np.arange(B), counts)  # [T] each inner token's row
-    at = np.arange(T) - np.repeat(np.cumsum(counts) - counts, counts)  # its place in the row
-    width = max(int(counts.max(initial=0)), 1)
-    Pp, Qp = np.zeros((B, width), dtype=P.dtype), np.zeros((B, width), dtype=P.dtype)
-    Pp[rows, at], Qp[rows, at] = Pm[:T], Qm[:T]
-    return column(lo), column(hi), column(A), column(C), Pp, Qp
+    return column(lo), column(hi), column(A), column(C), rows, Pm[:T].astype(P.dtype), Qm[:T].astype(P.dtype)

@@ -98,18 +98,22 @@ def _first_stage(P: np.ndarray, Q: np.ndarray, n: int, steps: int, inner: bool) 
     brackets then hold rho* to float32 resolution)."""
     got = native.kseq_first_stage(P, Q, n, steps, inner)  # one pass a step, where the kernels are built
     if got is not None:
-        return got
-    lo, hi = _bisect(P, Q, n, steps)  # [b, 1]
-    if not inner:
-        return lo, hi
-    above, below = Q * hi <= P, Q * lo >= P  # [b, V]: t >= hi, t <= lo (p = q = 0: both, adding 0 to each sum)
-    A = (Q * above).sum(-1, keepdims=True)  # [b, 1]
-    C = (P * below).sum(-1, keepdims=True)
-    rows, cols = X.nonzero_2d(~(above | below))  # [T]: t strictly inside the bracket
+        if not inner:
+            return got
+        lo, hi, A, C, rows, p_in, q_in = got
+    else:
+        lo, hi = _bisect(P, Q, n, steps)  # [b, 1]
+        if not inner:
+            return lo, hi
+        above, below = Q * hi <= P, Q * lo >= P  # [b, V]: t >= hi, t <= lo (p = q = 0: both, adding 0 to each sum)
+        A = (Q * above).sum(-1, keepdims=True)  # [b, 1]
+        C = (P * below).sum(-1, keepdims=True)
+        rows, cols = X.nonzero_2d(~(above | below))  # [T]: t strictly inside the bracket
+        p_in, q_in = P[rows, cols], Q[rows, cols]
     counts, _, at = X.row_places(rows, P.shape[0])  # each token's place in its row
     Pm = np.zeros((P.shape[0], max(int(counts.max(initial=0)), 1)), dtype=P.dtype)  # [b, Tmax], 0-padded
     Qm = np.zeros_like(Pm)
-    Pm[rows, at], Qm[rows, at] = P[rows, cols], Q[rows, cols]
+    Pm[rows, at], Qm[rows, at] = p_in, q_in
     return lo, hi, A, C, Pm, Qm
 
 

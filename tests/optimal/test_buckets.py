@@ -412,3 +412,55 @@ def test_a_run_inside_the_served_chain_fails_the_certificate(monkeypatch: pytest
         t0, i0 = _full(P, Q, W, U, n)
         np.testing.assert_array_equal(tokens, t0)
         np.testing.assert_array_equal(index, i0)
+
+
+def _dipping_row():  # noqa: ANN202
+    """One row (n = 2, 24 tokens) whose psi dips after the residual index M, between psi* and the threshold, inside
+    the positions 8 .. 24 of the full order. By decreasing q / p, as runs of (tokens, q each, p / q): (3, 0.1, 0.1)
+    falls to psi* = -0.06 at m* = 3; (5, 0.03, 1) rises to -0.0225 (psi' = p/q - 2Q > 0); (10, 0.025, 1.05) rises,
+    then falls to -0.0475 (Q passes 0.525); (6, 0.05, 1.858) rises to psi_V = 0. The drafts are two of the first run
+    (the top draw's group is inner and ends at m*), and u = 0.3 puts the threshold tau = psi* (1 - u) = -0.042
+    inside that dip: the full order's M is position 18, its last position at or below tau; with positions 8 .. 24
+    merged, the compressed order's M is position 4 (psi -0.049), a token of the second run."""
+    runs = [(3, 0.1, 0.1), (5, 0.03, 1.0), (10, 0.025, 1.05)]
+    q_left = 1.0 - sum(k * qe for k, qe, _ in runs)
+    p_left = 1.0 - sum(k * qe * r for k, qe, r in runs)
+    runs.append((6, q_left / 6, p_left / q_left))
+    q = np.concatenate([np.full(k, qe) for k, qe, _ in runs])
+    p = np.concatenate([np.full(k, qe * r) for k, qe, r in runs])
+    perm = np.random.default_rng(0).permutation(p.size)  # tokens not in ratio order
+    P, Q = (p / p.sum())[perm][None, :], (q / q.sum())[perm][None, :]
+    where = np.argsort(perm)  # where[i]: the token of sorted position i (the runs' sort is stable here)
+    return P, Q, where[None, :2], where
+
+
+def test_a_run_that_dips_to_the_residual_threshold_after_M_fails_the_certificate(monkeypatch: pytest.MonkeyPatch,
+                                                                                   route: str) -> None:
+    """A rejected tuple draws position M, the last prefix whose psi is within the threshold of psi*; a merged run
+    after the compressed M whose inside dips to the threshold hides the full order's M. On :func:`_dipping_row`,
+    with the buckets of positions 8 .. 24 left unselected, psi's dip stays above psi* and the served group ends
+    before the run, so only the residual draw's condition can catch it: the first attempt must fail, and the retry
+    (those buckets sorted) draws the full sort's token. Without the condition both routes certify the first attempt,
+    which draws the token at compressed position 4 (of the second run) instead of the full order's position 18."""
+    monkeypatch.setattr(BK, "FULL_SORT_SHARE", 0)  # try the row, though 24 tokens hardly compress
+    P, Q, W, where = _dipping_row()
+    n, sc = 2, BK.scheme(1)
+    pre = C.prefix(P, Q, n)
+    U = np.array([[0.999, 0.3]])  # u_0: the reject piece; u_1: the threshold inside the dip
+    t0, i0 = _full(P, Q, W, U, n)
+    assert i0[0] == -1 and C.residual_index(pre, U[:, 1:])[0] == 18 and pre.m_star[0] == 3  # the row as designed
+    bucket = sc.bucket_of(np.maximum(Q / P, 0.0))[0]
+    forced = np.ones((1, sc.NB), dtype=bool)
+    forced[0, bucket[where[8:]]] = False
+    assert forced[0, bucket[where[:8]]].all()  # the first two runs' buckets hold none of the dip's tokens
+    if route == "native":
+        tokens, index, status = BK._native_rows(P, Q, np.ones(1), np.ones(1), W, U, n, sc, forced)
+        assert status[0] == 2  # failed the first attempt, certified on the retry
+    else:
+        first = []
+        original = BK._attempt
+        monkeypatch.setattr(BK._Level, "select", lambda self, d, u: forced.copy())
+        monkeypatch.setattr(BK, "_attempt", lambda *a: (out := original(*a), first.append(out[2].copy()))[0])
+        tokens, index, done = BK.verify_rows(P, Q, W, U, n, bits=sc.bits)
+        assert not first[0][0] and done[0]
+    assert (tokens[0], index[0]) == (t0[0], i0[0])

@@ -17,11 +17,15 @@ arguments and returns the first R rows of the outputs; the other rows hold earli
 copies of the first row), valid inputs whose results are dropped.
 
 The function must be capturable: static shapes, no host synchronisation, and randomness passed in as tensors (the
-optimal sampler takes its uniforms as an argument, :mod:`otlp.optimal.sampler`).
+optimal sampler takes its uniforms as an argument, :mod:`otlp.optimal.sampler`). Where a capture fails all the same
+(an operation a torch or driver version will not record, memory for the graph) while the warm-up calls ran, the
+signature runs eagerly from then on, with one ``RuntimeWarning`` that names the error: the same results, without the
+replay's saving.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +33,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover - torch is imported where it is used: the core install has none
     import torch
+
+
+class CaptureError(RuntimeError):
+    """The function ran (its warm-up calls) but its capture in a CUDA graph failed."""
+
 
 #: graphs a :class:`GraphCache` keeps: a decode loop of batch B and n drafts meets at most B·(n - 1) signatures.
 MAX_GRAPHS = 64
@@ -38,7 +47,8 @@ def capture(fn: Callable[..., object], *static: torch.Tensor, pool: object = Non
             warmup: int = 2) -> tuple[torch.cuda.CUDAGraph, object]:
     """``fn(*static)`` captured in a CUDA graph, after ``warmup`` calls on a side stream (as ``torch.cuda.graphs``
     asks, so that lazy initialisation and the allocator's first requests happen outside the capture). Returns the
-    graph and the outputs of the captured call (static tensors that each replay overwrites)."""
+    graph and the outputs of the captured call (static tensors that each replay overwrites). Raises
+    :class:`CaptureError` where the warm-up calls ran and the capture did not."""
     import torch
 
     side = torch.cuda.Stream()
@@ -48,8 +58,11 @@ def capture(fn: Callable[..., object], *static: torch.Tensor, pool: object = Non
             fn(*static)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
-        outputs = fn(*static)
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            outputs = fn(*static)
+    except RuntimeError as err:  # (torch's capture errors, CUDA errors and out-of-memory are RuntimeErrors)
+        raise CaptureError(f"{type(err).__name__}: {err}") from err
     return graph, outputs
 
 
@@ -83,6 +96,7 @@ class GraphCache:
         self._graphs: OrderedDict[tuple, _Entry] = OrderedDict()
         self._inputs: dict[tuple, torch.Tensor] = {}  # (argument, shape, dtype, device) -> its captured tensor
         self._pool = None
+        self.eager: set[tuple] = set()  # the signatures whose capture failed: run eagerly
 
     def __len__(self) -> int:
         return len(self._graphs)
@@ -94,10 +108,19 @@ class GraphCache:
             return tuple(fn(*args))
         size = bucket(R) if rows else None
         key = (fn, size, *((tuple(a.shape[1:] if rows else a.shape), a.dtype, a.device) for a in args))
+        if key in self.eager:
+            return tuple(fn(*args))
         entry = self._graphs.get(key)
         if entry is None:
             static = tuple(self._static(k, a, size) for k, a in enumerate(args))
-            graph, outputs = capture(fn, *static, pool=self._pool)
+            try:
+                graph, outputs = capture(fn, *static, pool=self._pool)
+            except CaptureError as err:
+                self.eager.add(key)
+                name = getattr(fn, "__name__", type(fn).__name__)
+                warnings.warn(f"otlp: the CUDA graph capture of {name} failed ({err}); calls with these shapes run "
+                              "eagerly", RuntimeWarning, stacklevel=2)
+                return tuple(fn(*args))
             self._pool = graph.pool()
             self.captures += 1
             entry = self._graphs[key] = _Entry(graph, static, tuple(outputs))

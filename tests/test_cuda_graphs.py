@@ -112,3 +112,44 @@ def test_graphs_share_the_captured_tensor_of_an_argument_with_the_same_signature
     assert cache.captures == 2 and len(cache._inputs) == 3  # x's tensor for both graphs, one d per width
     empty = cache.run(_widths, x[:0], d[:0], rows=True)
     assert empty[0].shape == (0,) and cache.captures == 2
+
+
+def test_a_signature_whose_capture_fails_runs_eagerly_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capture that fails after its warm-up calls (cuda_graphs.CaptureError) must not fail the call: the cache
+    warns once, answers eagerly, and does not try that signature again; other signatures are still captured."""
+    tried = []
+
+    def capture(fn, *static, pool=None, warmup=2):  # noqa: ANN001, ANN202, ARG001
+        tried.append(static[0].shape)
+        if static[0].shape == (3,):
+            raise cuda_graphs.CaptureError("RuntimeError: operation not permitted when stream is capturing")
+        outputs = fn(*static)
+        return _Replay(fn, static, outputs), outputs
+
+    monkeypatch.setattr(cuda_graphs, "capture", capture)
+    cache = GraphCache()
+    with pytest.warns(RuntimeWarning, match="capture of _affine failed .*not permitted.*run eagerly"):
+        out = cache.run(_affine, torch.arange(3.0), torch.ones(3))
+    assert torch.equal(out[0], torch.arange(3.0) * 2 + 1)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning
+        for offset in (1.0, 2.0):
+            x = torch.arange(3.0) + offset
+            assert torch.equal(cache.run(_affine, x, torch.ones(3))[0], x * 2 + 1)
+        assert torch.equal(cache.run(_affine, torch.arange(5.0), torch.ones(5))[0], torch.arange(5.0) * 2 + 1)
+    assert tried == [(3,), (5,)] and cache.captures == 1 and len(cache) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_host_synchronising_function_is_refused_by_the_capture_and_runs_eagerly() -> None:
+    """On CUDA, a function that synchronises with the host (``.item()``) runs eagerly (its warm-ups) but cannot be
+    captured: the cache answers eagerly with a warning, and the device stays usable."""
+    def synced(x):  # noqa: ANN001, ANN202
+        return (x * float(x.sum().item()),)
+
+    x = torch.arange(4.0, device="cuda")
+    with pytest.warns(RuntimeWarning, match="run eagerly"):
+        out = GraphCache().run(synced, x)
+    assert torch.equal(out[0], x * 6.0) and torch.equal((x + 1).cpu(), torch.arange(1.0, 5.0))

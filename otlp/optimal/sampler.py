@@ -16,7 +16,8 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
 * On the CPU, where there is no device to synchronise with, the same equations run through numpy and, where they
   are built, the C loops of :mod:`otlp.native` (normalisation with the ratio keys, the sort's passes, psi, the
   served group, its chain, the pieces and the draw; the one-draft form reads a row whole only where the draft is
-  rejected), in chunks of rows of at most ``CPU_CHUNK`` floats, each chunk normalised on its own into reused arrays
+  rejected), in chunks of rows of at most ``CPU_CHUNK`` floats (side by side on :mod:`otlp.threads` from
+  ``FULL_SORT_THREADS_MIN`` entries), each chunk normalised on its own into reused arrays of its thread
   (:mod:`otlp.scratch`, so that temporaries stay in cache and are not page-faulted again on every call), with the
   data-dependent window the tuple needs (``backend="auto"``; measured in benchmarks/verifiers.py). From
   ``buckets.MIN_V`` tokens or ``buckets.MIN_ENTRIES`` entries in a call (``buckets.takes``) the default rule sorts
@@ -33,7 +34,7 @@ import functools
 
 import numpy as np
 
-from otlp import native, scratch
+from otlp import native, scratch, threads
 from otlp import xp as X
 from otlp.errors import InputError
 from otlp.optimal import buckets as BK
@@ -42,6 +43,11 @@ from otlp.optimal import chains as C
 #: rows per CPU chunk: at most this many float64 values per [rows, V] temporary (1 MiB, so a chunk's dozen live
 #: temporaries stay near the cache; one row at V >= 128k).
 CPU_CHUNK = 1 << 17
+
+#: the full sort's chunks run side by side on :mod:`otlp.threads` from this many entries (rows x V) in a call (the
+#: rows a bucketed try left, or every row): a chunk of a whole row or more costs a millisecond or more, past the
+#: pool's hand-over and torch's spinning OpenMP workers.
+FULL_SORT_THREADS_MIN = 1 << 18
 
 BACKENDS = ("auto", "torch")
 
@@ -128,14 +134,15 @@ def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001
         tokens, index, done = BK.verify_chunks(load, count, V, w, U, n)
         todo = np.flatnonzero(~done)
     step = max(1, CPU_CHUNK // max(V, 1))
-    for lo in range(0, todo.size, step):  # chunks of rows, each vectorised
+
+    def chunk(lo: int) -> None:  # rows todo[lo:lo + step], vectorised (into this thread's scratch arrays)
         sl = todo[lo:lo + step] if todo.size < count else slice(lo, lo + step)
         p, q, inv_p, inv_q = load(sl)
         if n == 1 and default:  # the rows are read whole only where the draft is rejected (the same tokens)
             got = native.single_draft(p, q, inv_p, inv_q, w[sl], U[sl])
             if got is not None:
                 tokens[sl], index[sl] = got
-                continue
+                return
         P, Q = scratch.array("P", p.shape, np.float64), scratch.array("Q", q.shape, np.float64)
         key = native.normalised_keys(p, q, inv_p, inv_q, P, Q) if n > 1 or not default else None
         if key is None:  # (the kernels form the same products and keys in one pass)
@@ -143,10 +150,17 @@ def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001
             BK.normalised(q, inv_q, Q)
         if n == 1 and default:
             tokens[sl], index[sl] = C.single_draft(P, Q, w[sl], U[sl])
-            continue
+            return
         pre = C.prefix(P, Q, n, None if key is None else X.sort_descending(key), reuse=True)  # done by the next
         accept, reject = rule(pre, w[sl], window="auto")
         tokens[sl], index[sl] = C.sample(pre, accept, reject, w[sl], U[sl])
+
+    starts = range(0, todo.size, step)
+    if todo.size * V >= FULL_SORT_THREADS_MIN:  # chunks side by side on the host threads (disjoint rows)
+        threads.map_chunks(chunk, starts)
+    else:
+        for lo in starts:
+            chunk(lo)
     return torch.from_numpy(tokens), torch.from_numpy(index)
 
 

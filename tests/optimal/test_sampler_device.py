@@ -85,6 +85,32 @@ def test_uniforms_replay_bit_for_bit_and_both_routes_agree() -> None:
     assert np.abs(a - at.numpy()).max() < 1e-12 and np.abs(r - rt.numpy()).max() < 1e-12
 
 
+def test_the_full_sorts_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU route's full-sort chunks (rows the buckets leave, here every row) side by side on 3 host threads, a
+    row per chunk, with and without a width mask: the tokens and slots of one thread, chunk after chunk."""
+    from otlp import threads
+    from otlp.optimal import buckets as BK
+    from otlp.optimal import sampler as S
+
+    p, q = _lm_pair(12, 3000, 5)
+    drafts = torch.multinomial(q, 4, replacement=True, generator=torch.Generator().manual_seed(6))
+    u = torch.rand(12, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    widths = torch.tensor([1, 2, 3, 4] * 3)
+    monkeypatch.setattr(BK, "takes", lambda B, V: False)
+    monkeypatch.setattr(S, "CPU_CHUNK", 3000)
+    monkeypatch.setattr(S, "FULL_SORT_THREADS_MIN", 0)
+    spread = []
+    monkeypatch.setattr(threads, "map_chunks", lambda fn, items, run=threads.map_chunks: (
+        spread.append(len(items)), run(fn, items))[1])
+    got = {}
+    for workers in (1, 3):
+        monkeypatch.setattr(threads, "count", lambda workers=workers: workers)
+        got[workers] = (verify(p, q, drafts, u), verify(p, q, drafts, u, widths=widths))
+    assert spread == [12, 3, 3, 3, 3] * 2  # a chunk a row: all 12, then each width's 3
+    for one, three in zip(got[1], got[3], strict=True):
+        assert torch.equal(one[0], three[0]) and torch.equal(one[1], three[1])
+
+
 @pytest.mark.parametrize("backend", ["auto", "torch", pytest.param("cuda", marks=needs_cuda)])
 def test_a_width_mask_gives_each_row_the_rule_for_its_own_width(backend: str) -> None:
     """widths [B]: row b is verified with its first widths[b] drafts by the n = widths[b] rule, exactly the unmasked

@@ -31,9 +31,11 @@ from otlp import scratch
 #: the compiler's flags: no -ffast-math (IEEE results, the numpy route's bits) and no contraction into fused
 #: multiply-adds; -fno-trapping-math lets the compiler compute both sides of a select in vector lanes (the same values;
 #: nothing here reads floating-point exception flags); no -march=native, so that a cached library never meets a CPU
-#: it was not built for (AVX2, where the CPU has it, is part of the cache key: :func:`_flags`); -pthread:
-#: ``otlp_bucket_rule`` runs ranges of rows on POSIX threads.
-FLAGS = ("-O3", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared", "-pthread")
+#: it was not built for (AVX2, where the CPU has it, is part of the cache key: :func:`_flags`); -fopenmp:
+#: ``otlp_bucket_rule`` spreads the rows of a call over an OpenMP team (a compiler without OpenMP builds without
+#: :data:`OPENMP_FLAG`, and the rows run one after the other).
+FLAGS = ("-O3", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared", "-fopenmp")
+OPENMP_FLAG = "-fopenmp"
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("buckets.c", "chains.c", "bucket_rule.c", "kseq.c"))
 #: what the sources include (part of the cached library's key)
 HEADERS = (Path(__file__).with_name("kernels.h"),)
@@ -54,6 +56,12 @@ def library() -> ctypes.CDLL | None:
         return None
     with _LOCK:  # host threads may ask at once: one build
         return _build()
+
+
+def openmp() -> bool:
+    """True where the kernels are built with OpenMP (``otlp_bucket_rule`` spreads a call's rows over a team)."""
+    lib = library()
+    return lib is not None and bool(lib.otlp_openmp())
 
 
 def reason() -> str | None:
@@ -99,6 +107,11 @@ def _compiler() -> str:
 @functools.cache
 def _build() -> ctypes.CDLL | None:
     compiler, flags = _compiler(), _flags()
+    return _build_with(compiler, flags) or _build_with(compiler, tuple(f for f in flags if f != OPENMP_FLAG))
+
+
+def _build_with(compiler: str, flags: tuple[str, ...]) -> ctypes.CDLL | None:
+    """The kernels built with ``flags`` (or loaded from the cache), or None where that fails (the reason kept)."""
     name = _file_name(compiler, flags)
     for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"otlp-{os.getuid() if hasattr(os, 'getuid') else 0}"):
         target = folder / name
@@ -159,6 +172,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_kseq_first_stage.restype = _I64
     lib.otlp_sort_bucket.argtypes = [_VOID, _I64, _INT, _INT, _VOID]
     lib.otlp_sort_bucket.restype = _INT
+    lib.otlp_openmp.argtypes = []
+    lib.otlp_openmp.restype = _INT
     return lib
 
 
@@ -350,7 +365,7 @@ def single_draft(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndar
 def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, u: np.ndarray,
                 n: int, *, steps: int, bits: int, top: int, NB: int, below: float, above: float, LO: np.ndarray,
                 HI: np.ndarray, margin: float, share: int, attempts: int, forced: np.ndarray | None = None,
-                threads: int = 1):  # noqa: ANN201
+                threads: int = 1, stats: dict | None = None):  # noqa: ANN201
     """:func:`otlp.optimal.buckets.verify_chunks`' steps on the rows ``p, q [B, V]`` (float32 or float64, one dtype,
     normalised by ``inv_p, inv_q [B]``) with drafts ``w int64 [B, n]`` and uniforms ``u [B, 2]``, one row at a time in
     ``otlp_bucket_rule`` (``bucket_rule.c``): ``(tokens [B], index [B], status int8 [B])``, status the attempt that
@@ -360,7 +375,9 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
     the clamps ``below`` and ``above``, the ranges ``LO, HI [NB]``) and ``margin``, ``share``, ``attempts`` are
     :mod:`otlp.optimal.buckets`' (:func:`~otlp.optimal.buckets._native_rows` passes them); ``steps``: the Newton steps
     of the chain's roots; ``forced bool [B, NB]``: the first attempt's selection instead of the rule's; ``threads``:
-    the rows are cut into that many ranges run side by side on POSIX threads inside the call (the same results).
+    an OpenMP team of that many threads takes the rows one at a time inside the call (the same results; one thread
+    where the kernels were built without OpenMP, :func:`openmp`); ``stats``, a dict: its "threads" set to the
+    number that took part.
     None where the kernels are not built, n is above ``SLOT_MASS_MAX_N`` or the rows are of other dtypes."""
     lib = library()
     if lib is None or not 1 <= n <= SLOT_MASS_MAX_N or p.dtype != q.dtype or p.dtype not in (np.float32, np.float64):
@@ -374,12 +391,15 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
     if forced is not None:
         forced = np.ascontiguousarray(forced, dtype=bool).view(np.uint8)
     tokens, index, status = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int8)
-    if lib.otlp_bucket_rule(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), B, V,
+    used = lib.otlp_bucket_rule(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), B, V,
                             *(x.ctypes.data for x in (*floats, w, u)), n, steps, bits, top, NB, below, above,
                             LO.ctypes.data, HI.ctypes.data, margin, share, attempts,
                             None if forced is None else forced.ctypes.data, max(int(threads), 1), tokens.ctypes.data,
-                            index.ctypes.data, status.ctypes.data):
+                            index.ctypes.data, status.ctypes.data)
+    if used < 0:
         raise MemoryError(f"otlp_bucket_rule: no memory for the work arrays of rows of {V} tokens")
+    if stats is not None:
+        stats["threads"] = used
     return tokens, index, status
 
 

@@ -23,13 +23,15 @@
  * (the numpy route pads rows to one width and keeps a column for each empty run; a zero entry changes no prefix's
  * psi, only where positions fall); psi at the bucket boundaries is formed over the buckets that hold mass (the same
  * values); a failing attempt stops before the chain. tests/optimal/test_buckets.py holds both routes to the full
- * sort, and to each other's certified rows. A call's rows may run in ranges on POSIX threads (otlp_bucket_rule).
+ * sort, and to each other's certified rows. A call's rows may be spread over an OpenMP team (otlp_bucket_rule).
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "kernels.h"
 
@@ -352,7 +354,7 @@ static int row_rule(struct work *W, int64_t T, int64_t R, const int64_t *w, cons
     return 1;
 }
 
-/* One call's arguments (otlp_bucket_rule's), shared by its threads. */
+/* One call's arguments (otlp_bucket_rule's), shared by its threads, and the next row to take. */
 struct call {
     const void *p, *q;
     int is_double, n, attempts;
@@ -363,59 +365,47 @@ struct call {
     struct scheme S;
     int64_t *tokens, *index;
     int8_t *status;
-    int64_t lo, hi; /* this thread's rows */
-    int failed;
+    int64_t B;
+    _Atomic int64_t next; /* rows are taken one at a time, by whichever thread is free */
+    _Atomic int failed;   /* some thread's work arrays could not be allocated */
 };
 
-/* The rows lo .. hi - 1 of a call, one at a time (sets failed where its work arrays could not be allocated). */
-static void *rule_rows(void *arg) {
-    struct call *C = arg;
+/* Row b of a call, in the work arrays W. Returns 0, or -1 where the chain's arrays could not be allocated. */
+static int row_run(struct call *C, struct work *W, int64_t b) {
     const int64_t V = C->V, NB = C->S.NB;
     const int n = C->n, attempts = C->attempts, is_double = C->is_double;
-    struct work W;
-    if (work_alloc(&W, V, NB)) {
-        C->failed = 1;
-        return NULL;
-    }
     const size_t size = is_double ? sizeof(double) : sizeof(float);
-    for (int64_t b = C->lo; b < C->hi; b++) {
-        const char *pb = (const char *)C->p + (size_t)(b * V) * size, *qb = (const char *)C->q + (size_t)(b * V) * size;
-        const int64_t *wb = C->w + b * n;
-        const double *ub = C->u + 2 * b;
-        const int64_t b_star = row_level(pb, qb, is_double, V, C->inv_p + b, C->inv_q + b, n, &C->S, &W);
-        if (C->forced) memcpy(W.sel, C->forced + b * NB, (size_t)NB);
-        else row_select(&W, NB, b_star, wb, n, ub[1], W.sel);
-        C->tokens[b] = C->index[b] = 0;
-        C->status[b] = (int8_t)-attempts;
-        for (int attempt = 1; attempt <= attempts; attempt++) {
-            const int64_t T = otlp_gather_selected(pb, qb, is_double, 1, V, C->inv_p + b, C->inv_q + b, W.bucket,
-                                                   W.sel, NB, V, W.F, W.Pg, W.Qg);
-            if (attempt == 1) {
-                int64_t chosen = 0;
-                for (int64_t k = 0; k < NB; k++) chosen += W.sel[k];
-                if ((T + chosen) * C->share > V) { /* hardly compresses: the full sort at once */
-                    C->status[b] = 0;
-                    break;
-                }
+    const char *pb = (const char *)C->p + (size_t)(b * V) * size, *qb = (const char *)C->q + (size_t)(b * V) * size;
+    const int64_t *wb = C->w + b * n;
+    const double *ub = C->u + 2 * b;
+    const int64_t b_star = row_level(pb, qb, is_double, V, C->inv_p + b, C->inv_q + b, n, &C->S, W);
+    if (C->forced) memcpy(W->sel, C->forced + b * NB, (size_t)NB);
+    else row_select(W, NB, b_star, wb, n, ub[1], W->sel);
+    C->tokens[b] = C->index[b] = 0;
+    C->status[b] = (int8_t)-attempts;
+    for (int attempt = 1; attempt <= attempts; attempt++) {
+        const int64_t T = otlp_gather_selected(pb, qb, is_double, 1, V, C->inv_p + b, C->inv_q + b, W->bucket,
+                                               W->sel, NB, V, W->F, W->Pg, W->Qg);
+        if (attempt == 1) {
+            int64_t chosen = 0;
+            for (int64_t k = 0; k < NB; k++) chosen += W->sel[k];
+            if ((T + chosen) * C->share > V) { /* hardly compresses: the full sort at once */
+                C->status[b] = 0;
+                return 0;
             }
-            const int64_t R = row_instance(&W, NB, T, C->S.bits);
-            const int got = row_rule(&W, T, R, wb, ub, n, C->steps, C->tokens + b, C->index + b);
-            if (got < 0) {
-                C->failed = 1;
-                free(W.block);
-                return NULL;
-            }
-            if (got) {
-                C->status[b] = (int8_t)attempt;
-                break;
-            }
-            for (int64_t r = 0; r < R; r++) /* the failing runs' buckets sorted too */
-                if (W.bad_run[r])
-                    for (int64_t k = W.run_first[r]; k <= W.run_last[r]; k++) W.sel[k] = 1;
         }
+        const int64_t R = row_instance(W, NB, T, C->S.bits);
+        const int got = row_rule(W, T, R, wb, ub, n, C->steps, C->tokens + b, C->index + b);
+        if (got < 0) return -1;
+        if (got) {
+            C->status[b] = (int8_t)attempt;
+            return 0;
+        }
+        for (int64_t r = 0; r < R; r++) /* the failing runs' buckets sorted too */
+            if (W->bad_run[r])
+                for (int64_t k = W->run_first[r]; k <= W->run_last[r]; k++) W->sel[k] = 1;
     }
-    free(W.block);
-    return NULL;
+    return 0;
 }
 
 #define MAX_THREADS 64
@@ -426,33 +416,48 @@ static void *rule_rows(void *arg) {
  * share of its tokens (not tried), or -attempts (neither needs the full sort). forced [B, NB] (or NULL): the
  * selection of the first attempt, instead of step 3's. The scheme: bits, top (buckets._top), NB, below, above and LO,
  * HI [NB] (buckets.Scheme; a run's key is not needed: step 4 places it by its bucket); margin:
- * buckets.BOUND_MARGIN; steps: the Newton steps of the chain's roots. threads: the rows are cut into that many
- * ranges (at most one per row), run side by side on POSIX threads, this one taking the first (each thread with its
- * own work arrays: the rows are independent, so the results do not depend on it; a range whose thread does not
- * start runs here). Returns 0, or -1 where work arrays could not be allocated. */
+ * buckets.BOUND_MARGIN; steps: the Newton steps of the chain's roots.
+ *
+ * threads > 1 (and B > 1): an OpenMP team of that many threads takes the rows one at a time, each thread with its own
+ * work arrays (the rows are independent, so the results do not depend on which thread takes which). The team is the
+ * OpenMP runtime's pool of the calling thread: where torch is loaded it shares libgomp with it (one copy per
+ * process), so right after torch's own parallel work its waiting threads, still spinning, take rows at once, where a
+ * thread of our own would have had to share a core with them. Built without OpenMP, the rows run one after the other
+ * here. Returns the number of threads that took part, or -1 where work arrays could not be allocated. */
 int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
                      const double *inv_q, const int64_t *w, const double *u, int n, int64_t steps, int bits,
                      int64_t top, int64_t NB, double below, double above, const double *LO, const double *HI,
                      double margin, int64_t share, int attempts, const uint8_t *forced, int threads,
                      int64_t *tokens, int64_t *index, int8_t *status) {
-    const struct call base = {p, q, is_double, n, attempts, V, steps, share, inv_p, inv_q, u, w, forced,
-                              {bits, top, NB, below, above, margin, LO, HI}, tokens, index, status, 0, B, 0};
-    int parts = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
-    parts = B < parts ? (int)(B > 0 ? B : 1) : parts;
-    struct call calls[MAX_THREADS];
-    pthread_t ids[MAX_THREADS];
-    int started[MAX_THREADS] = {0}, failed = 0;
-    for (int t = 0; t < parts; t++) {
-        calls[t] = base;
-        calls[t].lo = B * t / parts;
-        calls[t].hi = B * (t + 1) / parts;
-        if (t > 0) started[t] = pthread_create(&ids[t], NULL, rule_rows, &calls[t]) == 0;
+    struct call C = {p, q, is_double, n, attempts, V, steps, share, inv_p, inv_q, u, w, forced,
+                     {bits, top, NB, below, above, margin, LO, HI}, tokens, index, status, B, 0, 0};
+    int team = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads, used = 1;
+    team = B < team ? (int)(B > 1 ? B : 1) : team;
+#ifdef _OPENMP
+#pragma omp parallel if (team > 1) num_threads(team)
+#endif
+    {
+        struct work W;
+        if (work_alloc(&W, V, NB)) {
+            C.failed = 1;
+        } else {
+            for (int64_t b; !C.failed && (b = C.next++) < B;)
+                if (row_run(&C, &W, b)) C.failed = 1;
+            free(W.block);
+        }
+#ifdef _OPENMP
+#pragma omp master
+        used = omp_get_num_threads();
+#endif
     }
-    rule_rows(&calls[0]);
-    for (int t = 1; t < parts; t++) {
-        if (started[t]) pthread_join(ids[t], NULL);
-        else rule_rows(&calls[t]); /* a thread that did not start: its rows here */
-    }
-    for (int t = 0; t < parts; t++) failed |= calls[t].failed;
-    return failed ? -1 : 0;
+    return C.failed ? -1 : used;
+}
+
+/* 1 where the kernels were built with OpenMP (otlp_bucket_rule's rows on a team of threads), else 0. */
+int otlp_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
 }

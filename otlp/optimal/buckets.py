@@ -32,12 +32,12 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
 
 Where :mod:`otlp.native`'s kernels are built, a row takes all five steps at once in ``otlp_bucket_rule``
 (``otlp/native/bucket_rule.c``: the same operations, one row at a time, its arrays in cache; from ``THREADS_MIN``
-entries a call's rows in ranges on torch's thread count of POSIX threads). Without them (the numpy route below) the
-per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows (``CHUNK``), side by side on
-:mod:`otlp.threads` when torch has several threads, and 4 and 5 run once for all the rows of a call, in groups of
-rows of similar compressed size (:func:`verify_chunks`). On both routes
-certified rows draw the full sort's token and slot for the same uniforms, and the two certify the same rows
-(tests/optimal/test_buckets.py, on every instance family of the exact tests and on LM rows).
+entries a call's rows taken one at a time by an OpenMP team of torch's thread count). Without them (the numpy route
+below) the per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows (``CHUNK``), side by
+side on :mod:`otlp.threads` when torch has several threads, and 4 and 5 run once for all the rows of a call, in groups
+of rows of similar compressed size (:func:`verify_chunks`). On both routes certified rows draw the full sort's token and
+slot for the same uniforms, and the two certify the same rows (tests/optimal/test_buckets.py, on every instance family
+of the exact tests and on LM rows).
 """
 
 from __future__ import annotations
@@ -73,10 +73,10 @@ FULL_SORT_SHARE = 5
 #: time at B = 8 and 64, V = 32k-128k, one thread, and 0.85x at B = 64, V = 152k, two threads (B = 16, V = 32k, two
 #: threads: 1.05x, within noise).
 CHUNK = 1 << 21
-#: the native route splits a call's rows over the host threads from this many entries. Below, a second thread
-#: loses: right after a torch operation on two threads (as in a decode loop, or the benchmark's interleaved calls)
-#: torch's OpenMP worker still spins on the other core (benchmarks/bucket_tuning.py, part "threads").
-THREADS_MIN = 3 << 19
+#: the native route spreads a call's rows over an OpenMP team from this many entries (benchmarks/bucket_tuning.py,
+#: part "threads"). The team is torch's (one libgomp per process), whose threads, right after torch's own parallel
+#: work (as in a decode loop, or the benchmark's interleaved calls), still spin and take rows at once.
+THREADS_MIN = 1 << 14
 
 
 def takes(B: int, V: int) -> bool:
@@ -158,18 +158,18 @@ def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: i
 
 def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  # noqa: ANN001, ANN201
                   bits: int | None = None):
-    """:func:`verify_rows` on B rows of V tokens read through ``load(rows) -> (p, q, inv_p, inv_q)``: the rows
-    ``rows`` (a slice or an int64 index array) of the inputs as float32 or float64 arrays ``[rows, V]`` and the
-    reciprocals of their sums ``[rows]`` (the normalised rows are :func:`normalised`; ``load`` runs on host threads,
-    so numpy only). Where the kernels are built, each row start to end in :func:`otlp.native.bucket_rule`
-    (:func:`_native_rows`), from ``THREADS_MIN`` entries ranges of rows on :func:`otlp.threads.count` POSIX threads
-    inside the one call; else in chunks of ``CHUNK`` entries (at least one per host thread), side by side on
+    """:func:`verify_rows` on B rows of V tokens read through ``load(rows) -> (p, q, inv_p, inv_q)``: the rows ``rows``
+    (a slice or an int64 index array) of the inputs as float32 or float64 arrays ``[rows, V]`` and the reciprocals of
+    their sums ``[rows]`` (the normalised rows are :func:`normalised`; ``load`` runs on host threads, so numpy only).
+    Where the kernels are built, each row start to end in :func:`otlp.native.bucket_rule` (:func:`_native_rows`), from
+    ``THREADS_MIN`` entries its rows taken one at a time by an OpenMP team of :func:`otlp.threads.count` threads inside
+    the one call; else in chunks of ``CHUNK`` entries (at least one per host thread), side by side on
     :mod:`otlp.threads`: the per-token passes (buckets, their sums, the selected tokens) chunk by chunk, then the
     compressed instances of all B rows solved and certified together (their per-call work paid once, not once per
     chunk), in groups of rows of similar size (:func:`_groups`)."""
     sc = scheme(bits_for(V) if bits is None else bits)
-    spread = threads.count() if B * V >= THREADS_MIN else 1
-    got = _native_rows(*load(slice(0, B)), w, U, n, sc, threads=spread) if native.library() else None
+    team = threads.count() if B * V >= THREADS_MIN else 1
+    got = _native_rows(*load(slice(0, B)), w, U, n, sc, threads=team) if native.library() else None
     if got is not None:  # every row start to end in C, on the host threads inside the call
         return got[0], got[1], got[2] > 0
     step = max(1, min(CHUNK // max(V, 1), -(-B // threads.count())))  # a chunk per thread at least
@@ -198,8 +198,8 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
 def _native_rows(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, U: np.ndarray,
                  n: int, sc: Scheme, forced: np.ndarray | None = None, threads: int = 1):  # noqa: ANN202
     """:func:`otlp.native.bucket_rule` with this module's scheme and constants: ``(tokens, index, status)`` of the
-    rows ``p, q [b, V]`` (``forced bool [b, NB]``: the first attempt's selection; ``threads``: ranges of rows side by
-    side inside the call), or None without the kernels."""
+    rows ``p, q [b, V]`` (``forced bool [b, NB]``: the first attempt's selection; ``threads``: an OpenMP team of
+    that many takes the rows inside the call), or None without the kernels."""
     return native.bucket_rule(p, q, inv_p, inv_q, w, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=_top(sc.bits),
                               NB=sc.NB, below=_BELOW, above=2.0**OCTAVES, LO=sc.LO, HI=sc.HI, margin=BOUND_MARGIN,
                               share=FULL_SORT_SHARE, attempts=ATTEMPTS, forced=forced, threads=threads)

@@ -45,9 +45,9 @@ from otlp.optimal import chains as C
 CPU_CHUNK = 1 << 17
 
 #: the full sort's chunks run side by side on :mod:`otlp.threads` from this many entries (rows x V) in a call (the
-#: rows a bucketed try left, or every row): a chunk of a whole row or more costs a millisecond or more, past the
-#: pool's hand-over and torch's spinning OpenMP workers.
-FULL_SORT_THREADS_MIN = 1 << 18
+#: rows a bucketed try left, or every row): 15-70 ns an entry (far to close drafts), past the pool's hand-over and
+#: torch's spinning OpenMP workers.
+FULL_SORT_THREADS_MIN = 1 << 16
 
 BACKENDS = ("auto", "torch")
 
@@ -155,11 +155,11 @@ def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001
         accept, reject = rule(pre, w[sl], window="auto")
         tokens[sl], index[sl] = C.sample(pre, accept, reject, w[sl], U[sl])
 
-    starts = range(0, todo.size, step)
-    if todo.size * V >= FULL_SORT_THREADS_MIN:  # chunks side by side on the host threads (disjoint rows)
-        threads.map_chunks(chunk, starts)
+    if todo.size * V >= FULL_SORT_THREADS_MIN and threads.count() > 1:  # side by side on the host threads
+        step = max(1, min(step, -(-todo.size // threads.count())))  # (a chunk per thread at least)
+        threads.map_chunks(chunk, range(0, todo.size, step))
     else:
-        for lo in starts:
+        for lo in range(0, todo.size, step):
             chunk(lo)
     return torch.from_numpy(tokens), torch.from_numpy(index)
 

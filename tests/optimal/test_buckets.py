@@ -93,17 +93,21 @@ def test_lm_rows_are_certified_and_agree(n: int, rows_per_chunk: int | None, mon
     assert certified.mean() > 0.9
 
 
-def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
-    """With several torch threads the rows are split over them (the native route's row ranges on POSIX threads
-    inside its one call, the numpy route's per-token passes in chunks on otlp.threads' pool): 7 rows on 3 threads
-    draw what one thread draws (which equals the full sort, above), and the split did happen."""
+@pytest.mark.parametrize("split", [True, False])
+def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.MonkeyPatch, route: str,
+                                                        split: bool) -> None:
+    """With several torch threads the rows are split over them (on the native route an OpenMP team takes the rows
+    one at a time inside its one call, from ``THREADS_MIN`` entries; the numpy route's per-token passes run in
+    chunks on otlp.threads' pool): 7 rows on 3 threads draw what one thread draws (which equals the full sort,
+    above), and the split did happen (on the native route: where it reaches ``THREADS_MIN`` and the kernels have
+    OpenMP)."""
     import threading
 
     from otlp import threads
 
     V, n = 32_000, 4
     monkeypatch.setattr(BK, "CHUNK", 2 * V)
-    monkeypatch.setattr(BK, "THREADS_MIN", 0)
+    monkeypatch.setattr(BK, "THREADS_MIN", 0 if split else 1 << 62)
     rng = np.random.default_rng(11)
     P, Q, W = _lm(rng, 7, V, n)
     U = rng.random((7, 2))
@@ -111,15 +115,22 @@ def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.Monk
     one = BK.verify_rows(P, Q, W, U, n)
     seen = []
     if route == "native":
-        inner = BK._native_rows
-        monkeypatch.setattr(BK, "_native_rows", lambda *a, **k: (seen.append(k["threads"]), inner(*a, **k))[1])
+        inner = native.bucket_rule
+
+        def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the threads that took rows
+            stats = {}
+            out = inner(*args, **kwargs, stats=stats)
+            seen.append(stats["threads"])
+            return out
+
+        monkeypatch.setattr(native, "bucket_rule", counted)
     else:
         inner = BK._gather
         monkeypatch.setattr(BK, "_gather", lambda *a: (seen.append(threading.get_ident()), inner(*a))[1])
     monkeypatch.setattr(threads, "count", lambda: 3)
     pooled = BK.verify_rows(P, Q, W, U, n)
     if route == "native":
-        assert seen == [3]
+        assert seen == [3 if split and native.openmp() else 1]
     else:
         assert len(seen) == 4 and threading.get_ident() not in seen
     for a, b in zip(one, pooled, strict=True):
@@ -218,9 +229,9 @@ _SELECT = BK._Level.select
 def _with_selection(rule):  # noqa: ANN001, ANN202
     """``buckets._native_rows`` given the numpy route's selection (``_Level.select``, which a test may replace) as
     its first attempt's."""
-    def forced(p, q, inv_p, inv_q, w, u, n, sc, selected=None, threads=1):  # noqa: ANN001, ANN202
+    def forced(p, q, inv_p, inv_q, w, u, n, sc, selected=None, **threading):  # noqa: ANN001, ANN202, ANN003
         return rule(p, q, inv_p, inv_q, w, u, n, sc, BK._gather(p, q, inv_p, inv_q, w, u, n, sc).selected,
-                    threads=threads)
+                    **threading)
     return forced
 
 

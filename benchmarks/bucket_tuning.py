@@ -4,9 +4,10 @@
   per bucket: the optimal sampler with each bits forced, as optimal / rrs, one thread.
 * ``route``: from which call size the route pays (``MIN_V``, ``MIN_ENTRIES``): the optimal sampler with the route
   forced on and off at small V, as buckets / full sort, one thread.
-* ``threads``: from which call size the native route splits its rows over the host threads (``THREADS_MIN``): the
+* ``threads``: from which call size the native route spreads its rows over an OpenMP team (``THREADS_MIN``): the
   optimal sampler at two threads with the split forced on and off, as optimal / rrs, each call right after the other
-  rules' calls (as in benchmarks/verifiers.py and a decode loop: torch's OpenMP worker still spins then).
+  rules' calls (as in benchmarks/verifiers.py and a decode loop: torch's OpenMP worker, which the team shares, still
+  spins then).
 
 Rows as benchmarks/verifiers.py's (float32 LM-like p, a loosely correlated draft); medians of ``--reps`` calls,
 interleaved. Prints one table per part and writes ``benchmarks/results/bucket_tuning.json``.
@@ -84,7 +85,8 @@ def threads_part(reps: int) -> list[dict]:
 
     torch.set_num_threads(2)
     rows = []
-    for B, V, n in ((64, 2_000, 2), (8, 32_000, 2), (8, 128_000, 2), (64, 32_000, 2), (64, 128_000, 4)):
+    for B, V, n in ((4, 2_000, 2), (8, 2_000, 4), (64, 2_000, 2), (64, 2_000, 8), (8, 32_000, 2), (8, 128_000, 2),
+                    (64, 32_000, 2), (64, 128_000, 4)):
         optimal = _sample("optimal", B, V, n)
         others = [_sample(rule, B, V, n) for rule in ("sps", "rrs", "kseq")]
         calls = {"rrs": others[1], "split": _forced("THREADS_MIN", 0, optimal),

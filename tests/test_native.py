@@ -212,6 +212,45 @@ def test_the_value_check_hands_its_sums_to_the_optimal_rule() -> None:
 
 
 @needs_kernels
+def test_a_compiler_without_openmp_builds_the_kernels_without_it(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path) -> None:  # noqa: ANN001
+    """A compiler that refuses -fopenmp (here a wrapper of the real one) still builds the kernels, without OpenMP:
+    the bucketed route then takes a call's rows one after the other on the calling thread, with the same tokens."""
+    import shutil
+    import stat
+
+    from otlp.optimal.sampler import verify
+
+    real = shutil.which(native._compiler())
+    wrapper = tmp_path / "cc-without-openmp"
+    wrapper.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = -fopenmp ] && exit 1; done\nexec {real} "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    g = torch.Generator().manual_seed(8)
+    p = torch.softmax(3 * torch.randn(6, 4000, generator=g), dim=1)
+    q = torch.softmax(3 * torch.randn(6, 4000, generator=g), dim=1)
+    drafts = torch.multinomial(q, 4, replacement=True, generator=g)
+    u = torch.rand(6, 2, dtype=torch.float64, generator=g)
+    threaded = verify(p, q, drafts, u)
+    monkeypatch.setenv("CC", str(wrapper))
+    monkeypatch.setenv("OTLP_CACHE", str(tmp_path / "cache"))
+    native._build.cache_clear()
+    try:
+        assert native.library() is not None and not native.openmp()
+        stats = {}
+        sc = BK.scheme(BK.bits_for(4000))
+        P, Q = (x.double().numpy() for x in (p, q))
+        native.bucket_rule(P, Q, 1 / P.sum(1), 1 / Q.sum(1), drafts.numpy(), u.numpy(), 4, steps=8, bits=sc.bits,
+                           top=BK._top(sc.bits), NB=sc.NB, below=BK._BELOW, above=2.0**BK.OCTAVES, LO=sc.LO, HI=sc.HI,
+                           margin=BK.BOUND_MARGIN, share=BK.FULL_SORT_SHARE, attempts=BK.ATTEMPTS, threads=3,
+                           stats=stats)
+        assert stats["threads"] == 1
+        serial = verify(p, q, drafts, u)
+    finally:
+        native._build.cache_clear()
+    assert torch.equal(threaded[0], serial[0]) and torch.equal(threaded[1], serial[1])
+
+
+@needs_kernels
 def test_the_portable_loops_give_the_vector_loops_bits(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
     """Built without -mavx2 the row stats run their plain C loops: the same sums and minima, bit for bit (the AVX2
     lanes are the same eight running sums); and the slot roots, whose lanes are vectorised where the build allows."""

@@ -111,6 +111,37 @@ def test_the_full_sorts_chunks_on_host_threads_answer_as_on_one_thread(monkeypat
         assert torch.equal(one[0], three[0]) and torch.equal(one[1], three[1])
 
 
+def test_calls_from_several_threads_at_once_answer_as_one_at_a_time() -> None:
+    """A server may verify from several Python threads at once: each call keeps its own work arrays (per-thread
+    scratch buffers, each thread's own OpenMP team in the C route), so concurrent calls on different shapes (the
+    bucketed route and the full sort, one row to sixteen) give what each gives alone."""
+    import threading
+
+    cases = []
+    for i, (B, V) in enumerate([(8, 2000), (4, 32000), (4, 32000), (1, 3000), (6, 900), (3, 32000)]):
+        p, q = _lm_pair(B, V, 20 + i)
+        if i % 3 == 1:  # a draft close to its target: most rows take the full sort, in longer C calls
+            g = torch.Generator().manual_seed(i)
+            q = torch.softmax(torch.log(p) + 0.5 * torch.randn(B, V, generator=g), dim=1)
+        drafts = torch.multinomial(q, 4, replacement=True, generator=torch.Generator().manual_seed(i))
+        cases.append((p, q, drafts, torch.rand(B, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(i))))
+    alone = [verify(*case) for case in cases]
+    wrong = []
+
+    def run(i: int) -> None:
+        for _ in range(5):
+            tokens, index = verify(*cases[i])
+            if not (torch.equal(tokens, alone[i][0]) and torch.equal(index, alone[i][1])):
+                wrong.append(i)
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(len(cases))]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not wrong
+
+
 @pytest.mark.parametrize("backend", ["auto", "torch", pytest.param("cuda", marks=needs_cuda)])
 def test_a_width_mask_gives_each_row_the_rule_for_its_own_width(backend: str) -> None:
     """widths [B]: row b is verified with its first widths[b] drafts by the n = widths[b] rule, exactly the unmasked

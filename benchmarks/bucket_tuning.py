@@ -12,7 +12,7 @@
 Rows as benchmarks/verifiers.py's (float32 LM-like p, a loosely correlated draft); medians of ``--reps`` calls,
 interleaved. Prints one table per part and writes ``benchmarks/results/bucket_tuning.json``.
 
-    python benchmarks/bucket_tuning.py                 # all three parts (about 3 minutes on 2 cores)
+    python benchmarks/bucket_tuning.py                 # all three parts (under a minute on 2 cores)
     python benchmarks/bucket_tuning.py --parts bits
 """
 

@@ -9,7 +9,7 @@ the CPU with one thread and with torch's default threads, and on CUDA when a GPU
 (device, threads), writes ``benchmarks/results/verifiers.json`` and publishes the tables the README shows
 (``benchmarks/published/verifiers.json``, :mod:`readme_tables`).
 
-    python benchmarks/verifiers.py                      # the full grid (about 15 minutes on 2 cores)
+    python benchmarks/verifiers.py                      # the full grid (under a minute on this 2-core CPU)
     python benchmarks/verifiers.py --quick              # V = 2k and 32k, B = 1 and 64
     python benchmarks/verifiers.py --rules rrs optimal --threads 1
     python benchmarks/verifiers.py --from-json benchmarks/results/verifiers.json   # publish a finished run

@@ -16,6 +16,7 @@ from otlp.optimal import chains as C
 from tests.optimal.instances import FAMILIES, draw
 
 ROUTES = ("native", "numpy")
+needs_openmp = pytest.mark.skipif(not native.openmp(), reason="needs otlp's C kernels built with OpenMP")
 
 
 @pytest.fixture(params=ROUTES)
@@ -205,6 +206,37 @@ def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytes
     np.testing.assert_array_equal(i1.numpy(), i0)
 
 
+@needs_openmp
+def test_with_a_team_a_row_that_hardly_compresses_takes_its_full_order_in_the_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where an OpenMP team takes the rows, a row that hardly compresses (a draft close to its target) takes every
+    bucket in the call instead of status 0: its compressed instance is then its full order, so it draws the full
+    sort's token and slot; the other rows are certified as with one thread."""
+    from otlp import threads
+
+    rng = np.random.default_rng(15)
+    P, Q, W = _lm(rng, 6, 20_000, 4)
+    for b in (1, 4):
+        close = np.exp(np.log(P[b]) + 0.02 * rng.normal(size=20_000))  # all but a few percent of its tokens selected
+        Q[b] = close / close.sum()
+        W[b] = rng.choice(20_000, size=4, p=Q[b])
+    sc = BK.scheme(BK.bits_for(20_000))
+    one = np.ones(6)
+    for _ in range(5):
+        U = rng.random((6, 2))
+        t0, i0 = _full(P, Q, W, U, 4)
+        _, _, alone = BK._native_rows(P, Q, one, one, W, U, 4, sc, threads=1)
+        tokens, index, status = BK._native_rows(P, Q, one, one, W, U, 4, sc, threads=3)
+        assert (alone[[1, 4]] == 0).all() and (status > 0).all()  # one thread leaves them; the team answers
+        np.testing.assert_array_equal(tokens, t0)
+        np.testing.assert_array_equal(index, i0)
+    monkeypatch.setattr(threads, "count", lambda: 3)
+    monkeypatch.setattr(BK, "THREADS_MIN", 0)
+    tokens, index, done = BK.verify_rows(P, Q, W, U, 4)
+    assert done.all()
+    np.testing.assert_array_equal(tokens, t0)
+
+
 def _drafts_only(self, draft_buckets, u):  # noqa: ANN001, ANN202
     """A selection of the drafted tokens' buckets only: m*, the groups and the residual lie in merged runs."""
     sel = np.zeros(self.f.shape, dtype=bool)
@@ -365,7 +397,11 @@ def _counting(attempt, failed: list):  # noqa: ANN001, ANN202
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_the_routes_certify_the_same_rows(monkeypatch: pytest.MonkeyPatch, V: int, n: int) -> None:
     """The native route (a row at a time) selects and certifies as the numpy route (all rows at once) does: the same
-    rows are certified, with the same token and slot, on LM-shaped rows for several uniforms."""
+    rows are certified, with the same token and slot, on LM-shaped rows for several uniforms (one thread: a team
+    also answers the rows that hardly compress, below)."""
+    from otlp import threads
+
+    monkeypatch.setattr(threads, "count", lambda: 1)
     rng = np.random.default_rng([V, n])
     P, Q, W = _lm(rng, 12, V, n)
     rule = BK._native_rows

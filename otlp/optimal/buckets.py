@@ -28,7 +28,8 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    rejected tuple, no run's inside at or after M at or below tau, and position M a token. A row that fails gets the
    failing runs' buckets sorted too and is tried once more (``ATTEMPTS``); then the caller takes the full sort. A
    row whose compressed instance would hold more than 1 / ``FULL_SORT_SHARE`` of its tokens (a draft close to the
-   target: its ratios fill a few octaves' buckets) takes the full sort without a try.
+   target: its ratios fill a few octaves' buckets) takes the full sort without a try (where the native route's rows
+   go to a team of threads, in the call: every bucket sorted and no run merged, which is its full order).
 
 Where :mod:`otlp.native`'s kernels are built, a row takes all five steps at once in ``otlp_bucket_rule``
 (``otlp/native/bucket_rule.c``: the same operations, one row at a time, its arrays in cache; from ``THREADS_MIN``

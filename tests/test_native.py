@@ -405,13 +405,19 @@ def test_the_window_chains_are_numpys(n: int) -> None:
 def test_the_prefix_is_numpys_bit_for_bit(n: int) -> None:
     """``otlp_prefix`` (chains.c) against chains.prefix's numpy route (the ratio sort's order, psi by otlp.psi's two
     forms, m*) to the last bit, on rows of every instance family of the exact tests at V = 1 to 600 and on LM-shaped
-    rows with exact zeros at V = 3000 (psi near 0 at both ends, the suffix form where Q_m > 1/2)."""
+    rows with exact zeros at V = 3000 (psi near 0 at both ends, the suffix form where Q_m > 1/2); and m* on rows with
+    a NaN entry (numpy's argmin: the first NaN of psi), which the kernel finds walking down from the top."""
     rng = np.random.default_rng(n)
     batches = _family_batches(rng, n, (1, 2, 5, 40, 600))
+    P, Q = rng.random((4, 30)), rng.random((4, 30))
+    P[0, 7] = Q[1, 20] = np.nan
+    P[2, 3] = P[2, 25] = np.nan
+    batches.append((P / np.nansum(P, 1, keepdims=True), Q / np.nansum(Q, 1, keepdims=True)))
     for P, Q in batches:
-        got = C.prefix(P, Q, n)
-        with _numpy_route("library"):
-            want = C.prefix(P, Q, n)
+        with np.errstate(invalid="ignore"):
+            got = C.prefix(P, Q, n)
+            with _numpy_route("library"):
+                want = C.prefix(P, Q, n)
         for name in ("order", "ps", "qs", "prefix_q", "suffix_q", "psi", "m_star", "alpha"):
             np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
 

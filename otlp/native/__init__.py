@@ -286,7 +286,7 @@ def prefix(P: np.ndarray, Q: np.ndarray, order: np.ndarray, n: int, reuse: bool 
     ps, qs = new("ps", (B, V)), new("qs", (B, V))
     prefix_q, suffix_q, psi = new("prefix_q", (B, V + 1)), new("suffix_q", (B, V + 1)), new("psi", (B, V + 1))
     m_star = np.empty(B, dtype=np.int64)
-    work = scratch.array("prefix_work", (2 * (V + 1),), np.float64)  # the kernel's own: never returned
+    work = scratch.array("prefix_work", (V + 1,), np.float64)  # the kernel's own: never returned
     lib.otlp_prefix(P.ctypes.data, Q.ctypes.data, order.ctypes.data, B, V, n, *(x.ctypes.data for x in (
         ps, qs, prefix_q, suffix_q, psi, m_star, work)))
     return ps, qs, prefix_q, suffix_q, psi, m_star

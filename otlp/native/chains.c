@@ -366,50 +366,53 @@ int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q
  * (otlp.psi.sorted_psi: running sums from the bottom and, for the suffixes, from the top, each one addition per
  * entry in numpy's order; psi by otlp.psi.prefix_psi's two forms with int_power's products, the suffix form where
  * Q_m > 1/2; psi_0 = psi_V = 0); m_star [B] the first argmin of psi (numpy's argmin: the first NaN, if any). The
- * same operations as the numpy route, so the same bits (tests/test_native.py). work: 2 (V + 1) doubles. */
+ * same operations as the numpy route, so the same bits (tests/test_native.py). work: V + 1 doubles. */
 void otlp_prefix(const double *P, const double *Q, const int64_t *order, int64_t B, int64_t V, int n, double *ps,
                  double *qs, double *prefix_q, double *suffix_q, double *psi, int64_t *m_star, double *work) {
-    double *prefix_p = work, *suffix_p = work + V + 1;
+    double *prefix_p = work;
     for (int64_t b = 0; b < B; b++) {
         const double *Pb = P + b * V, *Qb = Q + b * V;
         const int64_t *ob = order + b * V;
         double *pb = ps + b * V, *qb = qs + b * V;
         double *Hq = prefix_q + b * (V + 1), *Sq = suffix_q + b * (V + 1), *psib = psi + b * (V + 1);
-        for (int64_t i = 0; i < V; i++) {
-            pb[i] = Pb[ob[i]];
-            qb[i] = Qb[ob[i]];
-        }
+        /* up: the laws in order and their running sums (numpy's start at x_0), in registers */
         prefix_p[0] = Hq[0] = 0.0;
-        double run_p = V > 0 ? pb[0] : 0.0, run_q = V > 0 ? qb[0] : 0.0; /* (numpy's running sums start at x_0) */
-        for (int64_t i = 1; i <= V; i++) { /* the sums in registers: no store-to-load chain through the arrays */
-            prefix_p[i] = run_p;
-            Hq[i] = run_q;
-            if (i < V) {
-                run_p += pb[i];
-                run_q += qb[i];
-            }
+        double run_p = 0.0, run_q = 0.0;
+        for (int64_t i = 0; i < V; i++) {
+            const double p = Pb[ob[i]], q = Qb[ob[i]];
+            pb[i] = p;
+            qb[i] = q;
+            run_p = i ? run_p + p : p;
+            run_q = i ? run_q + q : q;
+            prefix_p[i + 1] = run_p;
+            Hq[i + 1] = run_q;
         }
-        suffix_p[V] = Sq[V] = 0.0;
+        /* down: the sums from the top and psi at each prefix as they are known; the first argmin (numpy's argmin:
+         * the first NaN, else the first least value) by keeping the lowest index with a value <= the best's */
+        Sq[V] = psib[V] = 0.0;
+        int64_t best = V;
+        int best_nan = 0;
         run_p = V > 0 ? pb[V - 1] : 0.0;
         run_q = V > 0 ? qb[V - 1] : 0.0;
-        for (int64_t i = V - 1; i >= 0; i--) {
-            suffix_p[i] = run_p;
-            Sq[i] = run_q;
-            if (i > 0) {
-                run_p += pb[i - 1];
-                run_q += qb[i - 1];
+        for (int64_t m = V - 1; m >= 0; m--) {
+            const double suffix_p = run_p;
+            Sq[m] = run_q;
+            if (m > 0) {
+                run_p += pb[m - 1];
+                run_q += qb[m - 1];
             }
-        }
-        int64_t best = 0;
-        for (int64_t m = 0; m <= V; m++) {
             double value;
-            if (m == 0 || m == V) value = 0.0;
+            if (m == 0) value = 0.0;
             else if (Hq[m] > 0.5) value = 1.0 - int_power(1.0 - (Sq[m] <= 1.0 || Sq[m] != Sq[m] ? Sq[m] : 1.0), n)
-                                         - suffix_p[m];
+                                         - suffix_p;
             else value = prefix_p[m] - int_power(Hq[m], n);
             psib[m] = value;
-            const double low = psib[best];
-            if (low == low && (value < low || value != value)) best = m;
+            if (value != value) {
+                best = m;
+                best_nan = 1;
+            } else if (!best_nan && value <= psib[best]) {
+                best = m;
+            }
         }
         m_star[b] = best;
     }

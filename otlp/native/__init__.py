@@ -154,7 +154,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_window_chain.restype = _INT
     lib.otlp_prefix.argtypes = [_VOID, _VOID, _VOID, _I64, _I64, _INT] + [_VOID] * 7
     lib.otlp_prefix.restype = None
-    lib.otlp_served_group.argtypes = [_VOID] * 4 + [_I64] * 3 + [_VOID] * 5
+    lib.otlp_served_group.argtypes = [_VOID] * 4 + [_I64] * 3 + [_VOID] * 4
     lib.otlp_served_group.restype = None
     lib.otlp_pieces.argtypes = [_VOID] * 6 + [_I64, _INT, _VOID, _VOID]
     lib.otlp_pieces.restype = None
@@ -302,10 +302,10 @@ def served_group(pre, w: np.ndarray):  # noqa: ANN001, ANN201 - a chains.Prefix 
         return None
     psi, order = np.ascontiguousarray(pre.psi, dtype=np.float64), np.ascontiguousarray(pre.order, dtype=np.int64)
     w, m_star = np.ascontiguousarray(w, dtype=np.int64), np.ascontiguousarray(pre.m_star, dtype=np.int64)
-    pos, work = np.empty(w.shape, dtype=np.int64), scratch.array("served_work", (V,), np.int64)  # (work: the kernel's)
+    pos = np.empty(w.shape, dtype=np.int64)
     top, s, e = (np.empty((B, 1), dtype=np.int64) for _ in range(3))
     lib.otlp_served_group(psi.ctypes.data, order.ctypes.data, w.ctypes.data, m_star.ctypes.data, B, V, w.shape[1],
-                          *(x.ctypes.data for x in (pos, top, s, e, work)))
+                          *(x.ctypes.data for x in (pos, top, s, e)))
     return pos, top, s, e
 
 

@@ -116,7 +116,7 @@ struct work {
     int64_t *ident, *start, *run_first, *run_last;    /* [NB + 1] */
     int64_t *count;                                   /* [DIGITS + 1] */
     double *run_p, *run_q, *run_low;                  /* [NB] */
-    int64_t *F, *order, *tmp, *swork;                 /* [V + NB + 1] */
+    int64_t *F, *order, *tmp;                         /* [V + NB + 1] */
     double *Pg, *Qg, *key, *ps, *qs, *pq, *sq, *psi, *pwork;
     void *block;
 };
@@ -124,7 +124,7 @@ struct work {
 static int work_alloc(struct work *W, int64_t V, int64_t NB) {
     const size_t K = (size_t)(V + NB + 1), nb = (size_t)(NB + 1);
     const size_t doubles = 17 * nb + 10 * K;
-    const size_t ints = 4 * nb + 4 * K + DIGITS + 1;
+    const size_t ints = 4 * nb + 3 * K + DIGITS + 1;
     W->block = malloc(sizeof(double) * doubles + sizeof(int64_t) * ints + (size_t)V * 2 + 2 * nb + 64);
     if (!W->block) return -1;
     double *d = W->block;
@@ -144,7 +144,6 @@ static int work_alloc(struct work *W, int64_t V, int64_t NB) {
     W->F = x, x += K;
     W->order = x, x += K;
     W->tmp = x, x += K;
-    W->swork = x, x += K;
     W->count = x, x += DIGITS + 1;
     W->bucket = (uint16_t *)x;
     W->sel = (uint8_t *)(W->bucket + V);
@@ -300,7 +299,7 @@ static int row_rule(struct work *W, int64_t T, int64_t R, const int64_t *w, cons
         w2[j] = lo;
     }
     otlp_prefix(W->Pg, W->Qg, W->order, 1, K, n, W->ps, W->qs, W->pq, W->sq, W->psi, &m, W->pwork);
-    otlp_served_group(W->psi, W->order, w2, &m, 1, K, n, pos, &top, &s, &e, W->swork);
+    otlp_served_group(W->psi, W->order, w2, &m, 1, K, n, pos, &top, &s, &e);
     /* the certificate (buckets._attempt), by compressed position j: first what needs no chain (m*, the served
      * group's ends, the chain's positions), so that a failing attempt skips the chain, the costly part of close
      * drafts' rows; then the residual draw's condition */

@@ -422,20 +422,24 @@ void otlp_prefix(const double *P, const double *Q, const int64_t *order, int64_t
  * [B, V + 1], pos [B, draws] the draws' positions, top [B] the highest, and the served group's first position s and
  * one past its last e [B]: an inner group (top < m*) from the first argmin of psi over [0, top] to the first m > top
  * with psi below it; an outer one from the last m <= top with psi_m <= psi_e to the first argmin e of psi over
- * (top, V]. The same comparisons as the numpy route (argmin's first NaN included), so the same positions. work: V
- * int64. */
+ * (top, V]. The same comparisons as the numpy route (argmin's first NaN included), so the same positions. */
 void otlp_served_group(const double *psi, const int64_t *order, const int64_t *w, const int64_t *m_star, int64_t B,
-                       int64_t V, int64_t draws, int64_t *pos, int64_t *top_out, int64_t *s_out, int64_t *e_out,
-                       int64_t *work) {
+                       int64_t V, int64_t draws, int64_t *pos, int64_t *top_out, int64_t *s_out, int64_t *e_out) {
     for (int64_t b = 0; b < B; b++) {
         const double *psib = psi + b * (V + 1);
-        const int64_t *ob = order + b * V;
-        for (int64_t i = 0; i < V; i++) work[ob[i]] = i; /* the inverse permutation */
+        const int64_t *ob = order + b * V, *wb = w + b * draws;
+        int64_t *pb = pos + b * draws, found = 0;
+        /* the draws' positions: the order read from its top until every draw is found (at the top draw; for a far
+         * draft a few positions), where the inverse permutation wrote every position of the row at random */
+        for (int64_t j = 0; j < draws; j++) pb[j] = 0; /* (every draw is a token of the row: the callers check) */
+        for (int64_t i = 0; i < V && found < draws; i++)
+            for (int64_t j = 0; j < draws; j++)
+                if (wb[j] == ob[i]) {
+                    pb[j] = i;
+                    found++;
+                }
         int64_t top = 0;
-        for (int64_t j = 0; j < draws; j++) {
-            pos[b * draws + j] = work[w[b * draws + j]];
-            top = j == 0 || pos[b * draws + j] > top ? pos[b * draws + j] : top;
-        }
+        for (int64_t j = 0; j < draws; j++) top = j == 0 || pb[j] > top ? pb[j] : top;
         int64_t s, e;
         if (top < m_star[b]) { /* inner */
             s = 0;

@@ -64,8 +64,7 @@ int64_t otlp_gather_selected(const void *p, const void *q, int is_double, int64_
 void otlp_prefix(const double *P, const double *Q, const int64_t *order, int64_t B, int64_t V, int n, double *ps,
                  double *qs, double *prefix_q, double *suffix_q, double *psi, int64_t *m_star, double *work);
 void otlp_served_group(const double *psi, const int64_t *order, const int64_t *w, const int64_t *m_star, int64_t B,
-                       int64_t V, int64_t draws, int64_t *pos, int64_t *top_out, int64_t *s_out, int64_t *e_out,
-                       int64_t *work);
+                       int64_t V, int64_t draws, int64_t *pos, int64_t *top_out, int64_t *s_out, int64_t *e_out);
 int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q, const double *suffix_q,
                       const double *psi, int64_t B, int64_t V, const int64_t *m_star, const int64_t *s_in,
                       const int64_t *e_in, const int64_t *top_in, const int64_t *pos_in, int64_t draws, int n,

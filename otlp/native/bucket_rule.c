@@ -123,19 +123,19 @@ struct work {
 
 static int work_alloc(struct work *W, int64_t V, int64_t NB) {
     const size_t K = (size_t)(V + NB + 1), nb = (size_t)(NB + 1);
-    const size_t doubles = 17 * nb + 10 * K;
+    /* nb doubles each (lwork: otlp_prefix's work on the buckets), K each (pwork: its work on the instance) */
+    double **lev[] = {&W->Pb, &W->Qb, &W->lps, &W->lqs, &W->Qa, &W->Sqb, &W->psib, &W->f, &W->low, &W->inner,
+                      &W->run_p, &W->run_q, &W->run_low, &W->lwork};
+    double **com[] = {&W->Pg, &W->Qg, &W->key, &W->ps, &W->qs, &W->pq, &W->sq, &W->psi, &W->pwork};
+    const size_t n_lev = sizeof lev / sizeof *lev, n_com = sizeof com / sizeof *com;
+    const size_t doubles = 2 * nb + n_lev * nb + n_com * K;
     const size_t ints = 4 * nb + 3 * K + DIGITS + 1;
     W->block = malloc(sizeof(double) * doubles + sizeof(int64_t) * ints + (size_t)V * 2 + 2 * nb + 64);
     if (!W->block) return -1;
     double *d = W->block;
     W->hist = d, d += 2 * nb;
-    double **lev[] = {&W->Pb, &W->Qb, &W->lps, &W->lqs, &W->Qa, &W->Sqb, &W->psib, &W->f, &W->low, &W->inner,
-                      &W->run_p, &W->run_q, &W->run_low};
-    for (size_t i = 0; i < sizeof lev / sizeof *lev; i++) *lev[i] = d, d += nb;
-    W->lwork = d, d += 2 * nb;
-    double **com[] = {&W->Pg, &W->Qg, &W->key, &W->ps, &W->qs, &W->pq, &W->sq, &W->psi};
-    for (size_t i = 0; i < sizeof com / sizeof *com; i++) *com[i] = d, d += K;
-    W->pwork = d, d += 2 * K;
+    for (size_t i = 0; i < n_lev; i++) *lev[i] = d, d += nb;
+    for (size_t i = 0; i < n_com; i++) *com[i] = d, d += K;
     int64_t *x = (int64_t *)d;
     W->ident = x, x += nb;
     W->start = x, x += nb;
@@ -174,7 +174,7 @@ static int64_t row_level(const void *p, const void *q, int is_double, int64_t V,
     while (kmin < NB - 1 && W->Pb[kmin] == 0.0 && W->Qb[kmin] == 0.0) kmin++;
     while (kmax > kmin && W->Pb[kmax] == 0.0 && W->Qb[kmax] == 0.0) kmax--;
     const int64_t L = kmax - kmin + 1;
-    double *Pa = W->lwork; /* otlp_prefix's running sums of P from the bottom (its suffix sums after them) */
+    double *Pa = W->lwork; /* otlp_prefix's running sums of P from the bottom */
     otlp_prefix(W->Pb + kmin, W->Qb + kmin, W->ident, 1, L, n, W->lps, W->lqs, W->Qa + kmin, W->Sqb + kmin,
                 W->psib + kmin, &m, Pa + kmin);
     const int64_t b_star = W->psib[kmin + m] < 0.0 ? kmin + m : 0; /* the first argmin; 0 where psi >= 0 */

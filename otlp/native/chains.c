@@ -23,7 +23,6 @@
 
 #include "kernels.h"
 
-
 static void binomials(int n, int64_t *row) { /* row[k] = C(n, k), k = 0..n, by Pascal's rule (exact) */
     row[0] = 1;
     for (int m = 1; m <= n; m++) {

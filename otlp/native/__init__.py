@@ -223,13 +223,12 @@ def sort_runs(key: np.ndarray, packed: np.ndarray, s: int, bits: int = 63):  # n
     key, packed = np.ascontiguousarray(key, dtype=np.float64), np.ascontiguousarray(packed)
     order, rows, R = np.empty((B, V), dtype=np.int64), np.empty(B, dtype=np.int64), np.zeros(1, dtype=np.int64)
     composite = scratch.array("sort_composite", (B, V), np.int64)
-    ties = lib.otlp_sort_runs(key.ctypes.data, packed.ctypes.data, B, V, s, min(bits, 63), order.ctypes.data,
-                              composite.ctypes.data, rows.ctypes.data, R.ctypes.data)
-    if ties < 0:
+    if lib.otlp_sort_runs(key.ctypes.data, packed.ctypes.data, B, V, s, min(bits, 63), order.ctypes.data,
+                          composite.ctypes.data, rows.ctypes.data, R.ctypes.data) < 0:
         return None
-    if ties == 0 or 8 * ties > B * (V - 1):  # no ties (the order is exact), or dense ones
-        return order, rows[: R[0]], composite[: R[0]]
-    return order, None, None
+    if R[0] < 0:  # sparse ties
+        return order, None, None
+    return order, rows[: R[0]], composite[: R[0]]  # no ties (the order is exact), or dense ones
 
 
 def slot_mass(H, L, r_below, gap, n: int, limit: int) -> np.ndarray | None:  # noqa: ANN001 - numpy arrays

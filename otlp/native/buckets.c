@@ -213,12 +213,12 @@ void otlp_normalised_keys(const void *p, const void *q, int is_double, int64_t B
 /* xp._packed_sort's passes around its two sorts. packed [B, V]: each row's keys' bit patterns with their low s bits
  * replaced by V - 1 - id, sorted ascending. Writes order [B, V], the ids by decreasing packed key (ids increasing
  * within a truncated tie), and returns the number of adjacent positions whose truncated keys tie, over all rows.
- * When that is more than an eighth of them (`dense`: n-gram laws) each row holding a run of truncated ties with
- * different exact keys also gets composite [R, V] (R such rows, listed in rows) = (run << 2s) | ((2^s - 1 - the
- * exact key's low s bits) << s) | id, whose ascending order is that row's exact stable order (run, key decreasing,
- * id increasing): *R_out = R; -1 where a row's runs need more than bits - 2s bits (bits <= 63; the caller's
- * lexsort then). The
- * numpy route's quantities (xp._sorted_runs), so the same order. */
+ * Where some tie but at most an eighth of them (sparse), *R_out = -1: the caller repairs those runs' positions.
+ * Else (none, or `dense`: n-gram laws) each row holding a run of truncated ties with different exact keys also gets
+ * composite [R, V] (R such rows, listed in rows) = (run << 2s) | ((2^s - 1 - the exact key's low s bits) << s) | id,
+ * whose ascending order is that row's exact stable order (run, key decreasing, id increasing): *R_out = R. Returns
+ * -1 where a row's runs need more than bits - 2s bits (bits <= 63; the caller's lexsort then). The numpy route's
+ * quantities (xp._sorted_runs), so the same order. */
 int64_t otlp_sort_runs(const double *key, const int64_t *packed, int64_t B, int64_t V, int s, int bits,
                        int64_t *order, int64_t *composite, int64_t *rows, int64_t *R_out) {
     const int64_t low = ((int64_t)1 << s) - 1;
@@ -232,8 +232,8 @@ int64_t otlp_sort_runs(const double *key, const int64_t *packed, int64_t B, int6
             ties += i > 0 && (x >> s) == (pb[V - i] >> s);
         }
     }
-    *R_out = 0;
-    if (8 * ties <= B * (V - 1)) return ties; /* sparse: the caller repairs the runs' positions only */
+    *R_out = ties > 0 ? -1 : 0;
+    if (8 * ties <= B * (V - 1)) return ties; /* none, or sparse: the caller repairs the runs' positions only */
     for (int64_t b = 0; b < B; b++) {
         const int64_t *pb = packed + b * V, *ob = order + b * V;
         const double *kb = key + b * V;

@@ -23,6 +23,12 @@ def count() -> int:
     return max(1, torch.get_num_threads())
 
 
+def chunk_rows(rows: int, most: int) -> int:
+    """Rows per chunk for ``rows`` rows in chunks of at most ``most`` rows, one chunk per thread (:func:`count`) at
+    least where there are rows enough."""
+    return max(1, min(most, -(-rows // count())))
+
+
 def map_chunks(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     """``[fn(x) for x in items]``, on :func:`count` threads when there are several (the order of ``items`` kept)."""
     items = list(items)

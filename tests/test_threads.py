@@ -47,3 +47,13 @@ def test_the_count_follows_torchs_threads() -> None:
     finally:
         torch.set_num_threads(before)
     assert threads.count() == before
+
+
+def test_chunk_rows_caps_a_chunk_and_gives_each_thread_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """chunk_rows: at most ``most`` rows a chunk, few enough rows that each of the threads gets a chunk, and one row
+    at least (a row wider than the cap, or no rows)."""
+    monkeypatch.setattr(threads, "count", lambda: 3)
+    assert threads.chunk_rows(64, 100) == 22  # 3 chunks, one per thread
+    assert threads.chunk_rows(64, 8) == 8  # the cap
+    assert threads.chunk_rows(2, 100) == 1  # fewer rows than threads
+    assert threads.chunk_rows(5, 0) == 1 and threads.chunk_rows(0, 4) == 1

@@ -173,7 +173,7 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     got = _native_rows(*load(slice(0, B)), w, U, n, sc, threads=team) if native.library() else None
     if got is not None:  # every row start to end in C, on the host threads inside the call
         return got[0], got[1], got[2] > 0
-    step = max(1, min(CHUNK // max(V, 1), -(-B // threads.count())))  # a chunk per thread at least
+    step = threads.chunk_rows(B, CHUNK // max(V, 1))
 
     def chunk(lo: int) -> _Found:
         return _gather(*load(slice(lo, lo + step)), w[lo:lo + step], U[lo:lo + step], n, sc)

@@ -156,7 +156,7 @@ def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001
         tokens[sl], index[sl] = C.sample(pre, accept, reject, w[sl], U[sl])
 
     if todo.size * V >= FULL_SORT_THREADS_MIN and threads.count() > 1:  # side by side on the host threads
-        step = max(1, min(step, -(-todo.size // threads.count())))  # (a chunk per thread at least)
+        step = threads.chunk_rows(todo.size, step)
         threads.map_chunks(chunk, range(0, todo.size, step))
     else:
         for lo in range(0, todo.size, step):

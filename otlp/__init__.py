@@ -1,9 +1,11 @@
 """otlp: optimal multi-draft speculative sampling.
 
-The public API is kept short: the draft schemes, ``optimal_acceptance`` (alpha*), ``certify`` and the errors.
-Everything else lives in the subpackages, which load on first use (``otlp.formulations``, ``otlp.solvers``,
-``otlp.optimal``, ``otlp.verifiers``, ``otlp.proofs_check``, ``otlp.decode``, ``otlp.multistep``), so
-``import otlp`` stays light and never imports torch.
+The public API is kept short: the draft schemes, ``optimal_acceptance`` (alpha*), ``OptimalTransport`` (the exact
+optimal rule), ``verifier(name)`` (a registered batched rule), ``certify`` (does a verifier preserve p, and how far is
+it from alpha*) and the errors. Everything else lives in the subpackages, which load on first use
+(``otlp.formulations``, ``otlp.solvers``, ``otlp.optimal``, ``otlp.verifiers``, ``otlp.proofs_check``,
+``otlp.decode``, ``otlp.multistep``, ``otlp.sweep``), so ``import otlp`` stays light: it loads neither torch nor the
+C kernels.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from otlp.subsets import optimal_acceptance
 
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("formulations", "solvers", "optimal", "verifiers", "proofs_check", "decode", "multistep")
+_SUBPACKAGES = ("formulations", "solvers", "optimal", "verifiers", "proofs_check", "decode", "multistep", "sweep")
 
 __all__ = [
     "IID",
@@ -26,10 +28,12 @@ __all__ = [
     "Joint",
     "MissingDependencyError",
     "ModelTooLargeError",
+    "OptimalTransport",
     "SpecHub",
     "WithoutReplacement",
     "certify",
     "optimal_acceptance",
+    "verifier",
     *_SUBPACKAGES,
 ]
 
@@ -49,7 +53,21 @@ def certify(fn_or_name: object, p: object, draft: object = None, **kwargs: objec
     return _certify(fn_or_name, p, draft, **kwargs)
 
 
+def verifier(name: str, **options: object):  # noqa: ANN201 - a Verifier
+    """The registered verification rule ``name`` (one of ``otlp.verifiers.NAMES``), e.g. ``verifier("optimal")``:
+    its ``sample(p, q, drafts, generator)`` is the batched torch sampler, ``acceptance(p, draft)`` its exact
+    acceptance. Same as :func:`otlp.verifiers.get`."""
+    from otlp.verifiers import get
+
+    return get(name, **options)
+
+
 def __getattr__(name: str) -> object:
+    if name == "OptimalTransport":
+        from otlp.optimal.transport import OptimalTransport
+
+        globals()[name] = OptimalTransport
+        return OptimalTransport
     if name in _SUBPACKAGES:
         module = importlib.import_module(f"otlp.{name}")
         globals()[name] = module

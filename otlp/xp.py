@@ -15,7 +15,7 @@ from math import inf
 
 import numpy as np
 
-from otlp import native, scratch
+from otlp import scratch
 
 
 def namespace(x: object):  # noqa: ANN201 - the numpy or torch module
@@ -311,6 +311,8 @@ def _packed_sort(key: np.ndarray) -> np.ndarray:
     low = (1 << s) - 1
     packed = (np.ascontiguousarray(key).view(np.int64) & ~low) | (V - 1 - np.arange(V, dtype=np.int64))
     packed.sort(axis=-1)
+    from otlp import native  # the kernels load on first use, not with the core
+
     got = native.sort_runs(key, packed, s, _REPAIR_BITS)  # the passes around the sorts in a C loop: the same order
     if got is not None and got[1] is not None:  # no ties, or dense ones: the rows that hold a mixed run sorted again
         order, rows, composite = got

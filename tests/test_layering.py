@@ -134,3 +134,19 @@ sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-rs", "
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "needs the optional package 'torch'" in proc.stdout
+
+
+def test_import_otlp_loads_neither_torch_nor_the_kernels():
+    code = "import sys, otlp\nprint(sorted(m for m in sys.modules if m in ('torch', 'otlp.native')))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_the_top_level_names_resolve():
+    import otlp
+    from otlp.optimal.transport import OptimalTransport
+    from otlp.sweep import run_sweep
+
+    assert otlp.OptimalTransport is OptimalTransport and otlp.sweep.run_sweep is run_sweep
+    assert type(otlp.verifier("rrs")).__name__ == "RecursiveRejection"
+    assert set(otlp.__all__) <= set(dir(otlp)) | {"OptimalTransport", *otlp._SUBPACKAGES}

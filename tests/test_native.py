@@ -1,11 +1,15 @@
 """The C kernels of otlp/native (the optimal rule's bucketed per-token passes) against the numpy route they replace:
 the same buckets, selected tokens, masses and keys bit for bit, the bucket sums to rounding, and the same sampled
-tokens; and the fallback to numpy where no kernel can be built."""
+tokens; and the fallback to numpy where no kernel was built."""
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +22,7 @@ from tests.optimal.instances import FAMILIES, draw
 torch = pytest.importorskip("torch")
 
 lib = native.library()
-needs_kernels = pytest.mark.skipif(lib is None, reason="no C compiler built otlp/native's kernels here")
+needs_kernels = pytest.mark.skipif(lib is None, reason="otlp/native's kernels were not built here")
 
 
 def _rows(rng, B: int, V: int, dtype) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
@@ -112,23 +116,34 @@ def test_the_sampler_draws_the_same_tokens_with_and_without_the_kernels(monkeypa
         assert torch.equal(with_kernels[0], without[0]) and torch.equal(with_kernels[1], without[1])
 
 
-def test_without_a_compiler_there_are_no_kernels_and_the_numpy_route_answers(monkeypatch: pytest.MonkeyPatch,
-                                                                             tmp_path) -> None:  # noqa: ANN001
+def test_without_built_kernels_the_numpy_route_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package built without a C compiler has no kernel libraries: the loader says why, and the numpy route
+    answers."""
     from otlp.optimal.sampler import verify
 
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setenv("OTLP_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
-    native._build.cache_clear()
+    monkeypatch.setattr(native, "library_path", lambda name, folder=None: None)
+    native._load.cache_clear()
     try:
         assert native.library() is None
-        assert "no-such-compiler" in native.reason()  # the build's error, for a user who wonders why it is slow
+        assert "was not built" in native.reason()  # for a user who wonders why it is slow
         g = torch.Generator().manual_seed(5)
         p = torch.softmax(torch.randn(3, BK.MIN_V, generator=g), dim=1)
         tokens, index = verify(p, p, torch.zeros(3, 2, dtype=torch.long), torch.rand(3, 2, generator=g))
         assert torch.equal(index, torch.zeros(3, dtype=torch.long))  # p = q: the first draft is accepted
     finally:
-        native._build.cache_clear()
+        native._load.cache_clear()
+
+
+def test_a_library_that_does_not_load_leaves_the_numpy_route(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path) -> None:  # noqa: ANN001
+    broken = tmp_path / "_kernels.so"
+    broken.write_bytes(b"not a shared library")
+    monkeypatch.setattr(native, "library_path", lambda name, folder=None: broken)
+    native._load.cache_clear()
+    try:
+        assert native.library() is None and str(broken) in native.reason()
+    finally:
+        native._load.cache_clear()
 
 
 @needs_kernels
@@ -211,6 +226,15 @@ def test_the_value_check_hands_its_sums_to_the_optimal_rule() -> None:
         opt.sample(bad, q, drafts, uniforms=u)
 
 
+def _build(tmp_path, env: dict[str, str]) -> Path:  # noqa: ANN001
+    """setup.py's build of the kernels into ``tmp_path`` (as ``pip`` runs it), with ``env`` added."""
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(tmp_path / "lib"),
+                    "--build-temp", str(tmp_path / "temp")], cwd=root, env={**os.environ, **env}, check=True,
+                   capture_output=True, timeout=300)
+    return tmp_path / "lib" / "otlp" / "native"
+
+
 @needs_kernels
 def test_a_compiler_without_openmp_builds_the_kernels_without_it(monkeypatch: pytest.MonkeyPatch,
                                                                  tmp_path) -> None:  # noqa: ANN001
@@ -221,7 +245,7 @@ def test_a_compiler_without_openmp_builds_the_kernels_without_it(monkeypatch: py
 
     from otlp.optimal.sampler import verify
 
-    real = shutil.which(native._compiler())
+    real = shutil.which(os.environ.get("CC", "cc"))
     wrapper = tmp_path / "cc-without-openmp"
     wrapper.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = -fopenmp ] && exit 1; done\nexec {real} "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
@@ -231,63 +255,50 @@ def test_a_compiler_without_openmp_builds_the_kernels_without_it(monkeypatch: py
     drafts = torch.multinomial(q, 4, replacement=True, generator=g)
     u = torch.rand(6, 2, dtype=torch.float64, generator=g)
     threaded = verify(p, q, drafts, u)
-    monkeypatch.setenv("CC", str(wrapper))
-    monkeypatch.setenv("OTLP_CACHE", str(tmp_path / "cache"))
-    native._build.cache_clear()
-    try:
-        assert native.library() is not None and not native.openmp()
-        stats = {}
-        sc = BK.scheme(BK.bits_for(4000))
-        P, Q = (x.double().numpy() for x in (p, q))
-        native.bucket_rule(P, Q, 1 / P.sum(1), 1 / Q.sum(1), drafts.numpy(), u.numpy(), 4, steps=8, bits=sc.bits,
-                           top=BK._top(sc.bits), NB=sc.NB, below=BK._BELOW, above=2.0**BK.OCTAVES, LO=sc.LO, HI=sc.HI,
-                           margin=BK.BOUND_MARGIN, share=BK.FULL_SORT_SHARE, attempts=BK.ATTEMPTS, threads=3,
-                           stats=stats)
-        assert stats["threads"] == 1
-        serial = verify(p, q, drafts, u)
-    finally:
-        native._build.cache_clear()
+    folder = _build(tmp_path, {"CC": str(wrapper)})
+    built = native.load(native.library_path("_kernels", folder))
+    monkeypatch.setattr(native, "_load", lambda: built)
+    assert native.library() is built and not native.openmp()
+    stats = {}
+    sc = BK.scheme(BK.bits_for(4000))
+    P, Q = (x.double().numpy() for x in (p, q))
+    native.bucket_rule(P, Q, 1 / P.sum(1), 1 / Q.sum(1), drafts.numpy(), u.numpy(), 4, steps=8, bits=sc.bits,
+                       top=BK._top(sc.bits), NB=sc.NB, below=BK._BELOW, above=2.0**BK.OCTAVES, LO=sc.LO, HI=sc.HI,
+                       margin=BK.BOUND_MARGIN, share=BK.FULL_SORT_SHARE, attempts=BK.ATTEMPTS, threads=3,
+                       stats=stats)
+    assert stats["threads"] == 1
+    serial = verify(p, q, drafts, u)
     assert torch.equal(threaded[0], serial[0]) and torch.equal(threaded[1], serial[1])
 
 
+def test_without_a_compiler_the_package_still_builds(tmp_path) -> None:  # noqa: ANN001
+    """setup.py with no working C compiler: the build succeeds without the kernels (the numpy route then runs)."""
+    folder = _build(tmp_path, {"CC": str(tmp_path / "no-such-compiler")})
+    assert not any(native.library_path(name, folder) for name in native.LIBRARIES)
+
+
 @needs_kernels
-def test_the_portable_loops_give_the_vector_loops_bits(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
-    """Built without -mavx2 the row stats run their plain C loops: the same sums and minima, bit for bit (the AVX2
-    lanes are the same eight running sums); and the slot roots, whose lanes are vectorised where the build allows."""
-    if "-mavx2" not in native._flags():
-        pytest.skip("this CPU builds the plain loops only")
+def test_the_portable_loops_give_the_vector_loops_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The portable library runs the row stats' plain C loops: the same sums and minima as the AVX2 library, bit
+    for bit (the AVX2 lanes are the same eight running sums); and the slot roots, whose lanes are vectorised where
+    the build allows."""
+    paths = [native.library_path(name) for name in ("_kernels_avx2", "_kernels")]
+    if not native.has_avx2() or None in paths:
+        pytest.skip("this CPU runs the portable library only")
     rng = np.random.default_rng(3)
     x = rng.random((5, 40_003)) ** 8
-    wide = native.row_stats(x), native.row_stats(x.astype(np.float32))
     H, L, r, gap = _slot_inputs(rng)[-1]
-    roots = native.slot_mass(H, L, r, gap, 4, 200)
-    monkeypatch.setenv("OTLP_CACHE", str(tmp_path))
-    monkeypatch.setattr(native, "_flags", lambda: native.FLAGS)
-    native._build.cache_clear()
-    try:
-        plain = native.row_stats(x), native.row_stats(x.astype(np.float32))
-        np.testing.assert_array_equal(native.slot_mass(H, L, r, gap, 4, 200), roots)
-    finally:
-        native._build.cache_clear()
-    for a, b in zip(wide, plain, strict=True):
+    results = []
+    for path in paths:
+        lib = native.load(path)
+        monkeypatch.setattr(native, "_load", lambda lib=lib: lib)
+        results.append((native.row_stats(x), native.row_stats(x.astype(np.float32)),
+                        native.slot_mass(H, L, r, gap, 4, 200)))
+    (wide32, wide64, roots), (plain32, plain64, plain_roots) = results
+    np.testing.assert_array_equal(plain_roots, roots)
+    for a, b in ((wide32, plain32), (wide64, plain64)):
         np.testing.assert_array_equal(a[0], b[0])
         np.testing.assert_array_equal(a[1], b[1])
-
-
-@needs_kernels
-def test_a_cached_library_that_does_not_load_is_rebuilt(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
-    """A cached kernel file that cannot be loaded (a truncated or overwritten .so) is replaced by a fresh build in
-    the same folder, not skipped for the temporary folder on every later start."""
-    monkeypatch.setenv("OTLP_CACHE", str(tmp_path))
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
-    cached = tmp_path / native._file_name(native._compiler(), native._flags())
-    cached.write_bytes(b"not a shared library")  # never loaded before: a loaded file must not be overwritten
-    native._build.cache_clear()
-    try:
-        assert native.library() is not None and native.reason() is None
-        assert cached.read_bytes()[:4] == b"\x7fELF" and not (tmp_path / "tmp").exists()
-    finally:
-        native._build.cache_clear()
 
 
 def _numpy_slot_mass(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202

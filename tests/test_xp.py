@@ -68,7 +68,7 @@ def test_packed_sort_repairs_only_the_tied_runs_and_equals_a_stable_argsort(repa
     if not kernels:
         monkeypatch.setattr(native, "sort_runs", lambda *a: None)
     elif native.library() is None:
-        pytest.skip("no C compiler built otlp/native's kernels here")
+        pytest.skip("otlp/native's kernels were not built here")
     rng = np.random.default_rng(4)
     for trial in range(200):
         B, V = int(rng.integers(1, 5)), int(rng.integers(2, 3000))

@@ -1,44 +1,34 @@
-"""Small C kernels for the CPU samplers' per-token passes, built on first use with the system's C compiler.
+"""Small C kernels for the CPU samplers' per-token passes, built when the package is built (setup.py).
 
 numpy spends one pass over a ``[B, V]`` array per operation; the optimal rule's bucketed route (``buckets.c``, see its
 header) needs about ten for what a loop does in two, its class chains' slot roots (``chains.c``) about 25 per Newton
-step, the rest of a served group's chain about 40, and psi on the prefixes with the served group about 30. The kernels
-are built once per source text, compiler and platform into a cache folder (``$OTLP_CACHE``, else
-``$XDG_CACHE_HOME/otlp`` or ``~/.cache/otlp``, else the temporary folder) with ``$CC`` or ``cc`` (a cached file that
-does not load is built again), and loaded with ctypes, which lets go of the GIL during a call (so the row chunks of
-:mod:`otlp.threads` run side by side). Where no compiler works, or with ``OTLP_NATIVE=0``, :func:`library` returns None
-and the callers take their numpy route, which gives the same answers: bit for bit, or to rounding where a docstring
-below says so (tests/test_native.py).
+step, the rest of a served group's chain about 40, and psi on the prefixes with the served group about 30. setup.py
+compiles the sources into two libraries beside this file, ``_kernels`` (portable) and ``_kernels_avx2`` (x86-64 with
+AVX2, taken where the CPU has it), each with OpenMP where the compiler had it. They are loaded here with ctypes, which
+lets go of the GIL during a call (so the row chunks of :mod:`otlp.threads` run side by side). Nothing is compiled at
+run time. Where the package was built without a compiler, or with ``OTLP_NATIVE=0``, :func:`library` returns None and
+the callers take their numpy route, which gives the same answers (tests/test_native.py): bit for bit from the same
+row sums, or to rounding where a docstring below says so. The row sums themselves are the one place the routes may
+differ in the last bit (the C loops, numpy's pairwise sum and torch's sum add in different orders), and on a row
+with exact ratio ties a last-bit difference can re-break a tie: both routes are then exact, but may pick different
+(equally valid) tokens for the same uniforms.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
+import importlib.machinery
 import os
 import platform
-import subprocess
-import sys
-import tempfile
-import threading
 from pathlib import Path
 
 import numpy as np
 
 from otlp import scratch
 
-#: the compiler's flags: no -ffast-math (IEEE results, the numpy route's bits) and no contraction into fused
-#: multiply-adds; -fno-trapping-math lets the compiler compute both sides of a select in vector lanes (the same values;
-#: nothing here reads floating-point exception flags); no -march=native, so that a cached library never meets a CPU
-#: it was not built for (AVX2, where the CPU has it, is part of the cache key: :func:`_flags`); -fopenmp:
-#: ``otlp_bucket_rule`` spreads the rows of a call over an OpenMP team (a compiler without OpenMP builds without
-#: :data:`OPENMP_FLAG`, and the rows run one after the other).
-FLAGS = ("-O3", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared", "-fopenmp")
-OPENMP_FLAG = "-fopenmp"
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("buckets.c", "chains.c", "bucket_rule.c", "kseq.c"))
-#: what the sources include (part of the cached library's key)
-HEADERS = (Path(__file__).with_name("kernels.h"),)
+#: the libraries setup.py builds, in the order they are tried (the AVX2 one only where the CPU has AVX2)
+LIBRARIES = ("_kernels_avx2", "_kernels")
 #: :func:`slot_mass` takes n up to here (chains.c's integers stay exact in int64).
 SLOT_MASS_MAX_N = 32
 
@@ -51,11 +41,10 @@ def enabled() -> bool:
 
 
 def library() -> ctypes.CDLL | None:
-    """The kernels (built and cached on first use), or None where they are off or cannot be built (:func:`reason`)."""
+    """The kernels (loaded on first use), or None where they are off or were not built (:func:`reason`)."""
     if not enabled():
         return None
-    with _LOCK:  # host threads may ask at once: one build
-        return _build()
+    return _load()
 
 
 def openmp() -> bool:
@@ -65,73 +54,53 @@ def openmp() -> bool:
 
 
 def reason() -> str | None:
-    """Why :func:`library` is None: "OTLP_NATIVE=0", or the last build's error (first line); None when it is not."""
+    """Why :func:`library` is None: "OTLP_NATIVE=0", or what the loader found; None when it is not."""
     if not enabled():
         return "OTLP_NATIVE=0"
     return None if library() is not None else (_FAILURES[-1] if _FAILURES else "no kernels")
 
 
-_LOCK = threading.Lock()
 _FAILURES: list[str] = []
 
 
-def _cache_dir() -> Path:
-    if os.environ.get("OTLP_CACHE"):
-        return Path(os.environ["OTLP_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "otlp"
-
-
-def _flags() -> tuple[str, ...]:
-    """:data:`FLAGS`, with -mavx2 on an x86-64 Linux CPU that has AVX2 (four float64 divisions per instruction)."""
+def has_avx2() -> bool:
+    """True on an x86-64 Linux CPU that reports AVX2 (elsewhere the portable library is taken)."""
     try:
-        has_avx2 = platform.machine() in ("x86_64", "AMD64") and " avx2" in Path("/proc/cpuinfo").read_text()
+        return platform.machine() in ("x86_64", "AMD64") and " avx2" in Path("/proc/cpuinfo").read_text()
     except OSError:
-        has_avx2 = False
-    return (*FLAGS, "-mavx2") if has_avx2 else FLAGS
+        return False
 
 
-def _file_name(compiler: str, flags: tuple[str, ...]) -> str:
-    """The cached library's file name: a hash of the sources' text, compiler, flags and platform."""
-    parts = [*(path.read_bytes() for path in SOURCES + HEADERS), compiler.encode(), " ".join(flags).encode(),
-             platform.machine().encode(), sys.platform.encode()]
-    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
-    return f"otlp_native_{key}.so"
+def library_path(name: str, folder: Path | None = None) -> Path | None:
+    """The built library ``name`` (one of :data:`LIBRARIES`) in ``folder`` (this package's), or None."""
+    folder = Path(__file__).parent if folder is None else folder
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if (folder / f"{name}{suffix}").is_file():
+            return folder / f"{name}{suffix}"
+    return None
 
 
-def _compiler() -> str:
-    """The C compiler the kernels are built with: ``$CC``, else ``cc``."""
-    return os.environ.get("CC", "cc")
+def load(path: Path) -> ctypes.CDLL:
+    """The kernels of the library at ``path``, with their signatures declared (OSError where it does not load)."""
+    try:
+        return _declare(ctypes.CDLL(str(path)))
+    except AttributeError as exc:  # a library without one of the kernels
+        raise OSError(f"{path}: {exc}") from exc
 
 
 @functools.cache
-def _build() -> ctypes.CDLL | None:
-    compiler, flags = _compiler(), _flags()
-    return _build_with(compiler, flags) or _build_with(compiler, tuple(f for f in flags if f != OPENMP_FLAG))
-
-
-def _build_with(compiler: str, flags: tuple[str, ...]) -> ctypes.CDLL | None:
-    """The kernels built with ``flags`` (or loaded from the cache), or None where that fails (the reason kept)."""
-    name = _file_name(compiler, flags)
-    for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"otlp-{os.getuid() if hasattr(os, 'getuid') else 0}"):
-        target = folder / name
-        try:
-            if target.exists():
-                try:
-                    return _declare(ctypes.CDLL(str(target)))
-                except (OSError, AttributeError):  # a cached file that does not load (truncated, overwritten): rebuilt
-                    target.unlink()
-            folder.mkdir(parents=True, exist_ok=True)
-            partial = folder / f".{target.name}.{os.getpid()}"  # built aside, then renamed: no half-written file
-            subprocess.run([compiler, *flags, "-o", str(partial), *map(str, SOURCES), "-lm"], check=True,
-                           capture_output=True, timeout=120)
-            os.replace(partial, target)
-            return _declare(ctypes.CDLL(str(target)))
-        except (OSError, AttributeError, subprocess.SubprocessError) as exc:
-            detail = getattr(exc, "stderr", None)
-            text = detail.decode(errors="replace").strip() if isinstance(detail, bytes) and detail.strip() else str(exc)
-            _FAILURES.append(f"{target}: {text.splitlines()[0] if text else type(exc).__name__}")
+def _load() -> ctypes.CDLL | None:
+    for name in LIBRARIES:
+        if name.endswith("_avx2") and not has_avx2():
             continue
+        path = library_path(name)
+        if path is None:
+            _FAILURES.append(f"{name} was not built (the package was built without a working C compiler)")
+            continue
+        try:
+            return load(path)
+        except OSError as exc:
+            _FAILURES.append(str(exc).splitlines()[0])
     return None
 
 

@@ -1,14 +1,18 @@
-"""README tables owned by benchmark scripts: each script publishes the table it prints, and the README shows it.
+"""Tables owned by benchmark scripts: each script publishes the table it prints, and README.md or a page of docs/
+shows it.
 
-A script calls :func:`publish` with the table's columns and rows (cells as the exact strings the README shows);
+A script calls :func:`publish` with the table's columns and rows (cells as the exact strings the page shows);
 that writes ``benchmarks/published/<script>.json`` (committed, unlike ``benchmarks/results/``):
 
     {"script": "<script>", "tables": {"<table>": {"columns": [...], "rows": [[...], ...], "settings": {...}}}}
 
-In README.md the table follows a marker line ``<!-- table: <script>/<table> -->``. ``tests/test_readme_tables.py``
-parses every marked table and fails when a cell differs from the JSON, so a README number is always the one its
-script printed last. To refresh: run the script, then paste :func:`markdown` output (the script prints it) under
-the marker (or run the script with ``--update-readme`` where it offers one, which calls :func:`update_readme`).
+In README.md and in every ``docs/*.md`` (:func:`marked_files`) the table follows a marker line
+``<!-- table: <script>/<table> -->``; a table may be shown in more than one file (the README's summary and its
+page). ``tests/test_readme_tables.py`` parses every marked table of every such file and fails when a cell differs
+from the JSON, so a number in a marked table is always the one its script printed last. To refresh: run the script,
+then paste :func:`markdown` output (the script prints it) under the marker (or run the script with
+``--update-readme`` where it offers one, which calls :func:`update_readme`: it rewrites the table in every file
+that holds it).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "benchmarks" / "published"
 README = ROOT / "README.md"
+DOCS = "docs"
 MARKER = re.compile(r"^<!-- table: ([\w.-]+)/([\w.-]+) -->\s*$")
 
 
@@ -46,8 +51,13 @@ def markdown(columns: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
+def marked_files(root: Path = ROOT) -> list[Path]:
+    """The files that may hold marked tables: README.md, then every ``docs/*.md`` in name order."""
+    return [root / "README.md", *sorted((root / DOCS).glob("*.md"))]
+
+
 def readme_tables(text: str) -> list[tuple[str, str, list[str], list[list[str]]]]:
-    """Every marked table of a README: ``(script, table, columns, rows)`` with the cells as written."""
+    """Every marked table of one Markdown text: ``(script, table, columns, rows)`` with the cells as written."""
     out = []
     lines = text.splitlines()
     for k, line in enumerate(lines):
@@ -65,14 +75,33 @@ def readme_tables(text: str) -> list[tuple[str, str, list[str], list[list[str]]]
     return out
 
 
-def update_readme(script: str, table: str, readme: Path = README) -> None:
-    """Replace the marked table ``script/table`` in the README by the published one."""
-    data = load(script, table)
-    lines = readme.read_text().splitlines()
-    start = next(k for k, line in enumerate(lines) if line.strip() == f"<!-- table: {script}/{table} -->")
-    first = next(k for k in range(start + 1, len(lines)) if lines[k].strip().startswith("|"))
-    last = first
-    while last + 1 < len(lines) and lines[last + 1].strip().startswith("|"):
-        last += 1
-    lines[first:last + 1] = markdown(data["columns"], data["rows"]).splitlines()
-    readme.write_text("\n".join(lines) + "\n")
+def all_tables(root: Path = ROOT) -> list[tuple[str, str, str, list[str], list[list[str]]]]:
+    """Every marked table of :func:`marked_files`: ``(file relative to root, script, table, columns, rows)``."""
+    return [(path.relative_to(root).as_posix(), *found) for path in marked_files(root)
+            for found in readme_tables(path.read_text(encoding="utf-8"))]
+
+
+def update_readme(script: str, table: str, readme: Path | None = None, root: Path = ROOT,
+                  folder: Path = PUBLISHED) -> list[Path]:
+    """Replace the marked table ``script/table`` by the published one in ``readme``, or (by default) in every file
+    of :func:`marked_files` that holds it; return the files rewritten."""
+    data = load(script, table, folder=folder)
+    marker = f"<!-- table: {script}/{table} -->"
+    paths = [readme] if readme is not None else marked_files(root)
+    written = []
+    for path in paths:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        starts = [k for k, line in enumerate(lines) if line.strip() == marker]
+        for start in reversed(starts):
+            first = next(k for k in range(start + 1, len(lines)) if lines[k].strip().startswith("|"))
+            last = first
+            while last + 1 < len(lines) and lines[last + 1].strip().startswith("|"):
+                last += 1
+            lines[first:last + 1] = markdown(data["columns"], data["rows"]).splitlines()
+        if starts:
+            path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            written.append(path)
+    if not written:
+        names = ", ".join(path.name for path in paths)
+        raise ValueError(f"no marker {marker} in {names}")
+    return written

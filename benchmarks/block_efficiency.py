@@ -33,7 +33,7 @@ benchmarks/results/optimal_rule_timing.json.
 ``--trees``: instead, only the token-tree columns (RRS, class-chain optimal, path-aware optimal) with SpS, GBV
 and the antichain-LP optimum, over more instances (``--instances``, random family, V = ``--V``), with the mean
 paired difference paths - class chains and its standard error; written to
-benchmarks/results/block_efficiency_trees.json, and the README table ``block_efficiency/trees`` published
+benchmarks/results/block_efficiency_trees.json, and the table ``block_efficiency/trees`` of docs/PATHS.md published
 (``--from-json FILE`` publishes a finished run).
 ``--decomposition``: the decomposition alone at N = 10^3 and 10^4 paths (a point of B(psi) mixing q with 20
 random greedy vertices, Dirichlet(0.5) q), written to benchmarks/results/decomposition_timing.json.
@@ -268,7 +268,8 @@ def _readme_tables():  # noqa: ANN202 - the module benchmarks/readme_tables.py, 
 
 
 def publish_main(rows: list[dict], args: dict) -> None:
-    """The README's block-efficiency table: every family and K at the largest L, 3 decimals, optimal in bold."""
+    """The block-efficiency table (README.md, docs/MULTISTEP.md): every family and K at the largest L, 3 decimals,
+    optimal in bold."""
     readme_tables = _readme_tables()
     L = max(r["L"] for r in rows)
     columns = ["family", "K", "token-wise SpS", "BV", "GBV", "token tree", "tree, optimal", "tree, optimal_paths",
@@ -284,7 +285,7 @@ def publish_main(rows: list[dict], args: dict) -> None:
 
 
 def publish_timing(rows: list[dict], args: dict) -> None:
-    """The README's precomputation table: LP rounds / seconds per V^L (columns) and K (rows)."""
+    """The precomputation table of docs/MULTISTEP.md: LP rounds / seconds per V^L (columns) and K (rows)."""
     readme_tables = _readme_tables()
     sizes = sorted({r["paths"] for r in rows})
 
@@ -303,7 +304,7 @@ def publish_timing(rows: list[dict], args: dict) -> None:
 
 
 def publish_trees(rows: list[dict], args: argparse.Namespace) -> None:
-    """The README table of ``--trees`` (benchmarks/readme_tables.py): K >= 2 at the largest L."""
+    """The docs/PATHS.md table of ``--trees`` (benchmarks/readme_tables.py): K >= 2 at the largest L."""
     readme_tables = _readme_tables()
     L = max(r["L"] for r in rows)
     columns = ["K", "GBV", "tree, RRS", "tree, optimal (class chains)", "tree, optimal_paths",
@@ -353,7 +354,7 @@ def main() -> None:
     parser.add_argument("--timing", action="store_true", help="the optimal rule's precomputation time vs V^L")
     parser.add_argument("--decomposition", action="store_true", help="the decomposition alone at N = 1e3, 1e4")
     parser.add_argument("--trees", action="store_true", help="token-tree columns only, over --instances pairs")
-    parser.add_argument("--from-json", help="publish the README table of this JSON (a finished run of the same mode: "
+    parser.add_argument("--from-json", help="publish the docs table of this JSON (a finished run of the same mode: "
                                              "plain, --timing or --trees) instead of running")
     args = parser.parse_args()
     out = pathlib.Path(__file__).parent / "results"

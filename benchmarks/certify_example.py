@@ -1,7 +1,7 @@
 """The README's worked example: every verifier on the SpecHub paper's example (Figs. 4-5), q = (.5, .3, .2),
 p = (.1, .6, .3), n = 2: exact acceptance, alpha* for its draft scheme, and the gap (as ``otlp certify --verifier
 all``). Milliseconds. Prints the markdown table and publishes it (benchmarks/published/certify_example.json);
-``--update-readme`` also rewrites the marked table in README.md."""
+``--update-readme`` also rewrites the marked table in README.md (and any docs/ page that shows it)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def rows() -> list[list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--update-readme", action="store_true", help="rewrite the marked table in README.md")
+    parser.add_argument("--update-readme", action="store_true", help="rewrite the marked table in README.md and docs/")
     args = parser.parse_args(argv)
     table = rows()
     path = publish("certify_example", "verifiers", COLUMNS, table, {"p": P, "q": Q, "n": N})

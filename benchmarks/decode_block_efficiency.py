@@ -4,10 +4,10 @@ For each verifier (on its own draft scheme) and n, one decode run over the same 
 block efficiency (tokens per target call), acceptance at depth 1, tokens/s and the verifier's share of the time,
 and the ratio of block efficiency to the i.i.d. "optimal" rule's. Theory: for one draft scheme, "optimal" (alpha*)
 >= every other rule in per-node acceptance. Writes benchmarks/results/decode_block_efficiency.json and publishes the
-README tables (block efficiency / acceptance at depth 1, and the verifier's share of the time, by verifier and n;
-benchmarks/published/, readme_tables.py).
+tables of docs/DECODE.md (block efficiency / acceptance at depth 1, and the verifier's share of the time, by verifier
+and n; benchmarks/published/, readme_tables.py).
 Run: python benchmarks/decode_block_efficiency.py [--tokens 256 --batch 16 --L 4]
-README: python benchmarks/decode_block_efficiency.py --tokens 96 --batch 32
+docs/DECODE.md: python benchmarks/decode_block_efficiency.py --tokens 96 --batch 32
 
 ``--variants R``: instead, the two alpha*-optimal plans side by side (issue 18): "optimal" (the class-chain plan of
 otlp/optimal/chains.py) and "optimal_paths" (the path-aware plan of otlp/optimal/paths.py: alpha*, then the most
@@ -40,7 +40,7 @@ from otlp.errors import InputError
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import readme_tables  # noqa: E402 - benchmarks/readme_tables.py, beside this script
 
-#: README row order (then any other token-level rule) and how each draft scheme is named there
+#: the tables' row order (then any other token-level rule) and how each draft scheme is named there
 ORDER = ("optimal", "kseq", "rrs", "is", "weighted_is", "sps", "rrs_wor", "spechub", "greedy")
 SCHEME_LABEL = {"iid": "iid", "without_replacement": "without replacement", "spechub": "hub", "greedy": "greedy"}
 
@@ -224,7 +224,7 @@ def paths_gap(args: argparse.Namespace) -> None:
 
 
 def publish(rows: list[dict], args: argparse.Namespace) -> None:
-    """The README tables, one row per verifier and one column per n (- where not run): ``block efficiency /
+    """The docs/DECODE.md tables, one row per verifier and one column per n (- where not run): ``block efficiency /
     acceptance at depth 1`` (``block_efficiency``) and the verifier's share of the run's time (``verifier_share``;
     the rest is drafting, the target calls and the loop)."""
     ns = sorted({r["n"] for r in rows})

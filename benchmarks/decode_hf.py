@@ -15,7 +15,7 @@ speed ratio is about compute per step, which does not depend on the weights.
 Run (a few minutes on 2 CPU cores; rows print as they finish):
     flock /tmp/team/bench.lock python benchmarks/decode_hf.py [--sizes 10M,100M --contexts 128,1024
         --n 2 --L 3 --tokens 8 --device cpu --threads 1]
-Writes benchmarks/results/decode_hf.json and publishes the README's table (benchmarks/published/decode_hf.json,
+Writes benchmarks/results/decode_hf.json and publishes the docs/DECODE.md table (benchmarks/published/decode_hf.json,
 see readme_tables.py); ``--from-json benchmarks/results/decode_hf.json`` publishes a finished run without re-running.
 """
 
@@ -65,7 +65,7 @@ def _round(x: float) -> str:
 
 
 def publish(rows: list[dict], meta: dict) -> None:
-    """The README table: one line per (size, context) from the recompute, cached and speed-up rows of a run."""
+    """The docs/DECODE.md table: one line per (size, context) from the recompute, cached and speed-up rows of a run."""
     cols = ["target, context", "target positions per step (recompute / cached)", "per emitted token",
             "tokens/s recompute", "tokens/s cached", "speed-up (steady)"]
     runs = {(r["size"], r["context"], r["tree"]): r for r in rows if "tree" in r}
@@ -100,7 +100,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1: steadier on a shared machine; 0 = torch's default)")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "decode_hf.json"))
-    parser.add_argument("--from-json", metavar="PATH", help="publish the README table of a finished run and exit")
+    parser.add_argument("--from-json", metavar="PATH",
+                        help="publish the docs/DECODE.md table of a finished run and exit")
     args = parser.parse_args()
     if args.from_json:
         done = json.loads(Path(args.from_json).read_text())

@@ -18,7 +18,7 @@ present) and the split draft / target / verifier seconds.
 Run (a minute or two on 2 CPU cores):
     flock /tmp/team/bench.lock python benchmarks/decode_verifier_share.py [--device cpu --verifiers rrs,optimal
         --n 4 --L 4 --batch 8 --tokens 32 --context 64 --repeats 3 --threads 1]
-Writes benchmarks/results/decode_verifier_share_<device>_n<n>_b<batch>.json and publishes the README's table (the
+Writes benchmarks/results/decode_verifier_share_<device>_n<n>_b<batch>.json and publishes the docs/DECODE.md table (the
 rows of this device, n and batch replace their earlier rows; the others stay); ``--from-json PATH`` publishes a
 finished run.
 """
@@ -52,7 +52,8 @@ def device_label(device: str) -> str:
 
 
 def publish(rows: list[dict], label: str) -> None:
-    """Replace the README table's rows of this device, n and batch by ``rows`` (medians of each verifier's runs)."""
+    """Replace the docs/DECODE.md table's rows of this device, n and batch by ``rows`` (medians of each verifier's
+    runs)."""
     ours = {(label, str(r["n"]), str(r["batch"])) for r in rows}
     try:
         kept = [r for r in readme_tables.load("decode_verifier_share", "hf")["rows"] if (r[0], r[2], r[3]) not in ours]
@@ -99,7 +100,8 @@ def main() -> None:
                         help="torch CPU threads (default 1: steadier on a shared machine; 0 = torch's default)")
     parser.add_argument("--out", help="JSON path (default: benchmarks/results/"
                                       "decode_verifier_share_<device>_n<n>_b<batch>.json)")
-    parser.add_argument("--from-json", metavar="PATH", help="publish the README table of a finished run and exit")
+    parser.add_argument("--from-json", metavar="PATH",
+                        help="publish the docs/DECODE.md table of a finished run and exit")
     args = parser.parse_args()
     if args.from_json:
         done = json.loads(Path(args.from_json).read_text())

@@ -10,8 +10,8 @@ Dirichlet(0.5), ``--instances`` per n) this prints that expectation under
 - the path-aware plan with a small window (``--window`` multisets, the top tokens of q only): its share of the gain,
 
 as the mean / median / max relative gain of the optimum over each plan, and the time of one PathAwareTransport at
-V = 2000 (default window, Dirichlet(0.05) p and q). Publishes the README table ``path_aware/lp_gain``
-(benchmarks/readme_tables.py); writes benchmarks/results/path_aware.json.
+V = 2000 (default window, Dirichlet(0.05) p and q). Publishes the table ``path_aware/lp_gain`` (docs/PATHS.md,
+README.md; benchmarks/readme_tables.py); writes benchmarks/results/path_aware.json.
 Run: python benchmarks/path_aware.py [--instances 300 --window 10]
 """
 

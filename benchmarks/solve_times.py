@@ -372,7 +372,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="calls per (method, pair); the fastest is kept")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "solve_times.json"))
-    ap.add_argument("--from-json", metavar="PATH", help="publish the README table of a finished run and exit")
+    ap.add_argument("--from-json", metavar="PATH", help="publish the docs/OPTIMAL.md table of a finished run and exit")
     args = ap.parse_args()
     if args.from_json:
         publish(json.loads(Path(args.from_json).read_text()))
@@ -424,8 +424,8 @@ def main() -> None:
 
 
 def publish(results: dict) -> None:
-    """The README table (heavy and decode medians / p95 side by side, the heavy source's baselines in ms) to
-    ``benchmarks/published/solve_times.json`` (:mod:`readme_tables`)."""
+    """The table of docs/OPTIMAL.md and README.md (heavy and decode medians / p95 side by side, the heavy source's
+    baselines in ms) to ``benchmarks/published/solve_times.json`` (:mod:`readme_tables`)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import readme_tables
 

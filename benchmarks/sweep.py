@@ -16,8 +16,8 @@ temperature between peaked and flat):
    each shard's result and assembles pairs.parquet); target >= 1.7x.
 
 Run: flock /tmp/team/bench.lock python benchmarks/sweep.py [--quick]. Writes benchmarks/results/sweep.json; a full
-run (no --quick, no --skip) publishes the README tables (benchmarks/published/sweep.json, :mod:`readme_tables`) and
-prints them.
+run (no --quick, no --skip) publishes the docs/SWEEP.md tables (benchmarks/published/sweep.json,
+:mod:`readme_tables`) and prints them.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def scaling(root: Path, quick: bool) -> dict:
 
 
 def publish(result: dict) -> None:
-    """The README tables (``sweep/throughput``, ``sweep/targets``) to benchmarks/published/sweep.json."""
+    """The docs/SWEEP.md tables (``sweep/throughput``, ``sweep/targets``) to benchmarks/published/sweep.json."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import readme_tables
 

@@ -1,7 +1,7 @@
-"""The README's sweep example, end to end: capture the embedded pair's verification nodes, sweep them, publish the
-table of mean acceptance (and mean gap to alpha*) by n.
+"""The sweep example of docs/SWEEP.md (and the README's summary), end to end: capture the embedded pair's
+verification nodes, sweep them, publish the table of mean acceptance (and mean gap to alpha*) by n.
 
-Runs the two commands the README shows, in a temporary folder (about 40 s on 2 cores):
+Runs the two commands docs/SWEEP.md shows, in a temporary folder (about 40 s on 2 cores):
 
     otlp decode --batch 64 --max-new-tokens 192 --n 4 --L 4 --no-baseline --capture cap --capture-storage dense
     otlp sweep cap --n 1,2,4,8 --top-k all,10 --out cap_sweep

@@ -6,7 +6,7 @@ logits plus noise); ``verifier.sample(p, q, drafts, generator)`` timed as one ca
 ``--reps`` after a warm-up; the rules' calls interleaved, so a slow spell of a shared machine hits all alike), on
 the CPU with one thread and with torch's default threads, and on CUDA when a GPU is present. "read floor" is one
 ``p.sum() + q.sum()`` over the same tensors in the same run: the time to read the inputs once. Prints one table per
-(device, threads), writes ``benchmarks/results/verifiers.json`` and publishes the tables the README shows
+(device, threads), writes ``benchmarks/results/verifiers.json`` and publishes the tables docs/COST.md shows
 (``benchmarks/published/verifiers.json``, :mod:`readme_tables`).
 
     python benchmarks/verifiers.py                      # the full grid (under a minute on this 2-core CPU)
@@ -17,7 +17,7 @@ the CPU with one thread and with torch's default threads, and on CUDA when a GPU
     python benchmarks/verifiers.py --device cuda --compile --V 128000 --B 64   # and compile=True (a compile per shape)
     python benchmarks/verifiers.py --device cuda --graph --reps 10    # every rule captured in a CUDA graph
     python benchmarks/verifiers.py --device cpu --threads 1 --draft-noise 1 0.5 --V 2000 32000 128000 --n 4
-                                                        # close drafts (the README's close-drafts table)
+                                                        # close drafts (the close-drafts tables of docs/COST.md)
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
 
 
 def publish(rows: list[dict], meta: dict) -> None:
-    """The README's tables from a run: one per (device, threads) setting that covers the whole grid with all five
+    """The docs/COST.md tables from a run: one per (device, threads) setting that covers the whole grid with all five
     rules, ``<device>_compiled`` for the points measured with ``--compile`` (eager and compiled side by side),
     ``<setting>_close_drafts`` for the points measured with ``--draft-noise`` (whatever part of the grid was run),
     and ``cuda_graphs`` / ``cuda_graphs_compiled`` likewise for the calls replayed from CUDA graphs (``--graph``)."""
@@ -193,9 +193,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="on CUDA, also the optimal rule with compile=True (torch.compile; each new shape compiles)")
     ap.add_argument("--graph", action="store_true",
                     help="on CUDA, time each call captured in a CUDA graph (replays; value checks off) instead of "
-                         "eagerly: the README's CUDA-graph table")
+                         "eagerly: the CUDA-graph table of docs/COST.md")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "verifiers.json"))
-    ap.add_argument("--from-json", metavar="PATH", help="publish the README tables of a finished run and exit")
+    ap.add_argument("--from-json", metavar="PATH", help="publish the docs/COST.md tables of a finished run and exit")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available() and not args.from_json:
         ap.error("--device cuda needs a CUDA device, and torch sees none (torch.cuda.is_available() is False)")

@@ -2,7 +2,7 @@
 
 A fresh array of a megabyte or more comes from the C allocator's mmap or from the top of its heap, which it hands
 back to the kernel when it is freed; the next call then page-faults every page again (the counts per call are in
-the README's verifier section, issue 19). The samplers write their few large temporaries (residuals, running sums,
+docs/COST.md, issue 19). The samplers write their few large temporaries (residuals, running sums,
 the optimal rule's float64 rows, keys and bucket numbers) into arrays kept here between calls instead.
 
 Each array is a view of the named buffer, valid until the next request of that name on the same thread; a buffer

@@ -15,7 +15,7 @@ psi(S) = 1 - (1 - q(S))^K (Lemma 4.5), whose vertices are the greedy rankings (E
 
 Precomputation cost (one core): the LP is solved by generating ranking families, each round one HiGHS solve of
 an LP with 2 |V^{<=L}| + (rounds) N variables; rounds grow with N and are the bottleneck (1 to 10 rounds for
-N <= 27, 20 to 80 for N = 256, about 1 s to 70 s there; see the README's table).  The decomposition is
+N <= 27, 20 to 80 for N = 256, about 1 s to 70 s there; see docs/MULTISTEP.md).  The decomposition is
 O(N log N) per level of its tree (0.3 s at N = 10^4, K = 3).  Paths beyond ``MAX_PATHS`` are refused before any
 work with ``ModelTooLargeError``.
 """

@@ -1,5 +1,5 @@
-"""benchmarks/verifiers.py: which README tables a finished run publishes, and which runs it refuses (no timings are
-asserted here).
+"""benchmarks/verifiers.py: which docs/COST.md tables a finished run publishes, and which runs it refuses (no timings
+are asserted here).
 
 Eager and CUDA-graph rows are kept apart: a partial run (``--compile --V 128000 --B 64``, say) publishes only its
 compiled table and never overwrites a whole-grid table with a few points; a rule that a CUDA graph could not capture

@@ -283,3 +283,45 @@ def test_without_the_extra_one_line_names_otlp_sweep(small_capture, capsys, monk
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     line = _one_line_error(capsys, ["sweep", str(small_capture)])
     assert "pip install 'otlp[sweep]'" in line and "pyarrow" in line
+
+
+def test_gap_plot_gives_each_n_one_colour_and_says_which_panels_are_skipped():
+    """Issue 44: sweep_gaps.png cycled colours per drawn line, so spechub's only curve (n = 2) took n = 1's colour,
+    and the panel of a rule skipped at every n was empty with no note."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from otlp.sweep.report import GAP_BINS, gap_figure, gap_panels
+
+    ns = [1, 2, 4]
+    counts = np.ones(len(GAP_BINS) - 1)
+    hist = {(0, n, "rrs"): counts for n in ns} | {(0, 2, "spechub"): counts}
+    enum = "exact acceptance enumerates W^n = 32^4 tuples x W = 32 tokens = 3.4e+07 cells, over the limit 1e+06"
+    report = {"verifiers": ["rrs", "spechub", "rrs_wor"], "n": ns, "q_top_ks": [0], "capture": {"rows": 40, "V": 32},
+              "skipped": {"spechub": {"1": "defined for n = 2 only", "4": "defined for n = 2 only"},
+                          "rrs_wor": {str(n): enum for n in ns}}}
+    panels = {p["rule"]: p for p in gap_panels(report, hist)}
+    assert [(n, c) for n, c, _ in panels["rrs"]["lines"]] == [(1, "C0"), (2, "C1"), (4, "C2")]
+    assert [(n, c) for n, c, _ in panels["spechub"]["lines"]] == [(2, "C1")]
+    assert panels["rrs"]["note"] == ""
+    assert panels["spechub"]["note"] == "n = 1, 4: skipped, defined for n = 2 only"
+    assert panels["rrs_wor"]["note"] == "n = 1, 2, 4: skipped for every n, over --max-enum-cells"
+
+    fig = gap_figure(report, hist, plt)
+    try:
+        rrs, spechub, rrs_wor = fig.axes[:3]
+        drawn = {ax.get_title(): [(line.get_label(), to_hex(line.get_color())) for line in ax.lines]
+                 for ax in (rrs, spechub, rrs_wor)}
+        assert drawn["gap alpha* - spechub"] == [("n = 2", to_hex("C1"))]
+        assert drawn["gap alpha* - rrs"][1] == ("n = 2", to_hex("C1"))
+        assert drawn["gap alpha* - rrs_wor"] == []
+        assert [t.get_text().replace("\n", " ") for t in rrs_wor.texts] == [panels["rrs_wor"]["note"]]
+        assert [t.get_text().replace("\n", " ") for t in spechub.texts] == [panels["spechub"]["note"]]
+        assert len(rrs.texts) == 0
+        assert [t.get_text() for t in fig.legends[0].get_texts()] == ["n = 1", "n = 2", "n = 4"]
+    finally:
+        plt.close(fig)

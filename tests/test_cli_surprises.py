@@ -139,3 +139,72 @@ def test_certify_applies_tolerance_to_a_callable(rules: Path, capsys) -> None:  
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["tolerance"] == 0.25 and out["alpha"] == 0.01
+
+
+# -- otlp decode / bench acceptance --------------------------------------------------------------------------------
+@requires_torch
+def test_decode_headline_names_its_denominator_and_the_tokens_kept(capsys) -> None:  # noqa: ANN001
+    """Issue 44: "block efficiency 2.4212 tokens per target call (1029 tokens, 58 batched target calls)", where
+    1029 / 58 = 17.7, and 1029 tokens for 8 x 128 asked. The line now shows the division it makes, and the tokens
+    the rule emitted past --max-new-tokens are counted and said to be dropped."""
+    import re
+
+    argv = ["decode", "--n", "2", "--L", "4", "--max-new-tokens", "9", "--batch", "3", "--no-baseline",
+            "--no-progress"]
+    assert main([*argv, "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["metrics"]
+    assert m["tokens_kept"] == 3 * 9 and m["max_new_tokens"] == 9 and m["tokens"] >= m["tokens_kept"]
+    assert m["block_efficiency"] == m["tokens"] / m["sequence_steps"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    head = re.search(r"block efficiency +([\d.]+) tokens per sequence per target call = (\d+) tokens / (\d+) "
+                     r"sequence-steps \(.*; (\d+) batched target calls", out)
+    assert head, out
+    value, tokens, steps, calls = float(head[1]), int(head[2]), int(head[3]), int(head[4])
+    assert (tokens, steps, calls) == (m["tokens"], m["sequence_steps"], m["target_calls"])
+    assert value == round(tokens / steps, 4) and calls <= steps <= 3 * calls
+    assert re.search(r"output +27 tokens = 3 prompts x 9 \(--max-new-tokens\)", out)
+    if tokens > 27:
+        assert f"the rule emitted {tokens}: a prompt's last step can accept past 9, and those {tokens - 27} " in out
+
+
+def test_decode_output_line_for_both_cases() -> None:
+    from otlp.decode.cli import _output_line
+
+    m = {"tokens": 1029, "tokens_kept": 1024, "batch": 8, "max_new_tokens": 128}
+    line = _output_line(m)
+    assert "1024 tokens = 8 prompts x 128 (--max-new-tokens); the rule emitted 1029" in line
+    assert "those 5 tokens are dropped from the output" in line
+    assert _output_line({**m, "tokens": 1024}).endswith("1024 tokens = 8 prompts x 128 (--max-new-tokens)")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["decode", "--vocab-size", "10000000"], "--vocab-size 10000000 exceeds the 9344 distinct tokens of the embedded"),
+    (["decode", "--vocab-size", "2"], "--vocab-size must be an integer >= 3"),
+    (["decode", "--draft", "/no/hf/draft", "--target", "/no/hf/target", "--vocab-size", "100"],
+     "a Hugging Face pair (--draft / --target directories) has its tokenizer's: drop --vocab-size"),
+    (["bench", "acceptance", "--vocab-size", "10000000"], "--vocab-size 10000000 exceeds the 9344 distinct"),
+    (["bench", "acceptance", "--top-ks", "10,0"], "--top-ks: values must be >= 1 (or 'all' for no truncation)"),
+])
+def test_decode_vocab_size_is_refused_not_capped(argv: list[str], message: str) -> None:
+    assert_refused(argv, message)
+
+
+def test_the_corpus_vocabulary_bound_is_the_one_the_help_states() -> None:
+    from otlp.decode.corpus import WordTokenizer, check_vocab_size, load_corpus, max_vocab_size
+
+    top = max_vocab_size()
+    assert top == 9344 and check_vocab_size(top) == top
+    assert WordTokenizer.fit(load_corpus(), top + 1000).vocab_size == top  # what the old cap silently gave
+
+
+@pytest.mark.parametrize("command", [["decode"], ["bench", "acceptance"]])
+def test_every_decode_and_bench_option_has_help(command: list[str]) -> None:
+    from otlp.cli import build_parser
+
+    parser = build_parser(command)
+    sub = parser._subparsers._group_actions[0].choices[command[0]]  # noqa: SLF001 - argparse has no public walk
+    if len(command) > 1:
+        sub = sub._subparsers._group_actions[0].choices[command[1]]  # noqa: SLF001
+    bare = [a.option_strings[0] for a in sub._actions if a.option_strings and not a.help]  # noqa: SLF001
+    assert bare == []

@@ -392,7 +392,7 @@ SUBCOMMANDS: list[tuple[str, str, str, str, str]] = [
      "acceptance, alpha*, gap, target law (exact, or a sequential test with a TV bound), exact certificate",
      "otlp.verifiers.certification", "add_certify_arguments", "run_certify_cli"),
     ("certify-block", "multi-step rules (sps, bv, gbv, token_tree, optimal) on random small AR models: block "
-     "efficiency, multi-path LP optimum, gap, target law", "otlp.multistep.certify", "add_multistep_arguments",
+     "efficiency, multi-path LP optimum, gap, target law", "otlp.multistep.cli", "add_multistep_arguments",
      "run_multistep_cli"),
     ("check", "run the five papers' theorems as checks (exit 1 on any violation)",
      "otlp.proofs_check.cli", "add_check_arguments", "run_check_cli"),

@@ -208,3 +208,41 @@ def test_every_decode_and_bench_option_has_help(command: list[str]) -> None:
         sub = sub._subparsers._group_actions[0].choices[command[1]]  # noqa: SLF001
     bare = [a.option_strings[0] for a in sub._actions if a.option_strings and not a.help]  # noqa: SLF001
     assert bare == []
+
+
+# -- otlp certify-block: checked before torch loads; its hint names its own flags ----------------------------------
+@pytest.mark.parametrize("argv, message", [
+    (["--V", "0"], "--V must be an integer >= 2, got 0"),
+    (["--L", "0"], "--L must be an integer >= 1, got 0"),
+    (["--K", "0"], "--K must be an integer >= 1, got 0"),
+    (["--rule", "nope"], "unknown --rule 'nope'"),
+    (["--closeness", "1.5"], "--closeness must be in [0, 1), got 1.5"),
+    (["--closeness", "nan"], "--closeness must be in [0, 1)"),
+    (["--V", "50", "--L", "6"], "an ARModel with V=50, depth=6 would need about 5.7 TiB"),
+    (["--V", "2", "--L", "100000000"], "would need about 7.2e+289 PiB"),
+])
+def test_certify_block_refuses_before_torch_loads(argv: list[str], message: str) -> None:
+    line = assert_refused(["certify-block", *argv], message)
+    assert "top-k" not in line and " n," not in line and "smaller V or n" not in line
+    if "ARModel" in message:
+        assert line.rstrip().endswith("use a smaller V or depth (L)")
+    probe = ("import sys; from otlp.cli import main; code = main(['certify-block', *sys.argv[1:]]); "
+             "print('torch' in sys.modules, code)")
+    done = subprocess.run([sys.executable, "-c", probe, *argv], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=30)
+    assert done.stdout.split() == ["False", "2"], done.stdout + done.stderr
+
+
+def test_model_too_large_hints_name_the_sizes_of_their_models() -> None:
+    from otlp.errors import ModelTooLargeError
+    from otlp.multistep.armodel import check_table_size
+
+    with pytest.raises(ModelTooLargeError) as info:
+        check_table_size(40, 5)
+    assert info.value.hint.endswith("use a smaller V or depth (L)") and info.value.what.startswith("an ARModel")
+    check_table_size(2, 20)  # 2 (2^21 - 1) = 4.2e6 entries: under the limit
+    check_table_size(1, 1000)
+    with pytest.raises(ModelTooLargeError):
+        check_table_size(1, 10**12)  # V = 1: depth + 1 entries, counted without a sum over 10^12 depths
+    default = ModelTooLargeError("x", 1, 0)
+    assert str(default).endswith(ModelTooLargeError.DEFAULT_HINT)

@@ -67,10 +67,12 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, example: bool = Tr
 def read_problem(args: argparse.Namespace):  # -> (p, draft)
     from otlp.distributions import load_distribution
 
+    args.example_filled = []  # the flags --example supplied (the others were given): named in messages
     if getattr(args, "example", False):  # fills in only what is absent: an explicit --n 0 is refused below
-        args.p = EXAMPLE["p"] if args.p is None else args.p
-        args.q = EXAMPLE["q"] if args.q is None else args.q
-        args.n = EXAMPLE["n"] if args.n is None else args.n
+        for flag in ("p", "q", "n"):
+            if getattr(args, flag) is None:
+                setattr(args, flag, EXAMPLE[flag])
+                args.example_filled.append(flag)
     missing = [flag for flag, value in (("--p", args.p), ("--q", args.q), ("--n", args.n)) if value is None]
     if missing:
         raise InputError(f"missing {', '.join(missing)} (or pass --example for the built-in example)")
@@ -82,7 +84,13 @@ def read_problem(args: argparse.Namespace):  # -> (p, draft)
     others = [load_distribution(x, f"q[{k + 1}]", renormalize=args.renormalize) for k, x in enumerate(args.q_other)]
     draft = build_draft(args.scheme, q, args.n, others)
     if p.size != draft.V:
-        raise InputError(f"p has length {p.size} but q has length {draft.V}; both must cover the same vocabulary")
+        def source(flag: str) -> str:
+            return f"from --example's {flag} = {EXAMPLE[flag]}" if flag in args.example_filled else f"--{flag}"
+
+        fix = (f"; --example fills in only what is not given: pass --{args.example_filled[0]} as well, or drop "
+               f"--{'q' if args.example_filled[0] == 'p' else 'p'}" if args.example_filled else "")
+        raise InputError(f"p has length {p.size} ({source('p')}) but q has length {draft.V} ({source('q')}); both "
+                         f"must cover the same vocabulary{fix}")
     return p, draft
 
 
@@ -277,6 +285,16 @@ def _p_summary(p: np.ndarray) -> dict:
             "nonzero": int(np.count_nonzero(p)), "head": p[:8].tolist()}
 
 
+def _example_note(args: argparse.Namespace) -> str:
+    """What --example contributed to the problem line: the whole example, or the flags it filled in."""
+    filled = getattr(args, "example_filled", [])
+    if len(filled) == 3:
+        return " (built-in example: SpecHub paper, Figs. 4-5)"
+    if filled:
+        return f" (--{', --'.join(filled)} from the built-in example; the rest as given)"
+    return ""
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
     from otlp._cli_util import Progress, check_time_limit
 
@@ -300,8 +318,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         else:
             q = getattr(draft, "q", None)
             problem = f"p = {_short_vector(p)}" + ("" if q is None else f", q = {_short_vector(np.asarray(q))}")
-            print(f"alpha* for {draft!r} ({draft.name}), V = {p.size}: {problem}"
-                  + (" (built-in example: SpecHub paper, Figs. 4-5)" if args.example else ""))
+            print(f"alpha* for {draft!r} ({draft.name}), V = {p.size}: {problem}" + _example_note(args))
             print(_format_table([]))
             for row in stream:  # each row as it finishes (the closed form first); reasons go below the table
                 rows.append(row)

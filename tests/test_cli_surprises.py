@@ -246,3 +246,60 @@ def test_model_too_large_hints_name_the_sizes_of_their_models() -> None:
         check_table_size(1, 10**12)  # V = 1: depth + 1 entries, counted without a sum over 10^12 depths
     default = ModelTooLargeError("x", 1, 0)
     assert str(default).endswith(ModelTooLargeError.DEFAULT_HINT)
+
+
+# -- otlp check --exact: "(exact)" only next to an exact 0 ----------------------------------------------------------
+def test_check_exact_never_prints_exact_next_to_a_float_violation(capsys) -> None:  # noqa: ANN001
+    """Issue 44: "PASS (exact)" was printed next to a 1.67e-16 violation (a float implementation's, compared
+    within tolerance, while the rational parts held exactly)."""
+    argv = ["check", "--exact", "--instances", "3", "--theorem", "gr.thm3.1", "--theorem", "gr.thm5.1",
+            "--theorem", "gr.thm6.1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    import re
+
+    rows = {}
+    for line in out.splitlines():
+        row = re.match(r"(gr\.\S+) .* (\d+) +([0-9.e+-]+) +(PASS|FAIL)(?: \(([^)]*)\))? *$", line)
+        if row:
+            rows[row[1]] = (float(row[3]), row[4], row[5])
+    assert set(rows) == {"gr.thm3.1", "gr.thm5.1", "gr.thm6.1"}, out
+    for worst, _, mode in rows.values():
+        assert mode != "exact" or worst == 0.0, out
+    assert rows["gr.thm3.1"][2] == "exact + float" and rows["gr.thm3.1"][0] > 0
+    assert rows["gr.thm5.1"] == (0.0, "PASS", "exact") and rows["gr.thm6.1"][2] is None
+    assert "(exact + float): every rational part held exactly; the worst violation shown is a float " in out
+    assert "a status without (exact) ran in floating point only" in out
+    assert main([*argv, "--json"]) == 0
+    modes = {r["name"]: (r["mode"], r["worst_violation"]) for r in json.loads(capsys.readouterr().out)}
+    assert modes["gr.thm5.1"] == ("exact", 0.0) and modes["gr.thm6.1"][0] == "float"
+    assert modes["gr.thm3.1"][0] == "exact + float" and modes["gr.thm3.1"][1] > 0
+
+
+def test_check_result_mode() -> None:
+    from otlp.proofs_check.core import FAIL, PASS, CheckResult
+
+    def result(worst: float, exact: bool, hard: bool = False) -> CheckResult:
+        return CheckResult("c", "t", "s", 3, worst, 1e-9, FAIL if hard else PASS, "", exact, 0.0, "", hard)
+
+    assert result(0.0, True).mode == "exact" and result(1.7e-16, True).mode == "exact + float"
+    assert result(0.25, True, hard=True).mode == "exact" and result(1e-16, False).mode == "float"
+
+
+# -- otlp solve --example with --p / --q: say where each came from -------------------------------------------------
+@pytest.mark.parametrize("argv, message", [
+    (["--p", "0.5,0.5"], "p has length 2 (--p) but q has length 3 (from --example's q = 0.5,0.3,0.2); both must "
+                         "cover the same vocabulary; --example fills in only what is not given: pass --q as well, "
+                         "or drop --p"),
+    (["--q", "0.5,0.5"], "p has length 3 (from --example's p = 0.1,0.6,0.3) but q has length 2 (--q)"),
+])
+def test_solve_example_mixed_with_p_or_q_names_the_source(argv: list[str], message: str) -> None:
+    assert_refused(["solve", "--example", *argv], message)
+
+
+def test_solve_example_header_says_what_it_filled_in(capsys) -> None:  # noqa: ANN001
+    assert main(["solve", "--example", "--n", "3", "--formulation", "optimal"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.endswith("(--p, --q from the built-in example; the rest as given)") and "Figs." not in head
+    assert main(["solve", "--example", "--formulation", "optimal"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("(built-in example: SpecHub paper, Figs. 4-5)")

@@ -303,3 +303,38 @@ def test_solve_example_header_says_what_it_filled_in(capsys) -> None:  # noqa: A
     assert head.endswith("(--p, --q from the built-in example; the rest as given)") and "Figs." not in head
     assert main(["solve", "--example", "--formulation", "optimal"]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith("(built-in example: SpecHub paper, Figs. 4-5)")
+
+
+# -- otlp solve --json: q, and a real certificate field -------------------------------------------------------------
+def test_solve_json_has_q_and_real_certificates(capsys) -> None:  # noqa: ANN001
+    """Issue 44: the solve JSON had no q, and "certificate": "-" on every row."""
+    assert main(["solve", "--example", "--formulation", "optimal", "--formulation", "relaxed", "--backend", "highs",
+                 "--backend", "exact", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["p"] == [0.1, 0.6, 0.3] and data["q"] == [0.5, 0.3, 0.2]
+    rows = {(r["formulation"], r["backend"]): r for r in data["results"]}
+    closed = rows["closed_form", "otlp"]["certificate"]
+    assert closed["kind"] == "rational" and closed["ok"] and closed["optimal"] and closed["agrees"]
+    assert closed["alpha_star"] == "17/20" and closed["h_star"] == [0]  # SpecHub Fig. 5: alpha* = 0.85
+    for backend in ("highs", "exact"):
+        lp = rows["relaxed", backend]["certificate"]
+        assert lp["kind"] == "lp" and lp["ok"] and abs(lp["primal_value"] - 0.85) < 1e-9
+    assert rows["relaxed", "exact"]["certificate"]["exact"] is True
+    from fractions import Fraction  # the exact backend takes p and q's binary values exactly: 0.85 up to 2^-55
+
+    assert abs(Fraction(rows["relaxed", "exact"]["certificate"]["exact_values"]["primal_value"]) - Fraction(17, 20)) \
+        < Fraction(1, 2**50)
+    assert rows["optimal", "otlp.optimal"]["certificate"] is None  # none of its own: not a "-" string
+    assert all(r["certificate"] != "-" for r in data["results"])
+
+
+def test_solve_json_independent_drafts_give_qs_and_large_problems_say_why_no_certificate(capsys) -> None:  # noqa: ANN001
+    assert main(["solve", "--p", "0.2,0.3,0.5", "--q", "0.5,0.3,0.2", "--q-other", "0.1,0.1,0.8", "--n", "2",
+                 "--scheme", "independent", "--formulation", "relaxed", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["qs"] == [[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]] and "q" not in data
+    V = 40
+    p = ",".join(["0.025"] * V)
+    assert main(["solve", "--p", p, "--q", p, "--n", "2", "--formulation", "optimal", "--json"]) == 0
+    closed = json.loads(capsys.readouterr().out)["results"][0]["certificate"]
+    assert closed["computed"] is False and "V^n = 40^2 draft tuples, over the 256" in closed["reason"]

@@ -86,12 +86,12 @@ def as_missing_dependency(exc: ImportError, feature: str, extra: str | None = No
 
 def int_list(text: object, name: str, *, allow_all: bool = False, all_value: object = None) -> tuple:
     """A comma list of integers >= 1 (``"1,2,4,8"`` -> ``(1, 2, 4, 8)``, repeats dropped); with ``allow_all`` the
-    words all / none / V / 0 stand for "no truncation" and give ``all_value``. An empty entry (``"1,,2"``) is an
-    error, not skipped."""
+    words all / none / V stand for "no truncation" and give ``all_value``. An empty entry (``"1,,2"``) is an error,
+    not skipped, and so is 0 (not a stand-in for "all": a top-k of 0 keeps no token)."""
     out: list = []
     for tok in str(text).split(","):
         tok = tok.strip()
-        if allow_all and tok.lower() in ("all", "none", "v", "0"):
+        if allow_all and tok.lower() in ("all", "none", "v"):
             out.append(all_value)
             continue
         try:
@@ -100,7 +100,8 @@ def int_list(text: object, name: str, *, allow_all: bool = False, all_value: obj
             what = "an empty entry" if not tok else f"{tok!r} is not an integer"
             raise InputError(f"{name}: {what} in {str(text)!r} (expected a comma list such as 1,2,4,8)") from None
         if value < 1:
-            raise InputError(f"{name}: values must be >= 1, got {value}")
+            untruncated = " (or 'all' for no truncation)" if allow_all else ""
+            raise InputError(f"{name}: values must be >= 1{untruncated}, got {value}")
         out.append(value)
     return tuple(dict.fromkeys(out))
 

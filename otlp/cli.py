@@ -67,10 +67,12 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, example: bool = Tr
 def read_problem(args: argparse.Namespace):  # -> (p, draft)
     from otlp.distributions import load_distribution
 
+    args.example_filled = []  # the flags --example supplied (the others were given): named in messages
     if getattr(args, "example", False):  # fills in only what is absent: an explicit --n 0 is refused below
-        args.p = EXAMPLE["p"] if args.p is None else args.p
-        args.q = EXAMPLE["q"] if args.q is None else args.q
-        args.n = EXAMPLE["n"] if args.n is None else args.n
+        for flag in ("p", "q", "n"):
+            if getattr(args, flag) is None:
+                setattr(args, flag, EXAMPLE[flag])
+                args.example_filled.append(flag)
     missing = [flag for flag, value in (("--p", args.p), ("--q", args.q), ("--n", args.n)) if value is None]
     if missing:
         raise InputError(f"missing {', '.join(missing)} (or pass --example for the built-in example)")
@@ -82,7 +84,13 @@ def read_problem(args: argparse.Namespace):  # -> (p, draft)
     others = [load_distribution(x, f"q[{k + 1}]", renormalize=args.renormalize) for k, x in enumerate(args.q_other)]
     draft = build_draft(args.scheme, q, args.n, others)
     if p.size != draft.V:
-        raise InputError(f"p has length {p.size} but q has length {draft.V}; both must cover the same vocabulary")
+        def source(flag: str) -> str:
+            return f"from --example's {flag} = {EXAMPLE[flag]}" if flag in args.example_filled else f"--{flag}"
+
+        fix = (f"; --example fills in only what is not given: pass --{args.example_filled[0]} as well, or drop "
+               f"--{'q' if args.example_filled[0] == 'p' else 'p'}" if args.example_filled else "")
+        raise InputError(f"p has length {p.size} ({source('p')}) but q has length {draft.V} ({source('q')}); both "
+                         f"must cover the same vocabulary{fix}")
     return p, draft
 
 
@@ -178,7 +186,8 @@ def iter_solve_rows(p: np.ndarray, draft, formulations: list[str], backends: lis
     start = time.perf_counter()
     alpha = otlp.optimal_acceptance(p, draft)
     yield {"formulation": "closed_form", "backend": "otlp", "value": alpha, "status": "optimal",
-           "build_ms": 0.0, "solve_ms": 1e3 * (time.perf_counter() - start), "certificate": "-"}
+           "build_ms": 0.0, "solve_ms": 1e3 * (time.perf_counter() - start),
+           "certificate": alpha_certificate(p, draft, alpha)}
     if "optimal" in formulations:
         from otlp.optimal import OptimalTransport
 
@@ -186,11 +195,11 @@ def iter_solve_rows(p: np.ndarray, draft, formulations: list[str], backends: lis
         ot = OptimalTransport(p, draft)
         yield {"formulation": "optimal", "backend": "otlp.optimal", "value": float(ot.alpha),
                "status": "optimal", "build_ms": 0.0, "solve_ms": 1e3 * (time.perf_counter() - start),
-               "certificate": "-"}
+               "certificate": None}
     for name, model, able, first_installed in plans:
         for k, backend in enumerate(able):
             blank = {"formulation": name, "backend": backend, "value": None, "build_ms": None, "solve_ms": None,
-                     "certificate": "-"}
+                     "certificate": None}
             try:
                 estimate, nonzeros = estimated_seconds(model, backend)
                 if estimate > time_limit:
@@ -213,13 +222,12 @@ def iter_solve_rows(p: np.ndarray, draft, formulations: list[str], backends: lis
                 if first_installed:
                     break
                 continue
-            cert = "-"
+            cert = None
             if getattr(sol, "model", None) is not None:
                 try:
-                    c = sol.certificate()
-                    cert = "OK" if c.ok else f"FAILED ({c})"
+                    cert = lp_certificate(sol.certificate())
                 except (ValueError, TypeError):
-                    cert = "-"
+                    cert = None
             value = getattr(sol, "alpha", sol.value)
             yield {"formulation": name, "backend": backend, "value": None if value is None else float(value),
                    "status": sol.status, "build_ms": 1e3 * sol.seconds.get("build", 0.0),
@@ -227,6 +235,55 @@ def iter_solve_rows(p: np.ndarray, draft, formulations: list[str], backends: lis
                    "value_bound": sol.value_bound}
             if first_installed:
                 break
+
+
+#: ``solve`` certifies alpha* exactly (``otlp.verifiers.certification.rational_certificate``) up to this many draft
+#: tuples V^n: about 0.3 s at 256 on a 2-core CPU (V = 16, n = 2); its cost grows fast beyond (145 s at 63^2)
+SOLVE_CERTIFICATE_TUPLES = 256
+
+
+def alpha_certificate(p: np.ndarray, draft, value: float) -> dict:  # noqa: ANN001 - a DraftScheme
+    """The closed-form row's certificate: the exact rational primal/dual pair of alpha* (H*, alpha* as a fraction,
+    both feasible, equal objectives) when V^n <= :data:`SOLVE_CERTIFICATE_TUPLES`, with ``agrees``: whether the
+    row's float ``value`` is within 1e-9 (plus the rationalisation error) of it; else ``computed: False`` and why.
+    The size is compared in logarithms, so no V^n is ever formed."""
+    import math
+
+    limit = SOLVE_CERTIFICATE_TUPLES
+    if draft.n * math.log(max(draft.V, 1)) > math.log(limit) + 1e-9:
+        return {"kind": "rational", "computed": False,
+                "reason": f"V^n = {draft.V}^{draft.n} draft tuples, over the {limit} solve certifies exactly (otlp "
+                          "certify gives the certificate up to 4000)"}
+    from otlp.verifiers.certification import rational_certificate
+
+    try:
+        cert = rational_certificate(p, draft)
+    except InputError as exc:
+        return {"kind": "rational", "computed": False, "reason": str(exc)}
+    agrees = abs(float(cert.dual_value) - value) <= 1e-9 + 4 * cert.rationalisation_error
+    return {"kind": "rational", "computed": True, "ok": bool(cert.optimal and agrees), "agrees": bool(agrees),
+            **cert.to_dict()}
+
+
+def lp_certificate(c) -> dict:  # noqa: ANN001 - an otlp.solution.Certificate
+    """An LP / flow solution's re-check (``Solution.certificate``) as JSON: ``ok``, exact or within ``tol``, the
+    primal and dual values, the gap and the violations (floats; exact ones also as fractions)."""
+    def number(x: object) -> float | None:
+        return None if x is None else float(x)
+
+    out = {"kind": "lp", "computed": True, "ok": bool(c.ok), "exact": bool(c.exact), "tol": c.tol,
+           **{k: number(getattr(c, k)) for k in ("primal_value", "dual_value", "gap", "primal_violation",
+                                                 "dual_violation")}}
+    if c.exact:
+        out["exact_values"] = {k: str(getattr(c, k)) for k in ("primal_value", "dual_value", "gap")}
+    return out
+
+
+def certificate_text(cert: dict | None) -> str:
+    """The table's certificate cell: OK / FAILED (LP re-check), exact OK / exact FAILED (rational), or -."""
+    if not cert or not cert.get("computed"):
+        return "-"
+    return ("exact " if cert["kind"] == "rational" else "") + ("OK" if cert["ok"] else "FAILED")
 
 
 def _num(fmt: str) -> Callable[[object], str]:
@@ -238,7 +295,7 @@ SOLVE_COLUMNS: list[tuple[str, str, int, Callable[[object], str]]] = [
     ("formulation", "formulation", 11, str), ("backend", "backend", 12, str),
     ("alpha", "value", 14, _num(".12f")), ("status", "status", 11, str),
     ("build ms", "build_ms", 9, _num(".2f")), ("solve ms", "solve_ms", 9, _num(".2f")),
-    ("certificate", "certificate", 11, str),
+    ("certificate", "certificate", 11, lambda c: certificate_text(c)),
 ]
 
 
@@ -272,9 +329,27 @@ def _short_vector(x: np.ndarray, limit: int = 6) -> str:
     return f"[{shown}{', ...' if x.size > limit else ''}]"
 
 
+def _draft_laws(draft) -> dict[str, np.ndarray]:  # noqa: ANN001 - a DraftScheme
+    """The draft law(s) the JSON reports: ``q`` (one law for all n drafts) or ``qs`` (Independent: one per draft)."""
+    if getattr(draft, "qs", None) is not None:
+        return {"qs": np.asarray(draft.qs)}
+    q = getattr(draft, "q", None)
+    return {} if q is None else {"q": np.asarray(q)}
+
+
 def _p_summary(p: np.ndarray) -> dict:
     return {"V": int(p.size), "sum": float(p.sum()), "min": float(p.min()), "max": float(p.max()),
             "nonzero": int(np.count_nonzero(p)), "head": p[:8].tolist()}
+
+
+def _example_note(args: argparse.Namespace) -> str:
+    """What --example contributed to the problem line: the whole example, or the flags it filled in."""
+    filled = getattr(args, "example_filled", [])
+    if len(filled) == 3:
+        return " (built-in example: SpecHub paper, Figs. 4-5)"
+    if filled:
+        return f" (--{', --'.join(filled)} from the built-in example; the rest as given)"
+    return ""
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
@@ -300,8 +375,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         else:
             q = getattr(draft, "q", None)
             problem = f"p = {_short_vector(p)}" + ("" if q is None else f", q = {_short_vector(np.asarray(q))}")
-            print(f"alpha* for {draft!r} ({draft.name}), V = {p.size}: {problem}"
-                  + (" (built-in example: SpecHub paper, Figs. 4-5)" if args.example else ""))
+            print(f"alpha* for {draft!r} ({draft.name}), V = {p.size}: {problem}" + _example_note(args))
             print(_format_table([]))
             for row in stream:  # each row as it finishes (the closed form first); reasons go below the table
                 rows.append(row)
@@ -311,6 +385,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
                 bar.update(1)
     if args.json:
         problem = {"p": p.tolist()} if p.size <= JSON_FULL_P else {"p_summary": _p_summary(p)}
+        for key, q in _draft_laws(draft).items():
+            problem.update({key: q.tolist()} if p.size <= JSON_FULL_P else {f"{key}_summary": _p_summary(q)})
         print(json.dumps({**problem, "V": int(p.size), "scheme": draft.name, "n": draft.n,
                           "time_limit": time_limit, "results": rows}, indent=2))
         return 0
@@ -392,7 +468,7 @@ SUBCOMMANDS: list[tuple[str, str, str, str, str]] = [
      "acceptance, alpha*, gap, target law (exact, or a sequential test with a TV bound), exact certificate",
      "otlp.verifiers.certification", "add_certify_arguments", "run_certify_cli"),
     ("certify-block", "multi-step rules (sps, bv, gbv, token_tree, optimal) on random small AR models: block "
-     "efficiency, multi-path LP optimum, gap, target law", "otlp.multistep.certify", "add_multistep_arguments",
+     "efficiency, multi-path LP optimum, gap, target law", "otlp.multistep.cli", "add_multistep_arguments",
      "run_multistep_cli"),
     ("check", "run the five papers' theorems as checks (exit 1 on any violation)",
      "otlp.proofs_check.cli", "add_check_arguments", "run_check_cli"),

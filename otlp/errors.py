@@ -12,16 +12,22 @@ class ModelTooLargeError(InputError):
 
     Attributes
     ----------
+    what : the model refused.
     size_bytes : estimated bytes the model would need.
     limit_bytes : the limit it exceeds.
+    hint : what to change, in the caller's terms (default: the one-token problems' V, n and top-k).
     """
 
-    def __init__(self, what: str, size_bytes: float, limit_bytes: float):
+    #: the hint of the one-token problems (target p over V tokens, n drafts from q)
+    DEFAULT_HINT = "use a smaller V or n, or top-k truncation of q"
+
+    def __init__(self, what: str, size_bytes: float, limit_bytes: float, hint: str = DEFAULT_HINT):
+        self.what, self.hint = what, hint
         self.size_bytes = float(min(size_bytes, 1e308))  # a count of tuples may exceed any float
         self.limit_bytes = float(limit_bytes)
         super().__init__(
             f"{what} would need about {_human(self.size_bytes)}, over the limit of {_human(self.limit_bytes)}; "
-            "use a smaller V or n, or top-k truncation of q"
+            f"{hint}"
         )
 
 
@@ -36,6 +42,8 @@ class MissingDependencyError(InputError):
 def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if abs(n) < 1024 or unit == "PiB":
+            if unit == "PiB" and abs(n) >= 1e4:  # an astronomical model (V^n tuples): no 290-digit number
+                return f"{n:.2g} PiB"
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return f"{n:.1f} PiB"  # pragma: no cover

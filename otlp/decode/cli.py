@@ -20,6 +20,8 @@ from otlp.errors import InputError, ModelTooLargeError
 if TYPE_CHECKING:
     from otlp.decode.models import LanguageModel
 
+#: --vocab-size of the embedded n-gram pair (otlp.decode.ngram.DEFAULT_VOCAB_SIZE; not imported: it loads torch)
+EMBEDDED_VOCAB = 2000
 DEFAULT_PROMPTS = ("return the value of", "this module provides", "if the file does not exist",
                    "raise an exception when")
 
@@ -42,15 +44,15 @@ def _ngram_order(spec: str) -> int | None:
     return None
 
 
-def load_model_pair(draft: str | None, target: str | None, vocab_size: int = 2000, device: str = "cpu"
-                    ) -> ModelPair:
+def load_model_pair(draft: str | None, target: str | None, vocab_size: int | None = EMBEDDED_VOCAB,
+                    device: str = "cpu") -> ModelPair:
     """Resolve the CLI's --draft / --target into two language models sharing a vocabulary."""
     draft_order = 2 if draft is None else _ngram_order(draft)
     target_order = 4 if target is None else _ngram_order(target)
     if draft_order is not None and target_order is not None:
         from otlp.decode.ngram import embedded_models
 
-        pair = embedded_models(draft_order, target_order, vocab_size)
+        pair = embedded_models(draft_order, target_order, EMBEDDED_VOCAB if vocab_size is None else vocab_size)
         tok = pair.tokenizer
         return ModelPair(pair.draft, pair.target, lambda s: [tok.bos_id, *tok.encode(s)], tok.decode,
                          f"embedded Kneser-Ney {draft_order}-gram draft / {target_order}-gram target, "
@@ -84,14 +86,24 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
                         help="draft scheme (default: the one the verifier expects)")
     parser.add_argument("--n", type=int, default=2, help="drafts per step (default 2)")
     parser.add_argument("--L", type=int, default=4, help="draft length (default 4)")
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)")
+    parser.add_argument("--max-new-tokens", type=int, default=128,
+                        help="new tokens kept per prompt (default 128); a prompt's last step may accept past it, "
+                             "and the report says how many such tokens were dropped")
     parser.add_argument("--prompt", action="append", help="a text prompt (repeat for a batch)")
     parser.add_argument("--batch", type=int, default=8, help="prompts when --prompt is not given (default 8)")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--vocab-size", type=int, default=2000, help="embedded n-gram vocabulary (default 2000)")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="sampling temperature of the target and draft laws, > 0 (default 1)")
+    parser.add_argument("--top-k", type=int, default=None,
+                        help="sample the target and draft from their top-k tokens only, k >= 1 (default: all)")
+    parser.add_argument("--top-p", type=float, default=None,
+                        help="nucleus sampling: the smallest set of tokens of mass >= top-p, in (0, 1] "
+                             "(default: all)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the drafts, the verifier's coins and the bonus tokens, >= 0 (default 0)")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help=f"vocabulary of the embedded n-gram pair, 3 to the corpus's distinct tokens (9344) "
+                             f"(default {EMBEDDED_VOCAB}); a Hugging Face pair has its tokenizer's, so it is refused "
+                             "there")
     parser.add_argument("--device", default="cpu", help="device for HF models (default cpu)")
     parser.add_argument("--tree", choices=("cached", "recompute"), default="cached",
                         help="HF models: cached = accepted context in the KV cache, one tree-attention pass per "
@@ -141,6 +153,21 @@ def check_device(device: object, flag: str = "--device") -> str:
     return str(dev)
 
 
+def check_model_vocab(draft: str | None, target: str | None, vocab_size: int | None) -> int | None:
+    """``--vocab-size`` checked before any model loads: for the embedded n-gram pair (both models omitted or
+    ngram:K) an integer in [3, the corpus's distinct tokens], default :data:`EMBEDDED_VOCAB`; with a Hugging Face
+    pair (whose tokenizer fixes V) it must be absent. Returns the size to build with (None for HF)."""
+    embedded = all(spec is None or spec.startswith("ngram:") for spec in (draft, target))
+    if not embedded:
+        if vocab_size is not None:
+            raise InputError("--vocab-size sets the embedded n-gram pair's vocabulary; a Hugging Face pair "
+                             "(--draft / --target directories) has its tokenizer's: drop --vocab-size")
+        return None
+    from otlp.decode.corpus import check_vocab_size
+
+    return check_vocab_size(EMBEDDED_VOCAB if vocab_size is None else vocab_size)
+
+
 def check_decode_arguments(args: argparse.Namespace) -> None:
     """Every argument of ``otlp decode`` checked before a model is built (milliseconds, not seconds)."""
     from otlp.distributions import check_int
@@ -150,7 +177,7 @@ def check_decode_arguments(args: argparse.Namespace) -> None:
     check_int(args.max_new_tokens, "--max-new-tokens", 1)
     check_int(args.batch, "--batch", 1)
     check_int(args.seed, "--seed", 0)
-    check_int(args.vocab_size, "--vocab-size", 2)
+    args.vocab_size = check_model_vocab(args.draft, args.target, args.vocab_size)
     if args.verifier not in available_verifiers():
         raise InputError(f"unknown --verifier {args.verifier!r}; expected one of {', '.join(available_verifiers())}")
     from otlp.distributions import probabilities_from_logits
@@ -231,6 +258,18 @@ def run_decode_cli(args: argparse.Namespace) -> int:
     return 0
 
 
+def _output_line(m: dict) -> str:
+    """The tokens kept against the tokens the rule emitted: a prompt's last step may accept past
+    --max-new-tokens; those tokens are dropped from the output but counted in block efficiency."""
+    kept, asked = m["tokens_kept"], f"{m['batch']} prompts x {m['max_new_tokens']} (--max-new-tokens)"
+    extra = m["tokens"] - kept
+    if extra <= 0:
+        return f"output              {kept} tokens = {asked}"
+    return (f"output              {kept} tokens = {asked}; the rule emitted {m['tokens']}: a prompt's last step "
+            f"can accept past {m['max_new_tokens']}, and those {extra} tokens are dropped from the output (block "
+            "efficiency counts them: it measures the rule)")
+
+
 def format_report(report: dict) -> str:
     m = report["metrics"]
     acc = " ".join(f"{a:.3f}" for a in m["acceptance_per_position"])
@@ -238,8 +277,10 @@ def format_report(report: dict) -> str:
         f"models              {report['models']}",
         f"verifier            {m['verifier']} (draft scheme {m['scheme']}), n = {m['n']}, L = {m['L']}, "
         f"batch = {m['batch']}",
-        f"block efficiency    {m['block_efficiency']:.4f} tokens per target call "
-        f"({m['tokens']} tokens, {m['target_calls']} batched target calls)",
+        f"block efficiency    {m['block_efficiency']:.4f} tokens per sequence per target call = {m['tokens']} "
+        f"tokens / {m['sequence_steps']} sequence-steps (a sequence-step: one prompt in one target call; "
+        f"{m['target_calls']} batched target calls, each over the prompts still decoding)",
+        _output_line(m),
         f"acceptance by depth {acc}",
         f"rule acceptance     {m['rule_acceptance']:.4f} (verifications where the rule accepted a draft)",
         f"throughput          {m['tokens_per_second']:.1f} tokens/s, {m['seconds']:.2f} s "
@@ -272,10 +313,13 @@ def add_acceptance_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
     parser.add_argument("--pairs", type=int, default=256, help="(p, q) pairs collected from the loop (default 256)")
     parser.add_argument("--ns", default="1,2,4,8", help="comma-separated n values (default 1,2,4,8)")
     parser.add_argument("--top-ks", default="10,100,1000,all", help="comma-separated top-k on q; 'all' = V")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--vocab-size", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="temperature of the target and draft laws the pairs are collected at, > 0 (default 1)")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help=f"vocabulary of the embedded n-gram pair, 3 to the corpus's distinct tokens (9344) "
+                             f"(default {EMBEDDED_VOCAB}); refused with a Hugging Face pair")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the decode loop the pairs come from (default 0)")
+    parser.add_argument("--device", default="cpu", help="device for HF models (default cpu)")
     parser.add_argument("--out", default="benchmarks/results",
                         help="folder for the JSON and PNG, relative to the current directory (default "
                              "benchmarks/results); the paths written are printed at the end")
@@ -300,16 +344,16 @@ def run_acceptance_cli(args: argparse.Namespace) -> int:
     from otlp.decode.acceptance import format_sweep, run_acceptance
     from otlp.distributions import check_int
 
-    check_device(args.device)
     if isinstance(args.pairs, bool) or not isinstance(args.pairs, int) or args.pairs < 1:
         raise InputError(f"--pairs must be an integer >= 1, got {args.pairs} (the number of (p, q) pairs to "
                          "collect)")
     check_int(args.seed, "--seed", 0)
-    check_int(args.vocab_size, "--vocab-size", 2)
+    args.vocab_size = check_model_vocab(args.draft, args.target, args.vocab_size)
     from otlp._cli_util import int_list
 
     ns = int_list(args.ns, "--ns")
     top_ks = int_list(args.top_ks, "--top-ks", allow_all=True)
+    check_device(args.device)  # imports torch: after the checks that need nothing
     _check_out_dir(args.out)  # before the minutes of collection, not after
     pair = load_model_pair(args.draft, args.target, args.vocab_size, args.device)
     prompts = [pair.encode(t) for t in DEFAULT_PROMPTS]

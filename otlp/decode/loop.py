@@ -53,7 +53,7 @@ class DecodeMetrics:
     tokens: int  # tokens emitted by the algorithm (before trimming each prompt to max_new_tokens)
     target_calls: int  # serial target calls (one per step, batched over prompts)
     sequence_steps: int  # sum over steps of the prompts still decoding: the denominator of block efficiency
-    block_efficiency: float  # tokens per target call per sequence (SpecTr §3)
+    block_efficiency: float  # tokens / sequence_steps: tokens per target call per sequence (SpecTr §3)
     acceptance_per_position: list[float]  # P(the walk continues past depth j | it reached depth j)
     reached_per_position: list[int]
     rule_acceptance: float  # fraction of node verifications where the verifier accepted a draft (index >= 0)
@@ -72,6 +72,9 @@ class DecodeMetrics:
     target_positions_per_token: float = 0.0  # target_positions / tokens
     draft_positions: int = 0
     draft_positions_per_step: float = 0.0  # (draft_positions - its prompt positions) / sequence_steps
+    max_new_tokens: int = 0  # new tokens asked for per prompt
+    tokens_kept: int = 0  # tokens in the output: batch x max_new_tokens; tokens - tokens_kept were emitted by a
+    # prompt's last step past max_new_tokens and dropped (block efficiency counts them: it measures the rule)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -366,6 +369,7 @@ def decode(
         draft_positions_per_step=(draft_probs.positions - draft_probs.prompt_positions) / max(sequence_steps, 1),
     )
     tokens = [s[n0 : n0 + max_new_tokens] for s, n0 in zip(sequences, prompt_lengths, strict=True)]
+    metrics.max_new_tokens, metrics.tokens_kept = max_new_tokens, sum(len(t) for t in tokens)
     return DecodeResult(tokens, metrics, root_p[:collect], root_q[:collect])
 
 

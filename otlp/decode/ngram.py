@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from otlp.decode.corpus import WordTokenizer, load_corpus
+from otlp.decode.corpus import WordTokenizer, check_vocab_size, load_corpus
 from otlp.decode.models import prefix_lists
 from otlp.errors import InputError, ModelTooLargeError
 
@@ -233,6 +233,7 @@ def embedded_models(draft_order: int = 2, target_order: int = 4,
     """
     if draft_order < 1 or target_order < 1:
         raise InputError(f"orders must be >= 1, got draft {draft_order}, target {target_order}")
+    check_vocab_size(vocab_size, "vocab_size")
     tokenizer, _ = _training_stream(int(vocab_size))
     return EmbeddedModels(embedded_model(int(draft_order), int(vocab_size)),
                           embedded_model(int(target_order), int(vocab_size)), tokenizer)

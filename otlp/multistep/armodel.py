@@ -11,6 +11,7 @@ of conditionals, p(a_{1:k}) = prod_{i<=k} p(a_i | a_{1:i-1}); on V^{<=L} they ar
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,6 +33,24 @@ def depth_offsets(V: int, depth: int) -> np.ndarray:
 def num_nodes(V: int, depth: int) -> int:
     """|V^{<=depth}|, the number of prefixes of length 0..depth."""
     return int(sum(V**i for i in range(depth + 1)))
+
+
+def check_table_size(V: int, depth: int) -> None:
+    """Refuse an ARModel table of V^0 + ... + V^depth rows of V entries above ``MAX_NODES`` entries, before
+    anything is allocated or counted: the size is compared in logarithms first, so a huge depth costs nothing."""
+    if V < 1 or depth < 0:
+        raise InputError(f"an ARModel needs V >= 1 and depth >= 0, got V = {V}, depth = {depth}")
+    log_entries = (depth + 1) * math.log(V)  # V^(depth+1) <= entries = V * num_nodes < 2 V^(depth+1)
+    if log_entries <= math.log(MAX_NODES) + 1e-9:  # small: count exactly (V^(depth+1) <= ~5e6)
+        entries = depth + 1 if V == 1 else V * num_nodes(V, depth)
+        if entries <= MAX_NODES:
+            return
+        size = 8.0 * entries
+    else:
+        size = 8 * math.exp(min(log_entries, 700.0))
+    raise ModelTooLargeError(f"an ARModel with V={V}, depth={depth}", size, MAX_NODES * 8,
+                             hint="its table has V^0 + ... + V^depth rows of V probabilities: use a smaller V or "
+                                  "depth (L)")
 
 
 def node_depths(V: int, depth: int) -> np.ndarray:
@@ -174,9 +193,8 @@ def random_ar_model(
     V: int, depth: int, rng: np.random.Generator, concentration: float = 1.0, name: str = "random"
 ) -> ARModel:
     """Every conditional drawn i.i.d. from Dirichlet(concentration * 1_V) (strictly positive a.s.)."""
+    check_table_size(V, depth)
     n = num_nodes(V, depth)
-    if n * V > MAX_NODES:
-        raise ModelTooLargeError(f"an ARModel with V={V}, depth={depth}", n * V * 8, MAX_NODES * 8)
     cond = rng.dirichlet(np.full(V, float(concentration)), size=n)
     cond = np.maximum(cond, 1e-12)
     return ARModel(cond / cond.sum(1, keepdims=True), V, name=name)

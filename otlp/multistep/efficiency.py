@@ -23,6 +23,11 @@ def _check_pair(target: ARModel, draft: ARModel, L: int) -> None:
     draft.require_depth(L - 1, "draft")
 
 
+#: the multi-step rules certified and enumerated exactly (``otlp.multistep.enumeration``, ``certify``); here, in a
+#: module without torch, so that ``otlp certify-block`` can check ``--rule`` before torch loads
+RULES = ("sps", "bv", "gbv", "token_tree", "optimal")
+
+
 def check_K(K: object) -> int:
     if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
         raise InputError(f"K (the number of drafted paths) must be an integer >= 1, got {K!r}")

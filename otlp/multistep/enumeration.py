@@ -14,12 +14,11 @@ import torch
 from otlp.errors import InputError, ModelTooLargeError
 from otlp.multistep.armodel import ARModel, all_paths, depth_offsets, node_depths, num_nodes, prefix_nodes
 from otlp.multistep.bv import block_verification_law
-from otlp.multistep.efficiency import _check_pair, check_K
+from otlp.multistep.efficiency import RULES, _check_pair, check_K
 from otlp.multistep.gbv import gbv_law
 from otlp.multistep.token_wise import sps_path_law, token_tree_output_law
 
 MAX_TUPLES = 2_000_000
-RULES = ("sps", "bv", "gbv", "token_tree", "optimal")
 
 
 def enumerate_drafts(draft: ARModel, L: int, K: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -30,7 +29,8 @@ def enumerate_drafts(draft: ARModel, L: int, K: int) -> tuple[torch.Tensor, torc
     V = draft.V
     M = V ** (L * K)
     if M > MAX_TUPLES:
-        raise ModelTooLargeError(f"enumerating V^(L*K) = {V}^{L * K} draft tuples", M * K * L * 8, MAX_TUPLES * 8)
+        raise ModelTooLargeError(f"enumerating V^(L*K) = {V}^{L * K} draft tuples", M * K * L * 8, MAX_TUPLES * 8,
+                                 hint="use a smaller V, L or K")
     paths = all_paths(V, L)  # [V^L, L]
     leaf_probs = draft.prefix_probabilities(L)[depth_offsets(V, L)[L] :]  # [V^L], same order as paths
     ids = np.stack(np.unravel_index(np.arange(M), (V**L,) * K), axis=1)  # [M, K]

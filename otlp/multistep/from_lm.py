@@ -46,7 +46,8 @@ def projected_table(model: object, context: Sequence[int], tokens: np.ndarray, d
     V = int(tokens.size)
     n = num_nodes(V, depth)
     if n * V > MAX_NODES:
-        raise ModelTooLargeError(f"a projected ARModel with V={V}, depth={depth}", n * V * 8, MAX_NODES * 8)
+        raise ModelTooLargeError(f"a projected ARModel with V={V}, depth={depth}", n * V * 8, MAX_NODES * 8,
+                                 hint="project onto fewer tokens or a smaller depth")
     base = [int(t) for t in context]
     prefixes = [base] + [base + tokens[path].tolist() for i in range(1, depth + 1) for path in all_paths(V, i)]
     probs = _next_token_probs(model, prefixes)[:, tokens]  # [n, V]

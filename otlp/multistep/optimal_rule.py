@@ -113,7 +113,8 @@ def check_size(V: int, L: int) -> None:
     N = V**L
     if N > MAX_PATHS:
         raise ModelTooLargeError(f"the optimal K-path rule over V^L = {V}^{L} = {N:,} paths (limit {MAX_PATHS:,}; "
-                                 "its ranking encoding takes up to 16 N^2 bytes)", 16 * N**2, 16 * MAX_PATHS**2)
+                                 "its ranking encoding takes up to 16 N^2 bytes)", 16 * N**2, 16 * MAX_PATHS**2,
+                                 hint="use a smaller V or L")
 
 
 def optimal_k_path_rule(target: ARModel, draft: ARModel, L: int, K: int, *, backend: str = "highs",

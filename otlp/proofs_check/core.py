@@ -39,7 +39,9 @@ class CheckResult:
     instances: how many instances were tried; worst_violation: the largest violation seen (0 = holds exactly);
     status: "pass", "fail" (a violation above the tolerance) or "error" (the check itself raised);
     details: where the worst violation happened (instance label), or the error message;
-    stopped: why fewer instances than asked were tried (the time limit), else "".
+    stopped: why fewer instances than asked were tried (the time limit), else "";
+    hard: an exact (rational) equality failed. In exact mode a rational gap is always hard, so a result that is
+    not hard with worst_violation > 0 got it from a float part (the implementation under test): see ``mode``.
     """
 
     name: str
@@ -53,13 +55,23 @@ class CheckResult:
     exact: bool
     seconds: float
     stopped: str = ""
+    hard: bool = False
 
     @property
     def ok(self) -> bool:
         return self.status == PASS
 
+    @property
+    def mode(self) -> str:
+        """How the worst violation was measured: "float" (no exact mode), "exact" (exact mode, and the worst
+        violation is an exact rational gap: 0 when it holds), or "exact + float" (exact mode, every rational part
+        held exactly, and the nonzero worst violation is a float implementation's, compared within tolerance)."""
+        if not self.exact:
+            return "float"
+        return "exact" if self.hard or self.worst_violation == 0 else "exact + float"
+
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        return {**asdict(self), "mode": self.mode}
 
 
 class Violation(float):
@@ -194,7 +206,8 @@ class Check:
                                time.perf_counter() - start)
         status = PASS if worst <= self.tolerance and not hard else FAIL
         return CheckResult(self.name, self.title, self.source, tried, worst, self.tolerance, status,
-                           where if status == FAIL or worst > 0 else "", exact, time.perf_counter() - start, stopped)
+                           where if status == FAIL or worst > 0 else "", exact, time.perf_counter() - start, stopped,
+                           hard)
 
 
 def load_hook(path: str) -> Callable:

@@ -43,7 +43,7 @@ def format_table(results: list[CheckResult], width: int = 60) -> str:
     rows = []
     for r in results:
         worst = "n/a" if r.worst_violation != r.worst_violation else f"{r.worst_violation:.2e}"
-        status = r.status.upper() + (" (exact)" if r.exact else "")
+        status = r.status.upper() + ("" if r.mode == "float" else f" ({r.mode})")
         rows.append((r.name, _clip(r.source, width), str(r.instances), worst, status))
     widths = [max(len(h), *(len(row[k]) for row in rows)) if rows else len(h) for k, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)), "  ".join("-" * w for w in widths)]
@@ -52,6 +52,11 @@ def format_table(results: list[CheckResult], width: int = 60) -> str:
     for r in failed:
         lines.append(f"{r.name}: {r.status}: {r.details}")
     lines.append(f"{len(results) - len(failed)}/{len(results)} checks passed")
+    if any(r.mode == "exact + float" for r in results):
+        lines.append("(exact + float): every rational part held exactly; the worst violation shown is a float "
+                     "implementation's, compared within the check's tolerance")
+    if any(r.exact for r in results) and not all(r.exact for r in results):
+        lines.append("a status without (exact) ran in floating point only: that check has no rational mode")
     return "\n".join(lines)
 
 

@@ -18,8 +18,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
                              "alpha* column) or 'none' (alpha* alone); default all")
     parser.add_argument("--n", default="1,2,4,8", help="comma list of draft counts (default 1,2,4,8)")
     parser.add_argument("--top-k", default="all",
-                        help="comma list of draft top-k values, 'all' = q untruncated (default all); on a sparse "
-                             "capture at most its stored top-k")
+                        help="comma list of draft top-k values >= 1, 'all' = q untruncated (default all); on a "
+                             "sparse capture at most its stored top-k; a value >= V keeps all of q, so it runs as "
+                             "'all' and a note on stderr says so")
     parser.add_argument("--out", help="results folder (default CAPTURE/sweep): results/, pairs.parquet, sweep.json, "
                                       "PNG plots; a re-run skips the shards saved there")
     parser.add_argument("--workers", type=int, default=None, help="local processes (default: all cores)")
@@ -62,6 +63,8 @@ def run_sweep_cli(args: argparse.Namespace) -> int:
     except SweepInterrupted as exc:
         print(f"otlp sweep: {exc}", file=sys.stderr)
         return 130
+    for note in result.report.get("notes", []):
+        print(f"otlp sweep: note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(result.report, indent=1))
     else:

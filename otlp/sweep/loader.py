@@ -96,8 +96,22 @@ def _fail(path: Path, what: str) -> InputError:
     return InputError(f"capture {str(path)!r}: {what}")
 
 
-def open_capture(path: str | os.PathLike) -> Capture:
-    """Open a capture folder: read and check ``manifest.json`` and that every listed shard is there."""
+def shard_problem(root: Path, info: ShardInfo) -> str | None:
+    """What is wrong with shard ``info`` of the capture at ``root`` that a stat can see (missing; a size other than
+    the manifest's), or None. Its content (SHA-256, Parquet, rows) is checked by :func:`read_shard`."""
+    f = root / info.file
+    if not f.is_file():
+        return f"shard {info.file} listed in {MANIFEST} is missing"
+    size = f.stat().st_size
+    if size != info.bytes:
+        return f"shard {info.file} has {size} bytes, the manifest lists {info.bytes} (a truncated or replaced file)"
+    return None
+
+
+def open_capture(path: str | os.PathLike, check_shards: bool = True) -> Capture:
+    """Open a capture folder: read and check ``manifest.json`` and (``check_shards``) that every listed shard is
+    there with its listed size; every such problem is named in the one-line error. ``check_shards=False`` leaves
+    that to the caller (the sweep computes the good shards first, then reports every bad one)."""
     root = Path(path)
     if not root.is_dir():
         raise _fail(root, "no such folder (expected a folder written by `otlp decode --capture` or CaptureWriter)")
@@ -127,15 +141,12 @@ def open_capture(path: str | os.PathLike) -> Capture:
         raise _fail(root, f"{MANIFEST} has V = {V} and storage {storage!r}; expected V >= 1 and one of "
                           f"{', '.join(STORAGES)}")
     for info in infos:
-        f = root / info.file
         if Path(info.file).name != info.file:
             raise _fail(root, f"shard name {info.file!r} in {MANIFEST} is not a plain file name")
-        if not f.is_file():
-            raise _fail(root, f"shard {info.file} listed in {MANIFEST} is missing")
-        size = f.stat().st_size
-        if size != info.bytes:
-            raise _fail(root, f"shard {info.file} has {size} bytes, the manifest lists {info.bytes} (a truncated "
-                              "or replaced file)")
+    if check_shards:
+        problems = [x for x in (shard_problem(root, info) for info in infos) if x is not None]
+        if problems:
+            raise _fail(root, "; ".join(problems))
     return Capture(root, manifest)
 
 

@@ -8,6 +8,7 @@ gap plots, a fixed-bin histogram of each rule's gap.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -140,7 +141,8 @@ def format_table(report: dict) -> str:
 
 def plot(report: dict, hist: dict, out: Path) -> list[str]:
     """Two PNGs under ``out``: ``sweep_acceptance.png`` (alpha* and each rule's mean acceptance against n, one panel
-    per draft top-k) and ``sweep_gaps.png`` (each rule's gap distribution, one line per n). Returns their paths."""
+    per draft top-k; a colour per rule, the n it skips named in its legend entry) and ``sweep_gaps.png``
+    (:func:`gap_figure`: each rule's gap distribution, a colour per n). Returns their paths."""
     try:
         import matplotlib
 
@@ -156,11 +158,15 @@ def plot(report: dict, hist: dict, out: Path) -> list[str]:
     for ax, k in zip(axes[0], ks, strict=True):
         rows = {r["n"]: r for r in by_n if r["q_top_k"] == k}
         ax.plot(ns, [rows[n]["alpha_star"] for n in ns], "k-o", lw=2.2, label="alpha* (optimal, i.i.d.)")
-        for r in rules:
+        for j, r in enumerate(rules):  # a colour per rule, the same in every panel, whatever is skipped
             ys = [rows[n][f"acc_{r}"] for n in ns]
             xs = [n for n, y in zip(ns, ys, strict=True) if y is not None]
+            gone = [str(n) for n, y in zip(ns, ys, strict=True) if y is None]
+            label = f"{r} ({scheme_of(r)}" + (f"; skipped n = {', '.join(gone)})" if gone else ")")
             if xs:
-                ax.plot(xs, [y for y in ys if y is not None], marker="o", ms=3.5, label=f"{r} ({scheme_of(r)})")
+                ax.plot(xs, [y for y in ys if y is not None], marker="o", ms=3.5, color=f"C{j % 10}", label=label)
+            else:
+                ax.plot([], [], " ", label=f"{r}: skipped for every n")
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [str(n) for n in ns])
         ax.set_xlabel("drafts n")
@@ -172,30 +178,72 @@ def plot(report: dict, hist: dict, out: Path) -> list[str]:
     paths = [out / "sweep_acceptance.png"]
     fig.savefig(paths[0])
     plt.close(fig)
-    k = ks[0]
-    cols = max(1, min(4, len(rules)))
-    nrows = max(1, math.ceil(len(rules) / cols))
-    fig, axes = plt.subplots(nrows, cols, figsize=(3.4 * cols, 2.6 * nrows), dpi=100, squeeze=False)
-    centers = 0.5 * (GAP_BINS[1:] + GAP_BINS[:-1])
-    for i, ax in enumerate(axes.ravel()):
-        if i >= len(rules):
-            ax.axis("off")
-            continue
-        r = rules[i]
-        for n in ns:
-            counts = hist.get((k, n, r))
-            if counts is None or not np.sum(counts):
-                continue
-            ax.step(centers, counts / np.sum(counts), where="mid", label=f"n = {n}")
-        ax.set_title(f"gap alpha* - {r}", fontsize=9)
-        ax.set_xlim(-0.1, 0.5)
-        ax.grid(True, alpha=0.3)
-        if i == 0:
-            ax.legend(fontsize=7)
-            ax.set_ylabel("fraction of pairs")
-    fig.suptitle(f"gap distributions ({title}, " + ("q untruncated)" if k == 0 else f"q top-{k})"), fontsize=9)
-    fig.tight_layout()
+    fig = gap_figure(report, hist, plt)
     paths.append(out / "sweep_gaps.png")
     fig.savefig(paths[1])
     plt.close(fig)
     return [str(p) for p in paths]
+
+
+def _short_reason(reason: str) -> str:
+    """A skip reason short enough for a panel (the full text is in the report's ``skipped``)."""
+    return "over --max-enum-cells" if reason.startswith("exact acceptance enumerates") else reason
+
+
+def gap_panels(report: dict, hist: dict) -> list[dict]:
+    """What ``sweep_gaps.png`` draws, one dict per rule: ``rule``, ``lines`` (``(n, colour, fractions over
+    GAP_BINS)``) and ``note`` (the n that have no curve and why, or ""). Each n has one colour in every panel
+    (``C0``, ``C1``, ... in the order of ``report["n"]``): a rule defined for n = 2 only is drawn in n = 2's
+    colour."""
+    rules, ns, k = report["verifiers"], report["n"], report["q_top_ks"][0]
+    skipped = report.get("skipped", {})
+    colour = {n: f"C{j}" for j, n in enumerate(ns)}
+    panels = []
+    for r in rules:
+        lines, missing = [], {}
+        for n in ns:
+            counts = hist.get((k, n, r))
+            if counts is None or not np.sum(counts):
+                reason = skipped.get(r, {}).get(str(n)) or skipped.get(r, {}).get(n) or "no pairs with a value"
+                missing.setdefault(_short_reason(reason), []).append(n)
+                continue
+            lines.append((n, colour[n], counts / np.sum(counts)))
+        note = "; ".join(f"n = {', '.join(map(str, skip))}: {'skipped, ' if lines else 'skipped for every n, '}{why}"
+                         for why, skip in missing.items())
+        panels.append({"rule": r, "lines": lines, "note": note})
+    return panels
+
+
+def gap_figure(report: dict, hist: dict, plt) -> object:  # noqa: ANN001 - matplotlib.pyplot; -> Figure
+    """``sweep_gaps.png``'s figure: a panel per rule (:func:`gap_panels`), one legend for all panels (a colour per
+    n), and a note in every panel that lacks some n (a rule defined for n = 2 only, one over --max-enum-cells)."""
+    from matplotlib.lines import Line2D
+
+    rules, ns, k = report["verifiers"], report["n"], report["q_top_ks"][0]
+    cap = report["capture"]
+    title = f"{cap['rows']} pairs, V = {cap['V']}"
+    cols = max(1, min(4, len(rules)))
+    nrows = max(1, math.ceil(len(rules) / cols))
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.4 * cols, 2.6 * nrows + 0.5), dpi=100, squeeze=False)
+    centers = 0.5 * (GAP_BINS[1:] + GAP_BINS[:-1])
+    panels = gap_panels(report, hist)
+    for i, ax in enumerate(axes.ravel()):
+        if i >= len(panels):
+            ax.axis("off")
+            continue
+        panel = panels[i]
+        for n, colour, fractions in panel["lines"]:
+            ax.step(centers, fractions, where="mid", color=colour, label=f"n = {n}")
+        if panel["note"]:
+            ax.text(0.97, 0.95, textwrap.fill(panel["note"], 34), transform=ax.transAxes, ha="right", va="top",
+                    fontsize=6.5, color="0.35")
+        ax.set_title(f"gap alpha* - {panel['rule']}", fontsize=9)
+        ax.set_xlim(-0.1, 0.5)
+        ax.grid(True, alpha=0.3)
+        if i % cols == 0:
+            ax.set_ylabel("fraction of pairs")
+    handles = [Line2D([], [], color=f"C{j}", label=f"n = {n}") for j, n in enumerate(ns)]
+    fig.legend(handles=handles, loc="lower center", ncol=len(ns), fontsize=7, frameon=False)
+    fig.suptitle(f"gap distributions ({title}, " + ("q untruncated)" if k == 0 else f"q top-{k})"), fontsize=9)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig

@@ -9,7 +9,9 @@ the machine's thread count) and returns them. The caller saves each result the m
   only the shards in flight;
 - on Dask a task whose worker dies is rescheduled by the scheduler on another worker (up to its
   ``allowed-failures``); a task that still ends in ``KilledWorker`` is submitted again, up to ``RESUBMITS`` times;
-- results are assembled in shard order, so the local and the distributed runs write identical tables.
+- results are assembled in shard order, so the local and the distributed runs write identical tables;
+- a bad shard (missing, truncated, corrupt, unreadable) does not stop the others: every good shard is computed and
+  saved, then :class:`BadShards` names every bad one (``otlp sweep`` exits 2) and a re-run computes only those.
 
 Workers read the shards by path: on a cluster the capture folder must be visible to the workers at the same path
 (a shared file system).
@@ -42,7 +44,7 @@ from otlp.sweep.compute import (
     resolve_verifiers,
     skipped_rules,
 )
-from otlp.sweep.loader import Capture, ShardInfo, open_capture, read_shard
+from otlp.sweep.loader import Capture, ShardInfo, open_capture, read_shard, shard_problem
 from otlp.sweep.report import Aggregate, format_table, plot
 
 #: Times a shard that ends in ``KilledWorker`` is submitted again.
@@ -57,6 +59,26 @@ class SweepInterrupted(KeyboardInterrupt):
         self.done, self.total, self.out = done, total, out
         super().__init__(f"interrupted: {done} of {total} shard results are saved under {out}; run the same "
                          "command again to resume")
+
+
+class BadShards(InputError):
+    """Some shards could not be read (missing, truncated, corrupt, unreadable, rows that do not match the manifest):
+    raised after every other shard was computed. ``bad`` maps each bad shard's index to what is wrong with it; the
+    good shards' results are saved under ``out / RESULTS``, so a re-run computes only the shards that were bad."""
+
+    #: bad shards named in full in the message; the rest are counted (all are in ``bad``)
+    LISTED = 20
+
+    def __init__(self, bad: dict[int, str], total: int, computed: int, reused: int, out: Path):
+        self.bad, self.out = dict(sorted(bad.items())), out
+        reasons = list(self.bad.values())
+        shown = "; ".join(reasons[:self.LISTED]) + (f"; and {len(reasons) - self.LISTED} more"
+                                                     if len(reasons) > self.LISTED else "")
+        good = total - len(bad)
+        super().__init__(f"{len(bad)} of {total} shards are bad: {shown}. The other {good} shards' results are "
+                         f"saved under {out / RESULTS} ({computed} computed now, {reused} reused) and no "
+                         "pairs.parquet was written: restore or replace the bad shards and run the same command "
+                         "again, it resumes and computes only those")
 
 
 @dataclass
@@ -175,24 +197,37 @@ def _check_out(out: Path) -> Path:
     return out
 
 
-def _run_local(pending: list, submit_args: Callable, workers: int, on_done: Callable) -> None:
+def _run_local(pending: list, submit_args: Callable, workers: int, on_done: Callable, on_fail: Callable) -> None:
+    """Each pending shard's task on ``workers`` processes; ``on_done(i, result)`` as each finishes, ``on_fail(i,
+    exc)`` for a shard whose task raised ``InputError`` (a bad shard: the others go on)."""
     if workers <= 1 or len(pending) <= 1:
         for i in pending:
-            on_done(i, shard_task(*submit_args(i)))
+            try:
+                result = shard_task(*submit_args(i))
+            except InputError as exc:
+                on_fail(i, exc)
+                continue
+            on_done(i, result)
         return
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold torch / BLAS threads
     pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=ctx)
     try:
         futures = {pool.submit(shard_task, *submit_args(i)): i for i in pending}
         for fut in cf.as_completed(futures):
-            on_done(futures[fut], fut.result())
+            try:
+                result = fut.result()
+            except InputError as exc:
+                on_fail(futures[fut], exc)
+                continue
+            on_done(futures[fut], result)
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
 
 
-def _run_dask(pending: list, submit_args: Callable, client, on_done: Callable) -> None:  # noqa: ANN001
+def _run_dask(pending: list, submit_args: Callable, client, on_done: Callable,  # noqa: ANN001
+              on_fail: Callable) -> None:
     dd = _deps.distributed()
     futures = {client.submit(shard_task, *submit_args(i), pure=False): i for i in pending}
     tries = dict.fromkeys(pending, 0)
@@ -210,6 +245,9 @@ def _run_dask(pending: list, submit_args: Callable, client, on_done: Callable) -
                 again = client.submit(shard_task, *submit_args(i), pure=False)
                 futures[again] = i
                 done.add(again)
+                continue
+            except InputError as exc:
+                on_fail(i, exc)
                 continue
             on_done(i, result)
             fut.release()
@@ -237,16 +275,20 @@ def run_sweep(capture: str | os.PathLike | Capture, *, ns: Sequence[int] = (1, 2
     max_enum_cells : budget of a rule whose exact acceptance enumerates the draft support (per pair).
     progress : called with a dict (shards, pairs, pairs_per_second, eta, ...) after every shard.
 
-    Raises ``InputError`` on a bad capture or parameters, :class:`SweepInterrupted` on Ctrl-C (results saved).
+    Raises ``InputError`` on a bad capture or parameters, :class:`BadShards` after computing every good shard when
+    some shards are bad, :class:`SweepInterrupted` on Ctrl-C (results saved). A top-k >= V keeps all of q: it runs
+    as untruncated, and ``report["notes"]`` says so.
     """
     _deps.pyarrow()
-    cap = capture if isinstance(capture, Capture) else open_capture(capture)
+    cap = capture if isinstance(capture, Capture) else open_capture(capture, check_shards=False)
     ns = tuple(int(n) for n in ns)
     if not ns or any(n < 1 for n in ns):
         raise InputError(f"n values must be integers >= 1, got {list(ns)}")
-    ks = tuple(0 if (k is None or k >= cap.V) else int(k) for k in top_ks)
-    if any(k < 0 for k in ks):
+    if any(k is not None and int(k) < 0 for k in top_ks):
         raise InputError(f"--top-k values must be >= 1 (or all), got {list(top_ks)}")
+    ks = tuple(0 if (k is None or k >= cap.V) else int(k) for k in top_ks)
+    notes = [f"--top-k {k} >= V = {cap.V} keeps all of q: run as untruncated (q_top_k 0, the same as 'all')"
+             for k in top_ks if k is not None and k >= cap.V]
     if cap.storage == "sparse":
         over = [k for k in ks if k > int(cap.top_k)]
         if over:
@@ -271,6 +313,12 @@ def run_sweep(capture: str | os.PathLike | Capture, *, ns: Sequence[int] = (1, 2
             loaded[i] = saved  # resumed: nothing to compute
     for i in sorted(loaded):
         bar.update(shards[i].rows, computed=False)
+    bad: dict[int, str] = {}  # shard -> what is wrong with it; the good shards are computed first
+    for i in pending:
+        problem = shard_problem(cap.path, shards[i])
+        if problem is not None:
+            bad[i] = problem
+    pending = [i for i in pending if i not in bad]
 
     def submit_args(i: int) -> tuple:
         s = shards[i]
@@ -282,7 +330,10 @@ def run_sweep(capture: str | os.PathLike | Capture, *, ns: Sequence[int] = (1, 2
         _save(paths[i], cols, errors)
         bar.update(shards[i].rows, computed=True)
 
-    reused = len(shards) - len(pending)
+    def on_fail(i: int, exc: InputError) -> None:
+        bad[i] = str(exc).replace(repr(str(cap.shard_path(i))), shards[i].file)
+
+    reused = len(loaded)
     try:
         if pending and (client is not None or scheduler is not None):
             own = None
@@ -293,17 +344,19 @@ def run_sweep(capture: str | os.PathLike | Capture, *, ns: Sequence[int] = (1, 2
                 except (OSError, TimeoutError, ValueError) as exc:
                     raise InputError(f"--scheduler {scheduler!r}: cannot connect ({exc})") from None
             try:
-                _run_dask(pending, submit_args, client, on_done)
+                _run_dask(pending, submit_args, client, on_done, on_fail)
             finally:
                 if own is not None:
                     own.close()
         elif pending:
-            _run_local(pending, submit_args, workers or os.cpu_count() or 1, on_done)
+            _run_local(pending, submit_args, workers or os.cpu_count() or 1, on_done, on_fail)
     except KeyboardInterrupt:
         done = sum(p.is_file() for p in paths)
         raise SweepInterrupted(done, len(shards), out_dir) from None
+    if bad:
+        raise BadShards(bad, len(shards), len(pending) - sum(i in bad for i in pending), reused, out_dir)
     report = _assemble(cap, params, paths, out_dir, plots)
-    report.update({"shards": len(shards), "computed": len(pending), "reused": reused,
+    report.update({"notes": notes, "shards": len(shards), "computed": len(pending), "reused": reused,
                    "seconds": time.perf_counter() - start,
                    "pairs_per_second": (sum(shards[i].rows for i in pending) / (time.perf_counter() - start))
                    if pending else None})

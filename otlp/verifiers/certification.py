@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -567,22 +568,61 @@ def add_certify_arguments(parser: argparse.ArgumentParser) -> None:
                         help="samples for the statistical test (large V); for package.module:function, the sample "
                              "limit of the sequential test (default 1e7)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the statistical test")
-    parser.add_argument("--scheme", default="iid", choices=sorted(SCHEME_CLASSES),
-                        help="draft scheme certify samples for package.module:function (default iid)")
-    parser.add_argument("--tolerance", type=float, default=TOLERANCE,
-                        help=f"package.module:function: TV to rule out before calling it lossless (default "
-                             f"{TOLERANCE:g})")
-    parser.add_argument("--alpha", type=float, default=ALPHA,
-                        help=f"package.module:function: false-alarm and miss rate (default {ALPHA:g})")
-    parser.add_argument("--mode", default="auto", choices=("auto", "black", "white"),
-                        help="package.module:function: exact enumeration when it has conditional() (auto), or "
-                             "force sampling (black) / enumeration (white)")
+    parser.add_argument("--scheme", default=None, choices=sorted(SCHEME_CLASSES),
+                        help="package.module:function only: the draft scheme certify samples (default iid); a "
+                             "registered rule is certified on its own scheme")
+    parser.add_argument("--tolerance", type=float, default=None,
+                        help=f"package.module:function only: TV to rule out before calling it lossless, in [0, 1] "
+                             f"(default {TOLERANCE:g})")
+    parser.add_argument("--alpha", type=float, default=None,
+                        help=f"package.module:function only: false-alarm and miss rate of the sequential test, in "
+                             f"(0, 1) (default {ALPHA:g})")
+    parser.add_argument("--mode", default=None, choices=("auto", "black", "white"),
+                        help="package.module:function only: exact enumeration when it has conditional() (auto, the "
+                             "default), or force sampling (black) / enumeration (white)")
     parser.add_argument("--no-certificate", action="store_true", help="skip the exact rational certificate")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.epilog = ("exit status (pytest-style): 0 the rule preserves the target (with --verifier all: every rule "
+                     "that applies), 1 it does not, or a package.module:function's sequential test ended "
+                     "inconclusive (raise --samples or --tolerance), 2 bad input (one line 'otlp: error: ...').")
+
+
+#: ``otlp certify``'s exit status, pytest-style: whether the rule passed
+EXIT_PASSED, EXIT_FAILED = 0, 1
+#: the options only the sequential test of a package.module:function reads
+CALLABLE_ONLY = ("--scheme", "--tolerance", "--alpha", "--mode")
+
+
+def certify_exit_code(reports: Sequence[object]) -> int:
+    """``otlp certify``'s exit status for its reports: 0 (:data:`EXIT_PASSED`) when every rule certified shows it
+    preserves the target, 1 (:data:`EXIT_FAILED`) when one does not, or when a sequential test ended inconclusive
+    (``preserves_target`` None: not shown to preserve it). Rows of ``--verifier all`` that do not apply to the input
+    (dicts with an ``error``) count neither way. Bad input never gets here: it exits 2."""
+    verdicts = [getattr(r, "preserves_target", None) for r in reports if not isinstance(r, dict)]
+    return EXIT_PASSED if all(v is True for v in verdicts) else EXIT_FAILED
+
+
+def _callable_options(args: argparse.Namespace) -> dict[str, object]:
+    """The sequential test's options, range-checked whatever the verifier; for a registered rule (or 'all') any of
+    them given is refused, since only a package.module:function's test reads them."""
+    if args.tolerance is not None and not 0 <= args.tolerance <= 1:
+        raise InputError(f"--tolerance must be a total-variation distance in [0, 1], got {args.tolerance:g}")
+    if args.alpha is not None and not 0 < args.alpha < 1:
+        raise InputError(f"--alpha must be an error rate in (0, 1), got {args.alpha:g}")
+    given = [flag for flag in CALLABLE_ONLY if getattr(args, flag[2:]) is not None]
+    if ":" not in args.verifier and given:
+        verb = "applies" if len(given) == 1 else "apply"
+        raise InputError(f"{', '.join(given)} only {verb} to --verifier package.module:function (its sequential "
+                         f"test); the registered rule {args.verifier!r} is certified on its own draft scheme, by exact "
+                         f"enumeration, or a chi-square test at false-alarm rate {FALSE_ALARM:g} for large V^n: "
+                         f"drop {', '.join(given)}")
+    return {"scheme": args.scheme or "iid", "tolerance": TOLERANCE if args.tolerance is None else args.tolerance,
+            "alpha": ALPHA if args.alpha is None else args.alpha, "mode": args.mode or "auto"}
 
 
 def run_certify_cli(args: argparse.Namespace) -> int:
-    """Run ``otlp certify``; returns the exit code (2 on bad input, with the message on stderr)."""
+    """Run ``otlp certify``; returns the exit code: 0 the rule preserves the target (every rule, for 'all'), 1 it
+    does not (or a sequential test was inconclusive), 2 bad input (with the message on stderr)."""
 
     from otlp._cli_util import Progress
 
@@ -592,15 +632,16 @@ def run_certify_cli(args: argparse.Namespace) -> int:
         if args.samples is not None:
             check_int(args.samples, "--samples", 1)
         check_int(args.seed, "--seed", 0)
+        options = _callable_options(args)
         p = load_distribution(args.p, "p", renormalize=args.renormalize)
         q = load_distribution(args.q, "q", renormalize=args.renormalize)
         if q.size != p.size:
             raise InputError(f"q has length {q.size}, expected {p.size} (the length of p)")
         if ":" in args.verifier:
-            report = certify_callable(load_callable(args.verifier), p, q=q, n=args.n, scheme=args.scheme,
-                                      samples=args.samples, seed=args.seed, tolerance=args.tolerance,
-                                      alpha=args.alpha, mode=args.mode, name=args.verifier)
+            report = certify_callable(load_callable(args.verifier), p, q=q, n=args.n, samples=args.samples,
+                                      seed=args.seed, name=args.verifier, **options)
             print(json.dumps(report.to_dict(), indent=2) if args.json else report)
+            rows: list = [report]
         elif args.verifier == "all":
             with bar:
                 rows = certify_table(p, q, args.n, samples=args.samples, seed=args.seed,
@@ -617,8 +658,9 @@ def run_certify_cli(args: argparse.Namespace) -> int:
                 report = certify(args.verifier, p, draft, samples=args.samples, seed=args.seed,
                                  certificate=not args.no_certificate, progress=bar)
             print(json.dumps(report.to_dict(), indent=2) if args.json else report)
+            rows = [report]
     except InputError as exc:
         from otlp._cli_util import report_error
 
         return report_error(exc, json_output=bool(getattr(args, "json", False)))
-    return 0
+    return certify_exit_code(rows)

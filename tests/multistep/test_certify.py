@@ -19,14 +19,13 @@ from otlp.multistep.armodel import ARModel, depth_offsets, node_parents, num_nod
 from otlp.multistep.bv import block_verification_law
 from otlp.multistep.certify import (
     MultiStepReport,
-    add_multistep_arguments,
     budget_mass,
     certify_multistep,
     certify_output_law,
     format_multistep_table,
     prefix_matching_violation,
-    run_multistep_cli,
 )
+from otlp.multistep.cli import add_multistep_arguments, run_multistep_cli
 from otlp.multistep.enumeration import enumerate_drafts, output_law
 from otlp.multistep.gbv import select_greedy_path
 

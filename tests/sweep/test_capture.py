@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.sweep.conftest import lm_pairs, results, write_capture
+from tests.sweep.conftest import assert_identical, lm_pairs, results, write_capture
 
 pytest.importorskip("pyarrow")
 
@@ -138,11 +138,84 @@ def test_corrupt_shard(small_capture, capsys, tmp_path):  # noqa: ANN001
     data[len(data) // 2] ^= 0xFF  # same size, different content
     f.write_bytes(bytes(data))
     line = _one_line_error(capsys, ["sweep", str(small_capture), "--workers", "1", "--out", str(tmp_path / "o")])
-    assert "shard-00001.parquet' is corrupt: its SHA-256 differs" in line
+    assert "shard shard-00001.parquet is corrupt: its SHA-256 differs" in line
     assert not (tmp_path / "o" / "pairs.parquet").exists()
     f.write_bytes(b"not parquet")
     line = _one_line_error(capsys, ["sweep", str(small_capture), "--out", str(tmp_path / "o")])
     assert "has 11 bytes, the manifest lists" in line
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_bad_shards_are_all_reported_after_the_good_ones_are_computed(small_capture, capsys, tmp_path,  # noqa: ANN001
+                                                                      workers):
+    """Issue 44: a corrupt shard no longer stops the sweep at the first failure. Every good shard is computed and
+    saved, every bad one is named, the line says the results were kept, and the re-run resumes from them."""
+    originals = {name: (small_capture / name).read_bytes() for name in ("shard-00001.parquet", "shard-00003.parquet")}
+    flipped = bytearray(originals["shard-00001.parquet"])
+    flipped[len(flipped) // 2] ^= 0xFF  # same size: only the SHA-256 (read in a worker) sees it
+    (small_capture / "shard-00001.parquet").write_bytes(bytes(flipped))
+    (small_capture / "shard-00003.parquet").write_bytes(b"short")  # seen by a stat, before any work
+    out = tmp_path / "o"
+    argv = ["sweep", str(small_capture), "--workers", workers, "--no-plots", "--out", str(out)]
+    line = _one_line_error(capsys, argv)
+    assert "2 of 4 shards are bad: shard shard-00001.parquet is corrupt: its SHA-256 differs" in line
+    assert "shard shard-00003.parquet has 5 bytes, the manifest lists" in line
+    assert f"The other 2 shards' results are saved under {out / 'results'} (2 computed now, 0 reused)" in line
+    assert "run the same command again, it resumes and computes only those" in line
+    assert len(list((out / "results").glob("*.parquet"))) == 2 and not (out / "pairs.parquet").exists()
+
+    for name, data in originals.items():
+        (small_capture / name).write_bytes(data)
+    from otlp.cli import main
+
+    assert main([*argv, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["computed"], report["reused"]) == (2, 2)
+    fresh = tmp_path / "fresh"
+    assert main(["sweep", str(small_capture), "--workers", "1", "--no-plots", "--out", str(fresh), "--json"]) == 0
+    capsys.readouterr()
+    assert_identical(results(out / "pairs.parquet"), results(fresh / "pairs.parquet"))
+
+
+def test_open_capture_names_every_missing_or_resized_shard(small_capture):  # noqa: ANN001
+    from otlp.errors import InputError
+    from otlp.sweep import open_capture
+
+    (small_capture / "shard-00000.parquet").unlink()
+    (small_capture / "shard-00002.parquet").write_bytes(b"x")
+    with pytest.raises(InputError, match="shard shard-00000.parquet listed in manifest.json is missing; "
+                                         "shard shard-00002.parquet has 1 bytes"):
+        open_capture(small_capture)
+    assert len(open_capture(small_capture, check_shards=False).shards) == 4
+
+
+def test_top_k_zero_is_refused_and_top_k_at_least_v_is_said(small_capture, tmp_path):  # noqa: ANN001
+    """Issue 44: --top-k 0 was taken silently as "untruncated" (0 is the internal code), and so was a top-k >= V."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+
+    def sweep(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "otlp.cli", "sweep", str(small_capture), "--workers", "1",
+                               "--n", "1,2", "--no-plots", "--out", str(tmp_path / "o"), *extra], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    for value in ("0", "4,0", "-3"):
+        done = subprocess.run([sys.executable, "-m", "otlp.cli", "sweep", str(small_capture), "--top-k", value],
+                              env=env, capture_output=True, text=True, timeout=3)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith("otlp: error: --top-k: values must be >= 1 (or 'all' for no truncation)")
+    done = sweep("--top-k", "5000,4", "--json")
+    assert done.returncode == 0, done.stderr
+    note = "otlp sweep: note: --top-k 5000 >= V = 32 keeps all of q: run as untruncated (q_top_k 0, the same as 'all')"
+    assert done.stderr.strip() == note
+    report = json.loads(done.stdout)
+    assert report["q_top_ks"] == [0, 4] and report["notes"] == [note.removeprefix("otlp sweep: note: ")]
+    assert sweep("--top-k", "31").stderr == ""  # below V: truncated, nothing to say
 
 
 def test_unreadable_parquet_with_a_matching_manifest(tmp_path):  # noqa: ANN001
@@ -210,3 +283,45 @@ def test_without_the_extra_one_line_names_otlp_sweep(small_capture, capsys, monk
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     line = _one_line_error(capsys, ["sweep", str(small_capture)])
     assert "pip install 'otlp[sweep]'" in line and "pyarrow" in line
+
+
+def test_gap_plot_gives_each_n_one_colour_and_says_which_panels_are_skipped():
+    """Issue 44: sweep_gaps.png cycled colours per drawn line, so spechub's only curve (n = 2) took n = 1's colour,
+    and the panel of a rule skipped at every n was empty with no note."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from otlp.sweep.report import GAP_BINS, gap_figure, gap_panels
+
+    ns = [1, 2, 4]
+    counts = np.ones(len(GAP_BINS) - 1)
+    hist = {(0, n, "rrs"): counts for n in ns} | {(0, 2, "spechub"): counts}
+    enum = "exact acceptance enumerates W^n = 32^4 tuples x W = 32 tokens = 3.4e+07 cells, over the limit 1e+06"
+    report = {"verifiers": ["rrs", "spechub", "rrs_wor"], "n": ns, "q_top_ks": [0], "capture": {"rows": 40, "V": 32},
+              "skipped": {"spechub": {"1": "defined for n = 2 only", "4": "defined for n = 2 only"},
+                          "rrs_wor": {str(n): enum for n in ns}}}
+    panels = {p["rule"]: p for p in gap_panels(report, hist)}
+    assert [(n, c) for n, c, _ in panels["rrs"]["lines"]] == [(1, "C0"), (2, "C1"), (4, "C2")]
+    assert [(n, c) for n, c, _ in panels["spechub"]["lines"]] == [(2, "C1")]
+    assert panels["rrs"]["note"] == ""
+    assert panels["spechub"]["note"] == "n = 1, 4: skipped, defined for n = 2 only"
+    assert panels["rrs_wor"]["note"] == "n = 1, 2, 4: skipped for every n, over --max-enum-cells"
+
+    fig = gap_figure(report, hist, plt)
+    try:
+        rrs, spechub, rrs_wor = fig.axes[:3]
+        drawn = {ax.get_title(): [(line.get_label(), to_hex(line.get_color())) for line in ax.lines]
+                 for ax in (rrs, spechub, rrs_wor)}
+        assert drawn["gap alpha* - spechub"] == [("n = 2", to_hex("C1"))]
+        assert drawn["gap alpha* - rrs"][1] == ("n = 2", to_hex("C1"))
+        assert drawn["gap alpha* - rrs_wor"] == []
+        assert [t.get_text().replace("\n", " ") for t in rrs_wor.texts] == [panels["rrs_wor"]["note"]]
+        assert [t.get_text().replace("\n", " ") for t in spechub.texts] == [panels["spechub"]["note"]]
+        assert len(rrs.texts) == 0
+        assert [t.get_text() for t in fig.legends[0].get_texts()] == ["n = 1", "n = 2", "n = 4"]
+    finally:
+        plt.close(fig)

@@ -303,19 +303,17 @@ class SubsetSelection(Formulation):
                               self.name, info=info, p=p, draft=d)
 
     def _sorted_prefix(self) -> tuple[float, np.ndarray]:
-        from otlp.psi import ratio_order, sorted_prefix_psi
+        from otlp.psi import sorted_prefix_psi
 
         d, p = self.draft, self.p
         if isinstance(d, Independent) and d.n == 1:
             d = IID(d.qs[0], 1)
         if isinstance(d, IID):
             order, values = sorted_prefix_psi(p, d.q, d.n)
-        elif isinstance(d, WithoutReplacement):
-            order = ratio_order(p, d.q)
-            prefix = np.arange(d.V + 1)[:, None] > np.arange(d.V)[None, :]  # [V + 1, V]: row k = first k
-            masks = prefix[:, np.argsort(order)]
-            values = masks.astype(np.float64) @ p - d.subset_probability(masks)
-            values[0] = 0.0
+        elif isinstance(d, WithoutReplacement):  # F on every prefix in O(n V) per quadrature node (otlp.psi_wor)
+            from otlp.psi_wor import wor_prefix_psi
+
+            order, values, _ = wor_prefix_psi(p, d.q, d.n)
         else:
             raise InputError(
                 f"the sorted-prefix rule is proved for IID drafts (and holds for WithoutReplacement), not for "

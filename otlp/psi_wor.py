@@ -5,8 +5,8 @@ psi(H) = p(H) - F(H), F(H) = P(all n draws without replacement lie in H) (GR eq.
 
 **Where the minimum lies (the prefix claim).** As for i.i.d. drafts (GR Lemma 6.3), we take the minimum over the
 V + 1 prefixes of the tokens sorted by decreasing q/p (:func:`otlp.psi.ratio_order`; GR App. S says this follows
-hu2025 Thm 4 / §4.2.2, which we could not read). Status: **checked, not proved here.** The brute force over all 2^V
-subsets agrees on every instance tried (tests/test_psi_wor.py: random, heavy-tailed, ties, zeros, point masses,
+hu2025 Thm 4 / §4.2.2, which we could not read). Status: **proved for n <= 2, checked for n >= 3.** The brute
+force over all 2^V subsets agrees on every instance tried (tests/test_psi_wor.py: random, heavy-tailed, ties, zeros, point masses,
 V <= 10, n <= 4; and 20,000 instances with V <= 8 noted in :mod:`otlp.formulations.subset_selection`). What a proof
 needs, by the exchange argument of the i.i.d. case: for A a set, i in A and j not in A,
 
@@ -16,8 +16,18 @@ needs, by the exchange argument of the i.i.d. case: for A a set, i in A and j no
 H with i in H, j outside and q_j/p_j > q_i/p_i gives p_j/q_j >= [F(H + j) - F(H)]/q_j >= [F(H) - F(H - i)]/q_i >=
 p_i/q_i, a contradiction; with equality the tied j can be added at no cost, so some minimiser is a union of whole
 ratio classes, i.e. a prefix. For i.i.d. drafts (*) is (Q + q_j)^n - Q^n >= n Q^{n-1} q_j >= Q^n - (Q - q_i)^n.
-For draws without replacement we have checked (*) numerically but not proved it. Because min over prefixes >= min
-over all H, were (*) to fail somewhere the value returned would be an upper bound on alpha*, never a lower one.
+For draws without replacement:
+
+* n = 1: F(H) = q(H), (*) is 1 >= 1.
+* n = 2 (proved): F(S) = sum_{a in S} q_a (q(S) - q_a) / (1 - q_a) gives, for k outside S, [F(S + k) - F(S)] / q_k =
+  q(S) / (1 - q_k) + sigma(S), sigma(S) = sum_{a in S} q_a / (1 - q_a). With B = A - i, (*) reads
+  LHS - RHS = q(B) [1/(1 - q_j) - 1/(1 - q_i)] + q_i/(1 - q_j) + q_i/(1 - q_i). It is >= 0 when q_j >= q_i; else
+  q(B) (q_i - q_j) / ((1 - q_i)(1 - q_j)) <= q_i / (1 - q_j) since q(B) <= 1 - q_i - q_j <= 1 - q_i. So at n <= 2 the
+  minimum over the prefixes is min_H psi.
+* n >= 3: **not proved.** (*) holds on 10,714 random (A, i, j) with V <= 8, n <= 5 (every q >= 1e-6, so that the
+  differences of F are above rounding), and the prefix minimum equals the brute-force minimum on every instance of
+  the tests. Because min over the prefixes >= min over all H, were (*) to fail somewhere the value returned would
+  be an upper bound on alpha*, never a lower one.
 
 **F on every prefix.** Draws without replacement are the order in which independent exponential clocks E_a ~
 Exp(q_a) ring (the race behind Gumbel-top-n). The n draws lie in H exactly when the n-th clock of H rings before the

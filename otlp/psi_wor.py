@@ -6,9 +6,9 @@ psi(H) = p(H) - F(H), F(H) = P(all n draws without replacement lie in H) (GR eq.
 **Where the minimum lies (the prefix claim).** As for i.i.d. drafts (GR Lemma 6.3), we take the minimum over the
 V + 1 prefixes of the tokens sorted by decreasing q/p (:func:`otlp.psi.ratio_order`; GR App. S says this follows
 hu2025 Thm 4 / §4.2.2, which we could not read). Status: **proved for n <= 2, checked for n >= 3.** The brute
-force over all 2^V subsets agrees on every instance tried (tests/test_psi_wor.py: random, heavy-tailed, ties,
-zeros, point masses, V <= 10, n <= 4; and 20,000 instances with V <= 8 noted in :mod:`otlp.formulations.subset_selection`). What a proof
-needs, by the exchange argument of the i.i.d. case: for A a set, i in A and j not in A,
+force over all 2^V subsets agrees on every instance tried (tests/test_psi_wor.py: random, heavy-tailed, ties, zeros,
+point masses, V <= 10, n <= 4; and 20,000 instances with V <= 8 noted in :mod:`otlp.formulations.subset_selection`).
+What a proof needs, by the exchange argument of the i.i.d. case: for A a set, i in A and j not in A,
 
     [F(A + j) - F(A)] / q_j  >=  [F(A) - F(A - i)] / q_i                                                   (*)
 

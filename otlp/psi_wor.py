@@ -3,31 +3,38 @@
 psi(H) = p(H) - F(H), F(H) = P(all n draws without replacement lie in H) (GR eq. (4)), alpha* = 1 + min_H psi(H)
 (GR Thm 3.1, hu2025 Thm 3.1).
 
-**Where the minimum lies (the prefix claim).** As for i.i.d. drafts (GR Lemma 6.3), we take the minimum over the
-V + 1 prefixes of the tokens sorted by decreasing q/p (:func:`otlp.psi.ratio_order`; GR App. S says this follows
-hu2025 Thm 4 / §4.2.2, which we could not read). Status: **proved for n <= 2, checked for n >= 3.** The brute
-force over all 2^V subsets agrees on every instance tried (tests/test_psi_wor.py: random, heavy-tailed, ties, zeros,
-point masses, V <= 10, n <= 4; and 20,000 instances with V <= 8 noted in :mod:`otlp.formulations.subset_selection`).
-What a proof needs, by the exchange argument of the i.i.d. case: for A a set, i in A and j not in A,
+**Where the minimum lies (the prefix claim, proved below).** As for i.i.d. drafts (GR Lemma 6.3), the minimum is
+attained on one of the V + 1 prefixes of the tokens sorted by decreasing q/p (:func:`otlp.psi.ratio_order`, any tie
+order; GR App. S attributes this to hu2025 Thm 4 / §4.2.2, which we could not read, so the proof here is our own).
 
-    [F(A + j) - F(A)] / q_j  >=  [F(A) - F(A - i)] / q_i                                                   (*)
+*Exchange inequality.* For a set A, i in A, j outside A (q_i, q_j > 0), with D_k(S) = F(S + k) - F(S):
 
-(the gain of F per unit of draft mass from a token outside A is at least that of a token inside). Then a minimiser
-H with i in H, j outside and q_j/p_j > q_i/p_i gives p_j/q_j >= [F(H + j) - F(H)]/q_j >= [F(H) - F(H - i)]/q_i >=
-p_i/q_i, a contradiction; with equality the tied j can be added at no cost, so some minimiser is a union of whole
-ratio classes, i.e. a prefix. For i.i.d. drafts (*) is (Q + q_j)^n - Q^n >= n Q^{n-1} q_j >= Q^n - (Q - q_i)^n.
-For draws without replacement:
+    D_j(A) / q_j  >=  D_i(A - i) / q_i.                                                                     (*)
 
-* n = 1: F(H) = q(H), (*) is 1 >= 1.
-* n = 2 (proved): F(S) = sum_{a in S} q_a (q(S) - q_a) / (1 - q_a) gives, for k outside S, [F(S + k) - F(S)] / q_k =
-  q(S) / (1 - q_k) + sigma(S), sigma(S) = sum_{a in S} q_a / (1 - q_a). With B = A - i, (*) reads
-  LHS - RHS = q(B) [1/(1 - q_j) - 1/(1 - q_i)] + q_i/(1 - q_j) + q_i/(1 - q_i). It is >= 0 when q_j >= q_i; else
-  q(B) (q_i - q_j) / ((1 - q_i)(1 - q_j)) <= q_i / (1 - q_j) since q(B) <= 1 - q_i - q_j <= 1 - q_i. So at n <= 2 the
-  minimum over the prefixes is min_H psi.
-* n >= 3: **not proved.** (*) holds on 10,714 random (A, i, j) with V <= 8, n <= 5 (every q >= 1e-6, so that the
-  differences of F are above rounding), and the prefix minimum equals the brute-force minimum on every instance of
-  the tests. Because min over the prefixes >= min over all H, were (*) to fail somewhere the value returned would
-  be an upper bound on alpha*, never a lower one.
+Proof. Draws without replacement from q are the order in which independent clocks E_a ~ Exp(q_a) ring. Put B = A - i,
+a = q_i, b = q_j; fix every clock but E_i and E_j; T_m = the m-th ring of B (T_0 = 0, T_m = inf if |B| < m), Z = the
+first ring outside B + i + j. D_i(B) = P(the first n rings lie in B + i and include i) = P(E_i < T_n,
+max(E_i, T_{n-1}) < min(Z, E_j)); integrating E_i = s (density a e^{-as}) and E_j,
+
+    D_i(B) / a = E int_0^inf I_i(s) ds,   I_i(s) = e^{-as} 1[s < T_n] 1[max(s, T_{n-1}) < Z] e^{-b max(s, T_{n-1})}.
+
+With U_m the m-th ring of B + i, D_j(A) = P(E_j < U_n, max(E_j, U_{n-1}) < Z); integrating E_j = s,
+
+    D_j(A) / b = E int_0^inf I_j(s) ds,   I_j(s) = e^{-bs} P_{E_i}(s < U_n, max(s, U_{n-1}) < Z).
+
+Pointwise I_j >= I_i: where I_i(s) > 0 and s >= T_{n-1}, it is e^{-(a+b)s}, and E_i > s (probability e^{-as}) gives
+U_{n-1} = T_{n-1} <= s < min(T_n, E_i) = U_n, s < Z: so I_j(s) >= e^{-bs} e^{-as}. Where s < T_{n-1} < Z, every E_i
+gives U_n >= T_{n-1} > s and U_{n-1} <= T_{n-1} < Z: I_j(s) = e^{-bs} >= e^{-b T_{n-1}} >= I_i(s). []
+
+*Prefix.* Let H minimise psi. Tokens with q = 0 are never drafted, so removing one from H changes psi by -p <= 0:
+take H within {q > 0}. If H is not empty, let i in H have the least key q_i/p_i (+inf where p_i = 0) and j outside H
+have key_j >= key_i (so q_j > 0). Minimality gives p_i <= D_i(H - i); by (*), D_j(H) >= q_j D_i(H - i) / q_i >=
+q_j p_i / q_i >= p_j, so psi(H + j) = psi(H) + p_j - D_j(H) <= psi(H): H + j is a minimiser too. Adding every such j
+gives a minimiser holding every token of key >= key_i and no other with q > 0: a prefix of the order (tokens with
+q = 0, p > 0 sort below every key > 0, and p = q = 0 tokens change nothing). []
+
+(For i.i.d. drafts (*) is (Q + q_j)^n - Q^n >= n Q^{n-1} q_j >= Q^n - (Q - q_i)^n.) The tests check the prefix
+minimum against brute force over all 2^V subsets (V <= 10, n <= 4: random, heavy-tailed, ties, zeros, point masses).
 
 **F on every prefix.** Draws without replacement are the order in which independent exponential clocks E_a ~
 Exp(q_a) ring (the race behind Gumbel-top-n). The n draws lie in H exactly when the n-th clock of H rings before the

@@ -26,7 +26,7 @@ from otlp.psi import (  # noqa: F401 - re-exported: otlp.subsets is where these 
 def min_psi(p: np.ndarray, draft: DraftScheme) -> tuple[float, np.ndarray]:
     """min_H psi(H) and a minimiser, by the fastest exact route for the scheme.
 
-    IID: sorted prefix, O(V log V). WithoutReplacement: the same prefixes (checked, not proved: :mod:`otlp.psi_wor`),
+    IID: sorted prefix, O(V log V). WithoutReplacement: the same prefixes (proved in :mod:`otlp.psi_wor`),
     F(H) in closed form (n <= 2) or by a trapezoid rule accurate to ~1e-15 (n >= 3), O(V log V + K n V). Greedy and
     SpecHub: psi is modular once the forced tokens are in H, so the minimiser takes every other token x with
     p(x) < P(x can be drafted) (closed form). Other schemes: brute force over 2^V for V <= 20, else

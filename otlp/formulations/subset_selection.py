@@ -2,13 +2,14 @@
 
 Methods (``SubsetSelection(p, draft).solve(method=...)``):
 
-* ``"sorted_prefix"`` -- the best prefix of the tokens sorted by decreasing q/p (hu2025; GR Lemma 6.3 with A = {},
-  B = V), O(V log V). Valid for ``IID`` (proved) and ``WithoutReplacement`` (GR App. S citing hu2025 Thm 4; proved
-  in :mod:`otlp.psi_wor`, whose F on every prefix this route takes; no counterexample in 20,000 random instances with
-  V <= 8, n <= 3 either, and the tests check seeded batches against brute force). **Not valid for Independent
-  drafts** although SPEC.md's table says so: no single q/p order exists, and the natural one (the mean of the q_k over p) misses the minimum, e.g. p = (.75, .1, 0, .15), q1 = (0, .2, .8, 0),
-  q2 = (.75, 0, 0, .25): min psi = -0.05 at H = {2, 3}, every prefix gives >= 0 (tests/formulations/
-  test_subset_selection.py). Refused for Independent (n >= 2, distinct q_k), Greedy, SpecHub and Joint.
+* ``"sorted_prefix"`` -- the best prefix of the tokens sorted by decreasing q/p (hu2025; GR Lemma 6.3 with A = {}, B =
+  V), O(V log V). Valid for ``IID`` (proved) and ``WithoutReplacement`` (GR App. S citing hu2025 Thm 4; proved in
+  :mod:`otlp.psi_wor`, whose F on every prefix this route takes; no counterexample in 20,000 random instances with V
+  <= 8, n <= 3 either, and the tests check seeded batches against brute force). **Not valid for Independent drafts**
+  although SPEC.md's table says so: no single q/p order exists, and the natural one (the mean of the q_k over p)
+  misses the minimum, e.g. p = (.75, .1, 0, .15), q1 = (0, .2, .8, 0), q2 = (.75, 0, 0, .25): min psi = -0.05 at H =
+  {2, 3}, every prefix gives >= 0 (tests/formulations/test_subset_selection.py). Refused for Independent (n >= 2,
+  distinct q_k), Greedy, SpecHub and Joint.
 * ``"brute_force"`` -- all 2^V subsets (V <= 20).
 * ``"mincut"`` -- one s-t min cut. For IID / Independent with n = 2 the submodular QPBO of GR App. D on V + 2 nodes.
   GR writes rho(x) = sum_i p(i) x_i **+** sum_ij q1(i) q2(j) x_i x_j; the sign of the quadratic term is a typo

@@ -131,7 +131,9 @@ def _prefix_integral_numpy(qs: np.ndarray, r: np.ndarray, n: int, t: np.ndarray,
     with np.errstate(under="ignore", over="ignore"):
         for a in range(V):
             x = qs[a] * t
-            stay, rung = np.exp(-x), -np.expm1(-x)
+            rung = np.where(x < 1e-5, x * (1.0 - 0.5 * x * (1.0 - x / 3.0)),
+                            np.where(x < 0.5, -np.expm1(-x), 1.0 - np.exp(-x)))  # as otlp_wor_prefix takes them
+            stay = np.where(x < 0.5, 1.0 - rung, np.exp(-x))
             tail = tail + rung * pmf[n - 1]
             pmf[1:] = pmf[1:] * stay + pmf[:-1] * rung
             pmf[0] = pmf[0] * stay

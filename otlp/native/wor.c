@@ -25,7 +25,20 @@ void otlp_wor_prefix(const double *qs, const double *r, int64_t V, int n, const 
         for (int j = 1; j < n; j++) pmf[j] = 0.0;
         for (int64_t a = 0; a < V; a++) {
             const double x = qs[a] * tk;
-            const double stay = exp(-x), rung = -expm1(-x);
+            double stay, rung;
+            if (x < 1e-5) { /* rung = x - x^2/2 + x^3/6 to 4e-22 relative: no transcendental */
+                rung = x * (1.0 - 0.5 * x * (1.0 - x / 3.0));
+                stay = 1.0 - rung;
+            } else if (x < 0.5) { /* stay >= 0.6: 1 - rung loses nothing */
+                rung = -expm1(-x);
+                stay = 1.0 - rung;
+            } else if (x < 745.0) { /* rung >= 0.39: 1 - stay loses nothing */
+                stay = exp(-x);
+                rung = 1.0 - stay;
+            } else {
+                stay = 0.0;
+                rung = 1.0;
+            }
             tail += rung * pmf[n - 1];
             for (int j = n - 1; j >= 1; j--) pmf[j] = pmf[j] * stay + pmf[j - 1] * rung;
             pmf[0] *= stay;

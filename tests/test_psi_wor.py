@@ -184,3 +184,54 @@ def test_inputs_are_not_written() -> None:
     wor_prefix_psi(p, q, 2)
     prefix_subset_probability(q, 3)
     assert np.array_equal(p, p0) and np.array_equal(q, q0)
+
+
+def _groups(psi: np.ndarray) -> np.ndarray:
+    """The records of psi on the prefixes (0, m*, V, the strict prefix minima in [1, m*], the suffix minima, ties
+    included, in [m*, V]) as sorted prefix indices (otlp.optimal.chains.records, for one row)."""
+    V = psi.size - 1
+    m_star = int(np.argmin(psi))
+    rec = {0, m_star, V}
+    rec |= {m for m in range(1, m_star + 1) if psi[m] < psi[:m].min()}
+    rec |= {m for m in range(m_star, V) if psi[m] <= psi[m + 1:].min()}
+    return np.array(sorted(rec))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_serving_each_tuple_from_the_group_of_its_top_draw_loses_nothing(seed: int) -> None:
+    """Evidence for the rule (module docstring): the relaxed OTLP with S[i, omega] = 0 unless token i lies in the
+    group of omega's highest-positioned draw still reaches alpha* (HiGHS' tolerance)."""
+    import scipy.optimize
+    import scipy.sparse
+
+    rng = np.random.default_rng(50 + seed)
+    checked = 0
+    for k in range(80):
+        V = int(rng.integers(4, 8))
+        n = int(rng.integers(2, min(4, V) + 1))
+        p, q = _family(rng, V, ("dirichlet", "zeros", "heavy", "ties")[k % 4])
+        if np.count_nonzero(q) < n:
+            continue
+        order, psi_prefix, _ = wor_prefix_psi(p, q, n)
+        records = _groups(psi_prefix)
+        if records.size < 3 or checked == 6:  # one group: the restriction is vacuous
+            continue
+        position = np.argsort(order)
+        group = np.searchsorted(records, position, side="right") - 1  # [V] the group of each token
+        omegas, probs = WithoutReplacement(q, n).support()
+        served = group[omegas] == group[omegas].max(axis=1, keepdims=True)  # [M, n] (groups rise with position)
+        if served.all():  # no tuple reaches two groups: vacuous
+            continue
+        checked += 1
+        m_idx, k_idx = np.nonzero(served)
+        K = m_idx.size
+        A = scipy.sparse.csr_matrix((np.ones(2 * K), (np.concatenate([omegas[m_idx, k_idx], V + m_idx]),
+                                                      np.concatenate([np.arange(K), np.arange(K)]))),
+                                    shape=(V + probs.size, K))
+        res = scipy.optimize.linprog(-np.ones(K), A_ub=A, b_ub=np.concatenate([p, probs]), bounds=(0, None),
+                                     method="highs-ipm", options={"primal_feasibility_tolerance": 1e-10,
+                                                                  "dual_feasibility_tolerance": 1e-10,
+                                                                  "ipm_optimality_tolerance": 1e-12})
+        assert res.status == 0
+        assert abs(-res.fun - (1.0 + psi_prefix.min())) <= 1e-9
+    assert checked == 6

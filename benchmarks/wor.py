@@ -3,8 +3,10 @@
 Per (V, n): the median time of ``wor_optimal_acceptance`` (sort + F on every prefix: closed form at n <= 2, the
 trapezoid rule's K passes of O(n V) at n >= 3), the time to read p and q once (one float64 sum of each: the floor),
 their ratio, the i.i.d. ``optimal_acceptance(p, IID(q, n))`` for scale, the number of quadrature nodes K and the
-rule's own error estimate. Heavy-tailed rows: p = softmax(2 z), q = softmax(z + N(0, 1)). One thread, a minute or
-so; run under ``flock /tmp/otlp-heavy.lock``.
+rule's own error estimate. Heavy-tailed rows: p = softmax(2 z), q = softmax(z + N(0, 1)). Then the issue's small
+sizes against the relaxed OTLP solved by HiGHS (``otlp.optimal.generic.relaxed_lp_plan`` on the enumerated support,
+the LP route ``OptimalTransport`` takes): both times and |alpha* - LP value|. One thread, a minute or so; run under
+``flock /tmp/otlp-heavy.lock``.
 """
 
 from __future__ import annotations
@@ -49,11 +51,37 @@ def _nodes(q: np.ndarray, p: np.ndarray, n: int) -> int:
     return int(math.ceil((s_hi - s_lo) / STEP)) + 1
 
 
+def _lp(p: np.ndarray, q: np.ndarray, n: int) -> float:
+    from otlp.optimal.generic import relaxed_lp_plan
+
+    omegas, probs = otlp.WithoutReplacement(q, n).support()
+    return relaxed_lp_plan(p, omegas, probs)[0]
+
+
+def small_table(sizes: list[tuple[int, int]], rng: np.random.Generator) -> None:
+    print("| V | n | alpha* (psi_wor) | psi_wor ms | relaxed LP ms | LP value - alpha* |")
+    print("|---|---|---|---|---|---|")
+    for V, n in sizes:
+        z = rng.standard_normal(V)
+        p = np.exp(2 * z)
+        p /= p.sum()
+        q = np.exp(z + rng.standard_normal(V))
+        q /= q.sum()
+        fast = _median_time(5, wor_optimal_acceptance, p, q, n)
+        alpha = wor_optimal_acceptance(p, q, n)
+        start = time.perf_counter()
+        value = _lp(p, q, n)
+        lp = time.perf_counter() - start
+        print(f"| {V} | {n} | {alpha:.12f} | {1e3 * fast:.2f} | {1e3 * lp:.0f} | {value - alpha:.1e} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[32768, 131072])
     parser.add_argument("--ns", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--small", type=str, nargs="*", default=["200x2", "60x3", "20x4"],
+                        help="V x n pairs for the comparison with the relaxed LP")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     print("| V | n | alpha* (WOR) | WOR ms | read p, q ms | ratio to read | IID alpha* ms | K nodes | error est. |")
@@ -73,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             _, err = prefix_subset_probability(q[order], n)
             print(f"| {V} | {n} | {alpha:.12f} | {1e3 * wor:.1f} | {1e3 * read:.3f} | {wor / read:.0f}x | "
                   f"{1e3 * iid:.1f} | {_nodes(q, p, n)} | {err:.1e} |")
+    print()
+    small_table([tuple(int(x) for x in pair.split("x")) for pair in args.small], rng)
     return 0
 
 

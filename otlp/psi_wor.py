@@ -90,7 +90,7 @@ import math
 import numpy as np
 
 from otlp import native
-from otlp.distributions import check_distribution
+from otlp.distributions import check_distribution, check_n
 from otlp.drafts import WithoutReplacement
 from otlp.errors import InputError
 from otlp.psi import ratio_order
@@ -188,11 +188,21 @@ def wor_prefix_psi(p: object, q: object, n: int, *, step: float = STEP) -> tuple
     """psi on the prefixes of the decreasing-q/p order for ``WithoutReplacement(q, n)``: ``(order [V], psi [V + 1],
     error)`` with psi_m = P_m - F_m, written 1 - F_m - Pbar_m from the top where F_m > 1/2 (psi_0 = psi_V = 0), and
     ``error`` the bound of :func:`prefix_subset_probability` on |F - F_exact|."""
-    draft = WithoutReplacement(q, n)  # checks q and n (at least n tokens with q > 0)
-    p = check_distribution(p, "p", size=draft.V)
-    order = ratio_order(p, draft.q)
-    ps, qs = p[order], draft.q[order]
-    F, error = prefix_subset_probability(qs, draft.n, step=step)
+    q = check_distribution(q, "q")
+    n = check_n(n)
+    p = check_distribution(p, "p", size=q.size)
+    if np.count_nonzero(q) < n:
+        raise InputError(f"WithoutReplacement(q, n={n}) needs at least n tokens with q > 0, q has "
+                         f"{np.count_nonzero(q)}")
+    return _prefix_psi(p, q, n, step)
+
+
+def _prefix_psi(p: np.ndarray, q: np.ndarray, n: int, step: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """:func:`wor_prefix_psi` on checked arrays (building a ``WithoutReplacement`` to check them costs more than
+    the n <= 2 route itself: its constructor sorts q)."""
+    order = ratio_order(p, q)
+    ps, qs = p[order], q[order]
+    F, error = prefix_subset_probability(qs, n, step=step)
     P = np.concatenate([[0.0], np.cumsum(ps)])
     Pbar = np.concatenate([np.cumsum(ps[::-1])[::-1], [0.0]])
     psi = np.where(F > 0.5, (1.0 - F) - Pbar, P - F)
@@ -203,7 +213,8 @@ def wor_prefix_psi(p: object, q: object, n: int, *, step: float = STEP) -> tuple
 def wor_min_psi(p: object, draft: WithoutReplacement, *, step: float = STEP) -> tuple[float, np.ndarray]:
     """min_H psi(H) over the prefixes of the decreasing-q/p order and a minimiser ``mask bool [V]`` (the first
     exact argmin; module docstring for why the prefixes suffice)."""
-    order, psi, _ = wor_prefix_psi(p, draft.q, draft.n, step=step)
+    p = check_distribution(p, "p", size=draft.V)
+    order, psi, _ = _prefix_psi(p, draft.q, draft.n, step)
     m = int(np.argmin(psi))
     mask = np.zeros(draft.V, dtype=bool)
     mask[order[:m]] = True

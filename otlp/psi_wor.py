@@ -99,6 +99,8 @@ from otlp.psi import ratio_order
 STEP = 0.125
 #: the integrand's size below which nodes are left out, and the 1 - F below which a prefix takes F = 1
 NEGLIGIBLE = 1e-19
+#: a node t = e^s is passed as e^min(s, SPLIT) e^(s - min(s, SPLIT)): finite factors where t passes the float range
+SPLIT = 600.0
 
 
 def prefix_subset_probability(qs: np.ndarray, n: int, *, step: float = STEP) -> tuple[np.ndarray, float]:
@@ -118,45 +120,46 @@ def prefix_subset_probability(qs: np.ndarray, n: int, *, step: float = STEP) -> 
     heavy = np.sort(qs)[::-1][: n - 1].sum()
     mu = prefix - heavy  # [V + 1] lower bound on mu_m
     settled = (r == 0) | ((mu > 0) & (r * n <= NEGLIGIBLE * 10 * np.where(mu > 0, mu, 1.0)))
-    open_r = r[~settled & (r > 0)]
+    count = np.concatenate([[0], np.cumsum(qs > 0)])  # [V + 1] tokens that can be drafted in each prefix
+    open_r = r[~settled & (r > 0) & (count >= n)]
     if open_r.size == 0:
-        F = np.where(settled, 1.0, 0.0)
-        F[0] = 0.0
+        F = np.where(settled & (count >= n), 1.0, 0.0)
         return F, 0.0
     s_lo = (math.log(NEGLIGIBLE) + math.lgamma(n + 1)) / (n + 1) - 1.0
-    s_hi = math.log(50.0 / float(open_r.min()))
+    s_hi = math.log(50.0) - math.log(float(open_r.min()))  # in logs: 50 / r overflows for a subnormal r
     K = int(math.ceil((s_hi - s_lo) / step)) + 1
     s = s_lo + step * np.arange(K)
-    t = np.exp(s)  # [K]
-    w = step * t  # [K] dt = t ds
-    got = native.wor_prefix(qs, r, n, t, w)
-    F, F2 = got if got is not None else _prefix_integral_numpy(qs, r, n, t, w)
-    F = np.where(settled, 1.0, np.minimum(F, 1.0))
-    F2 = np.where(settled, 1.0, np.minimum(F2, 1.0))
-    F[0] = F2[0] = 0.0
+    tA = np.exp(np.minimum(s, SPLIT))  # [K] t = tA tB, each factor finite (t itself may pass 1e308)
+    tB = np.exp(s - np.minimum(s, SPLIT))
+    got = native.wor_prefix(qs, r, n, tA, tB, step)
+    F, F2 = got if got is not None else _prefix_integral_numpy(qs, r, n, tA, tB, step)
+    ok = count >= n  # fewer than n tokens to draw: F = 0 exactly
+    F = np.where(ok, np.where(settled, 1.0, np.minimum(F, 1.0)), 0.0)
+    F2 = np.where(ok, np.where(settled, 1.0, np.minimum(F2, 1.0)), 0.0)
     return F, float(np.max(np.abs(F - F2)))
 
 
-def _prefix_integral_numpy(qs: np.ndarray, r: np.ndarray, n: int, t: np.ndarray,
-                           w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _prefix_integral_numpy(qs: np.ndarray, r: np.ndarray, n: int, tA: np.ndarray, tB: np.ndarray,
+                           h: float) -> tuple[np.ndarray, np.ndarray]:
     """``otlp_wor_prefix`` in numpy: a loop over the tokens, each step on all K nodes at once."""
-    V, K = qs.size, t.size
+    V, K = qs.size, tA.size
     pmf = np.zeros((n, K))  # [n, K] P(N = j) at each node
     pmf[0] = 1.0
     tail = np.zeros(K)
     F, F2 = np.zeros(V + 1), np.zeros(V + 1)
     even = (np.arange(K) % 2 == 0) * 2.0
-    with np.errstate(under="ignore", over="ignore"):
+    with np.errstate(under="ignore", over="ignore", invalid="ignore"):
         for a in range(V):
-            x = qs[a] * t
+            x = (qs[a] * tA) * tB
             rung = np.where(x < 1e-5, x * (1.0 - 0.5 * x * (1.0 - x / 3.0)),
-                            np.where(x < 0.5, -np.expm1(-x), 1.0 - np.exp(-x)))  # as otlp_wor_prefix takes them
-            stay = np.where(x < 0.5, 1.0 - rung, np.exp(-x))
+                            np.where(x < 0.5, -np.expm1(-x), np.where(x < 745.0, 1.0 - np.exp(-x), 1.0)))
+            stay = np.where(x < 0.5, 1.0 - rung, np.where(x < 745.0, np.exp(-x), 0.0))  # as otlp_wor_prefix
             tail = tail + rung * pmf[n - 1]
             pmf[1:] = pmf[1:] * stay + pmf[:-1] * rung
             pmf[0] = pmf[0] * stay
-            y = r[a + 1] * t
-            c = np.where(y < 745.0, w * r[a + 1] * np.exp(-np.minimum(y, 745.0)) * tail, 0.0)  # [K]
+            y = (r[a + 1] * tA) * tB
+            live = (y < 745.0) & (tail > 0)
+            c = np.where(live, h * np.where(live, y, 0.0) * np.exp(-np.where(live, y, 0.0)) * tail, 0.0)  # [K]
             F[a + 1] = c.sum()
             F2[a + 1] = (c * even).sum()
     return F, F2

@@ -12,7 +12,7 @@ import otlp
 from otlp.drafts import WithoutReplacement
 from otlp.errors import InputError
 from otlp.optimal.generic import relaxed_lp_plan
-from otlp.psi import brute_force_min_psi, psi
+from otlp.psi import brute_force_min_psi, psi, ratio_order
 from otlp.psi_wor import (
     _prefix_integral_numpy,
     prefix_subset_probability,
@@ -92,14 +92,14 @@ def test_numpy_route_matches_the_kernel() -> None:
     rng = np.random.default_rng(7)
     qs = rng.dirichlet(np.ones(40) * 0.3)
     r = np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])
-    t = np.exp(np.linspace(-4, 12, 130))
-    w = 0.125 * t
+    s = np.linspace(-4, 700, 700 * 8)  # past the float range: t = tA tB
+    tA, tB = np.exp(np.minimum(s, 600.0)), np.exp(s - np.minimum(s, 600.0))
     from otlp import native
 
-    got = native.wor_prefix(qs, r, 4, t, w)
+    got = native.wor_prefix(qs, r, 4, tA, tB, 0.125)
     if got is None:
         pytest.skip(f"native kernels not built: {native.reason()}")
-    ref = _prefix_integral_numpy(qs, r, 4, t, w)
+    ref = _prefix_integral_numpy(qs, r, 4, tA, tB, 0.125)
     assert np.abs(got[0] - ref[0]).max() <= 1e-14
     assert np.abs(got[1] - ref[1]).max() <= 1e-14
 
@@ -112,6 +112,21 @@ def test_min_over_prefixes_is_the_brute_force_minimum(seed: int) -> None:
         brute, _ = brute_force_min_psi(p, draft)
         assert abs(value - brute) <= 1e-13, (p, q, n)
         assert abs(psi(p, draft, mask) - value) <= 1e-13  # the mask attains the value
+
+
+@pytest.mark.parametrize(("p", "q", "n"), [
+    ([0.0, 0.98094421, 0.01905579], [1.257e-320, 1.257e-320, 1.0], 3),  # found by tests/fuzz: 50 / r overflowed
+    ([0.25, 0.25, 0.25, 0.25], [1.0, 1e-320, 1e-320, 1e-320], 3),  # clocks of a prefix past t = 1e308
+    ([0.1, 0.2, 0.3, 0.4], [1.0, 1e-320, 1e-320, 1e-320], 2),
+    ([0.4, 0.3, 0.2, 0.1, 0.0], [0.5, 0.5, 0.0, 0.0, 0.0], 2),
+])
+def test_subnormal_and_zero_masses(p: list, q: list, n: int) -> None:
+    draft = WithoutReplacement(q, n)
+    order = ratio_order(np.array(p), draft.q)
+    F, _ = prefix_subset_probability(draft.q[order], n)
+    assert np.abs(F - _enumerated_prefix_probability(draft, order)).max() <= 1e-13
+    value, _ = wor_min_psi(p, draft)
+    assert abs(value - brute_force_min_psi(np.array(p), draft)[0]) <= 1e-13
 
 
 def test_tied_ratio_class_split_by_the_order_still_attains_the_minimum() -> None:

@@ -56,7 +56,9 @@ tail += pi_a P(N = n - 1). So at one t every prefix costs O(n V).
   geometrically in 1/h (the double-exponential / sinc quadrature argument; Trefethen & Weideman, SIAM Rev. 2014,
   §5). The nodes run from where the integrand is below 1e-19 (t^{n+1}/n!, since P(N >= n) <= t^n / n!) to 50 / r
   for the smallest r that matters; a prefix whose 1 - F is at most r n / mu <= 1e-18 (mu = q(H) less its n - 1
-  heaviest masses: E[n-th ring of H] <= n / mu) takes F = 1. K = (s_hi - s_lo) / h nodes, about 300-700.
+  heaviest masses: E[n-th ring of H] <= n / mu) takes F = 1, and one with fewer than n tokens of q > 0 takes F = 0.
+  K = (s_hi - s_lo) / h nodes: 150-200 on heavy-tailed rows at V = 32k-128k (benchmarks/wor.py). Subnormal masses
+  can put t past 1e308; each node then travels as two finite factors of t.
   The error is estimated by the same sum on every other node (step 2h): ``error`` reports max |F_h - F_2h|, which
   bounds the step-h error wherever the rule converges geometrically (it is the 2h rule's error, and the h rule's
   is about its square). The tests hold it to 1e-13 against enumeration at V <= 10 and measure it at V = 128k.

@@ -1,7 +1,7 @@
 """alpha* for drafts sampled without replacement, WithoutReplacement(q, n), in O(V log V + K n V).
 
 psi(H) = p(H) - F(H), F(H) = P(all n draws without replacement lie in H) (GR eq. (4)), alpha* = 1 + min_H psi(H)
-(GR Thm 3.1, hu2025 Thm 3.1).
+(GR Thm 3.1, after hu2025).
 
 **Where the minimum lies (the prefix claim, proved below).** As for i.i.d. drafts (GR Lemma 6.3), the minimum is
 attained on one of the V + 1 prefixes of the tokens sorted by decreasing q/p (:func:`otlp.psi.ratio_order`, any tie

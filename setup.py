@@ -18,11 +18,13 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 NATIVE = "otlp/native"
-SOURCES = [f"{NATIVE}/{name}" for name in ("buckets.c", "chains.c", "bucket_rule.c", "kseq.c", "module.c")]
+SOURCES = [f"{NATIVE}/{name}" for name in ("buckets.c", "chains.c", "bucket_rule.c", "kseq.c", "wor.c",
+                                                  "module.c")]
 #: the functions otlp.native calls (exported by name where the linker needs a list: MSVC)
 SYMBOLS = ["otlp_bucket_sums", "otlp_gather_selected", "otlp_row_stats", "otlp_sort_runs", "otlp_normalised_keys",
            "otlp_slot_mass", "otlp_window_chain", "otlp_prefix", "otlp_served_group", "otlp_pieces", "otlp_sample",
-           "otlp_single_draft", "otlp_bucket_rule", "otlp_kseq_first_stage", "otlp_sort_bucket", "otlp_openmp"]
+           "otlp_single_draft", "otlp_bucket_rule", "otlp_kseq_first_stage", "otlp_sort_bucket", "otlp_openmp",
+           "otlp_wor_prefix"]
 #: no -ffast-math (IEEE results: the numpy route's bits) and no contraction into fused multiply-adds;
 #: -fno-trapping-math lets the compiler compute both sides of a select in vector lanes (nothing reads FP flags)
 UNIX_FLAGS = ["-O3", "-ffp-contract=off", "-fno-trapping-math"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from otlp.distributions import check_distribution
-from otlp.drafts import IID, DraftScheme, Independent, as_draft
+from otlp.drafts import IID, DraftScheme, Independent, WithoutReplacement, as_draft
 from otlp.psi import (  # noqa: F401 - re-exported: otlp.subsets is where these have always been imported from
     MAX_BRUTE_FORCE_V,
     brute_force_min_psi,
@@ -26,14 +26,19 @@ from otlp.psi import (  # noqa: F401 - re-exported: otlp.subsets is where these 
 def min_psi(p: np.ndarray, draft: DraftScheme) -> tuple[float, np.ndarray]:
     """min_H psi(H) and a minimiser, by the fastest exact route for the scheme.
 
-    IID: sorted prefix, O(V log V). Greedy and SpecHub: psi is modular once the forced tokens are in H, so the
-    minimiser takes every other token x with p(x) < P(x can be drafted) (closed form). Other schemes: brute force
-    over 2^V for V <= 20, else :class:`~otlp.formulations.subset_selection.SubsetSelection` (min cut or
-    submodular minimisation).
+    IID: sorted prefix, O(V log V). WithoutReplacement: the same prefixes (proved in :mod:`otlp.psi_wor`),
+    F(H) in closed form (n <= 2) or by a trapezoid rule accurate to ~1e-15 (n >= 3), O(V log V + K n V). Greedy and
+    SpecHub: psi is modular once the forced tokens are in H, so the minimiser takes every other token x with
+    p(x) < P(x can be drafted) (closed form). Other schemes: brute force over 2^V for V <= 20, else
+    :class:`~otlp.formulations.subset_selection.SubsetSelection` (min cut or submodular minimisation).
     """
     draft = as_draft(draft)
     p = check_distribution(p, "p", size=draft.V)
     V = draft.V
+    if isinstance(draft, WithoutReplacement):  # sorted prefix, F by closed form / quadrature (otlp.psi_wor)
+        from otlp.psi_wor import wor_min_psi
+
+        return wor_min_psi(p, draft)
     found = closed_form_min_psi(p, draft)
     if found is not None:
         return found

@@ -612,3 +612,18 @@ def test_a_selected_buckets_tokens_are_sorted_as_a_stable_argsort(bits: int) -> 
         np.testing.assert_array_equal(native.sort_bucket(key, bits), np.argsort(-key, kind="stable"))
     edge = np.concatenate([[np.inf, 2.0**40, np.inf], 2.0**32 * (1 + rng.random(300)), [0.0, -1.0, 0.0, -1.0]])
     np.testing.assert_array_equal(native.sort_bucket(edge, bits, edge=True), np.argsort(-edge, kind="stable"))
+
+
+def test_setup_builds_every_source_and_exports_every_kernel() -> None:
+    """setup.py compiles every C file of otlp/native and lists every kernel the loader declares (MSVC exports only
+    the listed names), so a new kernel cannot be left out of the build."""
+    import ast
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    tree = ast.parse((root / "setup.py").read_text())
+    values = {node.targets[0].id: node.value for node in tree.body if isinstance(node, ast.Assign)}
+    sources = {ast.literal_eval(e) for e in values["SOURCES"].generators[0].iter.elts}
+    assert sources == {p.name for p in (root / "otlp" / "native").glob("*.c")}
+    declared = set(re.findall(r"lib\.(otlp_\w+)\.restype", (root / "otlp" / "native" / "__init__.py").read_text()))
+    assert declared == set(ast.literal_eval(values["SYMBOLS"]))

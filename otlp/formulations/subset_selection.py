@@ -2,13 +2,14 @@
 
 Methods (``SubsetSelection(p, draft).solve(method=...)``):
 
-* ``"sorted_prefix"`` -- the best prefix of the tokens sorted by decreasing q/p (hu2025; GR Lemma 6.3 with A = {},
-  B = V), O(V log V). Valid for ``IID`` (proved) and ``WithoutReplacement`` (GR App. S citing hu2025 Thm 4; we found
-  no counterexample in 20,000 random instances with V <= 8, n <= 3, and the tests check a seeded batch against brute
-  force). **Not valid for Independent drafts** although SPEC.md's table says so: no single q/p order exists, and
-  the natural one (the mean of the q_k over p) misses the minimum, e.g. p = (.75, .1, 0, .15), q1 = (0, .2, .8, 0),
-  q2 = (.75, 0, 0, .25): min psi = -0.05 at H = {2, 3}, every prefix gives >= 0 (tests/formulations/
-  test_subset_selection.py). Refused for Independent (n >= 2, distinct q_k), Greedy, SpecHub and Joint.
+* ``"sorted_prefix"`` -- the best prefix of the tokens sorted by decreasing q/p (hu2025; GR Lemma 6.3 with A = {}, B =
+  V), O(V log V). Valid for ``IID`` (proved) and ``WithoutReplacement`` (GR App. S citing hu2025 Thm 4; proved in
+  :mod:`otlp.psi_wor`, whose F on every prefix this route takes; no counterexample in 20,000 random instances with V
+  <= 8, n <= 3 either, and the tests check seeded batches against brute force). **Not valid for Independent drafts**
+  although SPEC.md's table says so: no single q/p order exists, and the natural one (the mean of the q_k over p)
+  misses the minimum, e.g. p = (.75, .1, 0, .15), q1 = (0, .2, .8, 0), q2 = (.75, 0, 0, .25): min psi = -0.05 at H =
+  {2, 3}, every prefix gives >= 0 (tests/formulations/test_subset_selection.py). Refused for Independent (n >= 2,
+  distinct q_k), Greedy, SpecHub and Joint.
 * ``"brute_force"`` -- all 2^V subsets (V <= 20).
 * ``"mincut"`` -- one s-t min cut. For IID / Independent with n = 2 the submodular QPBO of GR App. D on V + 2 nodes.
   GR writes rho(x) = sum_i p(i) x_i **+** sum_ij q1(i) q2(j) x_i x_j; the sign of the quadratic term is a typo
@@ -303,19 +304,17 @@ class SubsetSelection(Formulation):
                               self.name, info=info, p=p, draft=d)
 
     def _sorted_prefix(self) -> tuple[float, np.ndarray]:
-        from otlp.psi import ratio_order, sorted_prefix_psi
+        from otlp.psi import sorted_prefix_psi
 
         d, p = self.draft, self.p
         if isinstance(d, Independent) and d.n == 1:
             d = IID(d.qs[0], 1)
         if isinstance(d, IID):
             order, values = sorted_prefix_psi(p, d.q, d.n)
-        elif isinstance(d, WithoutReplacement):
-            order = ratio_order(p, d.q)
-            prefix = np.arange(d.V + 1)[:, None] > np.arange(d.V)[None, :]  # [V + 1, V]: row k = first k
-            masks = prefix[:, np.argsort(order)]
-            values = masks.astype(np.float64) @ p - d.subset_probability(masks)
-            values[0] = 0.0
+        elif isinstance(d, WithoutReplacement):  # F on every prefix in O(n V) per quadrature node (otlp.psi_wor)
+            from otlp.psi_wor import wor_prefix_psi
+
+            order, values, _ = wor_prefix_psi(p, d.q, d.n)
         else:
             raise InputError(
                 f"the sorted-prefix rule is proved for IID drafts (and holds for WithoutReplacement), not for "

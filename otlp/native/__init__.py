@@ -141,6 +141,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_kseq_first_stage.restype = _I64
     lib.otlp_sort_bucket.argtypes = [_VOID, _I64, _INT, _INT, _VOID]
     lib.otlp_sort_bucket.restype = _INT
+    lib.otlp_wor_prefix.argtypes = [_VOID, _VOID, _I64, _INT, _VOID, _VOID, _F64, _I64, _VOID, _VOID]
+    lib.otlp_wor_prefix.restype = None
     lib.otlp_openmp.argtypes = []
     lib.otlp_openmp.restype = _INT
     return lib
@@ -414,3 +416,18 @@ def kseq_first_stage(P: np.ndarray, Q: np.ndarray, n: int, steps: int, inner: bo
         return column(lo), column(hi)
     rows = np.repeat(np.arange(B), counts)  # [T] each inner token's row
     return column(lo), column(hi), column(A), column(C), rows, Pm[:T].astype(P.dtype), Qm[:T].astype(P.dtype)
+
+
+def wor_prefix(qs: np.ndarray, r: np.ndarray, n: int, tA: np.ndarray, tB: np.ndarray, h: float):  # noqa: ANN201
+    """:func:`otlp.psi_wor.prefix_subset_probability`'s quadrature in ``otlp_wor_prefix`` (``wor.c``): ``qs [V]`` q in
+    the prefix order, ``r [V + 1]`` the q-mass after each prefix, nodes t = ``tA [K]`` * ``tB [K]`` of the trapezoid
+    rule of step ``h`` in log t -> ``(F, F2)``, each ``[V + 1]`` (the rule on all nodes and on the even ones); None
+    where the kernels are not built or n is outside 1..64."""
+    lib = library()
+    if lib is None or not 1 <= n <= 64:
+        return None
+    qs, r, tA, tB = (np.ascontiguousarray(x, dtype=np.float64) for x in (qs, r, tA, tB))
+    F, F2 = np.empty(r.size), np.empty(r.size)
+    lib.otlp_wor_prefix(qs.ctypes.data, r.ctypes.data, qs.size, n, tA.ctypes.data, tB.ctypes.data, float(h),
+                        tA.size, F.ctypes.data, F2.ctypes.data)
+    return F, F2

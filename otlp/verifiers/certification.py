@@ -487,7 +487,8 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
         acc, vacc = values["acceptance"], values["verifier_acceptance"]
     stage("alpha*")
     try:
-        if draft.name not in ("iid", "greedy", "spechub") and draft.num_tuples() > OPTIMUM_TUPLES:
+        fast = ("iid", "greedy", "spechub", "without_replacement")  # closed forms / otlp.psi_wor: no enumeration
+        if draft.name not in fast and draft.num_tuples() > OPTIMUM_TUPLES:
             raise ModelTooLargeError(f"alpha* for a {draft.name!r} scheme over V^n = {draft.num_tuples()} tuples",
                                      draft.num_tuples() * draft.n * 8, OPTIMUM_TUPLES * draft.n * 8)
         optimum = float(optimal_acceptance(p, draft))

@@ -1,0 +1,110 @@
+"""alpha* for WithoutReplacement(q, n) at vocabulary scale (otlp.psi_wor), beside the read floor and the i.i.d. route.
+
+Per (V, n): the median time of ``wor_optimal_acceptance`` (sort + F on every prefix: closed form at n <= 2, the
+trapezoid rule's K passes of O(n V) at n >= 3), the time to read p and q once (one float64 sum of each: the floor),
+their ratio, the i.i.d. ``optimal_acceptance(p, IID(q, n))`` for scale, the number of quadrature nodes K and the
+rule's own error estimate. Heavy-tailed rows: p = softmax(2 z), q = softmax(z + N(0, 1)). Then the issue's small
+sizes against the relaxed OTLP solved by HiGHS (``otlp.optimal.generic.relaxed_lp_plan`` on the enumerated support,
+the LP route ``OptimalTransport`` takes): both times and |alpha* - LP value|. One thread, a minute or so; run under
+``flock /tmp/otlp-heavy.lock``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+import otlp
+from otlp.psi_wor import NEGLIGIBLE, STEP, prefix_subset_probability, wor_optimal_acceptance, wor_prefix_psi
+
+
+def _median_time(repeats: int, fn, *args: object) -> float:  # noqa: ANN001
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _read(p: np.ndarray, q: np.ndarray) -> float:
+    return float(p.sum() + q.sum())
+
+
+def _iid(p: np.ndarray, q: np.ndarray, n: int) -> float:
+    return otlp.optimal_acceptance(p, otlp.IID(q, n))
+
+
+def _nodes(q: np.ndarray, p: np.ndarray, n: int) -> int:
+    """K, the quadrature nodes prefix_subset_probability uses (0 at n <= 2)."""
+    if n <= 2:
+        return 0
+    qs = q[otlp.psi.ratio_order(p, q)]
+    r = np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])
+    mu = np.concatenate([[0.0], np.cumsum(qs)]) - np.sort(qs)[::-1][: n - 1].sum()
+    settled = (r == 0) | ((mu > 0) & (r * n <= NEGLIGIBLE * 10 * np.where(mu > 0, mu, 1.0)))
+    s_lo = (math.log(NEGLIGIBLE) + math.lgamma(n + 1)) / (n + 1) - 1.0
+    s_hi = math.log(50.0 / float(r[~settled & (r > 0)].min()))
+    return int(math.ceil((s_hi - s_lo) / STEP)) + 1
+
+
+def _lp(p: np.ndarray, q: np.ndarray, n: int) -> float:
+    from otlp.optimal.generic import relaxed_lp_plan
+
+    omegas, probs = otlp.WithoutReplacement(q, n).support()
+    return relaxed_lp_plan(p, omegas, probs)[0]
+
+
+def small_table(sizes: list[tuple[int, int]], rng: np.random.Generator) -> None:
+    print("| V | n | alpha* (psi_wor) | psi_wor ms | relaxed LP ms | LP value - alpha* |")
+    print("|---|---|---|---|---|---|")
+    for V, n in sizes:
+        z = rng.standard_normal(V)
+        p = np.exp(2 * z)
+        p /= p.sum()
+        q = np.exp(z + rng.standard_normal(V))
+        q /= q.sum()
+        fast = _median_time(5, wor_optimal_acceptance, p, q, n)
+        alpha = wor_optimal_acceptance(p, q, n)
+        start = time.perf_counter()
+        value = _lp(p, q, n)
+        lp = time.perf_counter() - start
+        print(f"| {V} | {n} | {alpha:.12f} | {1e3 * fast:.2f} | {1e3 * lp:.0f} | {value - alpha:.1e} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[32768, 131072])
+    parser.add_argument("--ns", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--small", type=str, nargs="*", default=["200x2", "60x3", "20x4"],
+                        help="V x n pairs for the comparison with the relaxed LP")
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(0)
+    print("| V | n | alpha* (WOR) | WOR ms | read p, q ms | ratio to read | IID alpha* ms | K nodes | error est. |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for V in args.sizes:
+        z = rng.standard_normal(V)
+        p = np.exp(2 * z)
+        p /= p.sum()
+        q = np.exp(z + rng.standard_normal(V))
+        q /= q.sum()
+        read = _median_time(20, _read, p, q)
+        for n in args.ns:
+            wor = _median_time(args.repeats, wor_optimal_acceptance, p, q, n)
+            iid = _median_time(args.repeats, _iid, p, q, n)
+            alpha = wor_optimal_acceptance(p, q, n)
+            order, _, _ = wor_prefix_psi(p, q, n)
+            _, err = prefix_subset_probability(q[order], n)
+            print(f"| {V} | {n} | {alpha:.12f} | {1e3 * wor:.1f} | {1e3 * read:.3f} | {wor / read:.0f}x | "
+                  f"{1e3 * iid:.1f} | {_nodes(q, p, n)} | {err:.1e} |")
+    print()
+    small_table([tuple(int(x) for x in pair.split("x")) for pair in args.small], rng)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

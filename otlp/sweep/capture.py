@@ -119,6 +119,7 @@ def _check_laws(p: object, q: object, V: int, atol: float) -> tuple[np.ndarray, 
     p2, q2 = arrays
     if p2.shape[0] != q2.shape[0]:
         raise InputError(f"p has {p2.shape[0]} rows and q has {q2.shape[0]}; give one (p, q) pair per row")
+    out = []
     for name, arr in (("p", p2), ("q", q2)):
         if not np.all(np.isfinite(arr)):
             r = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
@@ -132,8 +133,8 @@ def _check_laws(p: object, q: object, V: int, atol: float) -> tuple[np.ndarray, 
             r = int(bad[0])
             raise InputError(f"{name} row {r} sums to {sums[r]:.9g}, expected 1 within {atol:g} (pass atol= to "
                              "accept it; rows are renormalised when written)")
-        arr /= sums[:, None]
-    return p2, q2
+        out.append(arr / sums[:, None])  # a new array: the caller's (possibly read-only, possibly live) one is kept
+    return out[0], out[1]
 
 
 def top_set(x: np.ndarray, k: int) -> np.ndarray:

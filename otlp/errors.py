@@ -36,6 +36,6 @@ class MissingDependencyError(InputError):
 def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}" if n < 1e6 else f"{n:.3g} {unit}"
         n /= 1024
     return f"{n:.1f} PiB"  # pragma: no cover

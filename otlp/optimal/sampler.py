@@ -51,6 +51,12 @@ FULL_SORT_THREADS_MIN = 1 << 16
 
 BACKENDS = ("auto", "torch")
 
+#: the most drafts a row :func:`verify` takes, and the most B n^2: the tuple rule's pieces compare the drafts of a
+#: row pairwise (``chains._pieces``' [B, n, n] arrays, 9 bytes a cell: 2.4 GB at the limit) and loop over the n
+#: pieces; above either, :func:`verify` refuses before any work (n = 100,000 at B = 2 ran 166 s, then asked for 149 GiB)
+MAX_DRAFTS = 1024
+MAX_PAIR_CELLS = 1 << 28
+
 
 def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  # noqa: ANN001, ANN201 - tensors
            compile: bool = False, totals=None, graphs: bool = False):  # noqa: A002 - torch.compile's name
@@ -88,6 +94,11 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
         raise InputError("widths (a draft mask) is supported with the default tuple rule only")
     if graphs and rule is not None:
         raise InputError("graphs=True (CUDA graph replay) is supported with the default tuple rule only")
+    B, n = drafts.shape
+    if n > MAX_DRAFTS or B * n * n > MAX_PAIR_CELLS:
+        raise InputError(f"{n:,} drafts a row in {B:,} rows are over the sampler's limit of n <= {MAX_DRAFTS:,} and "
+                         f"B n^2 <= {MAX_PAIR_CELLS:,} (its pieces compare a row's drafts pairwise); split the batch "
+                         "or draft fewer tokens")
     default = rule is None  # the default rule: its n = 1 form, and the bucketed partial order on the CPU
     U, drafts = guard(u, drafts, p.shape[1])
     if backend == "torch" or p.device.type != "cpu":

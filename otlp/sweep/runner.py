@@ -37,6 +37,7 @@ from otlp.sweep.compute import (
     INT_META,
     MAX_ENUM_CELLS,
     SweepParams,
+    check_ns,
     compute_block,
     nominal_width,
     resolve_verifiers,
@@ -240,6 +241,7 @@ def run_sweep(capture: str | os.PathLike | Capture, *, ns: Sequence[int] = (1, 2
     Raises ``InputError`` on a bad capture or parameters, :class:`SweepInterrupted` on Ctrl-C (results saved).
     """
     _deps.pyarrow()
+    check_ns(ns)
     cap = capture if isinstance(capture, Capture) else open_capture(capture)
     ns = tuple(int(n) for n in ns)
     if not ns or any(n < 1 for n in ns):

@@ -186,3 +186,33 @@ def test_the_lp_route_states_a_bound_that_holds_on_the_issue_example():
     ot = OptimalTransport(p, WithoutReplacement(q, 2))
     assert 0.9999999999067708 <= ot.alpha_upper < 0.9999999999067708 + 1e-14
     assert 0.9999999999067708 - 1.2e-10 <= ot.alpha <= 0.9999999999067708
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_both_cpu_routes_give_the_same_tokens_where_row_sums_are_exact(n, monkeypatch):  # noqa: ANN001
+    """native/__init__.py's precise claim: rows whose float64 sums are exact in every summation order (dyadic
+    entries, multiples of 2^-12 here, with many exactly tied ratios) give the same tokens on OTLP_NATIVE=0 and =1 for
+    the same uniforms (validation on and off: the check's sums are the C loop's on one route and none on the other)."""
+    torch = pytest.importorskip("torch")
+    from otlp.verifiers import get
+
+    rng = np.random.default_rng(9)
+    B, V = 256, 64
+    rows = []
+    for _ in range(2 * B):
+        counts = rng.multinomial(4096, rng.dirichlet(np.full(V, 0.5)))  # [V], sums to 4096
+        counts[rng.random(V) < 0.3] = 0
+        counts[0] += 4096 - counts.sum()  # back to 4096 (token 0 takes what was zeroed)
+        rows.append(counts / 4096.0)
+    p = torch.tensor(np.array(rows[:B]))
+    q = torch.tensor(np.array(rows[B:]))
+    drafts = torch.multinomial(q, n, replacement=True, generator=torch.Generator().manual_seed(1))
+    u = torch.rand(B, 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    out = {}
+    for native in ("1", "0"):
+        monkeypatch.setenv("OTLP_NATIVE", native)
+        for validate in (True, False):
+            out[native, validate] = get("optimal").sample(p, q, drafts, uniforms=u, validate=validate)
+    first = out["1", True]
+    for got in out.values():
+        assert torch.equal(got[0], first[0]) and torch.equal(got[1], first[1])

@@ -9,6 +9,13 @@ does not load is built again), and loaded with ctypes, which lets go of the GIL 
 :mod:`otlp.threads` run side by side). Where no compiler works, or with ``OTLP_NATIVE=0``, :func:`library` returns None
 and the callers take their numpy route, which gives the same answers: bit for bit, or to rounding where a docstring
 below says so (tests/test_native.py).
+
+"Bit for bit" is kernel for kernel, on the same inputs. A sampler call is the same bits on both routes only where
+the rows' float64 sums are: the kernels sum a row in eight lanes (:func:`row_stats`), numpy pairwise and torch in
+its own order, and these differ in the last bit on some rows, so the normalised rows P = p / sum(p) can differ by an
+ulp. Where that re-orders two exactly tied ratios p/q, ``OTLP_NATIVE=0`` and ``=1`` can return different tokens for
+the same uniforms, each exact for its own rounding of the row (the law is p on both). Rows whose sums are exact in
+every order (e.g. dyadic entries) give the same tokens (tests/test_unbounded_work.py).
 """
 
 from __future__ import annotations

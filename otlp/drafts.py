@@ -129,8 +129,8 @@ class DraftScheme:
 
 def all_tuples(V: int, n: int) -> np.ndarray:
     """All of V^n as ``int64 [V^n, n]`` in lexicographic order."""
-    if n == 0:
-        return np.zeros((1, 0), dtype=np.int64)
+    if n == 0 or V == 1:  # one tuple (np.indices takes at most 64 axes: V = 1 allows any n)
+        return np.zeros((1, n), dtype=np.int64)
     grids = np.indices((V,) * n, dtype=np.int64)  # [n, V, ..., V]
     return grids.reshape(n, -1).T.copy()
 

@@ -150,9 +150,12 @@ def _per_draft_q(obj: object) -> bool | None:
 
 def _rows(x: object, name: str) -> np.ndarray:
     try:
-        arr = np.asarray(x, dtype=np.float64)
+        raw = np.asarray(x)
+        if raw.dtype.kind == "c":  # a cast would drop the imaginary part with a warning
+            raise InputError(f"{name} must be real numbers, got dtype {raw.dtype}")
+        arr = raw.astype(np.float64)
     except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be numeric, got {type(x).__name__}: {exc}") from None
+        raise InputError(f"{name} must be numeric, got {type(x).__name__}: {str(exc).splitlines()[0]}") from None
     if arr.ndim not in (1, 2):
         raise InputError(f"{name} must have shape [V] or [instances, V], got {arr.shape}")
     arr = np.atleast_2d(arr)

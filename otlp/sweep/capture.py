@@ -98,6 +98,15 @@ def sha256_bytes(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _width(x: object) -> object:
+    """The last axis' length of ``x`` for a message, or "?" (0-d, ragged, not an array)."""
+    try:
+        shape = np.shape(x)
+    except (TypeError, ValueError):
+        return "?"
+    return shape[-1] if shape else "?"
+
+
 def _check_laws(p: object, q: object, V: int, atol: float) -> tuple[np.ndarray, np.ndarray]:
     """p, q -> float64 [M, V] each, rows normalised; InputError naming the first bad row."""
     arrays = []
@@ -110,7 +119,7 @@ def _check_laws(p: object, q: object, V: int, atol: float) -> tuple[np.ndarray, 
             raise InputError(f"{name} must have shape [M, V] (or [V] for one node), got {shape}")
         if shape[-1] != V:
             raise InputError(f"{name} has V = {shape[-1]} entries per row, expected V = {V} (the capture's "
-                             "vocabulary)")
+                             f"vocabulary; p has {_width(p)}, q has {_width(q)})")
         rows = shape[0] if len(shape) == 2 else 1
         if 2.0 * rows * V * 8 > MAX_ADD_BYTES:
             raise ModelTooLargeError(f"adding {rows} rows of V = {V} at once", 2.0 * rows * V * 8, MAX_ADD_BYTES)

@@ -51,10 +51,9 @@ FULL_SORT_THREADS_MIN = 1 << 16
 
 BACKENDS = ("auto", "torch")
 
-#: the most drafts a row :func:`verify` takes, and the most B n^2: the tuple rule's pieces compare the drafts of a
-#: row pairwise (``chains._pieces``' [B, n, n] arrays, 9 bytes a cell: 2.4 GB at the limit) and loop over the n
-#: pieces; above either, :func:`verify` refuses before any work (n = 100,000 at B = 2 ran 166 s, then asked for 149 GiB)
-MAX_DRAFTS = 1024
+#: the most B n^2 :func:`verify` takes (so n <= 16,384): the tuple rule's pieces compare the drafts of a row
+#: pairwise (``chains._pieces``' [B, n, n] arrays, 9 bytes a cell: 2.4 GB at the limit); above it, :func:`verify`
+#: refuses before any work (n = 100,000 at B = 2 ran 166 s, then asked numpy for 149 GiB)
 MAX_PAIR_CELLS = 1 << 28
 
 
@@ -95,10 +94,10 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
     if graphs and rule is not None:
         raise InputError("graphs=True (CUDA graph replay) is supported with the default tuple rule only")
     B, n = drafts.shape
-    if n > MAX_DRAFTS or B * n * n > MAX_PAIR_CELLS:
-        raise InputError(f"{n:,} drafts a row in {B:,} rows are over the sampler's limit of n <= {MAX_DRAFTS:,} and "
-                         f"B n^2 <= {MAX_PAIR_CELLS:,} (its pieces compare a row's drafts pairwise); split the batch "
-                         "or draft fewer tokens")
+    if B * n * n > MAX_PAIR_CELLS:
+        raise InputError(f"{n:,} drafts a row in {B:,} rows are over the sampler's limit of B n^2 <= "
+                         f"{MAX_PAIR_CELLS:,} (its pieces compare a row's drafts pairwise); split the batch into "
+                         f"rows of at most {max(1, MAX_PAIR_CELLS // (n * n)):,}, or draft fewer tokens")
     default = rule is None  # the default rule: its n = 1 form, and the bucketed partial order on the CPU
     U, drafts = guard(u, drafts, p.shape[1])
     if backend == "torch" or p.device.type != "cpu":

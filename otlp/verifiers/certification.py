@@ -281,10 +281,10 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
     one used. Tokens are sorted by p and grouped into at most 64 bins of about equal mass (each with expected count
     >= 5); outputs on p = 0 tokens fail outright. Drafts come from ``draft.sample`` (numpy, seeded), coins from a
     seeded ``torch.Generator`` (torch) or the same numpy generator (numpy); rows are processed in chunks of
-    ``max_cells // (4 V n)``; p and q are validated once (``check_draft``), not per chunk. ``progress`` (an
-    ``otlp._cli_util.Progress``) is told the stage and the rows done. On the numpy path the verifier acceptance is
-    the mean of P(rule accepts | omega). More than ``SAMPLER_TEST_CELLS`` samples x n x V (and more than
-    ``MIN_SAMPLES`` samples) is refused before any draw.
+    ``max_cells // (4 V n)`` (and at most ``2^28 / n^2``); p and q are validated once (``check_draft``), not per
+    chunk. ``progress`` (an ``otlp._cli_util.Progress``) is told the stage and the rows done. On the numpy path the
+    verifier acceptance is the mean of P(rule accepts | omega). More than ``SAMPLER_TEST_CELLS`` samples x n x V (and
+    more than ``MIN_SAMPLES`` samples) is refused before any draw.
     """
     from scipy.stats import chi2
 
@@ -324,9 +324,11 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
         gen = torch.Generator().manual_seed(seed)
         p_t = torch.as_tensor(p, dtype=torch.float64)
         q_t = torch.as_tensor(q_np, dtype=torch.float64)
+        from otlp.optimal.sampler import MAX_PAIR_CELLS
         from otlp.verifiers.base import validation
 
-        chunk = max(1, max_cells // (4 * V * draft.n))  # a rule's work: a row pass or more per draft; progress
+        # a rule's work: a row pass or more per draft (a progress line a chunk), and B n^2 <= the sampler's pair limit
+        chunk = max(1, min(max_cells // (4 * V * draft.n), MAX_PAIR_CELLS // draft.n**2))
         counts = np.zeros(V)
         member = 0
         accepted = 0.0

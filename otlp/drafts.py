@@ -7,10 +7,13 @@ sampling. ``psi(H) = p(H) - P_draft(omega in H^n)`` (GR eq. (4)) is built on ``s
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from otlp.distributions import check_distribution, check_n, check_token_tuples
 from otlp.errors import InputError, ModelTooLargeError
+from otlp.ir import MEMORY_LIMIT_BYTES
 
 #: Refuse to enumerate more tuples than this (about 0.5 GB for the int64 tuple table at n = 3).
 MAX_TUPLES = 20_000_000
@@ -18,6 +21,10 @@ MAX_TUPLES = 20_000_000
 MAX_SUBSET_WORK = 2_000_000_000
 #: Look-ups per chunk of masks (bounds the temporary boolean array to about 64 MB).
 SUBSET_CHUNK_WORK = 64_000_000
+#: :meth:`DraftScheme.num_tuples` computes V^n as an integer up to this many bits (a number of 1,233 digits, far
+#: above any count a model, enumeration or estimate could take); above it, it refuses (V^n for n = 10^9 is a
+#: 1.6-gigabit integer: seconds of work, and a string conversion Python refuses).
+MAX_TUPLE_BITS = 4096
 
 
 class DraftScheme:
@@ -43,8 +50,23 @@ class DraftScheme:
         raise NotImplementedError
 
     # -- shared ---------------------------------------------------------------------------------------
+    def log2_num_tuples(self) -> float:
+        """log2(V^n) = n log2(V), known for any n."""
+        return int(self.n) * math.log2(int(self.V)) if self.V > 1 else 0.0
+
+    def tuples_text(self) -> str:
+        """V^n for a message: ``V^n = 3^2 = 9``, or ``V^n = 3^1000000000 = about 10^477121255``."""
+        bits = self.log2_num_tuples()
+        count = f"{int(self.V) ** int(self.n):,}" if bits < 50 else f"about 10^{bits * math.log10(2):.0f}"
+        return f"V^n = {self.V}^{self.n} = {count}"
+
     def num_tuples(self) -> int:
-        """V^n, the number of tuples :meth:`enumerate` returns."""
+        """V^n, the number of tuples :meth:`enumerate` returns; ``ModelTooLargeError`` when V^n has more than
+        ``MAX_TUPLE_BITS`` bits (checked in logarithms, before the power is taken)."""
+        bits = self.log2_num_tuples()
+        if bits > MAX_TUPLE_BITS:
+            raise ModelTooLargeError(f"a model over the {self.tuples_text()} draft tuples of {type(self).__name__}",
+                                     2.0 ** min(bits + 3, 1023.0), MEMORY_LIMIT_BYTES)
         return int(self.V) ** int(self.n)
 
     def check_enumerable(self, max_tuples: int = MAX_TUPLES) -> None:
@@ -52,7 +74,7 @@ class DraftScheme:
         count = self.num_tuples()
         if count > max_tuples:
             raise ModelTooLargeError(
-                f"enumerating V^n = {self.V}^{self.n} = {count:.3g} draft tuples", count * (self.n + 1) * 8,
+                f"enumerating {self.tuples_text()} draft tuples", count * (self.n + 1) * 8,
                 max_tuples * (self.n + 1) * 8,
             )
 
@@ -107,8 +129,8 @@ class DraftScheme:
 
 def all_tuples(V: int, n: int) -> np.ndarray:
     """All of V^n as ``int64 [V^n, n]`` in lexicographic order."""
-    if n == 0:
-        return np.zeros((1, 0), dtype=np.int64)
+    if n == 0 or V == 1:  # one tuple (np.indices takes at most 64 axes: V = 1 allows any n)
+        return np.zeros((1, n), dtype=np.int64)
     grids = np.indices((V,) * n, dtype=np.int64)  # [n, V, ..., V]
     return grids.reshape(n, -1).T.copy()
 

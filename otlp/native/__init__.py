@@ -8,10 +8,14 @@ AVX2, taken where the CPU has it), each with OpenMP where the compiler had it. T
 lets go of the GIL during a call (so the row chunks of :mod:`otlp.threads` run side by side). Nothing is compiled at
 run time. Where the package was built without a compiler, or with ``OTLP_NATIVE=0``, :func:`library` returns None and
 the callers take their numpy route, which gives the same answers (tests/test_native.py): bit for bit from the same
-row sums, or to rounding where a docstring below says so. The row sums themselves are the one place the routes may
-differ in the last bit (the C loops, numpy's pairwise sum and torch's sum add in different orders), and on a row
-with exact ratio ties a last-bit difference can re-break a tie: both routes are then exact, but may pick different
-(equally valid) tokens for the same uniforms.
+row sums, or to rounding where a docstring below says so.
+
+"Bit for bit" is kernel for kernel, on the same inputs. A sampler call is the same bits on both routes only where
+the rows' float64 sums are: the kernels sum a row in eight lanes (:func:`row_stats`), numpy pairwise and torch in
+its own order, and these differ in the last bit on some rows, so the normalised rows P = p / sum(p) can differ by an
+ulp. Where that re-orders two exactly tied ratios p/q, ``OTLP_NATIVE=0`` and ``=1`` can return different tokens for
+the same uniforms, each exact for its own rounding of the row (the law is p on both). Rows whose sums are exact in
+every order (e.g. dyadic entries) give the same tokens (tests/test_unbounded_work.py).
 """
 
 from __future__ import annotations

@@ -376,7 +376,8 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
     const int n = C->n, attempts = C->attempts, is_double = C->is_double;
     const size_t size = is_double ? sizeof(double) : sizeof(float);
     const char *pb = (const char *)C->p + (size_t)(b * V) * size, *qb = (const char *)C->q + (size_t)(b * V) * size;
-    const int64_t *wb = C->w + b * n;
+    int64_t wb[MAX_N]; /* the row's drafts, ids outside [0, V) (unchecked input) clamped into it: sampler.guard */
+    for (int j = 0; j < n; j++) wb[j] = C->w[b * n + j] < 0 ? 0 : C->w[b * n + j] < V ? C->w[b * n + j] : V - 1;
     const double *ub = C->u + 2 * b;
     const int64_t b_star = row_level(pb, qb, is_double, V, C->inv_p + b, C->inv_q + b, n, &C->S, W);
     if (C->forced) memcpy(W->sel, C->forced + b * NB, (size_t)NB);

@@ -80,6 +80,12 @@ def multiset_probabilities(omegas: np.ndarray, q: np.ndarray) -> np.ndarray:
         same[:, k] = np.where(omegas[:, k] == omegas[:, k - 1], same[:, k - 1] + 1, 1)
     from math import factorial
 
+    if n > 170:  # n! beyond float64 (an OverflowError at n = 1100): the same product in logarithms
+        from math import lgamma
+
+        with np.errstate(divide="ignore"):
+            logs = np.log(q[omegas]).sum(axis=1) + lgamma(n + 1) - np.log(same).sum(axis=1)
+        return np.exp(logs)
     denom = np.ones(M)
     for k in range(n):
         denom *= same[:, k]  # prod_i c_i! = prod over slots of the slot's rank inside its run

@@ -51,6 +51,11 @@ FULL_SORT_THREADS_MIN = 1 << 16
 
 BACKENDS = ("auto", "torch")
 
+#: the most B n^2 :func:`verify` takes (so n <= 16,384): the tuple rule's pieces compare the drafts of a row
+#: pairwise (``chains._pieces``' [B, n, n] arrays, 9 bytes a cell: 2.4 GB at the limit); above it, :func:`verify`
+#: refuses before any work (n = 100,000 at B = 2 ran 166 s, then asked numpy for 149 GiB)
+MAX_PAIR_CELLS = 1 << 28
+
 
 def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  # noqa: ANN001, ANN201 - tensors
            compile: bool = False, totals=None, graphs: bool = False):  # noqa: A002 - torch.compile's name
@@ -88,8 +93,13 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
         raise InputError("widths (a draft mask) is supported with the default tuple rule only")
     if graphs and rule is not None:
         raise InputError("graphs=True (CUDA graph replay) is supported with the default tuple rule only")
+    B, n = drafts.shape
+    if B * n * n > MAX_PAIR_CELLS:
+        raise InputError(f"{n:,} drafts a row in {B:,} rows are over the sampler's limit of B n^2 <= "
+                         f"{MAX_PAIR_CELLS:,} (its pieces compare a row's drafts pairwise); split the batch into "
+                         f"rows of at most {max(1, MAX_PAIR_CELLS // (n * n)):,}, or draft fewer tokens")
     default = rule is None  # the default rule: its n = 1 form, and the bucketed partial order on the CPU
-    U = u.to(torch.float64)
+    U, drafts = guard(u, drafts, p.shape[1])
     if backend == "torch" or p.device.type != "cpu":
         args = (p, q, drafts, U) if widths is None else (p, q, drafts, U, widths)
         if graphs and p.is_cuda and p.shape[0] > 0:
@@ -109,6 +119,28 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
         rows = np.flatnonzero(wn == m)
         tokens[rows], index[rows] = _cpu(rows_in, Wn[rows, :m], Un[rows], rule, default, B, rows)
     return tokens, index
+
+
+#: the largest float64 below 1: caller uniforms are clamped to [0, U_MAX] (:func:`guard`)
+U_MAX = 1.0 - 2.0 ** -53
+
+
+def guard(u, drafts, V: int):  # noqa: ANN001, ANN201 - tensors [B, 2], [B, n] -> float64 [B, 2], int64 [B, n]
+    """What every route of :func:`verify` reads, made safe whatever the caller passed, by two elementwise device ops
+    (no host sync, new tensors: the caller's are not written): the uniforms as float64 with NaN read as 0 and
+    values clamped to [0, ``U_MAX``], and the draft ids clamped to [0, V - 1].
+
+    With validation on (:func:`otlp.verifiers.base.check_tensors`) both were refused outside [0, 1) and [0, V), and
+    this changes nothing. With it off, a uniform of 1.0 (a generator that returns (0, 1]) is read as the largest
+    float64 below 1: u_0 (sum of the slots' and the residual's weights) then stays below the total, so the draw never
+    falls past the last positive weight onto a token of zero probability, and likewise u_1 in the residual; NaN or a
+    negative value is read as 0 (the first positive weight). An out-of-range draft id is read as the nearest token id,
+    0 or V - 1, on every route (the C kernels clamp it too, once per draft: :mod:`otlp.native`), where it would read
+    outside the rows (a crash in the C loops, an IndexError in numpy, a device assert on CUDA)."""
+    import torch
+
+    U = torch.nan_to_num(u.to(torch.float64), nan=0.0).clamp_(0.0, U_MAX)  # [B, 2]
+    return U, drafts.long().clamp(0, max(V - 1, 0))  # [B, n]
 
 
 def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001, ANN202

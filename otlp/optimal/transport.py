@@ -69,7 +69,8 @@ class OptimalTransport:
 
     Attributes
     ----------
-    alpha : alpha* = 1 + psi(H*), the optimal acceptance.
+    alpha : alpha* = 1 + psi(H*), the optimal acceptance (the LP route: to HiGHS' tolerance, :attr:`success`).
+    alpha_upper : an upper bound on alpha*: alpha on the class-chain routes, 1 + psi(H*) on the LP route.
     h_star : token ids of H* (the first m* tokens in decreasing q/p order).
     blocks : list of :class:`Block` (class-chain route only).
     residual : the law r the rule draws from after a rejection, float [V].
@@ -108,6 +109,7 @@ class OptimalTransport:
             self.p, self.n, self.V = self._lp.p, self._lp.n, self._lp.V
             self.q = None
             self.alpha = self._lp.alpha
+            self.alpha_upper = self._lp.alpha_upper
             self.h_star = self._lp.h_star
             self.residual = self._lp.residual
 
@@ -121,14 +123,14 @@ class OptimalTransport:
         """A class-chain instance from :func:`.scalar.scalar_chains`; its numpy arrays wait for their first use."""
         self._scalar = chains
         self.p, self.q, self.n, self.V = p, q, chains.n, p.size
-        self.alpha = chains.alpha
+        self.alpha = self.alpha_upper = chains.alpha
         self.h_star = np.asarray(chains.order[: chains.m_star], dtype=np.int64)
 
     def _init_chains(self, ch: chains.Chains, p: np.ndarray, q: np.ndarray) -> None:
         """A class-chain instance from :func:`.chains.build` (one row)."""
         self._ch = ch
         self.p, self.q, self.n, self.V = p, q, ch.pre.n, p.size
-        self.alpha = float(ch.pre.alpha[0])
+        self.alpha = self.alpha_upper = float(ch.pre.alpha[0])
         self.h_star = ch.pre.order[0, : int(ch.pre.m_star[0])].copy()
 
     def __getattr__(self, name: str) -> object:
@@ -205,8 +207,11 @@ class OptimalTransport:
     @property
     def success(self) -> bool:
         """The rule's row sums meet their targets to rounding (:attr:`row_error` <= :attr:`tolerance`); the LP route:
-        HiGHS optimal (its plan is repaired to exact feasibility, so the law is p to rounding and the acceptance is
-        alpha* to HiGHS' tolerance, about 1e-12; :mod:`otlp.optimal.generic`)."""
+        HiGHS optimal (its plan is repaired to exact feasibility, so the law is p to rounding and the acceptance
+        ``alpha`` is a feasible plan's value, never above alpha*, and below it by HiGHS' absolute tolerance of 1e-10
+        a constraint: about 1e-12 on ordinary rows, up to 1.2e-10 seen where p or P(omega) hold entries of that
+        size; ``alpha_upper - alpha`` bounds the shortfall on the instance, ``alpha_upper`` = 1 + psi(H*) of the
+        exact subset search, or 1 where it has none; :mod:`otlp.optimal.generic`)."""
         if self.route != "class_chains":
             return True
         return self.row_error <= self.tolerance

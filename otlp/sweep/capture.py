@@ -98,27 +98,42 @@ def sha256_bytes(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _width(x: object) -> object:
+    """The last axis' length of ``x`` for a message, or "?" (0-d, ragged, not an array)."""
+    try:
+        shape = np.shape(x)
+    except (TypeError, ValueError):
+        return "?"
+    return shape[-1] if shape else "?"
+
+
 def _check_laws(p: object, q: object, V: int, atol: float) -> tuple[np.ndarray, np.ndarray]:
     """p, q -> float64 [M, V] each, rows normalised; InputError naming the first bad row."""
     arrays = []
     for name, x in (("p", p), ("q", q)):
-        shape = np.shape(x)
+        try:
+            shape = np.shape(x)  # an array's without a copy; a ragged list raises
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{name} must be an array of numbers [M, V]: {str(exc).splitlines()[0]}") from None
         if len(shape) not in (1, 2):
             raise InputError(f"{name} must have shape [M, V] (or [V] for one node), got {shape}")
         if shape[-1] != V:
             raise InputError(f"{name} has V = {shape[-1]} entries per row, expected V = {V} (the capture's "
-                             f"vocabulary; p has {np.shape(p)[-1]}, q has {np.shape(q)[-1]})")
+                             f"vocabulary; p has {_width(p)}, q has {_width(q)})")
         rows = shape[0] if len(shape) == 2 else 1
         if 2.0 * rows * V * 8 > MAX_ADD_BYTES:
             raise ModelTooLargeError(f"adding {rows} rows of V = {V} at once", 2.0 * rows * V * 8, MAX_ADD_BYTES)
+        if np.asarray(x).dtype.kind not in "biuf":
+            raise InputError(f"{name} must be an array of real numbers, got dtype {np.asarray(x).dtype}")
         try:
             arr = np.atleast_2d(np.asarray(x, dtype=np.float64))
         except (TypeError, ValueError) as exc:
-            raise InputError(f"{name} must be an array of numbers: {exc}") from None
+            raise InputError(f"{name} must be an array of numbers: {str(exc).splitlines()[0]}") from None
         arrays.append(arr)
     p2, q2 = arrays
     if p2.shape[0] != q2.shape[0]:
         raise InputError(f"p has {p2.shape[0]} rows and q has {q2.shape[0]}; give one (p, q) pair per row")
+    out = []
     for name, arr in (("p", p2), ("q", q2)):
         if not np.all(np.isfinite(arr)):
             r = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
@@ -132,8 +147,8 @@ def _check_laws(p: object, q: object, V: int, atol: float) -> tuple[np.ndarray, 
             r = int(bad[0])
             raise InputError(f"{name} row {r} sums to {sums[r]:.9g}, expected 1 within {atol:g} (pass atol= to "
                              "accept it; rows are renormalised when written)")
-        arr /= sums[:, None]
-    return p2, q2
+        out.append(arr / sums[:, None])  # a new array: the caller's (possibly read-only, possibly live) one is kept
+    return out[0], out[1]
 
 
 def top_set(x: np.ndarray, k: int) -> np.ndarray:

@@ -46,6 +46,9 @@ BUCKET_BITS = 6
 MAX_BUCKETS = 4096
 
 #: Integer node columns copied into the results (the rest of the numeric metadata stays float64, NaN = unset).
+#: the largest draft count a sweep takes: the results' ``n`` column is int16 (RESULTS_VERSION 2; widening it would
+#: change the schema of saved shard results a run resumes from)
+MAX_N = 32767
 INT_META = ("context_id", "sequence", "position", "depth", "width")
 FLOAT_META = ("temperature", "top_k", "top_p", "draft_temperature", "draft_top_k", "draft_top_p")
 
@@ -95,6 +98,15 @@ def resolve_verifiers(names: Sequence[str] | str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def check_ns(ns: Sequence[object]) -> None:
+    """``InputError`` unless every draft count is in [1, ``MAX_N``] (before any work: the results' column would
+    overflow only when a shard is written)."""
+    bad = [n for n in ns if not 1 <= int(n) <= MAX_N]
+    if bad:
+        raise InputError(f"n values must be integers in [1, {MAX_N}] (the results' n column is int16), got "
+                         f"{bad[0]!r}")
+
+
 def closed_form(rule: object) -> bool:
     """Whether the rule's exact acceptance is a closed form (it overrides both acceptance routes of the base
     class); otherwise ``acceptance`` enumerates the draft support (``otlp.verifiers.exact``)."""
@@ -114,7 +126,7 @@ def feasibility(name: str, n: int, W: int, max_enum_cells: int = MAX_ENUM_CELLS)
         return f"defined for n = {fixed} only"
     if closed_form(rule):
         return None
-    cells = float(W) ** n * W
+    cells = float(W) ** n * W if n * math.log2(max(W, 2)) < 1000 else math.inf  # W^n beyond any float: inf
     if cells > max_enum_cells:
         return (f"exact acceptance enumerates W^n = {W}^{n} tuples x W = {W} tokens = {cells:.2g} cells, over the "
                 f"limit {max_enum_cells:.2g} (--max-enum-cells)")

@@ -39,6 +39,7 @@ from otlp.sweep.compute import (
     INT_META,
     MAX_ENUM_CELLS,
     SweepParams,
+    check_ns,
     compute_block,
     nominal_width,
     resolve_verifiers,
@@ -280,6 +281,7 @@ def run_sweep(capture: str | os.PathLike | Capture, *, ns: Sequence[int] = (1, 2
     as untruncated, and ``report["notes"]`` says so.
     """
     _deps.pyarrow()
+    check_ns(ns)
     cap = capture if isinstance(capture, Capture) else open_capture(capture, check_shards=False)
     ns = tuple(int(n) for n in ns)
     if not ns or any(n < 1 for n in ns):

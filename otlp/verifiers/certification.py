@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -44,6 +45,7 @@ from otlp.verifiers.certify_blackbox import (
     TOLERANCE,
     CallableReport,
     certify_callable,
+    check_certify_n,
     load_callable,
 )
 
@@ -163,7 +165,7 @@ def rational_certificate(p: object, draft: DraftScheme, max_tuples: int = CERTIF
 
     p = check_distribution(p, "p", size=draft.V)
     if draft.num_tuples() > 50 * max_tuples:
-        raise ModelTooLargeError(f"a rational certificate over V^n = {draft.num_tuples()} tuples",
+        raise ModelTooLargeError(f"a rational certificate over {draft.tuples_text()} tuples",
                                  draft.num_tuples() * 64, 50 * max_tuples * 64)
     omegas = all_tuples(draft.V, draft.n)
     probs, err_q = rational_tuple_probabilities(draft, omegas)
@@ -250,10 +252,28 @@ def _torch_q(verifier, draft: DraftScheme) -> np.ndarray | None:  # noqa: ANN001
 
 #: memory the sampler test may use for its drafted tuples (refused above, before allocating).
 SAMPLER_TEST_BYTES = 4 << 30
+#: the sampler test's work limit: samples x n x V (a rule's pass over a row per draft; rrs takes about 0.3 s per
+#: 10^6 at n = 1100): certify's default sample count is cut to fit it (at least ``MIN_SAMPLES``), and a larger
+#: ``samples`` is refused before the test starts (n = 1100 took 93 s for rrs's 100,000 rows).
+SAMPLER_TEST_CELLS = 1 << 26
+#: the torch sampler's rows stop being drawn after this many seconds (at least one chunk, and ``MIN_SAMPLES`` rows,
+#: are drawn; the test then runs on the rows drawn, the same seeded rows as the full count's first ones, and
+#: ``SamplerTest.samples`` says how many): some rules take milliseconds a row at n in the thousands (``is``: 2.5 ms
+#: at n = 1100, V = 3)
+SAMPLER_TEST_SECONDS = 30.0
+#: certify's least default sample count (the chi-square bins need expected counts >= 5)
+MIN_SAMPLES = 2_000
+
+
+def default_samples(V: int, n: int) -> int:
+    """certify's sample count for the chi-square test: 2^25 / V within [``MIN_SAMPLES``, 100,000], cut to
+    ``SAMPLER_TEST_CELLS`` / (n V) (not below ``MIN_SAMPLES``)."""
+    return int(min(100_000, max(MIN_SAMPLES, (1 << 25) // V), max(MIN_SAMPLES, SAMPLER_TEST_CELLS // (n * V))))
 
 
 def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed: int = 0,  # noqa: ANN001
-                 max_cells: int = 1 << 23, progress: Progress | None = None) -> SamplerTest:
+                 max_cells: int = 1 << 23, progress: Progress | None = None,
+                 time_limit: float = SAMPLER_TEST_SECONDS) -> SamplerTest:
     """Chi-square test (false-alarm rate ``FALSE_ALARM``) of the rule's output law against p.
 
     The sampler is the torch ``verifier.sample`` when it implements the scheme (``verifier.torch_sampler_schemes()``)
@@ -262,9 +282,10 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
     one used. Tokens are sorted by p and grouped into at most 64 bins of about equal mass (each with expected count
     >= 5); outputs on p = 0 tokens fail outright. Drafts come from ``draft.sample`` (numpy, seeded), coins from a
     seeded ``torch.Generator`` (torch) or the same numpy generator (numpy); rows are processed in chunks of
-    ``max_cells // V``; p and q are validated once (``check_draft``), not per chunk. ``progress`` (an
-    ``otlp._cli_util.Progress``) is told the rows done. On the numpy path the verifier acceptance is the mean of
-    P(rule accepts | omega).
+    ``max_cells // (4 V n)`` (and at most ``2^28 / n^2``); p and q are validated once (``check_draft``), not per
+    chunk. ``progress`` (an ``otlp._cli_util.Progress``) is told the stage and the rows done. On the numpy path the
+    verifier acceptance is the mean of P(rule accepts | omega). More than ``SAMPLER_TEST_CELLS`` samples x n x V (and
+    more than ``MIN_SAMPLES`` samples) is refused before any draw.
     """
     from scipy.stats import chi2
 
@@ -276,11 +297,20 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
     if need > SAMPLER_TEST_BYTES:
         raise ModelTooLargeError(f"the statistical test's {samples} drafted tuples of n = {draft.n}", need,
                                  SAMPLER_TEST_BYTES)
+    cells = samples * draft.n * V
+    if cells > max(SAMPLER_TEST_CELLS, MIN_SAMPLES * draft.n * V):
+        raise InputError(f"the statistical test's {samples:,} samples x n = {draft.n} x V = {V} = {cells:,} cells "
+                         f"are over its limit of {SAMPLER_TEST_CELLS:,}; pass samples <= "
+                         f"{max(MIN_SAMPLES, SAMPLER_TEST_CELLS // (draft.n * V)):,}")
+    if progress is not None:
+        progress.set_note(f"{verifier.name}: chi-square test, drawing {samples:,} draft tuples")
     rng = np.random.default_rng(seed)
     omegas = draft.sample(samples, rng)  # [N, n]
     cls = type(verifier).__name__
     q_np = _torch_q(verifier, draft)
     if q_np is None:
+        if progress is not None:
+            progress.set_note(f"{verifier.name}: chi-square test, {samples:,} rows by the exact numpy sampler")
         tokens, rule_accepts = verifier.sample_exact(p, draft, omegas, rng, max_cells)  # [N], [N]
         counts = np.bincount(tokens, minlength=V).astype(np.float64)
         member = int((omegas == tokens[:, None]).any(1).sum())
@@ -295,13 +325,19 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
         gen = torch.Generator().manual_seed(seed)
         p_t = torch.as_tensor(p, dtype=torch.float64)
         q_t = torch.as_tensor(q_np, dtype=torch.float64)
+        from otlp.optimal.sampler import MAX_PAIR_CELLS
         from otlp.verifiers.base import validation
 
-        chunk = max(1, max_cells // V)
+        # a rule's work: a row pass or more per draft (a progress line a chunk), and B n^2 <= the sampler's pair limit
+        chunk = max(1, min(max_cells // (4 * V * draft.n), MAX_PAIR_CELLS // draft.n**2))
         counts = np.zeros(V)
         member = 0
         accepted = 0.0
+        began, done = time.perf_counter(), samples
         for start in range(0, samples, chunk):
+            if start >= MIN_SAMPLES and time.perf_counter() - began > time_limit:
+                done = start  # the time limit: the test on the rows drawn so far
+                break
             w = torch.as_tensor(omegas[start:start + chunk])
             m = w.shape[0]
             with validation(False):  # p, q and the drafted tuples were checked above
@@ -312,6 +348,9 @@ def sampler_test(verifier, p: np.ndarray, draft: DraftScheme, samples: int, seed
             if progress is not None:
                 progress.set_note(f"{verifier.name}: chi-square test, {start + m:,} / {samples:,} rows")
         sampler = f"torch sampler {cls}.sample"
+        if done < samples:
+            sampler += f" (stopped at its time limit of {time_limit:g} s after {done:,} of {samples:,} rows)"
+            samples = done
     impossible = int(counts[p == 0].sum())
     order = np.argsort(-p, kind="stable")
     order = order[p[order] > 0]
@@ -468,11 +507,11 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
         method["acceptance"] = method["verifier_acceptance"] = "exact enumeration"
         method["target_law"] = "exact enumeration"
     else:
-        n_samples = samples if samples is not None else int(min(100_000, max(2_000, (1 << 25) // draft.V)))
+        n_samples = samples if samples is not None else default_samples(draft.V, draft.n)
         test = sampler_test(verifier, p, draft, n_samples, seed, progress=progress)
         ok = test.passed
         method["target_law"] = test.sampler
-        target = (f"chi-square on {n_samples} seeded samples of the {test.sampler}: p-value {test.p_value:.3g} "
+        target = (f"chi-square on {test.samples:,} seeded samples of the {test.sampler}: p-value {test.p_value:.3g} "
                   f"(false-alarm rate {FALSE_ALARM:g}), {test.impossible_tokens} outputs on p = 0 tokens")
         estimates = {"acceptance": (verifier.acceptance, test.acceptance),
                      "verifier_acceptance": (verifier.verifier_acceptance, test.verifier_acceptance)}
@@ -489,7 +528,7 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
     try:
         fast = ("iid", "greedy", "spechub", "without_replacement")  # closed forms / otlp.psi_wor: no enumeration
         if draft.name not in fast and draft.num_tuples() > OPTIMUM_TUPLES:
-            raise ModelTooLargeError(f"alpha* for a {draft.name!r} scheme over V^n = {draft.num_tuples()} tuples",
+            raise ModelTooLargeError(f"alpha* for a {draft.name!r} scheme over V^n = {draft.tuples_text()} tuples",
                                      draft.num_tuples() * draft.n * 8, OPTIMUM_TUPLES * draft.n * 8)
         optimum = float(optimal_acceptance(p, draft))
     except (ModelTooLargeError, InputError) as exc:
@@ -498,7 +537,8 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
     gap = None if optimum is None else optimum - acc
     cert = None
     if certificate:
-        stage("exact rational certificate")
+        stage(f"exact rational certificate (at most {50 * CERTIFICATE_TUPLES:,} tuples enumerated, "
+              f"{CERTIFICATE_TUPLES:,} kept)")
         try:
             cert = rational_certificate(p, draft)
             if optimum is not None and abs(float(cert.dual_value) - optimum) > 1e-9 + cert.rationalisation_error * 4:
@@ -522,7 +562,7 @@ def certify_table(p: object, q: object, n: int, *, names: list[str] | None = Non
     ``{"verifier": name, "error": message}``. ``progress`` counts the rules done."""
     from otlp.verifiers import NAMES, get
 
-    n = check_int(n, "n", 1)
+    n = check_certify_n(n)
     if samples is not None:
         samples = check_int(samples, "samples", 1)
     rows: list[CertifyReport | dict[str, str]] = []
@@ -629,7 +669,7 @@ def run_certify_cli(args: argparse.Namespace) -> int:
 
     bar = Progress("otlp certify", enabled=not args.json)
     try:
-        check_int(args.n, "--n", 1)  # before anything else: the table would list every rule as not applicable
+        check_certify_n(args.n, "--n")  # before anything else: the table would list every rule as not applicable
         if args.samples is not None:
             check_int(args.samples, "--samples", 1)
         check_int(args.seed, "--seed", 0)

@@ -68,12 +68,25 @@ FIRST_LOOK = 1000
 GROWTH = 1.5
 #: White-box verdict: exact output law within this of p.
 EXACT_TOL = 1e-9
+#: certify's largest number of drafts n: its exact enumeration holds V^n tuples, its sampled tests n drafts per
+#: sample (10^5 samples of n = 10^4 drafts are 8 GB), and a per-draft scheme (weighted_is) an [n, V] table; above it
+#: :func:`check_certify_n` refuses before any scheme is built (n = 10^9 took seconds to build and then was refused).
+MAX_N = 10_000
 SCHEME_CLASSES = {"iid": None, "without_replacement": WithoutReplacement, "greedy": Greedy, "spechub": SpecHub}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # the function under test
 # ----------------------------------------------------------------------------------------------------------------------
+
+
+def check_certify_n(n: object, name: str = "n") -> int:
+    """``n`` validated for certify: an integer in [1, ``MAX_N``]; ``InputError`` naming ``name`` otherwise."""
+    n = check_int(n, name, 1)
+    if n > MAX_N:
+        raise InputError(f"{name} = {n:,} drafts is over certify's limit of {MAX_N:,} (it enumerates V^n draft "
+                         "tuples or samples n drafts per test draw)")
+    return n
 
 
 def load_callable(spec: str) -> object:
@@ -137,9 +150,12 @@ def _per_draft_q(obj: object) -> bool | None:
 
 def _rows(x: object, name: str) -> np.ndarray:
     try:
-        arr = np.asarray(x, dtype=np.float64)
+        raw = np.asarray(x)
+        if raw.dtype.kind == "c":  # a cast would drop the imaginary part with a warning
+            raise InputError(f"{name} must be real numbers, got dtype {raw.dtype}")
+        arr = raw.astype(np.float64)
     except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be numeric, got {type(x).__name__}: {exc}") from None
+        raise InputError(f"{name} must be numeric, got {type(x).__name__}: {str(exc).splitlines()[0]}") from None
     if arr.ndim not in (1, 2):
         raise InputError(f"{name} must have shape [V] or [instances, V], got {arr.shape}")
     arr = np.atleast_2d(arr)
@@ -156,7 +172,7 @@ def build_instances(p: object, draft: object = None, *, q: object = None, n: int
             raise InputError("certify needs a draft scheme (e.g. otlp.IID(q, n)), or q and n")
         if scheme not in SCHEME_CLASSES:
             raise InputError(f"unknown scheme {scheme!r}; expected one of {', '.join(SCHEME_CLASSES)}")
-        n = check_int(n, "n", 1)
+        n = check_certify_n(n)
         cls = SCHEME_CLASSES[scheme]
         drafts = []
         for row in _rows(q, "q"):

@@ -30,7 +30,7 @@ def _chunks(verifier, p: object, draft: DraftScheme):  # noqa: ANN001, ANN202
     if type(draft).support is DraftScheme.support:  # generic support enumerates V^n: refuse before building it
         total = draft.num_tuples() * p.size
         if total > MAX_TOTAL_CELLS:
-            raise ModelTooLargeError(f"enumerating the {verifier.name!r} rule on V^n = {draft.num_tuples()} draft "
+            raise ModelTooLargeError(f"enumerating the {verifier.name!r} rule on {draft.tuples_text()} draft "
                                      f"tuples x V = {p.size} tokens", total * 8, MAX_TOTAL_CELLS * 8)
     omegas, probs = draft.support()
     total = omegas.shape[0] * p.size

@@ -115,7 +115,9 @@ def iid_batch_uniforms(name: str, p, q, drafts, generator, uniforms, validate, t
     """The input side shared by the i.i.d. torch samplers (``optimal``, ``optimal_paths``): a per-draft
     ``q [B, n, V]`` is refused (the rules are for i.i.d. drafts), the tensors are checked (``check_tensors`` with
     ``validate``), and the randomness is the caller's ``uniforms [B, 2]`` (checked: floating point, on p's device)
-    or two uniforms per row drawn from ``generator``. Returns the uniforms; ``totals`` as for ``check_tensors``."""
+    or two uniforms per row drawn from ``generator``; with validation on, caller uniforms outside [0, 1) (or NaN)
+    are refused (with it off, :func:`otlp.optimal.sampler.guard` clamps them). Returns the uniforms; ``totals`` as
+    for ``check_tensors``."""
     import torch
 
     if isinstance(q, torch.Tensor) and q.ndim == 3:
@@ -129,4 +131,9 @@ def iid_batch_uniforms(name: str, p, q, drafts, generator, uniforms, validate, t
             or not uniforms.is_floating_point() or uniforms.device != p.device:
         raise InputError(f"uniforms must be a floating point tensor of shape [{B}, 2] on {p.device}, got "
                          f"{getattr(uniforms, 'shape', type(uniforms).__name__)}")
+    if (validation_enabled() if validate is None else validate) and B \
+            and not bool(((uniforms >= 0) & (uniforms < 1)).all()):
+        raise InputError(f"uniforms must be in [0, 1), got values in [{float(uniforms.min()):.17g}, "
+                         f"{float(uniforms.max()):.17g}] (with validation off they are clamped to [0, 1 - 2^-53] and "
+                         "NaN is read as 0)")
     return uniforms

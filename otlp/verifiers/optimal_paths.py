@@ -76,7 +76,7 @@ class OptimalPaths(Optimal):
         import torch
 
         from otlp.optimal.paths import two_draft_tuple_rule
-        from otlp.optimal.sampler import verify
+        from otlp.optimal.sampler import guard, verify
         from otlp.verifiers.optimal import iid_batch_uniforms
 
         uniforms = iid_batch_uniforms(self.name, p, q, drafts, generator, uniforms, validate)
@@ -87,6 +87,7 @@ class OptimalPaths(Optimal):
             return verify(p, q, drafts.long(), uniforms, rule=two_draft_tuple_rule)
         P = p.detach().to("cpu", torch.float64).numpy()
         Q = q.detach().to("cpu", torch.float64).numpy()
+        uniforms, drafts = guard(uniforms, drafts, p.shape[1])  # as verify reads them (unchecked input clamped)
         W = drafts.detach().to("cpu", torch.int64).numpy()
         U = uniforms.detach().to("cpu", torch.float64).numpy()
         tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)

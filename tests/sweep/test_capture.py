@@ -325,3 +325,40 @@ def test_gap_plot_gives_each_n_one_colour_and_says_which_panels_are_skipped():
         assert [t.get_text() for t in fig.legends[0].get_texts()] == ["n = 1", "n = 2", "n = 4"]
     finally:
         plt.close(fig)
+
+
+@pytest.mark.parametrize("storage", ["dense", "sparse"])
+def test_add_never_writes_into_the_callers_arrays_and_takes_read_only_ones(tmp_path, storage):  # noqa: ANN001
+    """Rows off by up to atol are renormalised into new arrays: the caller's (live engine buffers, or read-only
+    arrays from ``open_capture().read()``) stay bit-identical, and what is written is what was passed then."""
+    from otlp.sweep import CaptureWriter, open_capture
+
+    rng = np.random.default_rng(7)
+    p, q = lm_pairs(rng, 6, 50)
+    p *= 1.0 + 5e-5  # within the default atol 1e-4: renormalised when written
+    q *= 1.0 - 5e-5
+    p_bytes, q_bytes = p.tobytes(), q.tobytes()
+    ro_p, ro_q = p.copy(), q.copy()
+    ro_p.flags.writeable = False
+    ro_q.flags.writeable = False
+    with CaptureWriter(tmp_path / "c", 50, storage=storage, top_k=50, shard_rows=4) as w:
+        w.add(p, q)
+        assert p.tobytes() == p_bytes and q.tobytes() == q_bytes
+        w.add(ro_p, ro_q)  # raised "output array is read-only" before
+        assert ro_p.tobytes() == p_bytes and ro_q.tobytes() == q_bytes
+        w.add(p[0], q[0])  # one [V] pair: also a view of the caller's array
+        assert p.tobytes() == p_bytes and q.tobytes() == q_bytes
+        p[:] = 0.0  # an engine reusing its buffer after add: what was added is already the capture's own copy
+        q[:] = 0.0
+    cap = open_capture(tmp_path / "c")
+    blocks = [cap.read(i) for i in range(len(cap.shards))]
+    assert sum(b.rows for b in blocks) == 13
+    if storage == "dense":
+        got = np.concatenate([b.p for b in blocks])  # [13, V]
+        want = ro_p / ro_p.sum(axis=1, keepdims=True)  # np.sum's last bit can depend on the array's alignment
+        assert np.array_equal(got[6:12], want) and np.allclose(got[:6], want, rtol=1e-15, atol=0)
+        with CaptureWriter(tmp_path / "d", 50, storage=storage) as w2:  # the loader's blocks straight back in
+            for b in blocks:
+                before = b.p.tobytes()
+                w2.add(b.p, b.q)
+                assert b.p.tobytes() == before

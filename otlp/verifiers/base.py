@@ -334,6 +334,18 @@ def finish(drafts, accept, residual_tokens):  # noqa: ANN001, ANN201
     return torch.where(anyacc, chosen, residual_tokens).long(), index.long()
 
 
+def check_uniforms(uniforms, B: int, like):  # noqa: ANN001, ANN201
+    """The caller's randomness for one verification per row: ``uniforms [B, 2]`` floating point on ``like``'s device
+    (``[:, 0]`` the node's coin, ``[:, 1]`` the final uniform; one-line InputError otherwise). Returned as given."""
+    import torch
+
+    if not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, 2) \
+            or not uniforms.is_floating_point() or uniforms.device != like.device:
+        raise InputError(f"uniforms must be a floating point tensor of shape [{B}, 2] on {like.device}, got "
+                         f"{getattr(uniforms, 'shape', type(uniforms).__name__)}")
+    return uniforms
+
+
 def coins(B: int, n: int, like, generator=None):  # noqa: ANN001, ANN201
     """Uniform acceptance coins ``[B, n]`` in ``like``'s dtype and device."""
     import torch

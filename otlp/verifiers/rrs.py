@@ -24,6 +24,7 @@ from otlp.verifiers.base import (
     Verifier,
     accept_probability,
     check_tensors,
+    check_uniforms,
     coins,
     finish,
     normalize_or,
@@ -42,10 +43,15 @@ class RecursiveRejection(Verifier):
     def make_draft(self, q: object, n: int) -> DraftScheme:
         return IID(q, n)
 
-    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None):  # noqa: ANN001, ANN201
+        """``p, q [B, V]``, ``drafts [B, n]`` -> ``(tokens [B], accepted_index [B])``: n coins and one residual
+        uniform per row from ``generator``, or the caller's ``uniforms [B, 2]`` (one coin per node and one final
+        uniform, as engines pass them: :func:`verify_uniforms`, the same law)."""
         import torch
 
         B, n, V = check_tensors(p, q, drafts)
+        if uniforms is not None:
+            return verify_uniforms(p, q, drafts, check_uniforms(uniforms, B, p))
         u = coins(B, n, p, generator)  # [B, n]
         accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
         weights = scratch.like("residual", p)  # [B, V] the final residuals
@@ -86,10 +92,13 @@ class RecursiveRejectionWithoutReplacement(Verifier):
     def make_draft(self, q: object, n: int) -> DraftScheme:
         return WithoutReplacement(q, n)
 
-    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None):  # noqa: ANN001, ANN201
+        """As :meth:`RecursiveRejection.sample` (``uniforms [B, 2]``: :func:`verify_uniforms` without replacement)."""
         import torch
 
         B, n, V = check_tensors(p, q, drafts)
+        if uniforms is not None:
+            return verify_uniforms(p, q, drafts, check_uniforms(uniforms, B, p), without_replacement=True)
         u = coins(B, n, p, generator)  # [B, n]
         accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
         weights, draft = scratch.like("residual", p), scratch.like("draft", q)  # [B, V] residuals, q_cur
@@ -163,3 +172,55 @@ def _chain_without_replacement(p, q, drafts, u, accept, out, draft) -> None:  # 
         qc.scatter_(1, x, 0.0)
         z = qc.sum(dim=1, keepdim=True)  # summed, not decremented: no cancellation as q_cur's mass runs out
     r.addcmul_(qc, frozen.to(p.dtype))
+
+
+def verify_uniforms(p, q, drafts, u, widths=None, *, without_replacement: bool = False):  # noqa: ANN001, ANN201
+    """RRS (with or without replacement) driven by one coin per node and one final uniform, as serving engines
+    supply randomness: ``p, q [B, V]`` (q the law the drafts were drawn from), ``drafts [B, n]``, ``u [B, 2]``
+    (``u[:, 0]`` picks the outcome, ``u[:, 1]`` the residual token), ``widths [B]`` (optional, 0..n: row b has only
+    its first ``widths[b]`` drafts, the rest is padding and never read; width 0 draws the token from p). Returns
+    ``(tokens int64 [B], accepted_index int64 [B])`` with -1 where the token came from the residual.
+
+    The rule's outcome law given the drafts (module docstring): draft k is accepted with probability
+    a_k prod_{i<k} (1 - a_i), a_k = min(1, p_k(x_k) / q_k(x_k)) along the residual chain p_0 = p,
+    p_{k+1} = norm((p_k - q_k)^+) (q_k = q with replacement; q without x_0..x_{k-1}, renormalised, without), and the
+    residual p_m after all m rejections. The coin takes that law by inverse CDF: draft 0 iff u0 q(x_0) < p(x_0)
+    (the engines' single-draft test, in the inputs' dtypes), else draft k >= 1 the first with
+    u0 < 1 - prod_{i<=k} (1 - a_i) (float64); the residual is drawn by inverse CDF at u1 from the unnormalised
+    r_m (r_0 = p, r_{k+1} = (r_k - (s_k / z_k) qc_k)^+, s, z the sums of r, qc), so a one-child node draws from
+    (p - q)^+ exactly as SGLang's and FlashInfer's kernels do. A request rejects at most once per node, so the two
+    uniforms suffice; the law equals the generator path's (:meth:`RecursiveRejection.sample`)."""
+    import torch
+
+    B, n = drafts.shape
+    x = drafts.long()  # [B, n]
+    W = torch.full((B,), n, dtype=torch.long, device=p.device) if widths is None else widths.long()
+    P, Q = p.to(torch.float64), q.to(torch.float64)  # [B, V]
+    u0, u1 = u[:, 0], u[:, 1:2].to(torch.float64)  # [B], [B, 1]
+    r, s = P, torch.ones((B, 1), dtype=torch.float64, device=p.device)  # unnormalised residual and its sum
+    qc, z = Q, torch.ones_like(s)  # unnormalised current draft law and its sum
+    weights = P  # [B, V] the residual each row draws from (P for width 0)
+    slot = torch.full((B,), -1, dtype=torch.long, device=p.device)
+    reach = torch.ones(B, dtype=torch.float64, device=p.device)  # prod_{i<k} (1 - a_i)
+    for k in range(n):  # loop over draft positions, not over the batch
+        xk = x[:, k:k + 1]
+        num, den = r.gather(1, xk)[:, 0] * z[:, 0], s[:, 0] * qc.gather(1, xk)[:, 0]  # a_k = min(1, num / den)
+        a = torch.where(den > 0, (num / den.where(den > 0, 1.0)).clamp(max=1.0), (num > 0).to(torch.float64))
+        reach = reach * (1.0 - a)
+        if k == 0:
+            take = u0 * q.gather(1, xk)[:, 0] < p.gather(1, xk)[:, 0]
+        else:
+            take = u0.to(torch.float64) < 1.0 - reach
+        slot = torch.where(take & (slot < 0) & (k < W), k, slot)
+        nxt = (r - (s / z) * qc).clamp_(min=0)
+        total = nxt.sum(1, keepdim=True)
+        empty = total <= 0  # r = (s / z) qc: draft k was accepted surely, the rest is never reached
+        r, s = torch.where(empty, r, nxt), torch.where(empty, s, total)
+        if without_replacement:
+            qc = qc.scatter(1, xk, 0.0)
+            z = qc.sum(1, keepdim=True)
+            z = torch.where(z > 0, z, 1.0)  # q spent: a row that drew such drafts had probability 0
+        weights = torch.where((W == k + 1)[:, None], r, weights)
+    drawn = X.inverse_cdf(weights, u1)  # [B]
+    chosen = x.gather(1, slot.clamp(min=0)[:, None])[:, 0]
+    return torch.where(slot >= 0, chosen, drawn), slot

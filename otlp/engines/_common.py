@@ -237,9 +237,7 @@ def walk(target_probs, draft_probs, candidates, next_token, next_sibling, coins,
         path[:, d + 1] = torch.where(take, child, -1)
         accepted += take.long()
         alive = take
-        node = torch.where(take, child, node)
-        if candidates.device.type == "cpu" and not bool(alive.any()):  # on the host: no device to wait for
-            break
+        node = torch.where(take, child, node)  # (no early exit: that would read alive on the host)
     bonus = draw(rows_at(target_probs, node), finals)  # every draft of the path accepted: a draw from p
     written[:, depth - 1] = torch.where(alive, bonus, -1)
     return path, accepted, written

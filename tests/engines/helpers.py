@@ -39,7 +39,7 @@ def random_tree(g: torch.Generator, N: int, max_children: int = 3) -> tuple[list
     first = [k[0] if k else -1 for k in kids]
     nxt = [-1] * N
     for k in kids:
-        for a, b in zip(k, k[1:]):
+        for a, b in zip(k, k[1:], strict=False):
             nxt[a] = b
     return parent, first, nxt
 

@@ -71,12 +71,10 @@ def flashinfer_chain(draft_probs, draft_token_ids, target_probs, stream):
     accepted_num = torch.zeros(B, dtype=torch.int32)
     emitted_num = torch.zeros(B, dtype=torch.int32)
     for row in range(B):
-        k = 0  # the Philox stream's position
+        draws = iter(stream[row])  # the Philox stream of this row, in order
 
-        def uniform():
-            nonlocal k
-            k += 1
-            return stream[row, k - 1]
+        def uniform(draws=draws):
+            return next(draws)
 
         pos = n
         for i in range(n):

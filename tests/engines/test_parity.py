@@ -49,7 +49,8 @@ def test_vllm_generators_replay():
     for rep in range(3):
         torch.manual_seed(100 + rep)  # the unseeded requests differ between repetitions
         meta = type("M", (), dict(all_greedy=False, all_random=True, temperature=torch.ones(B),
-                                  generators={0: torch.Generator().manual_seed(7), 3: torch.Generator().manual_seed(9)}))()
+                                  generators={0: torch.Generator().manual_seed(7),
+                                              3: torch.Generator().manual_seed(9)}))()
         outs.append(vllm.rejection_sample(ids, num, K, torch.tensor(num).cumsum(0), draft, target,
                                           torch.zeros(B, 1, dtype=torch.long), meta))
     for o in outs[1:]:
@@ -132,7 +133,7 @@ def test_sglang_target_only_matches_port(seed, thresholds):
                              args["retrive_next_sibling"], args["uniform_samples"],
                              args["uniform_samples_for_final_sampling"], args["target_probs"], scratch,
                              thresholds[0], thresholds[1])
-    for a, b in zip(mine, theirs):
+    for a, b in zip(mine, theirs, strict=True):
         assert torch.equal(a, b)
     assert torch.equal(args["draft_probs"], scratch)  # the scratch written where SGLang writes it
 
@@ -152,9 +153,9 @@ def test_sglang_chain_matches_port(seed, method):
                        args["uniform_samples_for_final_sampling"], args["target_probs"], chain_args["draft_probs"])
     mine = _outputs(bs, N, N)
     sglang.chain_speculative_sampling(*mine, **chain_args, method=method)
-    for a, b in zip(mine, theirs):
+    for a, b in zip(mine, theirs, strict=True):
         assert torch.equal(a, b)
     tree = _outputs(bs, N, N)
     sglang.tree_speculative_sampling(*tree, **chain_args, method=method)  # [bs, N - 1] coins and rows: a chain
-    for a, b in zip(tree, theirs):
+    for a, b in zip(tree, theirs, strict=True):
         assert torch.equal(a, b)

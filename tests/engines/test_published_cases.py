@@ -106,7 +106,8 @@ def test_sglang_tree_cases(threshold_single, threshold_acc, expected_predicts, e
         sglang.tree_speculative_sampling_target_only(
             predicts=predicts, accept_index=accept_index, accept_token_num=accept_token_num, candidates=candidates,
             retrive_index=retrive_index, retrive_next_token=next_token, retrive_next_sibling=next_sibling,
-            uniform_samples=torch.rand(2, 6, generator=g), uniform_samples_for_final_sampling=torch.rand(2, generator=g),
+            uniform_samples=torch.rand(2, 6, generator=g),
+            uniform_samples_for_final_sampling=torch.rand(2, generator=g),
             target_probs=target_probs, draft_probs=draft_probs, threshold_single=threshold_single,
             threshold_acc=threshold_acc, deterministic=True)
         assert predicts.tolist() == expected_predicts

@@ -106,6 +106,20 @@ def draw(weights, u):  # noqa: ANN001, ANN201 - [R, V] >= 0 unnormalised, [R] ->
     return X.inverse_cdf(weights, u.to(weights.dtype)[:, None])
 
 
+def draw_where(mask, rows, u):  # noqa: ANN001, ANN201 - [R] bool, [R, V], [R] -> [R] int64
+    """:func:`draw` on the rows where ``mask`` (0 elsewhere). On the host, where there is no device to wait for, only
+    those rows are read; on a device every row is drawn (static shapes, no synchronisation)."""
+    import torch
+
+    if rows.device.type != "cpu":
+        return draw(rows, u)
+    out = torch.zeros(rows.shape[0], dtype=torch.long)
+    idx = mask.nonzero()[:, 0]
+    if idx.numel():
+        out[idx] = draw(rows[idx], u[idx])
+    return out
+
+
 def residual(p_rows, q_rows, u, bonus=None):  # noqa: ANN001, ANN201 - [R, V], [R, V], [R], [R] bool
     """The token of a chain's stopping node: a draw from (p - q)^+ at ``u`` (SpS's residual, Leviathan et al. 2023
     Alg. 1), or from p itself on rows where ``bonus`` (every draft accepted: there is no draft law)."""
@@ -137,7 +151,7 @@ def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # no
         from otlp.optimal.sampler import verify
 
         tokens_out, slot = verify(p_rows, q_rows, tokens.long(), u, widths=widths.clamp(min=1))
-        bonus = draw(p_rows, final)
+        bonus = draw_where(leaf, p_rows, final)
         return torch.where(leaf, -1, slot), torch.where(leaf, bonus, tokens_out)
     u = torch.stack([coin, final.to(coin.dtype)], dim=1)  # the coin in its own dtype: the engines' u q < p
     return verify_uniforms(p_rows, q_rows, tokens, u, widths, without_replacement=method == "rrs_wor")[::-1]
@@ -238,7 +252,7 @@ def walk(target_probs, draft_probs, candidates, next_token, next_sibling, coins,
         accepted += take.long()
         alive = take
         node = torch.where(take, child, node)  # (no early exit: that would read alive on the host)
-    bonus = draw(rows_at(target_probs, node), finals)  # every draft of the path accepted: a draw from p
+    bonus = draw_where(alive, rows_at(target_probs, node), finals)  # every draft of the path accepted: from p
     written[:, depth - 1] = torch.where(alive, bonus, -1)
     return path, accepted, written
 

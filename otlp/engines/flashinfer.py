@@ -71,7 +71,7 @@ def chain_speculative_sampling(
             q_rows = C.rows_at(draft_probs, pos) if n else torch.zeros_like(target_probs[:, 0])
             last = C.residual(C.rows_at(target_probs, pos), q_rows, final, bonus=pos == n)
         else:
-            bonus = C.draw(target_probs[:, n], final)
+            bonus = C.draw_where(pos == n, target_probs[:, n], final)
             last = (torch.where(pos == n, bonus, tokens.reshape(B, n).gather(1, pos.clamp(max=n - 1)[:, None])[:, 0])
                     if n else bonus)
         j = torch.arange(n + 1, device=dev)

@@ -21,9 +21,10 @@ order (SGLang's chain rule at one-child nodes, bit for bit), ``"optimal"`` otlp'
 at a node with m i.i.d. children; the same decisions as ``"rrs"`` at one-child nodes), ``"rrs_wor"`` (children
 drawn without replacement), and ``"target_only"`` SGLang's q-free tree rule with its thresholds.
 
-Swap-in::
+Swap-in, in the module of the SGLang release that imported the kernel (``from sgl_kernel import ...``; e.g.
+``sglang.srt.speculative.eagle_utils``), or on ``sgl_kernel`` before sglang is imported::
 
-    import sglang.srt.speculative.eagle_utils as eu  # where the engine looks the kernel up
+    import sglang.srt.speculative.eagle_utils as eu
     eu.tree_speculative_sampling_target_only = otlp.engines.sglang.tree_speculative_sampling_target_only
 """
 
@@ -166,7 +167,7 @@ def chain_speculative_sampling(
                                              drafts.reshape(-1), uniform_samples.reshape(-1),
                                              finals[:, None].expand(bs, n).reshape(-1))
             pos = C.first_rejection(accept.reshape(bs, n), lengths)
-            bonus = C.draw(target_probs[:, n], finals)
+            bonus = C.draw_where(pos == n, target_probs[:, n], finals)
             last = torch.where(pos == n, bonus, tokens.reshape(bs, n).gather(1, pos.clamp(max=n - 1)[:, None])[:, 0]
                                if n else bonus)
         k = torch.arange(N, device=dev)

@@ -28,6 +28,7 @@ from otlp.verifiers.base import (
     coins,
     finish,
     normalize_or,
+    ratio_probability,
     sample_categorical,
     sequential_law,
 )
@@ -186,33 +187,34 @@ def verify_uniforms(p, q, drafts, u, widths=None, *, without_replacement: bool =
     p_{k+1} = norm((p_k - q_k)^+) (q_k = q with replacement; q without x_0..x_{k-1}, renormalised, without), and the
     residual p_m after all m rejections. The coin takes that law by inverse CDF: draft 0 iff u0 q(x_0) < p(x_0)
     (the engines' single-draft test, in the inputs' dtypes), else draft k >= 1 the first with
-    u0 < 1 - prod_{i<=k} (1 - a_i) (float64); the residual is drawn by inverse CDF at u1 from the unnormalised
-    r_m (r_0 = p, r_{k+1} = (r_k - (s_k / z_k) qc_k)^+, s, z the sums of r, qc), so a one-child node draws from
-    (p - q)^+ exactly as SGLang's and FlashInfer's kernels do. A request rejects at most once per node, so the two
+    u0 < 1 - prod_{i<=k} (1 - a_i) (float64); the residual is drawn by inverse CDF at u1 (in p's dtype, as the
+    kernels form u * total) from the unnormalised r_m (r_0 = p, r_{k+1} = (r_k - (s_k / z_k) qc_k)^+ in p's dtype,
+    s, z the sums of r, qc), so a one-child node draws from (p - q)^+ exactly as SGLang's and FlashInfer's kernels
+    do. A request rejects at most once per node, so the two
     uniforms suffice; the law equals the generator path's (:meth:`RecursiveRejection.sample`)."""
     import torch
 
     B, n = drafts.shape
     x = drafts.long()  # [B, n]
-    W = torch.full((B,), n, dtype=torch.long, device=p.device) if widths is None else widths.long()
-    P, Q = p.to(torch.float64), q.to(torch.float64)  # [B, V]
-    u0, u1 = u[:, 0], u[:, 1:2].to(torch.float64)  # [B], [B, 1]
-    r, s = P, torch.ones((B, 1), dtype=torch.float64, device=p.device)  # unnormalised residual and its sum
-    qc, z = Q, torch.ones_like(s)  # unnormalised current draft law and its sum
-    weights = P  # [B, V] the residual each row draws from (P for width 0)
+    W = None if widths is None else widths.long()
+    u0, u1 = u[:, 0], u[:, 1:2]  # [B], [B, 1]
+    one = torch.ones((B, 1), dtype=p.dtype, device=p.device)
+    r, s, qc, z = p, one, q, one  # unnormalised residual and current draft law, in p's dtype, and their sums
+    weights = p  # [B, V] the residual each row draws from (p for width 0)
     slot = torch.full((B,), -1, dtype=torch.long, device=p.device)
     reach = torch.ones(B, dtype=torch.float64, device=p.device)  # prod_{i<k} (1 - a_i)
     for k in range(n):  # loop over draft positions, not over the batch
         xk = x[:, k:k + 1]
-        num, den = r.gather(1, xk)[:, 0] * z[:, 0], s[:, 0] * qc.gather(1, xk)[:, 0]  # a_k = min(1, num / den)
-        a = torch.where(den > 0, (num / den.where(den > 0, 1.0)).clamp(max=1.0), (num > 0).to(torch.float64))
-        reach = reach * (1.0 - a)
+        num = r.gather(1, xk)[:, 0].double() * z[:, 0].double()  # a_k = min(1, num / den)
+        den = s[:, 0].double() * qc.gather(1, xk)[:, 0].double()
+        reach = reach * (1.0 - ratio_probability(num, den))
+        take = u0 * q.gather(1, xk)[:, 0] < p.gather(1, xk)[:, 0] if k == 0 else u0.double() < 1.0 - reach
+        live = take & (slot < 0) if W is None else take & (slot < 0) & (k < W)
+        slot = torch.where(live, k, slot)
         if k == 0:
-            take = u0 * q.gather(1, xk)[:, 0] < p.gather(1, xk)[:, 0]
+            nxt = X.positive_part(p, q, out=torch.empty_like(p))
         else:
-            take = u0.to(torch.float64) < 1.0 - reach
-        slot = torch.where(take & (slot < 0) & (k < W), k, slot)
-        nxt = (r - (s / z) * qc).clamp_(min=0)
+            nxt = r.addcmul(qc, -(s / z)).clamp_(min=0)
         total = nxt.sum(1, keepdim=True)
         empty = total <= 0  # r = (s / z) qc: draft k was accepted surely, the rest is never reached
         r, s = torch.where(empty, r, nxt), torch.where(empty, s, total)
@@ -220,7 +222,8 @@ def verify_uniforms(p, q, drafts, u, widths=None, *, without_replacement: bool =
             qc = qc.scatter(1, xk, 0.0)
             z = qc.sum(1, keepdim=True)
             z = torch.where(z > 0, z, 1.0)  # q spent: a row that drew such drafts had probability 0
-        weights = torch.where((W == k + 1)[:, None], r, weights)
-    drawn = X.inverse_cdf(weights, u1)  # [B]
+        if W is not None:
+            weights = torch.where((W == k + 1)[:, None], r, weights)
+    drawn = X.inverse_cdf(r if W is None else weights, u1.to(p.dtype))
     chosen = x.gather(1, slot.clamp(min=0)[:, None])[:, 0]
     return torch.where(slot >= 0, chosen, drawn), slot

@@ -116,7 +116,7 @@ def draw_where(mask, rows, u):  # noqa: ANN001, ANN201 - [R] bool, [R, V], [R] -
     out = torch.zeros(rows.shape[0], dtype=torch.long)
     idx = mask.nonzero()[:, 0]
     if idx.numel():
-        out[idx] = draw(rows[idx], u[idx])
+        out[idx] = draw(rows.index_select(0, idx), u[idx])
     return out
 
 
@@ -145,14 +145,22 @@ def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # no
     from otlp.verifiers.rrs import verify_uniforms
 
     leaf = widths == 0  # [R]
-    q_rows = torch.where(leaf[:, None], p_rows, q_rows)  # a childless row's q is never read: any distribution
-    u = torch.stack([coin.to(torch.float64), final.to(torch.float64)], dim=1)  # [R, 2]
     if method == "optimal":
         from otlp.optimal.sampler import verify
 
-        tokens_out, slot = verify(p_rows, q_rows, tokens.long(), u, widths=widths.clamp(min=1))
+        u = torch.stack([coin.to(torch.float64), final.to(torch.float64)], dim=1)  # [R, 2]
+        masks = widths.clamp(min=1)
+        if p_rows.device.type == "cpu":  # the host route reads the rows anyway: skip what no row needs
+            if bool(leaf.any()):
+                q_rows = torch.where(leaf[:, None], p_rows, q_rows)  # a childless row's q: any distribution
+            if bool((masks == tokens.shape[1]).all()):
+                masks = None  # every node has all M children: no per-width split
+        else:
+            q_rows = torch.where(leaf[:, None], p_rows, q_rows)
+        tokens_out, slot = verify(p_rows, q_rows, tokens.long(), u, widths=masks)
         bonus = draw_where(leaf, p_rows, final)
         return torch.where(leaf, -1, slot), torch.where(leaf, bonus, tokens_out)
+    # rrs / rrs_wor: a childless row's q is never read (width 0: slot -1, the token drawn from p)
     u = torch.stack([coin, final.to(coin.dtype)], dim=1)  # the coin in its own dtype: the engines' u q < p
     return verify_uniforms(p_rows, q_rows, tokens, u, widths, without_replacement=method == "rrs_wor")[::-1]
 
@@ -216,8 +224,12 @@ def rows_at(x, node):  # noqa: ANN001, ANN201 - [bs, N, V], [bs] -> [bs, V]
     """``x[b, node[b]]`` (node clamped to x's rows: SGLang's chains pass N - 1 draft rows, and a leaf's is unused)."""
     import torch
 
-    b = torch.arange(x.shape[0], device=x.device)
-    return x[b, node.clamp(max=x.shape[1] - 1)]
+    bs, N = x.shape[:2]
+    node = node.clamp(max=N - 1)
+    b = torch.arange(bs, device=x.device)
+    if x.stride(0) == N * x.stride(1) and x.stride(2) == 1 and x.stride(1) == x.shape[2]:  # contiguous rows
+        return x.reshape(bs * N, x.shape[2]).index_select(0, b * N + node)  # (advanced indexing is ~5x slower)
+    return x[b, node]
 
 
 def walk(target_probs, draft_probs, candidates, next_token, next_sibling, coins, finals, depth: int, M: int,

@@ -89,7 +89,7 @@ def _tree_case(method: str, m_root: int, m_child: int, B: int, seed: int):
     P1, Q1 = _rows(rng, V, V), _rows(rng, V, V)
     g = torch.Generator().manual_seed(seed)
     N = 1 + m_root * (1 + m_child)
-    wor = method == "rrs_wor"
+    wor = method in ("rrs_wor", "target_only")  # SGLang's rule is exact for distinct children
 
     def children(q_rows: torch.Tensor, m: int) -> torch.Tensor:  # [B, V] -> [B, m]
         return torch.multinomial(q_rows, m, replacement=not wor, generator=g)
@@ -124,8 +124,35 @@ def _tree_case(method: str, m_root: int, m_child: int, B: int, seed: int):
                 target_probs=target, draft_probs=draft)
     out = (torch.full((B * N,), -1, dtype=torch.int32), torch.full((B, 3), -1, dtype=torch.int32),
            torch.zeros(B, dtype=torch.int32))
+    if method == "target_only":
+        args["draft_probs"] = torch.zeros_like(draft)  # SGLang's zeroed scratch, not q
     sglang.tree_speculative_sampling(*out, **args, method=method)
     return out, args, (P0, Q0, P1)
+
+
+@pytest.mark.parametrize("m_root, m_child", [(2, 3), (3, 2)])
+def test_tree_law_target_only_distinct_children(m_root, m_child):
+    """SGLang's q-free rule (thresholds 1, 1) with distinct children: child k is accepted with probability p(c_k)
+    and the residual is p off the children, so the law is p and the root acceptance is E[sum_k p(c_k)]."""
+    B = 24000
+    (predicts, accept_index, num), args, (P0, Q0, P1) = _tree_case("target_only", m_root, m_child, B, seed=41)
+    N = args["candidates"].shape[1]
+    first = predicts.reshape(B, N)[:, 0].long()
+    _assert_law(first, P0, "target_only root token")
+    kids = args["retrive_next_token"][0, 0]
+    siblings = [int(kids)]
+    while int(args["retrive_next_sibling"][0, siblings[-1]]) >= 0:
+        siblings.append(int(args["retrive_next_sibling"][0, siblings[-1]]))
+    covered = torch.tensor(P0)[args["candidates"][:, siblings]].sum(1)  # [B] sum_k p(c_k)
+    rate, hits = float(covered.mean()), (num >= 1).double()
+    z = (float(hits.mean()) - rate) / float(((covered * (1 - covered)).sum() ** 0.5 / B).clamp(min=1e-12))
+    assert abs(z) < Z_MAX, f"target_only root acceptance {float(hits.mean()):.5f} vs {rate:.5f}"
+    child = accept_index[:, 1].long() % N
+    second = predicts.reshape(B, N).gather(1, child.clamp(min=0)[:, None])[:, 0].long()
+    for t in range(P0.size):
+        rows = (num >= 1) & (first == t)
+        if int(rows.sum()) > 500:
+            _assert_law(second[rows], P1[t], f"target_only second token after {t}")
 
 
 @pytest.mark.parametrize("method", ["rrs", "optimal", "rrs_wor"])

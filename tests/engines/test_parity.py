@@ -159,3 +159,36 @@ def test_sglang_chain_matches_port(seed, method):
     sglang.tree_speculative_sampling(*tree, **chain_args, method=method)  # [bs, N - 1] coins and rows: a chain
     for a, b in zip(tree, theirs, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("method", ["rrs", "optimal"])
+def test_cuda_matches_cpu(method):
+    """Every adapter on CUDA tensors writes what it writes on the CPU for the same dyadic inputs and uniforms."""
+    g = torch.Generator().manual_seed(5)
+    bs, N, V = 6, 9, 13
+    args, S = _tree_inputs(g, bs, N, V)
+    cpu, gpu = _outputs(bs, N, S), tuple(t.cuda() for t in _outputs(bs, N, S))
+    sglang.tree_speculative_sampling(*cpu, **args, method=method)
+    sglang.tree_speculative_sampling(*gpu, **{k: v.cuda() for k, v in args.items()}, method=method)
+    for a, b in zip(cpu, gpu, strict=True):
+        assert torch.equal(a, b.cpu())
+    B, n = 7, 4
+    draft, target = dyadic_rows(g, (B, n), V), dyadic_rows(g, (B, n + 1), V)
+    ids = torch.multinomial(draft.reshape(-1, V), 1, generator=g).reshape(B, n)
+    u = dyadic_uniforms(g, (B, n + 2))
+    a = flashinfer.chain_speculative_sampling(draft, ids, target, uniforms=u, method=method)
+    b = flashinfer.chain_speculative_sampling(draft.cuda(), ids.cuda(), target.cuda(), uniforms=u.cuda(),
+                                              method=method)
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x, y.cpu())
+    num = [4, 0, 2, 3]
+    T = sum(num)
+    vt, vd = dyadic_rows(g, (T,), V), dyadic_rows(g, (T,), V)
+    vid = torch.multinomial(vd, 1, generator=g)[:, 0]
+    vu, fu = dyadic_uniforms(g, (T,)).double(), dyadic_uniforms(g, (4,)).double()
+    cu, bonus = torch.tensor(num).cumsum(0), torch.zeros(4, 1, dtype=torch.long)
+    a = vllm.rejection_sample(vid, num, 4, cu, vd, vt, bonus, uniform_probs=vu, final_uniforms=fu, method=method)
+    b = vllm.rejection_sample(vid.cuda(), num, 4, cu.cuda(), vd.cuda(), vt.cuda(), bonus.cuda(),
+                              uniform_probs=vu.cuda(), final_uniforms=fu.cuda(), method=method)
+    assert torch.equal(a, b.cpu())

@@ -220,15 +220,17 @@ def children(node, next_token, next_sibling, M: int):  # noqa: ANN001, ANN201 - 
     return torch.stack(out, dim=1) if out else node.new_empty((node.shape[0], 0))
 
 
-def rows_at(x, node):  # noqa: ANN001, ANN201 - [bs, N, V], [bs] -> [bs, V]
-    """``x[b, node[b]]`` (node clamped to x's rows: SGLang's chains pass N - 1 draft rows, and a leaf's is unused)."""
+def rows_at(x, node, b=None):  # noqa: ANN001, ANN201 - [bs, N, V], [R], [R] or None -> [R, V]
+    """``x[b, node]`` for the requests ``b`` (default all, ``node [bs]``), node clamped to x's rows (SGLang's chains
+    pass N - 1 draft rows, and a leaf's is unused). A copy of R rows (by ``index_select``: advanced indexing of
+    ``[bs, N, V]`` is about 5x slower)."""
     import torch
 
     bs, N = x.shape[:2]
     node = node.clamp(max=N - 1)
-    b = torch.arange(bs, device=x.device)
+    b = torch.arange(bs, device=x.device) if b is None else b
     if x.stride(0) == N * x.stride(1) and x.stride(2) == 1 and x.stride(1) == x.shape[2]:  # contiguous rows
-        return x.reshape(bs * N, x.shape[2]).index_select(0, b * N + node)  # (advanced indexing is ~5x slower)
+        return x.reshape(bs * N, x.shape[2]).index_select(0, b * N + node)
     return x[b, node]
 
 
@@ -255,7 +257,11 @@ def walk(target_probs, draft_probs, candidates, next_token, next_sibling, coins,
         widths = (kids >= 0).sum(dim=1)
         tokens = candidates.gather(1, kids.clamp(min=0))
         coin = coins.gather(1, node.clamp(max=coins.shape[1] - 1)[:, None])[:, 0]
-        slot, token = rule(node, rows_at(target_probs, node), rows_at(draft_probs, node), tokens, widths, coin, alive)
+        if d == 0:  # every request at its root: the rows are views, no copy
+            p_rows, q_rows = target_probs[:, 0], draft_probs[:, 0]
+        else:
+            p_rows, q_rows = rows_at(target_probs, node), rows_at(draft_probs, node)
+        slot, token = rule(node, p_rows, q_rows, tokens, widths, coin, alive)
         take = alive & (slot >= 0)
         child = kids.gather(1, slot.clamp(min=0)[:, None])[:, 0]
         written[:, d] = torch.where(alive, torch.where(take, tokens.gather(1, slot.clamp(min=0)[:, None])[:, 0],
@@ -264,7 +270,14 @@ def walk(target_probs, draft_probs, candidates, next_token, next_sibling, coins,
         accepted += take.long()
         alive = take
         node = torch.where(take, child, node)  # (no early exit: that would read alive on the host)
-    bonus = draw_where(alive, rows_at(target_probs, node), finals)  # every draft of the path accepted: from p
+    # every draft of the path accepted: a draw from p at the last node (on the host only for those requests)
+    if target_probs.device.type == "cpu":
+        bonus = torch.zeros(bs, dtype=torch.long)
+        idx = alive.nonzero()[:, 0]
+        if idx.numel():
+            bonus[idx] = draw(rows_at(target_probs, node[idx], idx), finals[idx])
+    else:
+        bonus = draw(rows_at(target_probs, node), finals)
     written[:, depth - 1] = torch.where(alive, bonus, -1)
     return path, accepted, written
 

@@ -15,7 +15,8 @@ float32 LM-like rows (benchmarks/verifiers.py's inputs), the least time of ``--r
 warm-up, value checks off (``validation(False)``, the serving setting; ``--validate`` times them on). The ratio is
 adapter / the same work through ``sample``: for FlashInfer, SGLang's chain and the tree that is ``sample`` plus the
 bonus draw (from p) of the accepted requests, which the engines' contracts include (vLLM's bonus comes from
-outside): the adapter layer's overhead (issue 43 asks <= 1.10 at B = 64, V = 128k). "read floor": one ``p.sum() + q.sum()``.
+outside): the adapter layer's overhead (issue 43 asks <= 1.10 at B = 64, V = 128k). "read floor": one
+``p.sum() + q.sum()``.
 
     python benchmarks/engines.py                 # B = 64, V = 32k and 128k, rrs and optimal, CPU (about a minute)
     python benchmarks/engines.py --device cuda --reps 20

@@ -123,12 +123,8 @@ def draw_where(mask, rows, u):  # noqa: ANN001, ANN201 - [R] bool, [R, V], [R] -
 def residual(p_rows, q_rows, u, bonus=None):  # noqa: ANN001, ANN201 - [R, V], [R, V], [R], [R] bool
     """The token of a chain's stopping node: a draw from (p - q)^+ at ``u`` (SpS's residual, Leviathan et al. 2023
     Alg. 1), or from p itself on rows where ``bonus`` (every draft accepted: there is no draft law)."""
-    import torch
-
-    weights = X.positive_part(p_rows, q_rows, out=torch.empty_like(p_rows))
-    if bonus is not None:
-        weights = torch.where(bonus[:, None], p_rows, weights)
-    return draw(weights, u)
+    scale = None if bonus is None else (~bonus)[:, None].to(p_rows.dtype)  # 0 on bonus rows: (p - 0 q)^+ = p
+    return draw(X.positive_part(p_rows, q_rows, scale), u)  # into the thread's work array "residual"
 
 
 def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # noqa: ANN001, ANN201
@@ -220,17 +216,21 @@ def children(node, next_token, next_sibling, M: int):  # noqa: ANN001, ANN201 - 
     return torch.stack(out, dim=1) if out else node.new_empty((node.shape[0], 0))
 
 
-def rows_at(x, node, b=None):  # noqa: ANN001, ANN201 - [bs, N, V], [R], [R] or None -> [R, V]
+def rows_at(x, node, b=None, name: str | None = None):  # noqa: ANN001, ANN201 - [bs, N, V], [R], [R] -> [R, V]
     """``x[b, node]`` for the requests ``b`` (default all, ``node [bs]``), node clamped to x's rows (SGLang's chains
-    pass N - 1 draft rows, and a leaf's is unused). A copy of R rows (by ``index_select``: advanced indexing of
-    ``[bs, N, V]`` is about 5x slower)."""
+    pass N - 1 draft rows, and a leaf's is unused). A copy of R rows by ``index_select`` (advanced indexing of
+    ``[bs, N, V]`` is about 5x slower), into this thread's work array ``name`` on the host when given
+    (:mod:`otlp.scratch`: no fresh pages per call; valid until the next request of ``name``)."""
     import torch
+
+    from otlp import scratch
 
     bs, N = x.shape[:2]
     node = node.clamp(max=N - 1)
     b = torch.arange(bs, device=x.device) if b is None else b
     if x.stride(0) == N * x.stride(1) and x.stride(2) == 1 and x.stride(1) == x.shape[2]:  # contiguous rows
-        return x.reshape(bs * N, x.shape[2]).index_select(0, b * N + node)
+        out = None if name is None else scratch.like(name, x[:b.shape[0], 0])
+        return torch.index_select(x.reshape(bs * N, x.shape[2]), 0, b * N + node, out=out)
     return x[b, node]
 
 
@@ -260,7 +260,7 @@ def walk(target_probs, draft_probs, candidates, next_token, next_sibling, coins,
         if d == 0:  # every request at its root: the rows are views, no copy
             p_rows, q_rows = target_probs[:, 0], draft_probs[:, 0]
         else:
-            p_rows, q_rows = rows_at(target_probs, node), rows_at(draft_probs, node)
+            p_rows, q_rows = rows_at(target_probs, node, name="engine_p"), rows_at(draft_probs, node, name="engine_q")
         slot, token = rule(node, p_rows, q_rows, tokens, widths, coin, alive)
         take = alive & (slot >= 0)
         child = kids.gather(1, slot.clamp(min=0)[:, None])[:, 0]
@@ -275,7 +275,7 @@ def walk(target_probs, draft_probs, candidates, next_token, next_sibling, coins,
         bonus = torch.zeros(bs, dtype=torch.long)
         idx = alive.nonzero()[:, 0]
         if idx.numel():
-            bonus[idx] = draw(rows_at(target_probs, node[idx], idx), finals[idx])
+            bonus[idx] = draw(rows_at(target_probs, node[idx], idx, name="engine_p"), finals[idx])
     else:
         bonus = draw(rows_at(target_probs, node), finals)
     written[:, depth - 1] = torch.where(alive, bonus, -1)

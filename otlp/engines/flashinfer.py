@@ -68,8 +68,8 @@ def chain_speculative_sampling(
             pos = C.first_rejection(accept.reshape(B, n), lengths)
         final = _final(uniforms, pos, n, stream)
         if method == "rrs":
-            q_rows = C.rows_at(draft_probs, pos) if n else torch.zeros_like(target_probs[:, 0])
-            last = C.residual(C.rows_at(target_probs, pos), q_rows, final, bonus=pos == n)
+            q_rows = C.rows_at(draft_probs, pos, name="engine_q") if n else torch.zeros_like(target_probs[:, 0])
+            last = C.residual(C.rows_at(target_probs, pos, name="engine_p"), q_rows, final, bonus=pos == n)
         else:
             bonus = C.draw_where(pos == n, target_probs[:, n], final)
             last = (torch.where(pos == n, bonus, tokens.reshape(B, n).gather(1, pos.clamp(max=n - 1)[:, None])[:, 0])

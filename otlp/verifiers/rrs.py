@@ -200,6 +200,8 @@ def verify_uniforms(p, q, drafts, u, widths=None, *, without_replacement: bool =
     u0, u1 = u[:, 0], u[:, 1:2]  # [B], [B, 1]
     one = torch.ones((B, 1), dtype=p.dtype, device=p.device)
     r, s, qc, z = p, one, q, one  # unnormalised residual and current draft law, in p's dtype, and their sums
+    if without_replacement:
+        qc = scratch.like("draft", q).copy_(q)  # q_cur, in this thread's work array
     weights = p  # [B, V] the residual each row draws from (p for width 0)
     slot = torch.full((B,), -1, dtype=torch.long, device=p.device)
     reach = torch.ones(B, dtype=torch.float64, device=p.device)  # prod_{i<k} (1 - a_i)
@@ -211,19 +213,19 @@ def verify_uniforms(p, q, drafts, u, widths=None, *, without_replacement: bool =
         take = u0 * q.gather(1, xk)[:, 0] < p.gather(1, xk)[:, 0] if k == 0 else u0.double() < 1.0 - reach
         live = take & (slot < 0) if W is None else take & (slot < 0) & (k < W)
         slot = torch.where(live, k, slot)
-        if k == 0:
-            nxt = X.positive_part(p, q, out=torch.empty_like(p))
-        else:
-            nxt = r.addcmul(qc, -(s / z)).clamp_(min=0)
-        total = nxt.sum(1, keepdim=True)
-        empty = total <= 0  # r = (s / z) qc: draft k was accepted surely, the rest is never reached
-        r, s = torch.where(empty, r, nxt), torch.where(empty, s, total)
+        scale = s / z  # [B, 1]
+        # r_{k+1} = (r_k - (s_k / z_k) qc_k)^+ in place, in this thread's work array (the first from p, q)
+        r = X.positive_part(p, q) if k == 0 else r.addcmul_(qc, -scale).clamp_(min=0)
+        total = r.sum(1, keepdim=True)
+        empty = total <= 0  # r_k = (s / z) qc: draft k was accepted surely, the rest is never reached; keep r_k
+        r.addcmul_(qc, scale * empty)
+        s = torch.where(empty, s, total)
         if without_replacement:
-            qc = qc.scatter(1, xk, 0.0)
+            qc.scatter_(1, xk, 0.0)
             z = qc.sum(1, keepdim=True)
             z = torch.where(z > 0, z, 1.0)  # q spent: a row that drew such drafts had probability 0
         if W is not None:
-            weights = torch.where((W == k + 1)[:, None], r, weights)
+            weights = torch.where((W == k + 1)[:, None], r, weights)  # a copy: r changes in place
     drawn = X.inverse_cdf(r if W is None else weights, u1.to(p.dtype))
     chosen = x.gather(1, slot.clamp(min=0)[:, None])[:, 0]
     return torch.where(slot >= 0, chosen, drawn), slot

@@ -23,6 +23,7 @@ Swap-in (vLLM's ``RejectionSampler.forward`` calls the module attribute)::
 
 from __future__ import annotations
 
+from otlp import xp as X
 from otlp.engines import _common as C
 from otlp.errors import InputError
 
@@ -110,11 +111,12 @@ def rejection_sample(
             if method == "optimal":
                 recovered_r = tokens_t[at]
             else:
-                p_rows = p[at]  # [B, V]
+                zero = torch.zeros_like(at)
+                p_rows = C.rows_at(p[:, None], zero, at, name="engine_p")  # [B, V] (T rows as [T, 1, V])
                 if draft_probs is None:  # vLLM: p with the draft token zeroed
-                    weights = p_rows.scatter(1, x[at][:, None], 0.0)
+                    weights = p_rows.scatter_(1, x[at][:, None], 0.0)
                 else:
-                    weights = (p_rows - draft_probs[at]).clamp_(min=0)
+                    weights = X.positive_part(p_rows, C.rows_at(draft_probs[:, None], zero, at, name="engine_q"))
                 if final_uniforms is not None:
                     recovered_r = C.draw(weights, finals)
                 else:

@@ -202,7 +202,6 @@ def verify_uniforms(p, q, drafts, u, widths=None, *, without_replacement: bool =
     r, s, qc, z = p, one, q, one  # unnormalised residual and current draft law, in p's dtype, and their sums
     if without_replacement:
         qc = scratch.like("draft", q).copy_(q)  # q_cur, in this thread's work array
-    weights = p  # [B, V] the residual each row draws from (p for width 0)
     slot = torch.full((B,), -1, dtype=torch.long, device=p.device)
     reach = torch.ones(B, dtype=torch.float64, device=p.device)  # prod_{i<k} (1 - a_i)
     for k in range(n):  # loop over draft positions, not over the batch
@@ -213,9 +212,10 @@ def verify_uniforms(p, q, drafts, u, widths=None, *, without_replacement: bool =
         take = u0 * q.gather(1, xk)[:, 0] < p.gather(1, xk)[:, 0] if k == 0 else u0.double() < 1.0 - reach
         live = take & (slot < 0) if W is None else take & (slot < 0) & (k < W)
         slot = torch.where(live, k, slot)
-        scale = s / z  # [B, 1]
-        # r_{k+1} = (r_k - (s_k / z_k) qc_k)^+ in place, in this thread's work array (the first from p, q)
-        r = X.positive_part(p, q) if k == 0 else r.addcmul_(qc, -scale).clamp_(min=0)
+        # r_{k+1} = (r_k - (s_k / z_k) qc_k)^+ in place, in this thread's work array (the first from p, q); a row
+        # past its widths[b] drafts keeps its residual (scale 0), so r ends at each row's own r_m
+        scale = s / z if W is None else (s / z) * (k < W)[:, None].to(p.dtype)  # [B, 1]
+        r = X.positive_part(p, q, None if W is None else scale) if k == 0 else r.addcmul_(qc, -scale).clamp_(min=0)
         total = r.sum(1, keepdim=True)
         empty = total <= 0  # r_k = (s / z) qc: draft k was accepted surely, the rest is never reached; keep r_k
         r.addcmul_(qc, scale * empty)
@@ -224,8 +224,6 @@ def verify_uniforms(p, q, drafts, u, widths=None, *, without_replacement: bool =
             qc.scatter_(1, xk, 0.0)
             z = qc.sum(1, keepdim=True)
             z = torch.where(z > 0, z, 1.0)  # q spent: a row that drew such drafts had probability 0
-        if W is not None:
-            weights = torch.where((W == k + 1)[:, None], r, weights)  # a copy: r changes in place
-    drawn = X.inverse_cdf(r if W is None else weights, u1.to(p.dtype))
+    drawn = X.inverse_cdf(r, u1.to(p.dtype))
     chosen = x.gather(1, slot.clamp(min=0)[:, None])[:, 0]
     return torch.where(slot >= 0, chosen, drawn), slot

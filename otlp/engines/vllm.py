@@ -110,6 +110,11 @@ def rejection_sample(
             at = flat.gather(1, pos.clamp(max=max(K - 1, 0))[:, None])[:, 0]  # [B] the first rejection's row
             if method == "optimal":
                 recovered_r = tokens_t[at]
+            elif final_uniforms is not None and draft_probs is not None and T <= B:
+                # at most one draft per request on average: the residual of every position costs no more than
+                # gathering the stopping rows first (and reads p, q in place)
+                owner = torch.repeat_interleave(torch.arange(B, device=dev), lengths, output_size=T)  # [T]
+                recovered_r = C.draw(X.positive_part(p, draft_probs), finals[owner])[at]
             else:
                 zero = torch.zeros_like(at)
                 p_rows = C.rows_at(p[:, None], zero, at, name="engine_p")  # [B, V] (T rows as [T, 1, V])

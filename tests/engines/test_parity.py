@@ -192,3 +192,34 @@ def test_cuda_matches_cpu(method):
     b = vllm.rejection_sample(vid.cuda(), num, 4, cu.cuda(), vd.cuda(), vt.cuda(), bonus.cuda(),
                               uniform_probs=vu.cuda(), final_uniforms=fu.cuda(), method=method)
     assert torch.equal(a, b.cpu())
+
+
+@pytest.mark.parametrize("num", [[1, 1, 0, 1, 1], [3, 0, 2, 4, 1]])  # T <= B (every position's residual) and T > B
+def test_vllm_final_uniforms_draw_the_residual(num):
+    """``final_uniforms``: vLLM's accept decisions, the recovered token by the kernels' inverse CDF of (p - q)^+ at
+    the request's final uniform (ports._sample_cdf on vLLM's rows)."""
+    g = torch.Generator().manual_seed(sum(num))
+    B, V, K = len(num), 11, 4
+    T = sum(num)
+    target, draft = dyadic_rows(g, (T,), V), dyadic_rows(g, (T,), V)
+    ids = torch.randint(0, V, (T,), generator=g)
+    u, f = dyadic_uniforms(g, (T,)).double(), dyadic_uniforms(g, (B,)).double()
+    bonus = torch.randint(0, V, (B, 1), generator=g)
+    got = vllm.rejection_sample(ids, num, K, torch.tensor(num).cumsum(0), draft, target, bonus, uniform_probs=u,
+                                final_uniforms=f)
+    want = torch.full((B, K + 1), -1, dtype=torch.int32)
+    start = 0
+    for b, n in enumerate(num):
+        for j in range(n + 1):
+            t = start + j
+            if j == n:
+                want[b, j] = int(bonus[b, 0])
+            elif draft[t, ids[t]] > 0 and target[t, ids[t]] / draft[t, ids[t]] >= u[t]:  # vLLM's test
+                want[b, j] = int(ids[t])
+                continue
+            else:
+                relu = torch.clamp(target[t] - draft[t], min=0)
+                want[b, j] = ports._sample_cdf(relu, float(f[b]) * float(relu.sum()))
+            break
+        start += n
+    assert torch.equal(got, want)

@@ -127,6 +127,35 @@ def residual(p_rows, q_rows, u, bonus=None):  # noqa: ANN001, ANN201 - [R, V], [
     return draw(X.positive_part(p_rows, q_rows, scale), u)  # into the thread's work array "residual"
 
 
+def chain_stop(target_probs, draft_probs, pos, u):  # noqa: ANN001, ANN201 - [B, n+1, V], [B, n, V], [B], [B]
+    """The token each request of a chain writes where it stops (SpS, Leviathan et al. 2023 Alg. 1): a draw at ``u``
+    from ``(p_pos - q_pos)^+`` after a rejection at ``pos < n``, from ``p_n`` when all n drafts were accepted.
+    On a device: the stopping rows gathered (static shapes). On the host, position by position (n + 1 at most,
+    never per request): a position where at least half the requests stop is computed on its rows in place (views,
+    no gather), the others on their gathered rows only."""
+    import torch
+
+    B, n1, V = target_probs.shape
+    n = n1 - 1
+    if target_probs.device.type != "cpu":
+        q_rows = rows_at(draft_probs, pos, name="engine_q") if n else torch.zeros_like(target_probs[:, 0])
+        return residual(rows_at(target_probs, pos, name="engine_p"), q_rows, u, bonus=pos == n)
+    tokens = torch.zeros(B, dtype=torch.long)
+    for j in range(n + 1):  # positions, not requests
+        idx = (pos == j).nonzero()[:, 0]
+        if not idx.numel():
+            continue
+        if 2 * idx.numel() >= B:  # the position's rows in place: no gather
+            weights = target_probs[:, j] if j == n else X.positive_part(target_probs[:, j], draft_probs[:, j])
+            tokens[idx] = draw(weights, u)[idx]
+        else:
+            p_rows = rows_at(target_probs, pos[idx], idx, name="engine_p")
+            weights = p_rows if j == n else X.positive_part(p_rows, rows_at(draft_probs, pos[idx], idx,
+                                                                             name="engine_q"))
+            tokens[idx] = draw(weights, u[idx])
+    return tokens
+
+
 def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # noqa: ANN001, ANN201
     """One node per row: ``p_rows, q_rows [R, V]`` (p_j, q_j), its children's tokens ``tokens [R, M]`` (the first
     ``widths[r]`` valid, the rest padding), ``coin, final [R]``. Returns ``(slot [R] int64, token [R] int64)``:

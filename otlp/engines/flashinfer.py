@@ -68,8 +68,7 @@ def chain_speculative_sampling(
             pos = C.first_rejection(accept.reshape(B, n), lengths)
         final = _final(uniforms, pos, n, stream)
         if method == "rrs":
-            q_rows = C.rows_at(draft_probs, pos, name="engine_q") if n else torch.zeros_like(target_probs[:, 0])
-            last = C.residual(C.rows_at(target_probs, pos, name="engine_p"), q_rows, final, bonus=pos == n)
+            last = C.chain_stop(target_probs, draft_probs, pos, final)
         else:
             bonus = C.draw_where(pos == n, target_probs[:, n], final)
             last = (torch.where(pos == n, bonus, tokens.reshape(B, n).gather(1, pos.clamp(max=n - 1)[:, None])[:, 0])

@@ -159,9 +159,7 @@ def chain_speculative_sampling(
             p_x = target_probs[:, :n].gather(2, drafts[:, :, None])[:, :, 0]  # [bs, n]
             q_x = draft_probs.gather(2, drafts[:, :, None])[:, :, 0]
             pos = C.first_rejection(uniform_samples * q_x < p_x, lengths)  # [bs]
-            all_in = pos == n
-            q_rows = C.rows_at(draft_probs, pos, name="engine_q") if n else torch.zeros_like(target_probs[:, 0])
-            last = C.residual(C.rows_at(target_probs, pos, name="engine_p"), q_rows, finals, bonus=all_in)
+            last = C.chain_stop(target_probs, draft_probs, pos, finals)
         else:
             accept, tokens = C.chain_optimal(target_probs[:, :n].reshape(bs * n, V), draft_probs.reshape(bs * n, V),
                                              drafts.reshape(-1), uniform_samples.reshape(-1),

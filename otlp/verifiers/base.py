@@ -334,6 +334,50 @@ def finish(drafts, accept, residual_tokens):  # noqa: ANN001, ANN201
     return torch.where(anyacc, chosen, residual_tokens).long(), index.long()
 
 
+def check_uniforms(uniforms, B: int, like):  # noqa: ANN001, ANN201
+    """The caller's randomness for one verification per row: ``uniforms [B, 2]`` floating point on ``like``'s device
+    (``[:, 0]`` the node's coin, ``[:, 1]`` the final uniform; one-line InputError otherwise). Returned as given."""
+    import torch
+
+    if not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, 2) \
+            or not uniforms.is_floating_point() or uniforms.device != like.device:
+        raise InputError(f"uniforms must be a floating point tensor of shape [{B}, 2] on {like.device}, got "
+                         f"{getattr(uniforms, 'shape', type(uniforms).__name__)}")
+    return uniforms
+
+
+def ratio_probability(num, den):  # noqa: ANN001, ANN201 - torch tensors
+    """min(1, num / den) in float64, with den = 0 giving 1 if num > 0 else 0: P(u den < num) for u ~ U(0, 1), the
+    torch twin of :func:`accept_probability`."""
+    import torch
+
+    num, den = num.to(torch.float64), den.to(torch.float64)
+    return torch.where(den > 0, (num / den.where(den > 0, 1.0)).clamp(0.0, 1.0), (num > 0).to(torch.float64))
+
+
+def pick_outcome(probs, u):  # noqa: ANN001, ANN201 - [B, k] float, [B] -> [B] int64
+    """The outcome a coin picks by inverse CDF: the first k with ``u < probs[:, 0] + ... + probs[:, k]`` (float64),
+    -1 when u is past them all (the rule rejects). ``probs [B, k]``: the probabilities of the rule's accepting
+    outcomes given the drafts; the rest is the rejection's. One coin per node decides the node (issue 43)."""
+    import torch
+
+    total = torch.cumsum(probs.to(torch.float64), dim=1)  # [B, k]
+    below = u.to(torch.float64)[:, None] < total
+    k = probs.shape[1]
+    first = torch.where(below, torch.arange(k, device=probs.device), k).amin(dim=1) if k else \
+        torch.zeros(probs.shape[0], dtype=torch.long, device=probs.device)
+    return torch.where(first < k, first, -1)
+
+
+def sequential_probabilities(accept):  # noqa: ANN001, ANN201 - [B, n] float64
+    """``accept [B, n]`` P(draft k accepted | reached k) -> P(draft k is the first accepted)
+    = a_k prod_{i<k} (1 - a_i)."""
+    import torch
+
+    reach = torch.cumprod(torch.cat([torch.ones_like(accept[:, :1]), 1.0 - accept[:, :-1]], dim=1), dim=1)
+    return reach * accept
+
+
 def coins(B: int, n: int, like, generator=None):  # noqa: ANN001, ANN201
     """Uniform acceptance coins ``[B, n]`` in ``like``'s dtype and device."""
     import torch

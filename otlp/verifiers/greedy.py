@@ -20,9 +20,12 @@ from otlp.verifiers.base import (
     Verifier,
     accept_probability,
     check_tensors,
+    check_uniforms,
     coins,
     gather,
     normalize_or,
+    pick_outcome,
+    ratio_probability,
     sample_categorical,
 )
 
@@ -36,7 +39,10 @@ class GreedyOptimal(Verifier):
     def make_draft(self, q: object, n: int) -> DraftScheme:
         return Greedy(q, n)
 
-    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None):  # noqa: ANN001, ANN201
+        """``(tokens [B], accepted_index [B])``; randomness from ``generator`` or the caller's ``uniforms [B, 2]``:
+        the coin picks x (probability a = min(1, p(x)/w(x))), else T (probability (1 - a) min(1, p(T)/L)), else the
+        residual; the second uniform draws the token of T (by p(t)/p(T)) or the residual's, whichever is needed."""
         import torch
 
         B, n, V = check_tensors(p, q, drafts)
@@ -49,6 +55,8 @@ class GreedyOptimal(Verifier):
         w = rest / torch.where(rest_mass > 0, rest_mass, torch.ones_like(rest_mass))  # [B, V]
         p_top = torch.where(in_top, p, zero).sum(dim=1)  # [B]
         leftover = torch.relu(w - torch.where(in_top, zero, p)).sum(dim=1)  # [B]
+        if uniforms is not None:
+            return _with_uniforms(p, w, x, top, in_top, p_top, leftover, check_uniforms(uniforms, B, p))
         u = coins(B, 2, p, generator)
         take_x = u[:, 0] * gather(w, x) < gather(p, x)
         take_top = ~take_x & (u[:, 1] * leftover < p_top)
@@ -93,3 +101,22 @@ class GreedyOptimal(Verifier):
 
     def acceptance(self, p: object, draft: DraftScheme) -> float:
         return self.verifier_acceptance(p, draft)
+
+
+def _with_uniforms(p, w, x, top, in_top, p_top, leftover, u):  # noqa: ANN001, ANN202 - torch tensors
+    """The greedy rule's outcome from one coin ``u[:, 0]`` and its token from ``u[:, 1]`` (see ``sample``)."""
+    import torch
+
+    n = top.shape[1] + 1
+    a = ratio_probability(gather(p, x), gather(w, x))  # [B]
+    h = ratio_probability(p_top, leftover) if n > 1 else torch.zeros_like(a)
+    outcome = pick_outcome(torch.stack([a, (1.0 - a) * h], dim=1), u[:, 0])  # 0: x, 1: T, -1: residual
+    weights = X.positive_part(p, w).masked_fill_(in_top, 0.0)
+    drawn = X.inverse_cdf(weights, u[:, 1:].to(weights.dtype), fallback=p)
+    tokens = torch.where(outcome == 0, x, drawn)
+    index = torch.where(outcome == 0, n - 1, -1)
+    if n > 1:
+        k = X.inverse_cdf(p.gather(1, top), u[:, 1:].to(p.dtype))  # [B] position in T, with prob p(t)/p(T)
+        tokens = torch.where(outcome == 1, top.gather(1, k[:, None])[:, 0], tokens)
+        index = torch.where(outcome == 1, k, index)
+    return tokens.long(), index.long()

@@ -38,10 +38,13 @@ from otlp.verifiers.base import (
     Verifier,
     accept_probability,
     check_tensors,
+    check_uniforms,
     coins,
     distinct_rows,
     gather,
     normalize_or,
+    pick_outcome,
+    ratio_probability,
     sample_categorical,
 )
 
@@ -223,29 +226,41 @@ class ImportanceSampling(Verifier):
         return float(np.minimum(p, self.plans(p, draft)[1]).sum())
 
     # -- torch -------------------------------------------------------------------------------------------------------
-    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+    def _merge(self, p, cur, b, s: int, k: int):  # noqa: ANN001, ANN202 - torch tensors
+        """Merge k of the torch sampler: ``(rank [B, V], W [B, s, s], law_sorted [B, V])`` for the current law
+        ``cur`` and the next draft's ``b``."""
+        import torch
+
+        B, V = p.shape
+        order = torch.sort(p - cur * b, dim=1, descending=True, stable=True).indices  # [B, V]
+        rank = torch.empty_like(order).scatter_(1, order, torch.arange(V, device=p.device).expand(B, V))
+        a_s, b_s = cur.gather(1, order), b.gather(1, order)  # [B, V] in rank order
+        a1, b1 = a_s[:, :s], b_s[:, :s]
+        W_np = solve_omega1_weights(  # host round trip of [B, s] values: the only sync of this rule
+            a1.double().cpu().numpy(), b1.double().cpu().numpy(), p.gather(1, order[:, :s]).double().cpu().numpy(),
+            (cur.sum(1) - a1.sum(1)).double().cpu().numpy(), (b.sum(1) - b1.sum(1)).double().cpu().numpy(),
+            self.symmetric_first_merge and k == 1)
+        W = torch.as_tensor(W_np, dtype=p.dtype, device=p.device)  # [B, s, s]
+        return rank, W, _law(a_s, b_s, W, s)
+
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None):  # noqa: ANN001, ANN201
+        """``(tokens [B], accepted_index [B])``: n - 1 selection coins and the step-2 coin from ``generator``, or
+        the caller's ``uniforms [B, 2]``: the coin picks the outcome by inverse CDF over P(Y_I = x_j, accepted)
+        (the selection weights of the merges times min(1, p / p_I)), the second uniform draws the residual."""
         import torch
 
         B, n, V = check_tensors(p, q, drafts, per_draft_q=self.per_draft_q)
         qs = q if q.ndim == 3 else q.unsqueeze(1).expand(B, n, V)  # [B, n, V]
         s = min(self.s, V)
+        if uniforms is not None:
+            return self._sample_uniforms(p, qs, drafts, s, check_uniforms(uniforms, B, p))
         u = coins(B, n, p, generator)  # [B, n]: n - 1 selection coins, then the step-2 coin
         cur = qs[:, 0]
         y = drafts[:, 0]
         index = torch.zeros_like(y)
         rows = torch.arange(B, device=p.device)
         for k in range(1, n):  # merges over draft positions, batched over rows
-            b = qs[:, k]
-            order = torch.sort(p - cur * b, dim=1, descending=True, stable=True).indices  # [B, V]
-            rank = torch.empty_like(order).scatter_(1, order, torch.arange(V, device=p.device).expand(B, V))
-            a_s, b_s = cur.gather(1, order), b.gather(1, order)  # [B, V] in rank order
-            a1, b1 = a_s[:, :s], b_s[:, :s]
-            W_np = solve_omega1_weights(  # host round trip of [B, s] values: the only sync of this rule
-                a1.double().cpu().numpy(), b1.double().cpu().numpy(), p.gather(1, order[:, :s]).double().cpu().numpy(),
-                (cur.sum(1) - a1.sum(1)).double().cpu().numpy(), (b.sum(1) - b1.sum(1)).double().cpu().numpy(),
-                self.symmetric_first_merge and k == 1)
-            W = torch.as_tensor(W_np, dtype=p.dtype, device=p.device)  # [B, s, s]
-            law_sorted = _law(a_s, b_s, W, s)
+            rank, W, law_sorted = self._merge(p, cur, qs[:, k], s, k)
             x = drafts[:, k]
             r1, r2 = rank.gather(1, y.unsqueeze(1)).squeeze(1), rank.gather(1, x.unsqueeze(1)).squeeze(1)
             both = (r1 < s) & (r2 < s)
@@ -260,6 +275,38 @@ class ImportanceSampling(Verifier):
         accept = u[:, n - 1] * gather(cur, y) < gather(p, y)
         residual = sample_categorical(X.positive_part(p, cur), generator, fallback=p)  # unnormalised
         return torch.where(accept, y, residual).long(), torch.where(accept, index, torch.full_like(index, -1)).long()
+
+    def _sample_uniforms(self, p, qs, drafts, s: int, u):  # noqa: ANN001, ANN202 - torch tensors
+        """:meth:`sample` with one coin and one final uniform per row: the merges' keep probabilities (keep the
+        current candidate x_j against x_k: 1 if equal, W[r_j, r_k] if both ranks < s, else 1[r_j < r_k]) give the
+        selection weights P(Y_I = x_j), as in :meth:`conditional`."""
+        import torch
+
+        B, n = drafts.shape
+        rows = torch.arange(B, device=p.device)
+        weight = torch.zeros((B, n), dtype=torch.float64, device=p.device)
+        weight[:, 0] = 1.0
+        cur = qs[:, 0]
+        for k in range(1, n):  # merges over draft positions, batched over rows
+            rank, W, law_sorted = self._merge(p, cur, qs[:, k], s, k)
+            x = drafts[:, k]
+            r2 = rank.gather(1, x[:, None])[:, 0]
+            r1 = rank.gather(1, drafts[:, :k])  # [B, k]
+            both = (r1 < s) & (r2 < s)[:, None]
+            w = W[rows[:, None], r1.clamp(max=max(s - 1, 0)), r2.clamp(max=max(s - 1, 0))[:, None]] if s >= 1 \
+                else torch.zeros_like(r1, dtype=p.dtype)
+            keep = torch.where(drafts[:, :k] == x[:, None], 1.0,
+                               torch.where(both, w.to(torch.float64), (r1 < r2[:, None]).to(torch.float64)))
+            moved = (weight[:, :k] * (1.0 - keep)).sum(dim=1)
+            weight[:, :k] = weight[:, :k] * keep
+            weight[:, k] = moved
+            cur = law_sorted.gather(1, rank)
+        accept = ratio_probability(p.gather(1, drafts), cur.gather(1, drafts))  # [B, n] step-2 test
+        index = pick_outcome(weight * accept, u[:, 0])
+        residual = X.positive_part(p, cur)
+        drawn = X.inverse_cdf(residual, u[:, 1:].to(residual.dtype), fallback=p)
+        chosen = drafts.gather(1, index.clamp(min=0)[:, None])[:, 0]
+        return torch.where(index >= 0, chosen, drawn).long(), index.long()
 
 
 class WeightedImportanceSampling(ImportanceSampling):

@@ -23,11 +23,15 @@ from otlp.verifiers.base import (
     Verifier,
     accept_probability,
     check_tensors,
+    check_uniforms,
     coins,
     finish,
     normalize_or,
+    pick_outcome,
+    ratio_probability,
     sample_categorical,
     sequential_law,
+    sequential_probabilities,
 )
 
 
@@ -182,9 +186,21 @@ class KSeq(Verifier):
     def make_draft(self, q: object, n: int) -> DraftScheme:
         return IID(q, n)
 
-    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None):  # noqa: ANN001, ANN201
+        """``(tokens [B], accepted_index [B])``: n coins and a residual uniform from ``generator``, or the caller's
+        ``uniforms [B, 2]``: the coin picks the first accepted draft by inverse CDF over P(draft k first accepted)
+        = a_k prod_{i<k} (1 - a_i), a_k = min(1, p(x_k) / (rho q(x_k))), the second draws the residual (eq. 5)."""
         B, n, V = check_tensors(p, q, drafts)
         rho, _, _, residual = kseq_parts(p, q, n)  # [B, 1], [B, V]
+        if uniforms is not None:
+            import torch
+
+            u = check_uniforms(uniforms, B, p)
+            a = ratio_probability(p.gather(1, drafts), rho * q.gather(1, drafts))  # [B, n]
+            index = pick_outcome(sequential_probabilities(a), u[:, 0])
+            drawn = X.inverse_cdf(residual, u[:, 1:].to(residual.dtype), fallback=p)
+            chosen = drafts.gather(1, index.clamp(min=0)[:, None])[:, 0]
+            return torch.where(index >= 0, chosen, drawn).long(), index
         u = coins(B, n, p, generator)  # [B, n]
         p_x = p.gather(1, drafts)  # [B, n]
         q_x = q.gather(1, drafts)

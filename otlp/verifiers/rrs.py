@@ -24,9 +24,11 @@ from otlp.verifiers.base import (
     Verifier,
     accept_probability,
     check_tensors,
+    check_uniforms,
     coins,
     finish,
     normalize_or,
+    ratio_probability,
     sample_categorical,
     sequential_law,
 )
@@ -42,10 +44,15 @@ class RecursiveRejection(Verifier):
     def make_draft(self, q: object, n: int) -> DraftScheme:
         return IID(q, n)
 
-    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None):  # noqa: ANN001, ANN201
+        """``p, q [B, V]``, ``drafts [B, n]`` -> ``(tokens [B], accepted_index [B])``: n coins and one residual
+        uniform per row from ``generator``, or the caller's ``uniforms [B, 2]`` (one coin per node and one final
+        uniform, as engines pass them: :func:`verify_uniforms`, the same law)."""
         import torch
 
         B, n, V = check_tensors(p, q, drafts)
+        if uniforms is not None:
+            return verify_uniforms(p, q, drafts, check_uniforms(uniforms, B, p))
         u = coins(B, n, p, generator)  # [B, n]
         accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
         weights = scratch.like("residual", p)  # [B, V] the final residuals
@@ -86,10 +93,13 @@ class RecursiveRejectionWithoutReplacement(Verifier):
     def make_draft(self, q: object, n: int) -> DraftScheme:
         return WithoutReplacement(q, n)
 
-    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None):  # noqa: ANN001, ANN201
+        """As :meth:`RecursiveRejection.sample` (``uniforms [B, 2]``: :func:`verify_uniforms` without replacement)."""
         import torch
 
         B, n, V = check_tensors(p, q, drafts)
+        if uniforms is not None:
+            return verify_uniforms(p, q, drafts, check_uniforms(uniforms, B, p), without_replacement=True)
         u = coins(B, n, p, generator)  # [B, n]
         accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
         weights, draft = scratch.like("residual", p), scratch.like("draft", q)  # [B, V] residuals, q_cur
@@ -163,3 +173,57 @@ def _chain_without_replacement(p, q, drafts, u, accept, out, draft) -> None:  # 
         qc.scatter_(1, x, 0.0)
         z = qc.sum(dim=1, keepdim=True)  # summed, not decremented: no cancellation as q_cur's mass runs out
     r.addcmul_(qc, frozen.to(p.dtype))
+
+
+def verify_uniforms(p, q, drafts, u, widths=None, *, without_replacement: bool = False):  # noqa: ANN001, ANN201
+    """RRS (with or without replacement) driven by one coin per node and one final uniform, as serving engines
+    supply randomness: ``p, q [B, V]`` (q the law the drafts were drawn from), ``drafts [B, n]``, ``u [B, 2]``
+    (``u[:, 0]`` picks the outcome, ``u[:, 1]`` the residual token), ``widths [B]`` (optional, 0..n: row b has only
+    its first ``widths[b]`` drafts, the rest is padding and never read; width 0 draws the token from p). Returns
+    ``(tokens int64 [B], accepted_index int64 [B])`` with -1 where the token came from the residual.
+
+    The rule's outcome law given the drafts (module docstring): draft k is accepted with probability
+    a_k prod_{i<k} (1 - a_i), a_k = min(1, p_k(x_k) / q_k(x_k)) along the residual chain p_0 = p,
+    p_{k+1} = norm((p_k - q_k)^+) (q_k = q with replacement; q without x_0..x_{k-1}, renormalised, without), and the
+    residual p_m after all m rejections. The coin takes that law by inverse CDF: draft 0 iff u0 q(x_0) < p(x_0)
+    (the engines' single-draft test, in the inputs' dtypes), else draft k >= 1 the first with
+    u0 < 1 - prod_{i<=k} (1 - a_i) (float64); the residual is drawn by inverse CDF at u1 (in p's dtype, as the
+    kernels form u * total) from the unnormalised r_m (r_0 = p, r_{k+1} = (r_k - (s_k / z_k) qc_k)^+ in p's dtype,
+    s, z the sums of r, qc), so a one-child node draws from (p - q)^+ exactly as SGLang's and FlashInfer's kernels
+    do. A request rejects at most once per node, so the two
+    uniforms suffice; the law equals the generator path's (:meth:`RecursiveRejection.sample`)."""
+    import torch
+
+    B, n = drafts.shape
+    x = drafts.long()  # [B, n]
+    W = None if widths is None else widths.long()
+    u0, u1 = u[:, 0], u[:, 1:2]  # [B], [B, 1]
+    one = torch.ones((B, 1), dtype=p.dtype, device=p.device)
+    r, s, qc, z = p, one, q, one  # unnormalised residual and current draft law, in p's dtype, and their sums
+    if without_replacement:
+        qc = scratch.like("draft", q).copy_(q)  # q_cur, in this thread's work array
+    slot = torch.full((B,), -1, dtype=torch.long, device=p.device)
+    reach = torch.ones(B, dtype=torch.float64, device=p.device)  # prod_{i<k} (1 - a_i)
+    for k in range(n):  # loop over draft positions, not over the batch
+        xk = x[:, k:k + 1]
+        num = r.gather(1, xk)[:, 0].double() * z[:, 0].double()  # a_k = min(1, num / den)
+        den = s[:, 0].double() * qc.gather(1, xk)[:, 0].double()
+        reach = reach * (1.0 - ratio_probability(num, den))
+        take = u0 * q.gather(1, xk)[:, 0] < p.gather(1, xk)[:, 0] if k == 0 else u0.double() < 1.0 - reach
+        live = take & (slot < 0) if W is None else take & (slot < 0) & (k < W)
+        slot = torch.where(live, k, slot)
+        # r_{k+1} = (r_k - (s_k / z_k) qc_k)^+ in place, in this thread's work array (the first from p, q); a row
+        # past its widths[b] drafts keeps its residual (scale 0), so r ends at each row's own r_m
+        scale = s / z if W is None else (s / z) * (k < W)[:, None].to(p.dtype)  # [B, 1]
+        r = X.positive_part(p, q, None if W is None else scale) if k == 0 else r.addcmul_(qc, -scale).clamp_(min=0)
+        total = r.sum(1, keepdim=True)
+        empty = total <= 0  # r_k = (s / z) qc: draft k was accepted surely, the rest is never reached; keep r_k
+        r.addcmul_(qc, scale * empty)
+        s = torch.where(empty, s, total)
+        if without_replacement:
+            qc.scatter_(1, xk, 0.0)
+            z = qc.sum(1, keepdim=True)
+            z = torch.where(z > 0, z, 1.0)  # q spent: a row that drew such drafts had probability 0
+    drawn = X.inverse_cdf(r, u1.to(p.dtype))
+    chosen = x.gather(1, slot.clamp(min=0)[:, None])[:, 0]
+    return torch.where(slot >= 0, chosen, drawn), slot

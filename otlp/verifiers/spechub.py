@@ -23,9 +23,12 @@ from otlp.verifiers.base import (
     Verifier,
     accept_probability,
     check_tensors,
+    check_uniforms,
     coins,
     gather,
     normalize_or,
+    pick_outcome,
+    ratio_probability,
     sample_categorical,
 )
 
@@ -66,7 +69,10 @@ class SpecHubVerifier(Verifier):
     def make_draft(self, q: object, n: int = 2) -> DraftScheme:
         return SpecHub(q, n)
 
-    def sample(self, p, q, drafts, generator=None):  # noqa: ANN001, ANN201
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None):  # noqa: ANN001, ANN201
+        """``(tokens [B], accepted_index [B])``; randomness from ``generator`` or the caller's ``uniforms [B, 2]``:
+        the coin picks the non-hub draft (the draft test's probability d), else the hub ((1 - d) times the hub
+        test's), else the residual, drawn with the second uniform."""
         import torch
 
         B, n, V = check_tensors(p, q, drafts, fixed_n=2)
@@ -77,6 +83,18 @@ class SpecHubVerifier(Verifier):
         x1, x2 = drafts[:, 0], drafts[:, 1]
         column_pair = (x2 == a) & (x1 != a)  # (x, a)
         row_pair = (x1 == a) & (x2 != a)  # (a, x)
+        if uniforms is not None:
+            u = check_uniforms(uniforms, B, p)
+            d = torch.where(column_pair, ratio_probability(gather(p, x1), gather(q, x1)),
+                            torch.where(row_pair, ratio_probability(gather(p1, x2), gather(row, x2)), 0.0))
+            hub = torch.where(column_pair, ratio_probability(pa_rem, s1),
+                              torch.where(row_pair, ratio_probability(pa, s2), 0.0))
+            outcome = pick_outcome(torch.stack([d, (1.0 - d) * hub], dim=1), u[:, 0])  # 0: non-hub, 1: hub
+            non_hub = torch.where(column_pair, torch.zeros_like(x1), torch.ones_like(x1))  # its position
+            index = torch.where(outcome == 0, non_hub, torch.where(outcome == 1, 1 - non_hub, -1))
+            residual = X.inverse_cdf(p2, u[:, 1:].to(p2.dtype), fallback=p)
+            chosen = drafts.gather(1, index.clamp(min=0)[:, None])[:, 0]
+            return torch.where(index >= 0, chosen, residual).long(), index.long()
         u = coins(B, 2, p, generator)  # [B, 2]: the draft test, then the hub test
         take_x1 = column_pair & (u[:, 0] * gather(q, x1) < gather(p, x1))
         take_x2 = row_pair & (u[:, 0] * gather(row, x2) < gather(p1, x2))  # non-hub x2 is tested first

@@ -145,3 +145,29 @@ def test_out_of_range_ids_give_the_same_tokens_on_both_cpu_routes(n, monkeypatch
     assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
     with pytest.raises(InputError, match=r"^drafts must be token ids in \[0, 3000\)"):
         get("optimal").sample(p, q, w, uniforms=u)
+
+
+SINGLE_TOKEN = ["sps", "rrs", "rrs_wor", "kseq", "spechub", "is", "weighted_is", "greedy"]
+
+
+@pytest.mark.parametrize("rule", SINGLE_TOKEN)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_every_rules_uniforms_are_checked_and_clamped_as_the_optimal_rules(rule, dtype):  # noqa: ANN001
+    """Every registered one-token rule takes caller uniforms (issue 43) under the same contract: refused outside
+    [0, 1) by name when validating; with validation off, u = 1.0 (or NaN, or -1) never gives a token of p = 0."""
+    from otlp.verifiers.base import validation
+
+    V = 1000
+    p = torch.zeros(2, V, dtype=dtype)
+    p[:, 0] = 1
+    drafts = torch.zeros(2, 2, dtype=torch.long)
+    if rule in ("sps",):
+        drafts = drafts[:, :1]
+    for value in (1.0, float("nan"), -1.0):
+        u = torch.full((2, 2), value, dtype=dtype)
+        with pytest.raises(InputError, match=r"^uniforms must be in \[0, 1\)"):
+            get(rule).sample(p, p.clone(), drafts, uniforms=u)
+        with validation(False):
+            tokens, _ = get(rule).sample(p, p.clone(), drafts, uniforms=u)
+        assert tokens.tolist() == [0, 0]
+        assert u.isnan().all() or bool((u == value).all())  # the caller's tensor is not written

@@ -334,16 +334,25 @@ def finish(drafts, accept, residual_tokens):  # noqa: ANN001, ANN201
     return torch.where(anyacc, chosen, residual_tokens).long(), index.long()
 
 
-def check_uniforms(uniforms, B: int, like):  # noqa: ANN001, ANN201
+def check_uniforms(uniforms, B: int, like, validate: bool | None = None):  # noqa: ANN001, ANN201
     """The caller's randomness for one verification per row: ``uniforms [B, 2]`` floating point on ``like``'s device
-    (``[:, 0]`` the node's coin, ``[:, 1]`` the final uniform; one-line InputError otherwise). Returned as given."""
+    (``[:, 0]`` the node's coin, ``[:, 1]`` the final uniform; one-line InputError otherwise). With validation on
+    (``validate``, else :func:`validation_enabled`) values outside [0, 1) or NaN are refused, naming the argument.
+    Returned as a new tensor of the same dtype, NaN read as 0 and clamped to [0, largest float below 1]: elementwise
+    device ops, no host sync, a no-op on valid values, so a generator's u = 1.0 (one that returns (0, 1]) can never
+    fall past the last positive weight onto a token of probability 0 (issue 44)."""
     import torch
 
     if not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, 2) \
             or not uniforms.is_floating_point() or uniforms.device != like.device:
         raise InputError(f"uniforms must be a floating point tensor of shape [{B}, 2] on {like.device}, got "
                          f"{getattr(uniforms, 'shape', type(uniforms).__name__)}")
-    return uniforms
+    if (validation_enabled() if validate is None else validate) and B \
+            and not bool(((uniforms >= 0) & (uniforms < 1)).all()):
+        raise InputError(f"uniforms must be in [0, 1), got values in [{float(uniforms.min()):.17g}, "
+                         f"{float(uniforms.max()):.17g}] (with validation off they are clamped below 1 and NaN is "
+                         "read as 0)")
+    return torch.nan_to_num(uniforms, nan=0.0).clamp(0.0, 1.0 - torch.finfo(uniforms.dtype).eps / 2)
 
 
 def ratio_probability(num, den):  # noqa: ANN001, ANN201 - torch tensors

@@ -17,7 +17,7 @@ import numpy as np
 
 from otlp.drafts import IID, DraftScheme
 from otlp.errors import InputError
-from otlp.verifiers.base import Verifier, check_tensors, validation_enabled
+from otlp.verifiers.base import Verifier, check_tensors, check_uniforms, validation_enabled
 
 
 class Optimal(Verifier):
@@ -127,13 +127,4 @@ def iid_batch_uniforms(name: str, p, q, drafts, generator, uniforms, validate, t
     B, n, V = check_tensors(p, q, drafts, validate=validate, totals=totals)
     if uniforms is None:
         return torch.rand((B, 2), generator=generator, device=p.device, dtype=torch.float64)
-    if not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, 2) \
-            or not uniforms.is_floating_point() or uniforms.device != p.device:
-        raise InputError(f"uniforms must be a floating point tensor of shape [{B}, 2] on {p.device}, got "
-                         f"{getattr(uniforms, 'shape', type(uniforms).__name__)}")
-    if (validation_enabled() if validate is None else validate) and B \
-            and not bool(((uniforms >= 0) & (uniforms < 1)).all()):
-        raise InputError(f"uniforms must be in [0, 1), got values in [{float(uniforms.min()):.17g}, "
-                         f"{float(uniforms.max()):.17g}] (with validation off they are clamped to [0, 1 - 2^-53] and "
-                         "NaN is read as 0)")
-    return uniforms
+    return check_uniforms(uniforms, B, p, validate)

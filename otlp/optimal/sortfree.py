@@ -60,6 +60,8 @@ TOL_REL = 1e-9
 TOL_ABS = 1e-11
 #: a certain slot's hazard (y_j = 0, lam = +inf) as a finite number: exp(-CAP) is 0 in float64, as exp(-inf).
 CAP = 1e3
+#: Newton steps of the roots (:func:`.chains.slot_mass`).
+STEPS = C.NEWTON_STEPS
 
 
 def cell_size(V: int) -> int:
@@ -186,7 +188,7 @@ class _Group:
         Qe, psi_e = self.Qe, self.psi_e
         while Qe.dim() < H.dim():
             Qe, psi_e = Qe[..., None], psi_e[..., None]
-        return C.slot_mass(H, X.maximum(Qe - H, 0.0), r, psi - psi_e, self.n, C.NEWTON_STEPS)
+        return C.slot_mass(H, X.maximum(Qe - H, 0.0), r, psi - psi_e, self.n, STEPS)
 
     def _cell_hazards(self, cells):  # noqa: ANN001, ANN202 - [B, m] cell numbers -> [B, m, k] hazards
         """The exact per-position hazards of the cells ``cells``: lam_j = log(before_j / y_j) as

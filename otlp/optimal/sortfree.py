@@ -51,8 +51,8 @@ from otlp import xp as X
 from otlp.optimal import chains as C
 
 #: rounds of refinement before the fallback, and the cells each round makes exact per row.
-ROUNDS = 2
-REFINE = 8
+ROUNDS = 1
+REFINE = 4
 #: a certified decision keeps u[:, 0] times the total this far from the bounds of the slot's ends.
 MARGIN = 1e-9
 #: widening of every hazard interval, relative and absolute (roots and sums in another order than the chain's).

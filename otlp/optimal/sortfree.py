@@ -22,7 +22,7 @@ decided from *bounds* on that hazard, which need a root only per cell of positio
   four roots per cell and a width second order in the cell's ratio span times its mass.
 * *Cells.* Positions are cut into cells of ``cell`` positions. The cells holding s and the n draws are *exact*:
   their per-position hazards lam_j = log(before_j / y_j) (y_j = F(H_j, psi_j, r_{j-1}), before_j = y_{j+1} + q_j:
-  the chain's own definition, two roots a position), so the hazard up to each draw is exact inside its cell; every
+  the chain's own definition, a root a position), so the hazard up to each draw is exact inside its cell; every
   cell strictly between s's cell and the top draw's takes the interval above.
 * *Certificate.* The piece hazards h_k of :func:`.chains._pieces` (the hazard between consecutive draws by
   position) get intervals (lower bounds minus lower bounds: the cells below both draws cancel); the piece weights
@@ -37,8 +37,8 @@ decided from *bounds* on that hazard, which need a root only per cell of positio
   None, exact) or on the first ``fallback_rows`` undecided rows gathered into a ``[F, V]`` batch (cheaper; a row
   beyond them is counted in ``Decision.overflow`` and keeps the certificate's best guess).
 
-Cost, against the chain's ~8 Newton steps on every position of ``[B, V]``: 4 roots on ``[B, V / cell]``, 2 on
-``[B, (n + 1 + rounds refine) cell]``; the sort and psi as before; and the fallback.
+Cost, against the chain's ~8 Newton steps on every position of ``[B, V]``: 4 roots on ``[B, V / cell]``, 1 on
+``[B, (n + 1 + rounds refine) (cell + 1)]``; the sort and psi as before; and the fallback.
 The same tokens as the device route and the CPU route for the same uniforms, up to decisions within ``MARGIN`` of a
 slot's end (which the fallback takes) and the routes' own rounding (tests/optimal/test_sortfree.py).
 """
@@ -193,24 +193,25 @@ class _Group:
     def _cell_hazards(self, cells):  # noqa: ANN001, ANN202 - [B, m] cell numbers -> [B, m, k] hazards
         """The exact per-position hazards of the cells ``cells``: lam_j = log(before_j / y_j) as
         :func:`.chains.group_terms` (a = 1 - y / before, lam = -log1p(-a); ``CAP`` for a certain slot), 0 outside
-        the served group's positions s + 1 .. top."""
+        the served group's positions s + 1 .. top: k + 1 roots a cell."""
         import torch
 
         B, m = cells.shape
-        pre, k = self.pre, self.k
-        j = (cells[:, :, None] * k + torch.arange(k, device=cells.device)).reshape(B, m * k)  # [B, m k]
-        live = (j > self.s) & (j <= self.top)
-        at = j.clamp(max=self.V - 1)
-        nxt = (j + 1).clamp(max=self.V - 1)
-        H, H1 = X.take(pre.prefix_q, at), X.take(pre.prefix_q, nxt)
-        r, r_below = self._ratio(at), self._ratio((j - 1).clamp(min=0, max=self.V - 1))
-        y = self._F(H, X.take(pre.psi, at), r_below)
-        y1 = torch.where(j + 1 >= self.e, 0.0, self._F(H1, X.take(pre.psi, nxt), r))
-        before = y1 + X.take(pre.qs, at)
+        pre, k, V = self.pre, self.k, self.V
+        # y at the cells' positions and the one after each: y_{j+1} = F(H_{j+1}, psi_{j+1}, r_j) is the next one's y
+        jj = cells[:, :, None] * k + torch.arange(k + 1, device=cells.device)  # [B, m, k + 1]
+        at = jj.reshape(B, m * (k + 1)).clamp(max=V)  # prefix indices
+        y = self._F(X.take(pre.prefix_q, at), X.take(pre.psi, at), self._ratio((at - 1).clamp(min=0, max=V - 1)))
+        y = y.reshape(B, m, k + 1)
+        j = jj[..., :k]  # [B, m, k] the cells' positions
+        y1 = torch.where(j + 1 >= self.e[:, :, None], 0.0, y[..., 1:])  # y_e = 0
+        before = y1 + X.take(pre.qs, j.reshape(B, m * k).clamp(max=V - 1)).reshape(B, m, k)
+        y = y[..., :k]
         b_pos = before > 0
         a = torch.where(b_pos, (1.0 - y / torch.where(b_pos, before, 1.0)).clamp(0.0, 1.0), 0.0)
         lam = torch.where(a >= 1.0, CAP, -torch.log1p(-a))
-        return torch.where(live, lam.clamp(max=CAP), 0.0).reshape(B, m, k)
+        live = (j > self.s[:, :, None]) & (j <= self.top[:, :, None])
+        return torch.where(live, lam.clamp(max=CAP), 0.0)
 
     # -- the cells' intervals ---------------------------------------------------------------------------------------
 

@@ -92,10 +92,11 @@ def verify(p, q, drafts, u, **options):  # noqa: ANN001, ANN003, ANN201 - tensor
 
 
 def decide(P, Q, w, U, *, cell: int | None = None, rounds: int = ROUNDS, refine: int = REFINE,  # noqa: ANN001
-           fallback_rows: int | None = None, fallback: bool = True) -> Decision:
+           fallback_rows: int | None = None, fallback: bool = True, roots=None) -> Decision:  # noqa: ANN001
     """The rule on normalised float64 rows ``P, Q [B, V]``, drafts ``w int64 [B, n]``, uniforms ``U float64 [B, 2]``
     (module docstring). ``cell``: positions per cell (default :func:`cell_size`); ``fallback=False`` leaves the
-    undecided rows at the certificate's best guess (for tests of the certificate alone)."""
+    undecided rows at the certificate's best guess (for tests of the certificate alone); ``roots``: the root solver,
+    :func:`.chains.slot_mass`'s signature (default it; :func:`.triton_roots.slot_mass`: one fused kernel)."""
     import torch
 
     B, V = P.shape
@@ -105,7 +106,7 @@ def decide(P, Q, w, U, *, cell: int | None = None, rounds: int = ROUNDS, refine:
         zero = torch.zeros(B, dtype=torch.int64, device=P.device)
         return Decision(tokens.long(), index.long(), zero, zero.sum())
     pre = C.prefix(P, Q, n)
-    g = _Group(pre, w, cell or cell_size(V))
+    g = _Group(pre, w, cell or cell_size(V), roots or C.slot_mass)
     lo, hi, exact = g.cell_bounds()  # [B, NC] each
     slot, ok = g.certify(lo, hi, U[:, :1])
     done = torch.zeros(B, dtype=torch.int64, device=P.device)
@@ -148,10 +149,10 @@ def _fallback(pre: C.Prefix, w, U, todo, tokens, index, rows: int | None):  # no
 class _Group:
     """The served group of each row's drafted tuple on the ratio order, cut into cells of ``k`` positions."""
 
-    def __init__(self, pre: C.Prefix, w, k: int) -> None:  # noqa: ANN001
+    def __init__(self, pre: C.Prefix, w, k: int, roots=C.slot_mass) -> None:  # noqa: ANN001
         import torch
 
-        self.pre, self.w, self.k, self.n = pre, w, k, pre.n
+        self.pre, self.w, self.k, self.n, self.roots = pre, w, k, pre.n, roots
         n = pre.n
         V = pre.ps.shape[-1]
         self.V, self.NC = V, -(-V // k)
@@ -188,7 +189,7 @@ class _Group:
         Qe, psi_e = self.Qe, self.psi_e
         while Qe.dim() < H.dim():
             Qe, psi_e = Qe[..., None], psi_e[..., None]
-        return C.slot_mass(H, X.maximum(Qe - H, 0.0), r, psi - psi_e, self.n, STEPS)
+        return self.roots(H, X.maximum(Qe - H, 0.0), r, psi - psi_e, self.n, STEPS)
 
     def _cell_hazards(self, cells):  # noqa: ANN001, ANN202 - [B, m] cell numbers -> [B, m, k] hazards
         """The exact per-position hazards of the cells ``cells``: lam_j = log(before_j / y_j) as

@@ -10,7 +10,9 @@ of their dtype. On an H200 the ratio tracked the measured time (issue 41: 31.6x 
 
 Routes: ``optimal`` (the device route, ``backend="torch"``), ``sortfree`` (otlp/optimal/sortfree.py with its
 full-chain fallback on every row, the exact static route), ``sortfree_F1`` (the fallback on one gathered row),
-``sortfree_cert`` (the certificate alone, no fallback: the part that replaces the chain), ``rrs``.
+``sortfree_cert`` (the certificate alone, no fallback: the part that replaces the chain), ``sortfree_fused`` (the
+certificate with its roots in one kernel, otlp/optimal/triton_roots.py, which meta tensors cannot run: counted as one
+``addcmul`` over the root's arrays, 4 of the kernel's 5), ``rrs``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ class ByteCounter(TorchDispatchMode):
         return out
 
 
+def _one_pass_roots(H, L, r, gap, n: int, steps: int):  # noqa: ANN001, ANN202, ARG001
+    """A stand-in for the fused root kernel on meta tensors: one elementwise op over the root's arrays."""
+    H, L, r = torch.broadcast_tensors(H, L, r)
+    return torch.addcmul(H, L, r)
+
+
 def routes(n: int) -> dict[str, object]:
     """name -> fn(p, q, drafts, u) on meta tensors."""
     return {
@@ -65,6 +73,7 @@ def routes(n: int) -> dict[str, object]:
         "sortfree": lambda p, q, d, u: SF.verify(p, q, d, u),
         "sortfree_F1": lambda p, q, d, u: SF.verify(p, q, d, u, fallback_rows=1),
         "sortfree_cert": lambda p, q, d, u: SF.verify(p, q, d, u, fallback=False),
+        "sortfree_fused": lambda p, q, d, u: SF.verify(p, q, d, u, fallback=False, roots=_one_pass_roots),
         "rrs": lambda p, q, d, u: get("rrs").sample(p, q, d),
     }
 

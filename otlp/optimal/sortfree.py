@@ -38,7 +38,11 @@ decided from *bounds* on that hazard, which need a root only per cell of positio
   beyond them is counted in ``Decision.overflow`` and keeps the certificate's best guess).
 
 Cost, against the chain's ~8 Newton steps on every position of ``[B, V]``: 4 roots on ``[B, V / cell]``, 1 on
-``[B, (n + 1 + rounds refine) (cell + 1)]``; the sort and psi as before; and the fallback.
+``[B, (n + 1 + rounds refine) (cell + 1)]`` (``roots``: torch's ops, or one fused kernel each,
+:mod:`.triton_roots`); the sort and psi as before; and the fallback. Bytes moved over the read floor at B = 64,
+V = 128k, n = 4 (benchmarks/bytes_moved.py): the certificate 134x (fused roots ~117x), of which the sort, psi, the
+served group and the residual draw that it shares with the device route are ~110x; the device route 828x; with the
+fallback on every row 871x. Not yet here: the design note's histogram and compaction, which would replace the sort.
 The same tokens as the device route and the CPU route for the same uniforms, up to decisions within ``MARGIN`` of a
 slot's end (which the fallback takes) and the routes' own rounding (tests/optimal/test_sortfree.py).
 """

@@ -40,11 +40,11 @@ def rows(B: int, V: int, n: int, noise: float | None, seed: int, dtype):  # noqa
     return p, q, drafts, u
 
 
-def point(V: int, n: int, noise: float | None, total: int, B: int) -> dict[str, int]:
+def point(V: int, n: int, noise: float | None, total: int, B: int, seed: int = 0) -> dict[str, int]:
     out = {"rows": 0, "wrong": 0, **{f"round{r}": 0 for r in range(SF.ROUNDS + 1)}, "fallback": 0}
     for k in range(-(-total // B)):
         dtype = DTYPES[k % len(DTYPES)]
-        p, q, drafts, u = rows(B, V, n, noise, 1000 * n + k, dtype)
+        p, q, drafts, u = rows(B, V, n, noise, 1_000_000 * seed + 1000 * n + k, dtype)
         want = get("optimal").sample(p, q, drafts, None, uniforms=u)
         P, Q = _normalised(p), _normalised(q)
         d = SF.decide(P, Q, drafts, u, fallback=False)
@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--noise", nargs="+", default=["loose", "1", "0.5"])
     ap.add_argument("--rows", type=int, default=256, help="rows per grid point")
     ap.add_argument("--B", type=int, default=64, help="rows per call")
+    ap.add_argument("--seed", type=int, default=0, help="another seed: other rows than an earlier run's")
     args = ap.parse_args(argv)
     total = {"rows": 0, "wrong": 0}
     print(f"cell rule vs get('optimal').sample; rounds = {SF.ROUNDS}, refine = {SF.REFINE} cells, "
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         for noise in args.noise:
             for n in args.n:
                 t = time.perf_counter()
-                r = point(V, n, None if noise == "loose" else float(noise), args.rows, args.B)
+                r = point(V, n, None if noise == "loose" else float(noise), args.rows, args.B, args.seed)
                 total["rows"] += r["rows"]
                 total["wrong"] += r["wrong"]
                 rounds = " ".join(f"round {i}: {r[f'round{i}']}" for i in range(SF.ROUNDS + 1))

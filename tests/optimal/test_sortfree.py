@@ -27,11 +27,10 @@ from otlp.optimal import sortfree as SF
 from .instances import draw
 
 torch = pytest.importorskip("torch")
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from otlp.verifiers import get  # noqa: E402
 
-from .test_sampler_device import SYNC_OPS  # noqa: E402
+from .test_sampler_device import SYNC_OPS, _Recorder  # noqa: E402
 
 TOL = 1e-12
 
@@ -215,16 +214,6 @@ def test_cell_bounds_hold_on_the_instance_families() -> None:
         p, q = draw(family, rng, V, n)
         omegas, _ = otlp.IID(q, n).support()
         _bounded_cells_hold_their_exact_hazards(*_rows(p, q, omegas), 2)
-
-
-class _Recorder(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: set[str] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        self.ops.add(func.__name__.split(".")[0])
-        return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("fallback_rows", [None, 2])

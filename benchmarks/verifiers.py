@@ -18,6 +18,10 @@ the CPU with one thread and with torch's default threads, and on CUDA when a GPU
     python benchmarks/verifiers.py --device cuda --graph --reps 10    # every rule captured in a CUDA graph
     python benchmarks/verifiers.py --device cpu --threads 1 --draft-noise 1 0.5 --V 2000 32000 128000 --n 4
                                                         # close drafts (the close-drafts tables of docs/COST.md)
+    python benchmarks/verifiers.py --device cpu --threads 1 --draft-noise 1 0.5 --bytes --rates --V 32000 --B 64
+                                                        # and each torch route's bytes moved / read floor
+                                                        # (benchmarks/bytes_moved.py, meta tensors), and the
+                                                        # cell rule's refinement / fallback rates on the rows
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from otlp.verifiers import get
 from otlp.verifiers.base import validation
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bytes_moved  # noqa: E402 - benchmarks/bytes_moved.py, beside this script
 import readme_tables  # noqa: E402 - benchmarks/readme_tables.py, beside this script
 
 RULES = ("sps", "rrs", "rrs_wor", "kseq", "optimal")
@@ -127,6 +132,19 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
     return out
 
 
+def cell_rule_rates(B: int, V: int, n: int, noise: float | None) -> dict[str, int]:
+    """The cell rule (otlp/optimal/sortfree.py) on the point's rows with the call's uniforms: how many rows its
+    certificate decided at each round (``cell_round<r>``) and how many take the fallback (``cell_fallback``)."""
+    from otlp.optimal import sortfree as SF
+    from otlp.optimal.sampler import _normalised
+
+    p, q, drafts = _inputs(B, V, n, "cpu", noise=noise)
+    u = torch.rand((B, 2), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    d = SF.decide(_normalised(p), _normalised(q), drafts, u, fallback=False)
+    counts = torch.bincount(d.rounds, minlength=SF.ROUNDS + 2).tolist()
+    return {**{f"cell_round{r}": counts[r] for r in range(SF.ROUNDS + 1)}, "cell_fallback": counts[-1]}
+
+
 def publish(rows: list[dict], meta: dict) -> None:
     """The docs/COST.md tables from a run: one per (device, threads) setting that covers the whole grid with all five
     rules, ``<device>_compiled`` for the points measured with ``--compile`` (eager and compiled side by side),
@@ -194,6 +212,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--graph", action="store_true",
                     help="on CUDA, time each call captured in a CUDA graph (replays; value checks off) instead of "
                          "eagerly: the CUDA-graph table of docs/COST.md")
+    ap.add_argument("--bytes", action="store_true",
+                    help="also each torch route's bytes moved / read floor on meta tensors (benchmarks/bytes_moved.py;"
+                         " optimal: its device route; sortfree: the cell rule, exact, and its certificate alone)")
+    ap.add_argument("--rates", action="store_true",
+                    help="also the cell rule's refinement / fallback rates on each point's rows")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "verifiers.json"))
     ap.add_argument("--from-json", metavar="PATH", help="publish the docs/COST.md tables of a finished run and exit")
     args = ap.parse_args(argv)
@@ -221,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.device in ("cuda", "all") and torch.cuda.is_available():
         settings.append(("cuda", default_threads))
     rows = []
+    moved: dict[tuple[int, int, int], dict[str, float]] = {}
     print(f"C kernels (otlp/native: the host's value check, the optimal rule's CPU route): {native.reason() or 'used'}")
     for device, threads in settings:
         torch.set_num_threads(threads)
@@ -245,6 +269,15 @@ def main(argv: list[str] | None = None) -> None:
             if noise is not None:
                 line += f"  draft noise {noise:g} (1 - TV {r['draft_acceptance']:.2f})"
             line += "".join(f"  {k}: {v}" for k, v in r.items() if k.endswith("_graph_error"))
+            if args.bytes:
+                key = (B, V, n)
+                if key not in moved:  # the same for every device and draft
+                    moved[key] = bytes_moved.measure(B, V, n)
+                r.update({f"{name}_bytes_over_floor": x for name, x in moved[key].items()})
+                line += "  bytes/floor: " + ", ".join(f"{name} {x:.0f}" for name, x in moved[key].items())
+            if args.rates:
+                r.update(cell_rule_rates(B, V, n, noise))
+                line += "  cell rule: " + ", ".join(f"{k[5:]} {v}" for k, v in r.items() if k.startswith("cell_"))
             print(line, flush=True)
     torch.set_num_threads(default_threads)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

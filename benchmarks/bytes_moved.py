@@ -1,0 +1,113 @@
+"""Device cost without a device: the bytes each verifier's torch route moves, over the read floor (issue 41).
+
+The routes run on ``device="meta"`` tensors (shapes and dtypes, no data) under a ``TorchDispatchMode`` that adds up,
+for every aten op that is not a view, the bytes of its tensor inputs and outputs: the traffic of an eager GPU call,
+op by op (a fused kernel moves less; torch.sort counts as one op). The read floor is p and q read once, 2 B V bytes
+of their dtype. On an H200 the ratio tracked the measured time (issue 41: 31.6x predicted, 32x measured).
+
+    python benchmarks/bytes_moved.py                      # B = 64, V = 128k, n = 2, 4, 8
+    python benchmarks/bytes_moved.py --B 8 --V 32000 --n 4
+
+Routes: ``optimal`` (the device route, ``backend="torch"``), ``sortfree`` (otlp/optimal/sortfree.py with its
+full-chain fallback on every row, the exact static route), ``sortfree_F1`` (the fallback on one gathered row),
+``sortfree_cert`` (the certificate alone, no fallback: the part that replaces the chain), ``sortfree_fused`` (the
+certificate with its roots in one kernel, otlp/optimal/triton_roots.py, which meta tensors cannot run: counted as one
+``addcmul`` over the root's arrays, 4 of the kernel's 5), ``rrs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from otlp.optimal import sortfree as SF
+from otlp.optimal.sampler import verify
+from otlp.verifiers import get
+from otlp.verifiers.base import validation
+
+#: ops that read their input at an index only: their input counts as many bytes as their output
+INDEXED_READS = ("gather", "index", "index_select", "take_along_dim")
+#: allocations, not traffic
+NO_TRAFFIC = ("empty", "new_empty", "empty_like", "empty_strided", "new_empty_strided")
+
+
+class ByteCounter(TorchDispatchMode):
+    """Adds up the bytes of the tensor inputs and outputs of every aten op that is not a view (``bytes``), and the
+    bytes per op name (``by_op``): a gather's source as the entries it reads (``INDEXED_READS``), allocations as
+    nothing (``NO_TRAFFIC``)."""
+
+    def __init__(self, raw: bool = False) -> None:
+        super().__init__()
+        self.raw = raw  # every input whole (a gather's source too; the issue's count)
+        self.bytes = 0
+        self.by_op: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        out = func(*args, **(kwargs or {}))
+        name = func.__name__.split(".")[0]
+        if not func.is_view and (self.raw or name not in NO_TRAFFIC):
+            inputs = (args, kwargs or {})
+            if name in INDEXED_READS and not self.raw:  # the source: only the entries read, as many as the output holds
+                inputs = (args[1:], kwargs or {}, out)
+            seen = 0
+            for x in torch.utils._pytree.tree_leaves((inputs, out)):
+                if isinstance(x, torch.Tensor):
+                    seen += x.numel() * x.element_size()
+            self.bytes += seen
+            self.by_op[name] = self.by_op.get(name, 0) + seen
+        return out
+
+
+def _one_pass_roots(H, L, r, gap, n: int, steps: int):  # noqa: ANN001, ANN202, ARG001
+    """A stand-in for the fused root kernel on meta tensors: one elementwise op over the root's arrays."""
+    H, L, r = torch.broadcast_tensors(H, L, r)
+    return torch.addcmul(H, L, r)
+
+
+def routes(n: int) -> dict[str, object]:
+    """name -> fn(p, q, drafts, u) on meta tensors."""
+    return {
+        "optimal": lambda p, q, d, u: verify(p, q, d, u, backend="torch"),
+        "sortfree": lambda p, q, d, u: SF.verify(p, q, d, u),
+        "sortfree_F1": lambda p, q, d, u: SF.verify(p, q, d, u, fallback_rows=1),
+        "sortfree_cert": lambda p, q, d, u: SF.verify(p, q, d, u, fallback=False),
+        "sortfree_fused": lambda p, q, d, u: SF.verify(p, q, d, u, fallback=False, roots=_one_pass_roots),
+        "rrs": lambda p, q, d, u: get("rrs").sample(p, q, d),
+    }
+
+
+def measure(B: int, V: int, n: int, dtype=torch.float32, raw: bool = False) -> dict[str, float]:  # noqa: ANN001
+    """bytes moved / read floor of each route at one point (``raw``: :class:`ByteCounter`'s whole-input count)."""
+    p, q = torch.empty(B, V, device="meta", dtype=dtype), torch.empty(B, V, device="meta", dtype=dtype)
+    drafts = torch.empty(B, n, device="meta", dtype=torch.int64)
+    u = torch.empty(B, 2, device="meta", dtype=torch.float64)
+    floor = 2 * B * V * p.element_size()
+    out = {}
+    with validation(False):
+        for name, fn in routes(n).items():
+            with ByteCounter(raw) as c:
+                fn(p, q, drafts, u)
+            out[name] = c.bytes / floor
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--B", type=int, default=64)
+    ap.add_argument("--V", type=int, default=128_000)
+    ap.add_argument("--n", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--raw", action="store_true", help="count every input whole (a gather's whole source)")
+    args = ap.parse_args(argv)
+    names = list(routes(2))
+    print(f"bytes moved / read floor (p, q float32 read once), B = {args.B}, V = {args.V:,}, meta device"
+          + (", every input whole" if args.raw else ", a gather's source as the entries it reads"))
+    print(f"{'n':>2} " + " ".join(f"{x:>14}" for x in names))
+    for n in args.n:
+        r = measure(args.B, args.V, n, raw=args.raw)
+        print(f"{n:>2} " + " ".join(f"{r[x]:>14.1f}" for x in names), flush=True)
+
+
+if __name__ == "__main__":
+    main()

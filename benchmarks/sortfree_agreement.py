@@ -1,0 +1,91 @@
+"""The cell rule (otlp/optimal/sortfree.py) against ``get("optimal").sample`` at scale: tokens and slots for the same
+uniforms, and the refinement / fallback rates, per grid point (issue 41).
+
+LM-like rows as benchmarks/verifiers.py makes them (float32, cast to the point's dtype): the grid's loose draft and
+close drafts (the target's logits plus sigma-scaled noise, sigma 1 and 0.5). The certificate runs without its
+fallback; the rows it leaves take the fallback in a second call on those rows only (the static route computes it on
+every row; the tokens are the same). Prints one line per (V, draft, n).
+
+    python benchmarks/sortfree_agreement.py --V 32000 --rows 1024 --B 64
+    python benchmarks/sortfree_agreement.py --V 128000 --rows 128 --B 16 --n 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+from otlp.optimal import sortfree as SF
+from otlp.optimal.sampler import _normalised
+from otlp.verifiers import get
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float64)
+
+
+def rows(B: int, V: int, n: int, noise: float | None, seed: int, dtype):  # noqa: ANN001, ANN201
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(torch.randn(B, V, generator=g) * 3, 1)
+    if noise is None:
+        q = torch.softmax(torch.randn(B, V, generator=g) * 3 + 0.5 * torch.log(p), 1)
+    else:
+        q = torch.softmax(torch.log(p) + noise * torch.randn(B, V, generator=g), 1)
+    drafts = torch.multinomial(q, n, replacement=True, generator=g)
+    u = torch.rand(B, 2, generator=g, dtype=torch.float64)
+    p, q = p.to(dtype), q.to(dtype)
+    if dtype == torch.float64:
+        p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
+    return p, q, drafts, u
+
+
+def point(V: int, n: int, noise: float | None, total: int, B: int, seed: int = 0) -> dict[str, int]:
+    out = {"rows": 0, "wrong": 0, **{f"round{r}": 0 for r in range(SF.ROUNDS + 1)}, "fallback": 0}
+    for k in range(-(-total // B)):
+        dtype = DTYPES[k % len(DTYPES)]
+        p, q, drafts, u = rows(B, V, n, noise, 1_000_000 * seed + 1000 * n + k, dtype)
+        want = get("optimal").sample(p, q, drafts, None, uniforms=u)
+        P, Q = _normalised(p), _normalised(q)
+        d = SF.decide(P, Q, drafts, u, fallback=False)
+        tokens, index = d.tokens.clone(), d.index.clone()
+        left = d.rounds > SF.ROUNDS
+        if left.any():
+            rest = SF.decide(P[left], Q[left], drafts[left], u[left])
+            tokens[left], index[left] = rest.tokens, rest.index
+        out["rows"] += B
+        out["wrong"] += int(((tokens != want[0]) | (index != want[1])).sum())
+        for r in range(SF.ROUNDS + 1):
+            out[f"round{r}"] += int((d.rounds == r).sum())
+        out["fallback"] += int(left.sum())
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--V", type=int, nargs="+", default=[32_000])
+    ap.add_argument("--n", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--noise", nargs="+", default=["loose", "1", "0.5"])
+    ap.add_argument("--rows", type=int, default=256, help="rows per grid point")
+    ap.add_argument("--B", type=int, default=64, help="rows per call")
+    ap.add_argument("--seed", type=int, default=0, help="another seed: other rows than an earlier run's")
+    args = ap.parse_args(argv)
+    total = {"rows": 0, "wrong": 0}
+    print(f"cell rule vs get('optimal').sample; rounds = {SF.ROUNDS}, refine = {SF.REFINE} cells, "
+          f"dtypes cycled {[str(d)[6:] for d in DTYPES]}")
+    for V in args.V:
+        for noise in args.noise:
+            for n in args.n:
+                t = time.perf_counter()
+                r = point(V, n, None if noise == "loose" else float(noise), args.rows, args.B, args.seed)
+                total["rows"] += r["rows"]
+                total["wrong"] += r["wrong"]
+                rounds = " ".join(f"round {i}: {r[f'round{i}']}" for i in range(SF.ROUNDS + 1))
+                print(f"V {V:>7,} draft {noise:>5} n {n}: {r['rows']} rows, {r['wrong']} differ; certified at "
+                      f"{rounds}; fallback {r['fallback']}  ({time.perf_counter() - t:.0f} s)", flush=True)
+    print(f"total: {total['rows']} rows, {total['wrong']} differ")
+    sys.exit(1 if total["wrong"] else 0)
+
+
+if __name__ == "__main__":
+    main()

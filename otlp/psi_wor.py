@@ -91,7 +91,6 @@ import math
 
 import numpy as np
 
-from otlp import native
 from otlp.distributions import check_distribution, check_n
 from otlp.drafts import WithoutReplacement
 from otlp.errors import InputError
@@ -133,6 +132,8 @@ def prefix_subset_probability(qs: np.ndarray, n: int, *, step: float = STEP) -> 
     s = s_lo + step * np.arange(K)
     tA = np.exp(np.minimum(s, SPLIT))  # [K] t = tA tB, each factor finite (t itself may pass 1e308)
     tB = np.exp(s - np.minimum(s, SPLIT))
+    from otlp import native  # the C kernel loads on first use, not with the core
+
     got = native.wor_prefix(qs, r, n, tA, tB, step)
     F, F2 = got if got is not None else _prefix_integral_numpy(qs, r, n, tA, tB, step)
     ok = count >= n  # fewer than n tokens to draw: F = 0 exactly

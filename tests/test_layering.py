@@ -150,3 +150,60 @@ def test_the_top_level_names_resolve():
     assert otlp.OptimalTransport is OptimalTransport and otlp.sweep.run_sweep is run_sweep
     assert type(otlp.verifier("rrs")).__name__ == "RecursiveRejection"
     assert set(otlp.__all__) <= set(dir(otlp)) | {"OptimalTransport", *otlp._SUBPACKAGES}
+
+
+#: the layers of docs/ARCHITECTURE.md, bottom up (a module's layer is the longest prefix listed)
+LAYERS = {
+    "core": ("otlp.errors", "otlp.distributions", "otlp.drafts", "otlp.psi", "otlp.psi_wor", "otlp.subsets",
+             "otlp.ir", "otlp.solution", "otlp._lazy", "otlp.xp"),
+    "backend": ("otlp.native", "otlp.threads", "otlp.cuda_graphs", "otlp.scratch"),
+    "lp": ("otlp.formulations", "otlp.solvers"),
+    "rules": ("otlp.optimal", "otlp.verifiers", "otlp.multistep", "otlp.engines"),
+    "apps": ("otlp.decode", "otlp.sweep", "otlp.proofs_check", "otlp.cli", "otlp._cli_util", "otlp"),
+}
+
+
+def _layer(module: str) -> str:
+    best = max(((prefix, name) for name, prefixes in LAYERS.items() for prefix in prefixes
+                if module == prefix or module.startswith(prefix + ".")), key=lambda t: len(t[0]))
+    return best[1]
+
+
+def _edges(lazy: bool) -> set[tuple[str, str, str, str]]:
+    return {(a, b, _layer(a), _layer(b)) for a, bs in _graph(lazy).items() for b in bs}
+
+
+def test_every_module_has_a_layer():
+    assert all(_layer(m) for m in _graph(lazy=False))
+
+
+def test_the_speed_machinery_imports_only_the_core():
+    bad = [(a, b) for a, b, la, lb in _edges(lazy=True) if la == "backend" and lb not in ("core", "backend")]
+    assert bad == []
+
+
+def test_the_core_reaches_the_speed_machinery_only_through_the_array_namespace():
+    # the maths (distributions, drafts, psi, subsets, ir, solution) never imports the kernels, threads, CUDA graphs
+    # or scratch arrays. Two doors, each a function-level import of one C kernel with its numpy twin pinned by
+    # tests: otlp.xp (the array namespace the equations are written in: its packed sort) and otlp.psi_wor (its
+    # quadrature)
+    doors = {("otlp.xp", "otlp.native"), ("otlp.xp", "otlp.scratch"), ("otlp.psi_wor", "otlp.native")}
+    bad = [(a, b) for a, b, la, lb in _edges(lazy=True) if la == "core" and lb == "backend" and (a, b) not in doors]
+    assert bad == []
+    at_import = [(a, b) for a, b, la, lb in _edges(lazy=False) if la == "core" and lb not in ("core",)
+                 and (a, b) != ("otlp.xp", "otlp.scratch")]
+    assert at_import == []
+
+
+def test_the_core_and_the_lp_layer_never_import_rules_or_apps():
+    allowed = {"core": {"core", "backend", "lp"}, "lp": {"core", "lp", "rules"}}
+    bad = [(a, b) for a, b, la, lb in _edges(lazy=True) if la in allowed and lb not in allowed[la]]
+    assert bad == []
+    # the LP layer reaches the rules only for the exact optimum it is checked against, never the torch samplers
+    assert not [(a, b) for a, b, la, lb in _edges(lazy=True) if la == "lp" and b.startswith(("otlp.verifiers",
+                                                                                               "otlp.engines"))]
+
+
+def test_the_rules_never_import_the_apps():
+    bad = [(a, b) for a, b, la, lb in _edges(lazy=True) if la == "rules" and lb == "apps" and b != "otlp._cli_util"]
+    assert bad == []

@@ -26,8 +26,9 @@ SYMBOLS = ["otlp_bucket_sums", "otlp_gather_selected", "otlp_row_stats", "otlp_s
            "otlp_single_draft", "otlp_bucket_rule", "otlp_kseq_first_stage", "otlp_sort_bucket", "otlp_openmp",
            "otlp_wor_prefix"]
 #: no -ffast-math (IEEE results: the numpy route's bits) and no contraction into fused multiply-adds;
-#: -fno-trapping-math lets the compiler compute both sides of a select in vector lanes (nothing reads FP flags)
-UNIX_FLAGS = ["-O3", "-ffp-contract=off", "-fno-trapping-math"]
+#: -fno-trapping-math lets the compiler compute both sides of a select in vector lanes (nothing reads FP flags);
+#: -fno-wrapv undoes the -fwrapv of Python's own CFLAGS (the loops' index arithmetic never overflows)
+UNIX_FLAGS = ["-O3", "-ffp-contract=off", "-fno-trapping-math", "-fno-wrapv"]
 MSVC_FLAGS = ["/O2", "/fp:precise"]
 OPENMP = {"unix": "-fopenmp", "msvc": "/openmp"}
 AVX2 = {"unix": "-mavx2", "msvc": "/arch:AVX2"}

@@ -258,7 +258,7 @@ def rows_at(x, node, b=None, name: str | None = None):  # noqa: ANN001, ANN201 -
     node = node.clamp(max=N - 1)
     b = torch.arange(bs, device=x.device) if b is None else b
     if x.stride(0) == N * x.stride(1) and x.stride(2) == 1 and x.stride(1) == x.shape[2]:  # contiguous rows
-        out = None if name is None else scratch.like(name, x[:b.shape[0], 0])
+        out = None if name is None or not b.shape[0] else scratch.like(name, x[0, 0].expand(b.shape[0], x.shape[2]))
         return torch.index_select(x.reshape(bs * N, x.shape[2]), 0, b * N + node, out=out)
     return x[b, node]
 

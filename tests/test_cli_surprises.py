@@ -338,3 +338,15 @@ def test_solve_json_independent_drafts_give_qs_and_large_problems_say_why_no_cer
     assert main(["solve", "--p", p, "--q", p, "--n", "2", "--formulation", "optimal", "--json"]) == 0
     closed = json.loads(capsys.readouterr().out)["results"][0]["certificate"]
     assert closed["computed"] is False and "V^n = 40^2 draft tuples, over the 256" in closed["reason"]
+
+
+def test_bench_acceptance_says_when_a_top_k_keeps_all_of_q(tmp_path: Path) -> None:
+    """A --top-ks value >= V ran silently as untruncated; it now says so on stderr and in the JSON's notes."""
+    import json
+
+    proc = cli(["bench", "acceptance", "--pairs", "4", "--ns", "1", "--top-ks", "10,5000", "--json",
+                "--out", str(tmp_path)], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "top-k 5000 >= V = 2000 keeps all of q" in proc.stderr
+    assert json.loads(proc.stdout)["notes"] == ["top-k 5000 >= V = 2000 keeps all of q: run as untruncated "
+                                                "(the same as 'all')"]

@@ -111,7 +111,9 @@ def run_acceptance(draft_model: object, target_model: object, prompts: list[list
     p, q = collect_pairs(draft_model, target_model, prompts, pairs, temperature, seed)
     V = p.shape[1]
     sweep = acceptance_sweep(p, q, ns, [None if (k is None or k >= V) else k for k in top_ks])
-    sweep.update({"V": V, "temperature": temperature, "seconds": time.perf_counter() - start})
+    notes = [f"top-k {k} >= V = {V} keeps all of q: run as untruncated (the same as 'all')"
+             for k in top_ks if k is not None and k >= V]
+    sweep.update({"V": V, "temperature": temperature, "seconds": time.perf_counter() - start, "notes": notes})
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

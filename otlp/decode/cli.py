@@ -359,6 +359,8 @@ def run_acceptance_cli(args: argparse.Namespace) -> int:
     prompts = [pair.encode(t) for t in DEFAULT_PROMPTS]
     sweep = run_acceptance(pair.draft, pair.target, prompts, pairs=args.pairs, ns=ns, top_ks=top_ks,
                            temperature=args.temperature, seed=args.seed, out_dir=args.out)
+    for note in sweep["notes"]:
+        print(f"otlp bench: note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(sweep, indent=2))
     else:

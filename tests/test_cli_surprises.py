@@ -12,19 +12,11 @@ from pathlib import Path
 import pytest
 
 from otlp.cli import main
+from tests.test_cli import requires_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _has(module: str) -> bool:
-    try:
-        __import__(module)
-    except ImportError:
-        return False
-    return True
-
-
-requires_torch = pytest.mark.skipif(not _has("torch"), reason="needs the optional package 'torch' (otlp[torch])")
 
 
 def cli(argv: list[str], cwd: Path | None = None, timeout: float = 3.0) -> subprocess.CompletedProcess:

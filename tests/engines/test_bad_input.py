@@ -135,3 +135,24 @@ def test_validation_off_reads_no_values(method, monkeypatch):
         flashinfer.chain_speculative_sampling(**bad)
     with pytest.raises(InputError):
         flashinfer.chain_speculative_sampling(**bad)
+
+
+def test_a_leafs_unread_draft_row_cannot_push_the_draw_out_of_the_vocabulary():
+    """SGLang's draft_probs rows of childless nodes are scratch, never validated: a NaN there (an uninitialised
+    buffer) entered the rrs leaf's draw through a 0 * q and gave token V (found by tests/fuzz/test_fuzz_engines.py)."""
+    import torch
+
+    from otlp.engines import sglang
+
+    next_token = torch.tensor([[1, -1, 3, -1]])  # root -> 1, 2 (siblings); 2 -> 3
+    next_sibling = torch.tensor([[-1, 2, -1, -1]])
+    p = torch.ones(1, 4, 1)
+    q = torch.tensor([[[1.0], [float("nan")], [1.0], [float("nan")]]])  # the leaves' rows (1 and 3) are NaN
+    for method in ("rrs", "rrs_wor", "optimal"):
+        predicts = torch.full((4,), -7, dtype=torch.int32)
+        accept_index = torch.full((1, 3), -7, dtype=torch.int32)
+        accept_num = torch.full((1,), -7, dtype=torch.int32)
+        sglang.tree_speculative_sampling(predicts, accept_index, accept_num, torch.zeros(1, 4, dtype=torch.long),
+                                         torch.arange(4).view(1, 4), next_token, next_sibling,
+                                         torch.full((1, 4), 0.9), torch.tensor([0.786]), p, q, method=method)
+        assert accept_num.tolist() == [1] and predicts.tolist() == [0, 0, -7, -7], method

@@ -16,6 +16,8 @@ the output law and the exact acceptances; the tests check that the first reprodu
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from otlp import xp as X
@@ -355,15 +357,6 @@ def check_uniforms(uniforms, B: int, like, validate: bool | None = None):  # noq
     return torch.nan_to_num(uniforms, nan=0.0).clamp(0.0, 1.0 - torch.finfo(uniforms.dtype).eps / 2)
 
 
-def ratio_probability(num, den):  # noqa: ANN001, ANN201 - torch tensors
-    """min(1, num / den) in float64, with den = 0 giving 1 if num > 0 else 0: P(u den < num) for u ~ U(0, 1), the
-    torch twin of :func:`accept_probability`."""
-    import torch
-
-    num, den = num.to(torch.float64), den.to(torch.float64)
-    return torch.where(den > 0, (num / den.where(den > 0, 1.0)).clamp(0.0, 1.0), (num > 0).to(torch.float64))
-
-
 def pick_outcome(probs, u):  # noqa: ANN001, ANN201 - [B, k] float, [B] -> [B] int64
     """The outcome a coin picks by inverse CDF: the first k with ``u < probs[:, 0] + ... + probs[:, k]`` (float64),
     -1 when u is past them all (the rule rejects). ``probs [B, k]``: the probabilities of the rule's accepting
@@ -399,16 +392,21 @@ def coins(B: int, n: int, like, generator=None):  # noqa: ANN001, ANN201
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def accept_probability(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """P(u * den < num) for u ~ U(0, 1): ``min(1, num/den)`` with den = 0 giving 1 if num > 0 else 0.
+def accept_probability(num, den):  # noqa: ANN001, ANN201 - numpy arrays (or array-likes) or torch tensors
+    """P(u * den < num) for u ~ U(0, 1): ``min(1, num/den)`` with den = 0 giving 1 if num > 0 else 0, in float64:
+    numpy in, numpy out (the exact laws); tensors in, tensors out (the uniforms paths, on the tensors' device).
 
     This is exactly the test ``u * den < num`` the torch samplers use (no division on the hot path).
     """
-    num = np.asarray(num, dtype=np.float64)
-    den = np.asarray(den, dtype=np.float64)
+    torch = sys.modules.get("torch")  # a tensor can only come from an imported torch
+    if torch is not None and isinstance(num, torch.Tensor):
+        num, den = num.double(), den.double()
+    else:
+        num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    xp = X.namespace(num)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a subnormal den: inf, clipped to 1
-        ratio = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, 1.0, 0.0))
-    return np.clip(ratio, 0.0, 1.0)
+        ratio = xp.where(den > 0, num / xp.where(den > 0, den, 1.0), xp.where(num > 0, 1.0, 0.0))
+    return ratio.clip(0.0, 1.0)
 
 
 def sequential_law(omegas: np.ndarray, accept: np.ndarray, residual: np.ndarray, V: int) -> tuple[np.ndarray,

@@ -25,7 +25,6 @@ from otlp.verifiers.base import (
     gather,
     normalize_or,
     pick_outcome,
-    ratio_probability,
     sample_categorical,
 )
 
@@ -108,8 +107,8 @@ def _with_uniforms(p, w, x, top, in_top, p_top, leftover, u):  # noqa: ANN001, A
     import torch
 
     n = top.shape[1] + 1
-    a = ratio_probability(gather(p, x), gather(w, x))  # [B]
-    h = ratio_probability(p_top, leftover) if n > 1 else torch.zeros_like(a)
+    a = accept_probability(gather(p, x), gather(w, x))  # [B]
+    h = accept_probability(p_top, leftover) if n > 1 else torch.zeros_like(a)
     outcome = pick_outcome(torch.stack([a, (1.0 - a) * h], dim=1), u[:, 0])  # 0: x, 1: T, -1: residual
     weights = X.positive_part(p, w).masked_fill_(in_top, 0.0)
     drawn = X.inverse_cdf(weights, u[:, 1:].to(weights.dtype), fallback=p)

@@ -44,7 +44,6 @@ from otlp.verifiers.base import (
     gather,
     normalize_or,
     pick_outcome,
-    ratio_probability,
     sample_categorical,
 )
 
@@ -301,7 +300,7 @@ class ImportanceSampling(Verifier):
             weight[:, :k] = weight[:, :k] * keep
             weight[:, k] = moved
             cur = law_sorted.gather(1, rank)
-        accept = ratio_probability(p.gather(1, drafts), cur.gather(1, drafts))  # [B, n] step-2 test
+        accept = accept_probability(p.gather(1, drafts), cur.gather(1, drafts))  # [B, n] step-2 test
         index = pick_outcome(weight * accept, u[:, 0])
         residual = X.positive_part(p, cur)
         drawn = X.inverse_cdf(residual, u[:, 1:].to(residual.dtype), fallback=p)

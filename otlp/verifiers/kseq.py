@@ -28,7 +28,6 @@ from otlp.verifiers.base import (
     finish,
     normalize_or,
     pick_outcome,
-    ratio_probability,
     sample_categorical,
     sequential_law,
     sequential_probabilities,
@@ -196,7 +195,7 @@ class KSeq(Verifier):
             import torch
 
             u = check_uniforms(uniforms, B, p)
-            a = ratio_probability(p.gather(1, drafts), rho * q.gather(1, drafts))  # [B, n]
+            a = accept_probability(p.gather(1, drafts), rho * q.gather(1, drafts))  # [B, n]
             index = pick_outcome(sequential_probabilities(a), u[:, 0])
             drawn = X.inverse_cdf(residual, u[:, 1:].to(residual.dtype), fallback=p)
             chosen = drafts.gather(1, index.clamp(min=0)[:, None])[:, 0]

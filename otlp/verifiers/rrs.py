@@ -28,7 +28,6 @@ from otlp.verifiers.base import (
     coins,
     finish,
     normalize_or,
-    ratio_probability,
     sample_categorical,
     sequential_law,
 )
@@ -208,7 +207,7 @@ def verify_uniforms(p, q, drafts, u, widths=None, *, without_replacement: bool =
         xk = x[:, k:k + 1]
         num = r.gather(1, xk)[:, 0].double() * z[:, 0].double()  # a_k = min(1, num / den)
         den = s[:, 0].double() * qc.gather(1, xk)[:, 0].double()
-        reach = reach * (1.0 - ratio_probability(num, den))
+        reach = reach * (1.0 - accept_probability(num, den))
         take = u0 * q.gather(1, xk)[:, 0] < p.gather(1, xk)[:, 0] if k == 0 else u0.double() < 1.0 - reach
         live = take & (slot < 0) if W is None else take & (slot < 0) & (k < W)
         slot = torch.where(live, k, slot)

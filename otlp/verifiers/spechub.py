@@ -28,7 +28,6 @@ from otlp.verifiers.base import (
     gather,
     normalize_or,
     pick_outcome,
-    ratio_probability,
     sample_categorical,
 )
 
@@ -85,10 +84,10 @@ class SpecHubVerifier(Verifier):
         row_pair = (x1 == a) & (x2 != a)  # (a, x)
         if uniforms is not None:
             u = check_uniforms(uniforms, B, p)
-            d = torch.where(column_pair, ratio_probability(gather(p, x1), gather(q, x1)),
-                            torch.where(row_pair, ratio_probability(gather(p1, x2), gather(row, x2)), 0.0))
-            hub = torch.where(column_pair, ratio_probability(pa_rem, s1),
-                              torch.where(row_pair, ratio_probability(pa, s2), 0.0))
+            d = torch.where(column_pair, accept_probability(gather(p, x1), gather(q, x1)),
+                            torch.where(row_pair, accept_probability(gather(p1, x2), gather(row, x2)), 0.0))
+            hub = torch.where(column_pair, accept_probability(pa_rem, s1),
+                              torch.where(row_pair, accept_probability(pa, s2), 0.0))
             outcome = pick_outcome(torch.stack([d, (1.0 - d) * hub], dim=1), u[:, 0])  # 0: non-hub, 1: hub
             non_hub = torch.where(column_pair, torch.zeros_like(x1), torch.ones_like(x1))  # its position
             index = torch.where(outcome == 0, non_hub, torch.where(outcome == 1, 1 - non_hub, -1))

@@ -99,8 +99,10 @@ def resolve_verifiers(names: Sequence[str] | str) -> tuple[str, ...]:
 
 
 def check_ns(ns: Sequence[object]) -> None:
-    """``InputError`` unless every draft count is in [1, ``MAX_N``] (before any work: the results' column would
-    overflow only when a shard is written)."""
+    """``InputError`` unless there is a draft count and every one is in [1, ``MAX_N``] (before any work: the results'
+    column would overflow only when a shard is written)."""
+    if not ns:
+        raise InputError(f"n values must be given: at least one integer in [1, {MAX_N}]")
     bad = [n for n in ns if not 1 <= int(n) <= MAX_N]
     if bad:
         raise InputError(f"n values must be integers in [1, {MAX_N}] (the results' n column is int16), got "

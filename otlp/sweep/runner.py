@@ -284,8 +284,6 @@ def run_sweep(capture: str | os.PathLike | Capture, *, ns: Sequence[int] = (1, 2
     check_ns(ns)
     cap = capture if isinstance(capture, Capture) else open_capture(capture, check_shards=False)
     ns = tuple(int(n) for n in ns)
-    if not ns or any(n < 1 for n in ns):
-        raise InputError(f"n values must be integers >= 1, got {list(ns)}")
     if any(k is not None and int(k) < 0 for k in top_ks):
         raise InputError(f"--top-k values must be >= 1 (or all), got {list(top_ks)}")
     ks = tuple(0 if (k is None or k >= cap.V) else int(k) for k in top_ks)

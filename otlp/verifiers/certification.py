@@ -528,7 +528,7 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
     try:
         fast = ("iid", "greedy", "spechub", "without_replacement")  # closed forms / otlp.psi_wor: no enumeration
         if draft.name not in fast and draft.num_tuples() > OPTIMUM_TUPLES:
-            raise ModelTooLargeError(f"alpha* for a {draft.name!r} scheme over V^n = {draft.tuples_text()} tuples",
+            raise ModelTooLargeError(f"alpha* for a {draft.name!r} scheme over {draft.tuples_text()} tuples",
                                      draft.num_tuples() * draft.n * 8, OPTIMUM_TUPLES * draft.n * 8)
         optimum = float(optimal_acceptance(p, draft))
     except (ModelTooLargeError, InputError) as exc:

@@ -19,8 +19,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 NATIVE = "otlp/native"
-SOURCES = [f"{NATIVE}/{name}" for name in ("buckets.c", "chains.c", "bucket_rule.c", "kseq.c", "wor.c",
-                                                  "module.c")]
+SOURCES = [f"{NATIVE}/{name}" for name in ("buckets.c", "chains.c", "bucket_rule.c", "kseq.c", "wor.c", "module.c")]
 #: the functions otlp.native calls (exported by name where the linker needs a list: MSVC)
 SYMBOLS = ["otlp_bucket_sums", "otlp_gather_selected", "otlp_row_stats", "otlp_sort_runs", "otlp_normalised_keys",
            "otlp_slot_mass", "otlp_window_chain", "otlp_prefix", "otlp_served_group", "otlp_pieces", "otlp_sample",
@@ -32,10 +31,10 @@ SYMBOLS = ["otlp_bucket_sums", "otlp_gather_selected", "otlp_row_stats", "otlp_s
 UNIX_FLAGS = ["-O3", "-ffp-contract=off", "-fno-trapping-math", "-fno-wrapv"]
 MSVC_FLAGS = ["/O2", "/fp:precise"]
 OPENMP = {"unix": "-fopenmp", "msvc": "/openmp"}
+AVX2 = {"unix": "-mavx2", "msvc": "/arch:AVX2"}
 #: calls between the kernels bound inside the library, not through the PLT (GNU ld): with the module's entry point
 #: linked in, the interposable calls cost the optimal rule 8-12% at V = 128k (benchmarks/verifiers.py, one thread)
 LINUX_LINK = ["-Wl,-Bsymbolic-functions"] if sys.platform.startswith("linux") else []
-AVX2 = {"unix": "-mavx2", "msvc": "/arch:AVX2"}
 
 
 def kernels(name: str) -> Extension:

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import torch
 
@@ -39,25 +38,13 @@ from otlp.verifiers.base import validation
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from verifiers import _inputs  # noqa: E402 - benchmarks/verifiers.py, beside this script
+from verifiers import _times as _interleaved  # noqa: E402
 
 
 def _times(fns: dict[str, object], reps: int, device: str) -> dict[str, float]:
-    """The least seconds of each call in ``fns`` over ``reps`` interleaved rounds (one warm-up each): on a shared
-    machine the least time is the one other jobs disturbed least, and interleaving lets a slow spell hit every
-    call alike."""
-    for fn in fns.values():
-        fn()
-    out: dict[str, float] = {name: float("inf") for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            if device == "cuda":
-                torch.cuda.synchronize()
-            t = time.perf_counter()
-            fn()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            out[name] = min(out[name], time.perf_counter() - t)
-    return out
+    """The least seconds of each call in ``fns`` over ``reps`` interleaved rounds (:func:`verifiers._times`): on a
+    shared machine the least time is the one other jobs disturbed least."""
+    return _interleaved(fns, reps, device, stat=min)
 
 
 def bench_point(method: str, B: int, V: int, n: int, device: str, reps: int) -> dict[str, float]:

@@ -62,9 +62,10 @@ def _inputs(B: int, V: int, n: int, device: str, seed: int = 0, noise: float | N
     return p.to(device), q.to(device), drafts.to(device)
 
 
-def _times(fns: dict[str, object], reps: int, device: str) -> dict[str, float]:
-    """Median seconds of each call in ``fns``, the calls interleaved round-robin (one warm-up each), so that a slow
-    spell of a shared machine falls on every method alike and the ratios stay comparable."""
+def _times(fns: dict[str, object], reps: int, device: str, stat=statistics.median) -> dict[str, float]:  # noqa: ANN001
+    """Seconds of each call in ``fns`` (``stat`` of its ``reps`` timings: the median by default), the calls
+    interleaved round-robin (one warm-up each), so that a slow spell of a shared machine falls on every method alike
+    and the ratios stay comparable."""
     for fn in fns.values():
         fn()  # warm-up
     out: dict[str, list[float]] = {name: [] for name in fns}
@@ -77,7 +78,7 @@ def _times(fns: dict[str, object], reps: int, device: str) -> dict[str, float]:
             if device == "cuda":
                 torch.cuda.synchronize()
             out[name].append(time.perf_counter() - t)
-    return {name: statistics.median(ts) for name, ts in out.items()}
+    return {name: stat(ts) for name, ts in out.items()}
 
 
 def _graphed(fn):  # noqa: ANN001, ANN202

@@ -137,7 +137,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_single_draft.restype = None
     lib.otlp_bucket_rule.argtypes = [_VOID, _VOID, _INT, _I64, _I64] + [_VOID] * 4 + [_INT, _I64, _INT, _I64, _I64,
                                                                                    _F64, _F64, _VOID, _VOID, _F64,
-                                                                                   _I64, _INT, _VOID, _INT] + [
+                                                                                   _I64, _INT, _INT, _VOID, _INT] + [
         _VOID] * 3
     lib.otlp_bucket_rule.restype = _INT
     lib.otlp_kseq_first_stage.argtypes = [_VOID, _VOID, _INT, _I64, _I64, _INT, _INT, _INT] + [_VOID] * 5 + [
@@ -338,8 +338,8 @@ def single_draft(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndar
 
 def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, u: np.ndarray,
                 n: int, *, steps: int, bits: int, top: int, NB: int, below: float, above: float, LO: np.ndarray,
-                HI: np.ndarray, margin: float, share: int, attempts: int, forced: np.ndarray | None = None,
-                threads: int = 1, stats: dict | None = None):  # noqa: ANN201
+                HI: np.ndarray, margin: float, share: int, attempts: int, bound: bool = False,
+                forced: np.ndarray | None = None, threads: int = 1, stats: dict | None = None):  # noqa: ANN201
     """:func:`otlp.optimal.buckets.verify_chunks`' steps on the rows ``p, q [B, V]`` (float32 or float64, one dtype,
     normalised by ``inv_p, inv_q [B]``) with drafts ``w int64 [B, n]`` and uniforms ``u [B, 2]``, one row at a time in
     ``otlp_bucket_rule`` (``bucket_rule.c``): ``(tokens [B], index [B], status int8 [B])``, status the attempt that
@@ -348,10 +348,11 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
     are meaningless). The buckets' scheme (``bits`` per octave, ``NB`` buckets, the top bucket's pattern key ``top``,
     the clamps ``below`` and ``above``, the ranges ``LO, HI [NB]``) and ``margin``, ``share``, ``attempts`` are
     :mod:`otlp.optimal.buckets`' (:func:`~otlp.optimal.buckets._native_rows` passes them); ``steps``: the Newton steps
-    of the chain's roots; ``forced bool [B, NB]``: the first attempt's selection instead of the rule's; ``threads``:
-    an OpenMP team of that many threads takes the rows one at a time inside the call (the same results; one thread
-    where the kernels were built without OpenMP, :func:`openmp`); ``stats``, a dict: its "threads" set to the
-    number that took part.
+    of the chain's roots; ``bound``: merged runs may lie inside the served window, their hazard bounded
+    (``bucket_rule.c``'s ``window_bound``; else the window's buckets are sorted); ``forced bool [B, NB]``: the
+    first attempt's selection instead of the rule's; ``threads``: an OpenMP team of that many threads takes the rows
+    one at a time inside the call (the same results; one thread where the kernels were built without OpenMP,
+    :func:`openmp`); ``stats``, a dict: its "threads" set to the number that took part.
     None where the kernels are not built, n is above ``SLOT_MASS_MAX_N`` or the rows are of other dtypes."""
     lib = library()
     if lib is None or not 1 <= n <= SLOT_MASS_MAX_N or p.dtype != q.dtype or p.dtype not in (np.float32, np.float64):
@@ -367,7 +368,7 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
     tokens, index, status = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int8)
     used = lib.otlp_bucket_rule(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), B, V,
                             *(x.ctypes.data for x in (*floats, w, u)), n, steps, bits, top, NB, below, above,
-                            LO.ctypes.data, HI.ctypes.data, margin, share, attempts,
+                            LO.ctypes.data, HI.ctypes.data, margin, share, attempts, int(bool(bound)),
                             None if forced is None else forced.ctypes.data, max(int(threads), 1), tokens.ctypes.data,
                             index.ctypes.data, status.ctypes.data)
     if used < 0:

@@ -118,8 +118,14 @@ struct work {
     double *run_p, *run_q, *run_low;                  /* [NB] */
     int64_t *F, *order, *tmp;                         /* [V + NB + 1] */
     double *Pg, *Qg, *key, *ps, *qs, *pq, *sq, *psi, *pwork;
-    void *block;
+    /* the served window's bounded segments (window_bound): [SEGS(NB)] each, the chain's positions [n + 2 SEGS(NB)],
+     * the roots' arguments and values [4 SEGS(NB)] */
+    int64_t *seg_a, *seg_z, *seg_piece, *posl;
+    double *seg_lo, *seg_hi, *cuml, *cumcl, *rH, *rL, *rr, *rg, *ry;
+    void *block, *block2;
 };
+
+#define SEGS(NB) ((NB) + 2 * MAX_N + 2) /* runs of a compressed instance, at most */
 
 static int work_alloc(struct work *W, int64_t V, int64_t NB) {
     const size_t K = (size_t)(V + NB + 1), nb = (size_t)(NB + 1);
@@ -149,7 +155,30 @@ static int work_alloc(struct work *W, int64_t V, int64_t NB) {
     W->sel = (uint8_t *)(W->bucket + V);
     W->bad_run = W->sel + nb;
     for (int64_t k = 0; k < NB; k++) W->ident[k] = k;
+    const size_t G = (size_t)SEGS(NB), P = MAX_N + 2 * G;
+    W->block2 = malloc(sizeof(int64_t) * (3 * G + P) + sizeof(double) * (2 * G + 2 * P + 5 * 4 * G));
+    if (!W->block2) {
+        free(W->block);
+        return -1;
+    }
+    x = W->block2;
+    W->seg_a = x, x += G;
+    W->seg_z = x, x += G;
+    W->seg_piece = x, x += G;
+    W->posl = x, x += P;
+    d = (double *)x;
+    W->seg_lo = d, d += G;
+    W->seg_hi = d, d += G;
+    W->cuml = d, d += P;
+    W->cumcl = d, d += P;
+    double **roots[] = {&W->rH, &W->rL, &W->rr, &W->rg, &W->ry};
+    for (size_t i = 0; i < 5; i++) *roots[i] = d, d += 4 * G;
     return 0;
+}
+
+static void work_free(struct work *W) {
+    free(W->block);
+    free(W->block2);
 }
 
 /* The scheme: buckets.Scheme and its constants. */
@@ -282,10 +311,218 @@ static int64_t row_instance(struct work *W, int64_t NB, int64_t T, int bits) {
     return R;
 }
 
+/* The bounded window (issue 41; otlp/optimal/sortfree.py is the reference, design note sortfree-rule.md section 3).
+ * A merged run may lie inside the served group's positions s .. top when the bounds below decide the slot: the
+ * hazard of the chain over a segment of merged entries, from the token A before it to the token Z after it (both
+ * exact, ratios r_A <= r_Z), is the integral over the ratio of G = d log F / dr along the prefix sums it passes,
+ * F(H, psi, r) the largest root y in [0, Qe - H] of (H + y)^n - H^n - r y = psi - psi_e (chains.slot_mass). Cut
+ * [r_A, r_Z] at the ratio edges of the segment's nonempty buckets (rho_0 = r_A, rho_i = max(E_b, r_A) with E_b = 1 /
+ * HI_b the least ratio bucket b holds): over [rho_i, rho_i+1] every token passed from piece i has its ratio in
+ * [rho_i, r], so the point lies between the fixed points (H_i, psi_i) and (H_i + q_i, psi_i + rho_i q_i - ((H_i +
+ * q_i)^n - H_i^n)), and along a fixed point the integral is exact:
+ *
+ *     sum over piece i  in  [ log F(H_i, psi_i, rho_i+1) / F(H_i, psi_i, rho_i),  the same at the second point ],
+ *
+ * four roots a piece, no token of the segment read. The tokens' own hazards are the chain's (otlp_window_chain on
+ * the compressed instance, read at the segments' ends and subtracted there). The piece hazards of chains._pieces
+ * then get intervals, the slots' running weights too (sortfree._Group.certify's interval arithmetic), and the slot
+ * is certified where u0 times the total lies MARGIN_U inside one slot's ends. */
+#define MARGIN_U 1e-9  /* sortfree.MARGIN */
+#define TOL_REL 1e-9   /* sortfree.TOL_REL, TOL_ABS: every hazard interval widened */
+#define TOL_ABS 1e-11
+#define POINT_EPS 1e-13 /* the two fixed points moved apart in psi (the buckets' sums add in another order) */
+#define ROOT_STEPS 64   /* Newton steps at most for the bounds' roots (each stops once it no longer moves) */
+
+/* The chain's ratio at compressed position j (chains.group_terms): 1 / (q / p), 0 where q = 0; an outer group's
+ * first position: max(p - (psi_e - psi_s), 0) / q (GR Thm 6.2's vertex). */
+static double chain_ratio(const struct work *W, int64_t j, int64_t s, int outer, double psi_gap) {
+    const double p = W->ps[j], q = W->qs[j];
+    if (!(q > 0)) return 0.0;
+    return j == s && outer ? np_max(p - psi_gap, 0.0) / q : 1.0 / (q / p);
+}
+
+/* The slot of u0 on the compressed instance of K entries (T tokens) whose served group (s, e] holds merged runs in
+ * s + 1 .. top - 1, from the bounds above. Returns 1 with *index_out (the slot, -1 for the residual) where they
+ * decide it, 0 where they do not (the window's runs then marked in W->bad_run), -1 without memory. */
+static int window_bound(struct work *W, const struct scheme *S, int64_t T, int64_t K, int64_t m, int64_t s,
+                        int64_t e, int64_t top, const int64_t *pos, const int64_t *w, int n, double u0, int64_t steps,
+                        int64_t *index_out) {
+    const int64_t *order = W->order, NB = S->NB;
+    const double *psi = W->psi;
+    const double psi_e = psi[e], Qe = W->pq[e], psi_gap = psi_e - psi[s];
+    const int outer = !(top < m);
+    int64_t G = 0, I = 0; /* segments, pieces */
+    int fail = 0;
+    for (int64_t j = s + 1; j < top && !fail; j++) { /* the segments: merged entries a + 1 .. z - 1 */
+        if (order[j] < T) continue;
+        int64_t z = j;
+        while (order[z] >= T) z++; /* (top is a token) */
+        const int64_t a = j - 1;
+        const double rA = chain_ratio(W, a, s, outer, psi_gap), rZ = chain_ratio(W, z, s, outer, psi_gap);
+        /* a merged entry's ratio equal to Z's would make the chain take Z's next root as a tied run's */
+        fail |= !(rZ >= rA) || (n >= 3 && chain_ratio(W, z - 1, s, outer, psi_gap) == rZ);
+        W->seg_a[G] = a;
+        W->seg_z[G] = z;
+        W->seg_piece[G++] = I;
+        double H = W->pq[a + 1], at = psi[a + 1]; /* the exclusive sums at the segment's first entry */
+        for (int64_t i = a + 1; i < z && !fail; i++) {
+            const int64_t r = order[i] - T;
+            for (int64_t b = W->run_first[r]; b <= W->run_last[r] && !fail; b++) {
+                const double qb = W->Qb[b], pb = W->Pb[b];
+                if (qb == 0.0 && pb == 0.0) continue;
+                const double rho = I == W->seg_piece[G - 1] ? rA : np_max(1.0 / S->HI[b], rA);
+                fail |= b == NB - 1 || !(rho <= rZ); /* (the bottom bucket: q = 0 tokens, whose ratio reads 0) */
+                double *piece = W->ry + 4 * I++; /* the piece's start, mass and least ratio, solved below */
+                piece[0] = H;
+                piece[1] = at;
+                piece[2] = qb;
+                piece[3] = rho;
+                const double next = H + qb;
+                at = at + pb - (int_power(next, n) - int_power(H, n));
+                H = next;
+            }
+        }
+        j = z;
+    }
+    W->seg_piece[G] = I;
+    if (fail) goto refuse;
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t i = W->seg_piece[g]; i < W->seg_piece[g + 1]; i++) {
+            const double H1 = W->ry[4 * i], at = W->ry[4 * i + 1], qb = W->ry[4 * i + 2], rho0 = W->ry[4 * i + 3];
+            const double rho1 = i + 1 < W->seg_piece[g + 1] ? W->ry[4 * (i + 1) + 3]
+                                                            : chain_ratio(W, W->seg_z[g], s, outer, psi_gap);
+            const double H2 = H1 + qb, at2 = at + rho0 * qb - (int_power(H2, n) - int_power(H1, n));
+            const double Hs[4] = {H1, H1, H2, H2}, gaps[4] = {at + POINT_EPS, at + POINT_EPS, at2 - POINT_EPS,
+                                                               at2 - POINT_EPS};
+            const double rs[4] = {rho1, rho0, rho1, rho0};
+            for (int k = 0; k < 4; k++) {
+                W->rH[4 * i + k] = Hs[k];
+                W->rL[4 * i + k] = np_max(Qe - Hs[k], 0.0);
+                W->rr[4 * i + k] = rs[k];
+                W->rg[4 * i + k] = gaps[k] - psi_e;
+            }
+        }
+    otlp_slot_roots(W->rH, W->rL, W->rr, W->rg, 4 * I, n, ROOT_STEPS, W->ry);
+    for (int64_t g = 0; g < G; g++) {
+        double lo = 0.0, hi = 0.0;
+        for (int64_t i = W->seg_piece[g]; i < W->seg_piece[g + 1]; i++) {
+            const double *y = W->ry + 4 * i;
+            double l = log(y[0]) - log(y[1]), h = log(y[2]) - log(y[3]);
+            l = isfinite(l) ? np_max(l, 0.0) : 0.0;
+            h = h != h ? INFINITY : np_max(h, l);
+            lo += l;
+            hi += h;
+        }
+        W->seg_lo[g] = lo;
+        W->seg_hi[g] = hi;
+    }
+    /* the chain's running hazards at the draws and at the segments' ends */
+    for (int j = 0; j < n; j++) W->posl[j] = pos[j];
+    for (int64_t g = 0; g < G; g++) {
+        W->posl[n + 2 * g] = W->seg_a[g];
+        W->posl[n + 2 * g + 1] = W->seg_z[g];
+    }
+    double beta;
+    if (otlp_window_chain(W->ps, W->qs, W->pq, W->sq, psi, 1, K, &m, &s, &e, &top, W->posl, n + 2 * G, n, steps,
+                          W->cuml, W->cumcl, &beta))
+        return -1;
+    /* the piece hazards (chains._pieces: the group's draws by position, decreasing, slot order on ties) */
+    int64_t key[MAX_N];
+    int by[MAX_N], c = 0;
+    for (int k = 0; k < n; k++) {
+        key[k] = pos[k] >= s ? pos[k] : -1;
+        c += pos[k] >= s;
+        int i = k;
+        while (i > 0 && key[by[i - 1]] < key[k]) {
+            by[i] = by[i - 1];
+            i--;
+        }
+        by[i] = k;
+    }
+    double h_lo[MAX_N], h_hi[MAX_N];
+    for (int k = 0; k < n; k++) {
+        h_lo[k] = h_hi[k] = 0.0;
+        if (k >= c) continue;
+        const int more = k + 1 < c;
+        const int64_t top_k = pos[by[k]], low_k = more ? pos[by[k + 1]] : s;
+        double ex = W->cuml[by[k]] - (more ? W->cuml[by[k + 1]] : 0.0);
+        double ex_c = W->cumcl[by[k]] - (more ? W->cumcl[by[k + 1]] : 0.0), lo = 0.0, hi = 0.0;
+        for (int64_t g = 0; g < G; g++)
+            if (W->seg_a[g] >= low_k && W->seg_z[g] <= top_k) {
+                ex -= W->cuml[n + 2 * g + 1] - W->cuml[n + 2 * g];
+                ex_c -= W->cumcl[n + 2 * g + 1] - W->cumcl[n + 2 * g];
+                lo += W->seg_lo[g];
+                hi += W->seg_hi[g];
+            }
+        lo += ex;
+        hi += ex;
+        if (ex_c > 0.5) lo = hi = INFINITY;
+        h_lo[k] = np_max(lo - TOL_ABS - TOL_REL * fabs(lo), 0.0);
+        h_hi[k] = np_max(hi + TOL_ABS + TOL_REL * fabs(hi), 0.0);
+    }
+    /* piece k fires with reach (1 - e^(-k h_k)), shared by its k draws; the reach falls by e^(-k h_k) */
+    double per_lo[MAX_N], per_hi[MAX_N], reach_lo = 0.0, reach_hi = 0.0;
+    for (int k = 0; k < n; k++) per_lo[k] = per_hi[k] = 0.0;
+    for (int k = 1; k <= n; k++) {
+        const double f_lo = exp(reach_lo) * -expm1((double)(-k) * h_lo[k - 1]);
+        const double f_hi = exp(reach_hi) * -expm1((double)(-k) * h_hi[k - 1]);
+        for (int i = 0; i < k; i++) {
+            per_lo[i] += f_lo / k;
+            per_hi[i] += f_hi / k;
+        }
+        reach_lo -= k * h_hi[k - 1];
+        reach_hi -= k * h_lo[k - 1];
+    }
+    const double left_lo = exp(reach_lo), left_hi = exp(reach_hi), share = beta / (c > 1 ? c : 1);
+    double slot_lo[MAX_N], slot_hi[MAX_N], wlo[MAX_N + 1], whi[MAX_N + 1];
+    for (int k = 0; k < n; k++) {
+        slot_lo[by[k]] = k < c ? per_lo[k] + left_lo * share : 0.0;
+        slot_hi[by[k]] = k < c ? per_hi[k] + left_hi * share : 0.0;
+    }
+    double sum_lo = 0.0, sum_hi = 0.0;
+    for (int i = 0; i < n; i++) { /* a repeated token's draws summed on its first slot */
+        int first = 1;
+        double a_lo = 0.0, a_hi = 0.0;
+        for (int j = 0; j < n; j++) {
+            if (w[j] != w[i]) continue;
+            first &= j >= i;
+            a_lo += slot_lo[j];
+            a_hi += slot_hi[j];
+        }
+        wlo[i] = first ? a_lo : 0.0;
+        whi[i] = first ? a_hi : 0.0;
+    }
+    const int residual = -psi[m] > 0; /* 1 - alpha* > 0: the reject slot counts (chains.sample) */
+    wlo[n] = residual ? left_lo * (1.0 - beta) : 0.0;
+    whi[n] = residual ? left_hi * (1.0 - beta) : 0.0;
+    for (int i = 0; i <= n; i++) {
+        sum_lo += wlo[i];
+        sum_hi += whi[i];
+    }
+    const double t_lo = residual ? 1.0 : np_max(1.0 - left_hi * (1.0 - beta), sum_lo);
+    const double t_hi = residual ? 1.0 : np_min(1.0 - left_lo * (1.0 - beta), sum_hi);
+    const double x_lo = u0 * t_lo - MARGIN_U, x_hi = u0 * t_hi + MARGIN_U;
+    double head_lo = 0.0, head_hi = 0.0, prev_hi = -INFINITY;
+    for (int j = 0; j <= n; j++) {
+        head_lo += wlo[j];
+        head_hi += whi[j];
+        const double cw_lo = np_max(head_lo, t_lo - (sum_hi - head_hi)), cw_hi = np_min(head_hi, t_hi - (sum_lo - head_lo));
+        if ((j == 0 || prev_hi < x_lo) && cw_lo > x_hi && whi[j] > 0) {
+            *index_out = j < n ? j : -1;
+            return 1;
+        }
+        prev_hi = cw_hi;
+    }
+refuse:
+    for (int64_t j = s + 1; j < top; j++)
+        if (order[j] >= T) W->bad_run[order[j] - T] = 1;
+    return 0;
+}
+
 /* Step 5 on the compressed instance of K = T + R entries: the rule, its draw and the certificate. Returns 1 when
  * certified (token and slot in *token, *slot), else 0 with the failing runs marked in W->bad_run. -1: no memory. */
-static int row_rule(struct work *W, int64_t T, int64_t R, const int64_t *w, const double *u, int n, int64_t steps,
-                    int64_t *token, int64_t *slot) {
+static int row_rule(struct work *W, const struct scheme *S, int bound, int64_t T, int64_t R, const int64_t *w,
+                    const double *u, int n, int64_t steps, int64_t *token, int64_t *slot) {
     const int64_t K = T + R;
     int64_t w2[MAX_N], pos[MAX_N], m, top, s, e, index, drawn_col;
     double cum[MAX_N], cum_c[MAX_N], accept[MAX_N], beta, reject;
@@ -307,7 +544,7 @@ static int row_rule(struct work *W, int64_t T, int64_t R, const int64_t *w, cons
     const double psi_star = psi[m], psi_s = psi[s], psi_e = psi[e];
     const int inner = top < m;
     memset(W->bad_run, 0, (size_t)(R > 0 ? R : 1));
-    int ok = 1;
+    int ok = 1, window = 0;
 #define BELOW(thr) (least < (thr))
 #define AT_OR_BELOW(thr) (ends < (thr) || low <= (thr))
     for (int64_t j = 0; j < K; j++) {
@@ -315,20 +552,27 @@ static int row_rule(struct work *W, int64_t T, int64_t R, const int64_t *w, cons
         if (col < T) continue; /* only a merged run can fail */
         const double low = W->run_low[col - T], ends = np_min(psi[j], psi[j + 1]), least = np_min(ends, low);
         int bad = j < m ? AT_OR_BELOW(psi_star) : BELOW(psi_star);
-        bad |= j >= s && j < top;
-        if (inner) bad |= (AT_OR_BELOW(psi_s) && j < s) || (BELOW(psi_s) && j > top && j < e);
-        else bad |= (AT_OR_BELOW(psi_e) && j > top && j < e) || (BELOW(psi_e) && j >= e);
+        const int inside = j > s && j < top; /* bounded (window_bound), unless the row takes the exact chain */
+        bad |= j == s || (inside && !bound);
+        if (inner) bad |= (AT_OR_BELOW(psi_s) && j < s) || (BELOW(psi_s) && (inside || (j > top && j < e)));
+        else bad |= (AT_OR_BELOW(psi_e) && (inside || (j > top && j < e))) || (BELOW(psi_e) && j >= e);
+        window |= inside;
         if (bad) {
             W->bad_run[col - T] = 1;
             ok = 0;
         }
     }
     if (!ok) return 0;
-    if (otlp_window_chain(W->ps, W->qs, W->pq, W->sq, W->psi, 1, K, &m, &s, &e, &top, pos, n, n, steps, cum, cum_c,
-                          &beta))
-        return -1;
-    otlp_pieces(w2, pos, &s, cum, cum_c, &beta, 1, n, accept, &reject);
-    otlp_sample(accept, &reject, w2, u, W->psi, W->order, &m, 1, K, n, &drawn_col, &index);
+    if (window) {
+        const int got = window_bound(W, S, T, K, m, s, e, top, pos, w2, n, u[0], steps, &index);
+        if (got <= 0) return got;
+    } else {
+        if (otlp_window_chain(W->ps, W->qs, W->pq, W->sq, W->psi, 1, K, &m, &s, &e, &top, pos, n, n, steps, cum,
+                              cum_c, &beta))
+            return -1;
+        otlp_pieces(w2, pos, &s, cum, cum_c, &beta, 1, n, accept, &reject);
+        otlp_sample(accept, &reject, w2, u, W->psi, W->order, &m, 1, K, n, &drawn_col, &index);
+    }
     const double v = u[1] * np_max(-psi_star, 0.0);
     const int rejected = index < 0;
     int64_t M = 0;
@@ -356,7 +600,7 @@ static int row_rule(struct work *W, int64_t T, int64_t R, const int64_t *w, cons
 /* One call's arguments (otlp_bucket_rule's), shared by its threads, and the next row to take. */
 struct call {
     const void *p, *q;
-    int is_double, n, attempts;
+    int is_double, n, attempts, bound;
     int64_t V, steps, share;
     const double *inv_p, *inv_q, *u;
     const int64_t *w;
@@ -401,7 +645,7 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
             }
         }
         const int64_t R = row_instance(W, NB, T, C->S.bits);
-        const int got = row_rule(W, T, R, wb, ub, n, C->steps, C->tokens + b, C->index + b);
+        const int got = row_rule(W, &C->S, C->bound, T, R, wb, ub, n, C->steps, C->tokens + b, C->index + b);
         if (got < 0) return -1;
         if (got) {
             C->status[b] = (int8_t)attempt;
@@ -437,14 +681,14 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
 int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
                      const double *inv_q, const int64_t *w, const double *u, int n, int64_t steps, int bits,
                      int64_t top, int64_t NB, double below, double above, const double *LO, const double *HI,
-                     double margin, int64_t share, int attempts, const uint8_t *forced, int threads,
+                     double margin, int64_t share, int attempts, int bound, const uint8_t *forced, int threads,
                      int64_t *tokens, int64_t *index, int8_t *status) {
     int team = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads, used = 1;
     team = B < team ? (int)(B > 1 ? B : 1) : team;
 #ifndef _OPENMP
     team = 1;
 #endif
-    struct call C = {p, q, is_double, n, attempts, V, steps, share, inv_p, inv_q, u, w, forced,
+    struct call C = {p, q, is_double, n, attempts, bound, V, steps, share, inv_p, inv_q, u, w, forced,
                      {bits, top, NB, below, above, margin, LO, HI}, tokens, index, status, B, team > 1, 0, 0};
 #ifdef _OPENMP
 #pragma omp parallel if (team > 1) num_threads(team)
@@ -456,7 +700,7 @@ int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int
         } else {
             for (int64_t b; !C.failed && (b = C.next++) < B;)
                 if (row_run(&C, &W, b)) C.failed = 1;
-            free(W.block);
+            work_free(&W);
         }
 #ifdef _OPENMP
 #pragma omp master

@@ -604,3 +604,14 @@ void otlp_single_draft(const void *p, const void *q, int is_double, int64_t B, i
         index[b] = -1;
     }
 }
+
+/* chains.slot_mass for 1 <= n <= MAX_N: the closed forms at n <= 2 (closed_root), else otlp_slot_mass with at most
+ * `limit` Newton steps (bucket_rule.c's bounds on the chain's hazard over the buckets it does not sort). */
+void otlp_slot_roots(const double *H, const double *L, const double *r, const double *gap, int64_t count, int n,
+                     int64_t limit, double *y) {
+    if (n >= 3) {
+        otlp_slot_mass(H, L, r, gap, count, n, limit, y);
+        return;
+    }
+    for (int64_t i = 0; i < count; i++) y[i] = closed_root(H[i], L[i], r[i], gap[i], n);
+}

@@ -69,6 +69,8 @@ int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q
                       const double *psi, int64_t B, int64_t V, const int64_t *m_star, const int64_t *s_in,
                       const int64_t *e_in, const int64_t *top_in, const int64_t *pos_in, int64_t draws, int n,
                       int64_t limit, double *cum_out, double *cum_c_out, double *beta_out);
+void otlp_slot_roots(const double *H, const double *L, const double *r, const double *gap, int64_t count, int n,
+                     int64_t limit, double *y);
 void otlp_pieces(const int64_t *w, const int64_t *pos, const int64_t *s, const double *cum, const double *cum_c,
                  const double *beta, int64_t B, int n, double *accept, double *reject);
 void otlp_sample(const double *accept, const double *reject, const int64_t *w, const double *u, const double *psi,

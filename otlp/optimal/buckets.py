@@ -74,6 +74,9 @@ FULL_SORT_SHARE = 5
 #: time at B = 8 and 64, V = 32k-128k, one thread, and 0.85x at B = 64, V = 152k, two threads (B = 16, V = 32k, two
 #: threads: 1.05x, within noise).
 CHUNK = 1 << 21
+#: the native route lets merged runs lie inside the served window and bounds their share of the chain's hazard
+#: (``bucket_rule.c``'s ``window_bound``, issue 41), deciding the slot where the bounds do; else it sorts them.
+BOUND = True
 #: the native route spreads a call's rows over an OpenMP team from this many entries (benchmarks/bucket_tuning.py,
 #: part "threads"). The team is torch's (one libgomp per process), whose threads, right after torch's own parallel
 #: work (as in a decode loop, or the benchmark's interleaved calls), still spin and take rows at once.
@@ -197,13 +200,15 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
 
 
 def _native_rows(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, U: np.ndarray,
-                 n: int, sc: Scheme, forced: np.ndarray | None = None, threads: int = 1):  # noqa: ANN202
+                 n: int, sc: Scheme, forced: np.ndarray | None = None, threads: int = 1,
+                 bound: bool | None = None):  # noqa: ANN202
     """:func:`otlp.native.bucket_rule` with this module's scheme and constants: ``(tokens, index, status)`` of the
     rows ``p, q [b, V]`` (``forced bool [b, NB]``: the first attempt's selection; ``threads``: an OpenMP team of
     that many takes the rows inside the call), or None without the kernels."""
     return native.bucket_rule(p, q, inv_p, inv_q, w, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=_top(sc.bits),
                               NB=sc.NB, below=_BELOW, above=2.0**OCTAVES, LO=sc.LO, HI=sc.HI, margin=BOUND_MARGIN,
-                              share=FULL_SORT_SHARE, attempts=ATTEMPTS, forced=forced, threads=threads)
+                              share=FULL_SORT_SHARE, attempts=ATTEMPTS, bound=BOUND if bound is None else bound,
+                              forced=forced, threads=threads)
 
 
 def inverse_sums(x: np.ndarray, total: np.ndarray | None = None) -> np.ndarray:

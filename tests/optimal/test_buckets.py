@@ -416,30 +416,39 @@ def test_the_routes_certify_the_same_rows(monkeypatch: pytest.MonkeyPatch, V: in
         np.testing.assert_array_equal(ours[1][ours[2]], theirs[1][ours[2]])
 
 
+def _inside_run(rng, B: int, V: int, n: int):  # noqa: ANN001, ANN202
+    """LM rows, and a selection of every bucket except one holding only tokens strictly inside the full order's
+    (s, top) (a draft's bucket excepted) where the row has one: ``(P, Q, W, sc, forced [B, NB], inside [B])``."""
+    P, Q, W = _lm(rng, B, V, n)
+    sc = BK.scheme(BK.bits_for(V))
+    pre = C.prefix(P, Q, n)
+    _, top, s, _ = C.served_group(pre, W)
+    bucket = sc.bucket_of(np.maximum(Q / P, 0.0))  # (LM rows: p > 0)
+    at = np.take_along_axis(bucket, pre.order, axis=1)  # [B, V] the bucket at each position of the full order
+    forced, inside = np.ones((B, sc.NB), dtype=bool), np.zeros(B, dtype=bool)
+    for b in range(B):
+        lo, hi = s[b, 0], top[b, 0]
+        edge = set(at[b, :lo + 1]) | set(at[b, hi:]) | set(bucket[b, W[b]])
+        middle = sorted(set(at[b, lo + 1:hi]) - edge)
+        if middle:
+            forced[b, middle[0]], inside[b] = False, True
+    assert inside.any()
+    return P, Q, W, sc, forced, inside
+
+
 def test_a_run_inside_the_served_chain_fails_the_certificate(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
-    """The served group's chain reads each position from s to the top draw, so a merged run there must fail the
-    certificate however its psi bounds lie. Every bucket is selected except one holding only tokens strictly inside
-    the full order's (s, top) (a draft's bucket excepted): such a row fails its first attempt and is certified on the
-    retry (with that bucket sorted) with the full sort's answer; every other row is certified at once."""
+    """Without the window's bounds (``BOUND`` off; the numpy route has none) the served group's chain reads each
+    position from s to the top draw, so a merged run there must fail the certificate however its psi bounds lie.
+    Every bucket is selected except one holding only tokens strictly inside the full order's (s, top)
+    (:func:`_inside_run`): such a row fails its first attempt and is certified on the retry (with that bucket sorted)
+    with the full sort's answer; every other row is certified at once."""
     monkeypatch.setattr(BK, "FULL_SORT_SHARE", 0)  # try every row, though it hardly compresses
+    monkeypatch.setattr(BK, "BOUND", False)
     original = BK._attempt
     rng = np.random.default_rng(3)
     B, V = 200, 4000
     for n in (4, 8):
-        P, Q, W = _lm(rng, B, V, n)
-        sc = BK.scheme(BK.bits_for(V))
-        pre = C.prefix(P, Q, n)
-        _, top, s, _ = C.served_group(pre, W)
-        bucket = sc.bucket_of(np.maximum(Q / P, 0.0))  # (LM rows: p > 0)
-        at = np.take_along_axis(bucket, pre.order, axis=1)  # [B, V] the bucket at each position of the full order
-        forced, inside = np.ones((B, sc.NB), dtype=bool), np.zeros(B, dtype=bool)
-        for b in range(B):
-            lo, hi = s[b, 0], top[b, 0]
-            edge = set(at[b, :lo + 1]) | set(at[b, hi:]) | set(bucket[b, W[b]])
-            middle = sorted(set(at[b, lo + 1:hi]) - edge)
-            if middle:
-                forced[b, middle[0]], inside[b] = False, True
-        assert inside.any()
+        P, Q, W, sc, forced, inside = _inside_run(rng, B, V, n)
         U = rng.random((B, 2))
         first = []
         if route == "native":
@@ -456,6 +465,28 @@ def test_a_run_inside_the_served_chain_fails_the_certificate(monkeypatch: pytest
             tokens, index, done = BK.verify_rows(P, Q, W, U, n, bits=sc.bits)
             first = first[0]
         assert done.all() and not first[inside].any() and first[~inside].all()
+        t0, i0 = _full(P, Q, W, U, n)
+        np.testing.assert_array_equal(tokens, t0)
+        np.testing.assert_array_equal(index, i0)
+
+
+@pytest.mark.skipif(native.library() is None, reason="needs otlp's C kernels")
+@pytest.mark.parametrize("n", [3, 4, 8])
+def test_a_run_inside_the_served_chain_is_bounded(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """With the window's bounds (``BOUND``, the native route) a merged run strictly inside the served window need not
+    be sorted: its share of the chain's hazard is bounded and the slot certified from the bounds. The rows of
+    :func:`_inside_run` give the full sort's token and slot for the same uniforms, and most of those with a run inside
+    are certified at the first attempt (the bounds' width is second order in a bucket's ratio span; a row they leave
+    undecided is retried with the run sorted, as without them)."""
+    monkeypatch.setattr(BK, "FULL_SORT_SHARE", 0)
+    rng = np.random.default_rng([4, n])
+    B, V = 200, 4000
+    P, Q, W, sc, forced, inside = _inside_run(rng, B, V, n)
+    for _ in range(3):
+        U = rng.random((B, 2))
+        tokens, index, status = BK._native_rows(P, Q, np.ones(B), np.ones(B), W, U, n, sc, forced, bound=True)
+        assert (status > 0).all()
+        assert (status[inside] == 1).mean() > 0.9 and (status[~inside] == 1).all()
         t0, i0 = _full(P, Q, W, U, n)
         np.testing.assert_array_equal(tokens, t0)
         np.testing.assert_array_equal(index, i0)

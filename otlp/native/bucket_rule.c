@@ -108,10 +108,12 @@ int otlp_sort_bucket(const double *key, int64_t m, int shift, int edge, int64_t 
     return 0;
 }
 
+#define SEGS(NB) ((NB) + 2 * MAX_N + 2) /* runs of a compressed instance, at most */
+
 /* What one call needs, for rows of V tokens in NB buckets: one allocation. */
 struct work {
     uint16_t *bucket;                                 /* [V] */
-    uint8_t *sel, *bad_run;                           /* [NB] */
+    uint8_t *sel, *part, *gather, *bad_run, *part_run; /* [SEGS(NB) + 1] */
     double *hist, *Pb, *Qb, *lps, *lqs, *Qa, *Sqb, *psib, *lwork, *f, *low, *inner; /* buckets' quantities */
     int64_t *ident, *start, *run_first, *run_last;    /* [NB + 1] */
     int64_t *count;                                   /* [DIGITS + 1] */
@@ -125,10 +127,8 @@ struct work {
     void *block, *block2;
 };
 
-#define SEGS(NB) ((NB) + 2 * MAX_N + 2) /* runs of a compressed instance, at most */
-
 static int work_alloc(struct work *W, int64_t V, int64_t NB) {
-    const size_t K = (size_t)(V + NB + 1), nb = (size_t)(NB + 1);
+    const size_t nb = (size_t)SEGS(NB) + 1, K = (size_t)V + nb; /* (buckets, or runs of an instance) */
     /* nb doubles each (lwork: otlp_prefix's work on the buckets), K each (pwork: its work on the instance) */
     double **lev[] = {&W->Pb, &W->Qb, &W->lps, &W->lqs, &W->Qa, &W->Sqb, &W->psib, &W->f, &W->low, &W->inner,
                       &W->run_p, &W->run_q, &W->run_low, &W->lwork};
@@ -136,7 +136,7 @@ static int work_alloc(struct work *W, int64_t V, int64_t NB) {
     const size_t n_lev = sizeof lev / sizeof *lev, n_com = sizeof com / sizeof *com;
     const size_t doubles = 2 * nb + n_lev * nb + n_com * K;
     const size_t ints = 4 * nb + 3 * K + DIGITS + 1;
-    W->block = malloc(sizeof(double) * doubles + sizeof(int64_t) * ints + (size_t)V * 2 + 2 * nb + 64);
+    W->block = malloc(sizeof(double) * doubles + sizeof(int64_t) * ints + (size_t)V * 2 + 5 * nb + 64);
     if (!W->block) return -1;
     double *d = W->block;
     W->hist = d, d += 2 * nb;
@@ -153,7 +153,10 @@ static int work_alloc(struct work *W, int64_t V, int64_t NB) {
     W->count = x, x += DIGITS + 1;
     W->bucket = (uint16_t *)x;
     W->sel = (uint8_t *)(W->bucket + V);
-    W->bad_run = W->sel + nb;
+    W->part = W->sel + nb;
+    W->gather = W->part + nb;
+    W->bad_run = W->gather + nb;
+    W->part_run = W->bad_run + nb;
     for (int64_t k = 0; k < NB; k++) W->ident[k] = k;
     const size_t G = (size_t)SEGS(NB), P = MAX_N + 2 * G;
     W->block2 = malloc(sizeof(int64_t) * (3 * G + P) + sizeof(double) * (2 * G + 2 * P + 5 * 4 * G));
@@ -189,6 +192,17 @@ struct scheme {
     const double *LO, *HI;
 };
 
+/* buckets.psi_interior_bound: a lower bound of psi over the prefixes that end inside a stretch of the order holding
+ * masses (pb, qb) of ratios q / p in [lo, hi), after prefix sums (Pa, Qa). */
+static double interior_bound(double Pa, double Qa, double pb, double qb, double lo, double hi, int n) {
+    double x_c = 0.0; /* an empty bucket's (most of a row's buckets): the formula gives 0 there too */
+    if (pb != 0.0 || qb != 0.0) {
+        x_c = lo > 0 ? (qb / lo - pb) / (1.0 / lo - 1.0 / hi) : qb;
+        x_c = np_min(np_max(x_c, 0.0), qb);
+    }
+    return (Pa + x_c / hi) - int_power(Qa + x_c, n);
+}
+
 /* Steps 1-2 on one row: the buckets, their sums, psi at their boundaries and the bounds. Returns b*, the first
  * argmin of psi over the boundaries. */
 static int64_t row_level(const void *p, const void *q, int is_double, int64_t V, const double *ip, const double *iq,
@@ -215,21 +229,20 @@ static int64_t row_level(const void *p, const void *q, int is_double, int64_t V,
     }
     for (int64_t k = 0; k < NB; k++) {
         const double lo = S->LO[k], hi = S->HI[k], pb = W->Pb[k], qb = W->Qb[k];
-        double x_c = 0.0; /* an empty bucket's (most of a row's buckets): the formula gives 0 there too */
-        if (pb != 0.0 || qb != 0.0) {
-            x_c = lo > 0 ? (qb / lo - pb) / (1.0 / lo - 1.0 / hi) : qb;
-            x_c = np_min(np_max(x_c, 0.0), qb);
-        }
-        W->f[k] = ((Pa[k] + x_c / hi) - int_power(W->Qa[k] + x_c, n)) - S->margin;
+        W->f[k] = interior_bound(Pa[k], W->Qa[k], pb, qb, lo, hi, n) - S->margin;
         W->low[k] = np_min(np_min(W->psib[k], W->psib[k + 1]), W->f[k]);
         W->inner[k] = np_min(W->f[k], W->psib[k + 1]);
     }
     return b_star;
 }
 
-/* Step 3: buckets._Level.select for the drafts' buckets and the residual's uniform u1, into W->sel. */
+/* Step 3: buckets._Level.select for the drafts' buckets and the residual's uniform u1, into W->sel. With `bound`
+ * (window_bound), an inner group's s candidates are the buckets before the top draw's whose bound reaches the least
+ * psi at a boundary up to it (s, the first argmin over [0, top], is at or below it), not psi at the draw's bucket;
+ * and the drafts' buckets are not sorted (row_run marks them partial: row_instance). The certificate decides either
+ * way; the selection only makes it likely to pass. */
 static void row_select(const struct work *W, int64_t NB, int64_t b_star, const int64_t *w, int n, double u1,
-                       uint8_t *sel) {
+                       int bound, uint8_t *sel) {
     const double *psi = W->psib, *f = W->f;
     double best = psi[0];
     for (int64_t i = 1; i <= NB; i++) best = np_min(best, psi[i]);
@@ -252,26 +265,114 @@ static void row_select(const struct work *W, int64_t NB, int64_t b_star, const i
     for (int64_t k = last; k < NB; k++) sel[k] |= W->low[k] <= tau_hi;
     int64_t d = 0;
     for (int j = 0; j < n; j++) d = W->bucket[w[j]] > d ? W->bucket[w[j]] : d;
-    const double psi_d = psi[d];
+    double psi_d = psi[d];
+    for (int64_t i = 0; bound && i < d; i++) psi_d = np_min(psi_d, psi[i]);
     double after = INFINITY;
     for (int64_t i = d + 1; i <= NB; i++) after = np_min(after, psi[i]);
     if (d < m_lo)
         for (int64_t k = 0; k < d; k++) sel[k] |= f[k] <= psi_d;
     if (m_hi <= d)
         for (int64_t k = d + 1; k < NB; k++) sel[k] |= f[k] <= after;
-    for (int j = 0; j < n; j++) sel[W->bucket[w[j]]] = 1;
+    for (int j = 0; j < n && !bound; j++) sel[W->bucket[w[j]]] = 1;
+    if (!bound) return;
+    /* the group's other end: inner, e (the first prefix after the top draw below psi_s, psi_s in [s_lo, psi_d]) lies
+     * before the first boundary after d at or below s_lo, in a bucket whose inside may fall below psi_d; outer, s (the
+     * last prefix up to the top draw at or below psi_e, psi_e in [e_lo, after]) lies at or after the last boundary
+     * up to d at or below e_lo, in a bucket whose inside may reach `after` */
+    if (d < m_lo) {
+        double s_lo = psi_d;
+        for (int64_t k = 0; k < d; k++) s_lo = f[k] <= psi_d ? np_min(s_lo, f[k]) : s_lo;
+        for (int64_t k = d + 1; k < NB && !(psi[k] < s_lo); k++) sel[k] |= W->low[k] < psi_d;
+    }
+    if (m_hi <= d) {
+        double e_lo = after;
+        for (int64_t k = d + 1; k < NB; k++) e_lo = f[k] <= after ? np_min(e_lo, f[k]) : e_lo;
+        int64_t i_s = 0;
+        for (int64_t i = 0; i <= d; i++) i_s = psi[i] <= e_lo ? i : i_s;
+        for (int64_t k = i_s; k < d; k++) sel[k] |= W->low[k] <= after;
+    }
+    int64_t first = 0; /* the row's first position (s = 0 reads it), a token */
+    while (first < NB - 1 && W->Pb[first] == 0.0 && W->Qb[first] == 0.0) first++;
+    sel[first] = 1;
 }
 
+/* The column of token id x among the gathered tokens W->F [T] (increasing). */
+static int64_t column_of(const struct work *W, int64_t T, int64_t x) {
+    int64_t lo = 0, hi = T;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (W->F[mid] < x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* A partial bucket (a draft's, not sorted): its distinct drafted tokens' columns by decreasing key (ties by id), and
+ * the sums of its other tokens between them (sub-run i: after draw i - 1 and before draw i in the ratio order). */
+struct part {
+    int64_t k, m, col[MAX_N], cnt[MAX_N + 1];
+    double p[MAX_N + 1], q[MAX_N + 1];
+};
+
 /* Step 4: the compressed instance of the row's T gathered tokens (W->F, Pg, Qg) and its runs, in W->order (columns:
- * the tokens 0 .. T - 1, then the runs T .. T + R - 1, R returned) with W->Pg, W->Qg extended by the runs' sums. */
-static int64_t row_instance(struct work *W, int64_t NB, int64_t T, int bits) {
-    const uint8_t *sel = W->sel;
+ * the tokens 0 .. T - 1, then the runs T .. T + R - 1, R returned; *K_out entries in all) with W->Pg, W->Qg extended
+ * by the runs' sums. A partial bucket (W->part and not W->sel: its tokens gathered, not sorted) enters as its drafted
+ * tokens with, between them, one run of the bucket's other tokens each (W->part_run; its bound: the bucket's f), so
+ * that the drafts' positions and the prefix sums at them are exact with no sort. */
+static int64_t row_instance(struct work *W, int64_t NB, int64_t T, int bits, const int64_t *w, int n,
+                            int64_t *K_out) {
+    const uint8_t *sel = W->sel, *part = W->part;
     int64_t *start = W->start;
     memset(start, 0, sizeof(int64_t) * (size_t)(NB + 1));
     for (int64_t t = 0; t < T; t++) {
         const double r = W->Qg[t] / W->Pg[t];
         W->key[t] = r == r ? r : -1.0; /* otlp.psi.ratio_keys */
         start[W->bucket[W->F[t]] + 1]++;
+    }
+#define PARTIAL(k) (part[k] && !sel[k])
+    struct part parts[MAX_N];
+    int np = 0;
+    for (int j = 0; j < n; j++) {
+        const int64_t k = W->bucket[w[j]];
+        if (!PARTIAL(k)) continue;
+        int i = 0;
+        while (i < np && parts[i].k != k) i++;
+        struct part *P = parts + i;
+        if (i == np) {
+            P->k = k;
+            P->m = 0;
+            np++;
+        }
+        const int64_t col = column_of(W, T, w[j]);
+        int at = 0, dup = 0;
+        for (; at < P->m && !dup; at++) {
+            const int64_t c = P->col[at];
+            dup = c == col;
+            if (W->key[c] < W->key[col] || (W->key[c] == W->key[col] && c > col)) break;
+        }
+        if (dup) continue;
+        for (int64_t v = P->m; v > at; v--) P->col[v] = P->col[v - 1];
+        P->col[at] = col;
+        P->m++;
+    }
+    for (int i = 0; i < np; i++)
+        for (int64_t v = 0; v <= parts[i].m; v++) parts[i].p[v] = parts[i].q[v] = 0.0, parts[i].cnt[v] = 0;
+    for (int64_t t = 0; t < T && np; t++) { /* the partial buckets' other tokens into their sub-runs */
+        const int64_t k = W->bucket[W->F[t]];
+        if (!PARTIAL(k)) continue;
+        int i = 0;
+        while (parts[i].k != k) i++;
+        struct part *P = parts + i;
+        int64_t v = 0, drawn = 0;
+        for (int64_t a = 0; a < P->m; a++) {
+            const int64_t c = P->col[a];
+            drawn |= c == t;
+            v += W->key[c] > W->key[t] || (W->key[c] == W->key[t] && c < t);
+        }
+        if (drawn) continue;
+        P->p[v] += W->Pg[t];
+        P->q[v] += W->Qg[t];
+        P->cnt[v]++;
     }
     int64_t R = 0, at = 0;
     for (int64_t k = 0; k < NB; k++) { /* each bucket's place in the order: its tokens, or its run's one entry */
@@ -281,8 +382,26 @@ static int64_t row_instance(struct work *W, int64_t NB, int64_t T, int bits) {
             at += count;
             continue;
         }
-        const double bound = k + 1 < NB && !sel[k + 1] ? W->inner[k] : W->f[k];
-        if (k == 0 || sel[k - 1]) { /* a new run */
+        if (PARTIAL(k)) {
+            int i = 0;
+            while (parts[i].k != k) i++;
+            const struct part *P = parts + i;
+            for (int64_t v = 0; v <= P->m; v++) {
+                if (P->cnt[v]) {
+                    W->run_first[R] = W->run_last[R] = k;
+                    W->run_p[R] = P->p[v];
+                    W->run_q[R] = P->q[v];
+                    W->run_low[R] = W->f[k];
+                    W->part_run[R] = 1;
+                    W->order[at++] = T + R++;
+                }
+                if (v < P->m) W->order[at++] = P->col[v];
+            }
+            continue;
+        }
+        const double bound = k + 1 < NB && !sel[k + 1] && !PARTIAL(k + 1) ? W->inner[k] : W->f[k];
+        if (k == 0 || sel[k - 1] || PARTIAL(k - 1)) { /* a new run */
+            W->part_run[R] = 0;
             W->run_first[R] = k;
             W->run_p[R] = W->Pb[k];
             W->run_q[R] = W->Qb[k];
@@ -299,7 +418,9 @@ static int64_t row_instance(struct work *W, int64_t NB, int64_t T, int bits) {
     start[NB] = at;
     int64_t *fill = W->tmp; /* where each selected bucket's next token goes */
     for (int64_t k = 0; k < NB; k++) fill[k] = start[k];
-    for (int64_t t = 0; t < T; t++) W->order[fill[W->bucket[W->F[t]]]++] = t; /* token order within a bucket */
+    for (int64_t t = 0; t < T; t++) /* token order within a bucket */
+        if (sel[W->bucket[W->F[t]]]) W->order[fill[W->bucket[W->F[t]]]++] = t;
+#undef PARTIAL
     for (int64_t k = 0; k < NB; k++)
         if (sel[k] && start[k + 1] - start[k] > 1)
             sort_bucket(W->order + start[k], start[k + 1] - start[k], W->key, W->tmp, W->count, 52 - bits,
@@ -308,6 +429,7 @@ static int64_t row_instance(struct work *W, int64_t NB, int64_t T, int bits) {
         W->Pg[T + r] = W->run_p[r];
         W->Qg[T + r] = W->run_q[r];
     }
+    *K_out = at;
     return R;
 }
 
@@ -368,7 +490,9 @@ static int window_bound(struct work *W, const struct scheme *S, int64_t T, int64
         for (int64_t i = a + 1; i < z && !fail; i++) {
             const int64_t r = order[i] - T;
             for (int64_t b = W->run_first[r]; b <= W->run_last[r] && !fail; b++) {
-                const double qb = W->Qb[b], pb = W->Pb[b];
+                /* a whole bucket's sums, or a partial bucket's sub-run (row_instance) */
+                const int sub = W->part_run[r];
+                const double qb = sub ? W->run_q[r] : W->Qb[b], pb = sub ? W->run_p[r] : W->Pb[b];
                 if (qb == 0.0 && pb == 0.0) continue;
                 const double rho = I == W->seg_piece[G - 1] ? rA : np_max(1.0 / S->HI[b], rA);
                 fail |= b == NB - 1 || !(rho <= rZ); /* (the bottom bucket: q = 0 tokens, whose ratio reads 0) */
@@ -521,20 +645,11 @@ refuse:
 
 /* Step 5 on the compressed instance of K = T + R entries: the rule, its draw and the certificate. Returns 1 when
  * certified (token and slot in *token, *slot), else 0 with the failing runs marked in W->bad_run. -1: no memory. */
-static int row_rule(struct work *W, const struct scheme *S, int bound, int64_t T, int64_t R, const int64_t *w,
-                    const double *u, int n, int64_t steps, int64_t *token, int64_t *slot) {
-    const int64_t K = T + R;
+static int row_rule(struct work *W, const struct scheme *S, int bound, int64_t T, int64_t R, int64_t K,
+                    const int64_t *w, const double *u, int n, int64_t steps, int64_t *token, int64_t *slot) {
     int64_t w2[MAX_N], pos[MAX_N], m, top, s, e, index, drawn_col;
     double cum[MAX_N], cum_c[MAX_N], accept[MAX_N], beta, reject;
-    for (int j = 0; j < n; j++) { /* the drafts' columns: their tokens' places among the gathered (increasing) */
-        int64_t lo = 0, hi = T;
-        while (lo < hi) {
-            const int64_t mid = (lo + hi) / 2;
-            if (W->F[mid] < w[j]) lo = mid + 1;
-            else hi = mid;
-        }
-        w2[j] = lo;
-    }
+    for (int j = 0; j < n; j++) w2[j] = column_of(W, T, w[j]); /* the drafts' columns */
     otlp_prefix(W->Pg, W->Qg, W->order, 1, K, n, W->ps, W->qs, W->pq, W->sq, W->psi, &m, W->pwork);
     otlp_served_group(W->psi, W->order, w2, &m, 1, K, n, pos, &top, &s, &e);
     /* the certificate (buckets._attempt), by compressed position j: first what needs no chain (m*, the served
@@ -544,6 +659,19 @@ static int row_rule(struct work *W, const struct scheme *S, int bound, int64_t T
     const double psi_star = psi[m], psi_s = psi[s], psi_e = psi[e];
     const int inner = top < m;
     memset(W->bad_run, 0, (size_t)(R > 0 ? R : 1));
+    for (int64_t j = 0; j < K; j++) { /* a partial bucket's sub-run: its bound from its own sums and ratio range */
+        const int64_t col = W->order[j], r = col - T;
+        if (col < T || !W->part_run[r]) continue;
+        const int64_t k = W->run_first[r];
+        double lo = S->LO[k], hi = S->HI[k]; /* narrowed to the keys of the drafted tokens on either side */
+        if (j > 0 && W->order[j - 1] < T && W->bucket[W->F[W->order[j - 1]]] == k)
+            hi = np_min(hi, W->key[W->order[j - 1]]);
+        if (j + 1 < K && W->order[j + 1] < T && W->bucket[W->F[W->order[j + 1]]] == k)
+            lo = np_max(lo, W->key[W->order[j + 1]]);
+        W->run_low[r] = hi > lo ? interior_bound(psi[j] + int_power(W->pq[j], n), W->pq[j], W->run_p[r],
+                                                 W->run_q[r], lo, hi, n) - S->margin
+                                : np_min(psi[j], psi[j + 1]) - S->margin; /* one ratio: psi concave along it */
+    }
     int ok = 1, window = 0;
 #define BELOW(thr) (least < (thr))
 #define AT_OR_BELOW(thr) (ends < (thr) || low <= (thr))
@@ -625,16 +753,20 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
     const double *ub = C->u + 2 * b;
     const int64_t b_star = row_level(pb, qb, is_double, V, C->inv_p + b, C->inv_q + b, n, &C->S, W);
     if (C->forced) memcpy(W->sel, C->forced + b * NB, (size_t)NB);
-    else row_select(W, NB, b_star, wb, n, ub[1], W->sel);
+    else row_select(W, NB, b_star, wb, n, ub[1], C->bound, W->sel);
+    memset(W->part, 0, (size_t)NB); /* with bound: the drafts' buckets not selected are gathered, not sorted */
+    for (int j = 0; j < n && C->bound; j++) W->part[W->bucket[wb[j]]] = 1;
     C->tokens[b] = C->index[b] = 0;
     C->status[b] = (int8_t)-attempts;
     for (int attempt = 1; attempt <= attempts; attempt++) {
-        int64_t T = otlp_gather_selected(pb, qb, is_double, 1, V, C->inv_p + b, C->inv_q + b, W->bucket, W->sel, NB,
-                                         V, W->F, W->Pg, W->Qg);
+        for (int64_t k = 0; k < NB; k++) W->gather[k] = W->sel[k] | W->part[k];
+        int64_t T = otlp_gather_selected(pb, qb, is_double, 1, V, C->inv_p + b, C->inv_q + b, W->bucket, W->gather,
+                                         NB, V, W->F, W->Pg, W->Qg);
         if (attempt == 1) {
-            int64_t chosen = 0;
+            int64_t chosen = 0, sorted = 0; /* selected buckets, and their tokens (a partial bucket's: not sorted) */
             for (int64_t k = 0; k < NB; k++) chosen += W->sel[k];
-            if ((T + chosen) * C->share > V) { /* hardly compresses: the full sort at once */
+            for (int64_t t = 0; t < T; t++) sorted += W->sel[W->bucket[W->F[t]]];
+            if ((sorted + chosen) * C->share > V) { /* hardly compresses: the full sort at once */
                 if (!C->whole) {
                     C->status[b] = 0;
                     return 0;
@@ -644,8 +776,9 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
                                          V, W->F, W->Pg, W->Qg);
             }
         }
-        const int64_t R = row_instance(W, NB, T, C->S.bits);
-        const int got = row_rule(W, &C->S, C->bound, T, R, wb, ub, n, C->steps, C->tokens + b, C->index + b);
+        int64_t K;
+        const int64_t R = row_instance(W, NB, T, C->S.bits, wb, n, &K);
+        const int got = row_rule(W, &C->S, C->bound, T, R, K, wb, ub, n, C->steps, C->tokens + b, C->index + b);
         if (got < 0) return -1;
         if (got) {
             C->status[b] = (int8_t)attempt;

@@ -170,8 +170,11 @@ def test_rows_grouped_by_compressed_size_draw_what_the_full_sort_draws(monkeypat
 def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
     """A row whose compressed instance would hold more than 1 / FULL_SORT_SHARE of its tokens (here a draft close
     to the target: every ratio within a few octaves) is not tried on the buckets; the CPU sampler gives it the full
-    sort, and every row draws what the full sort draws."""
+    sort, and every row draws what the full sort draws. (The native route with the window's bounds, ``BOUND``,
+    compresses such a row: off here.)"""
     import torch
+
+    monkeypatch.setattr(BK, "BOUND", False)
 
     from otlp import threads
     from otlp.optimal.sampler import verify
@@ -211,8 +214,11 @@ def test_with_a_team_a_row_that_hardly_compresses_takes_its_full_order_in_the_ca
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Where an OpenMP team takes the rows, a row that hardly compresses (a draft close to its target) takes every
     bucket in the call instead of status 0: its compressed instance is then its full order, so it draws the full
-    sort's token and slot; the other rows are certified as with one thread."""
+    sort's token and slot; the other rows are certified as with one thread. (``BOUND`` off: with the window's
+    bounds such a row compresses.)"""
     from otlp import threads
+
+    monkeypatch.setattr(BK, "BOUND", False)
 
     rng = np.random.default_rng(15)
     P, Q, W = _lm(rng, 6, 20_000, 4)
@@ -398,10 +404,13 @@ def _counting(attempt, failed: list):  # noqa: ANN001, ANN202
 def test_the_routes_certify_the_same_rows(monkeypatch: pytest.MonkeyPatch, V: int, n: int) -> None:
     """The native route (a row at a time) selects and certifies as the numpy route (all rows at once) does: the same
     rows are certified, with the same token and slot, on LM-shaped rows for several uniforms (one thread: a team
-    also answers the rows that hardly compress, below)."""
+    also answers the rows that hardly compress, below). ``BOUND`` off: the native route's window bounds and the
+    selection that goes with them are its own (test_a_run_inside_the_served_chain_is_bounded, tests/optimal/
+    test_bounded_window.py)."""
     from otlp import threads
 
     monkeypatch.setattr(threads, "count", lambda: 1)
+    monkeypatch.setattr(BK, "BOUND", False)
     rng = np.random.default_rng([V, n])
     P, Q, W = _lm(rng, 12, V, n)
     rule = BK._native_rows

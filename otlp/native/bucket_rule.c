@@ -506,6 +506,13 @@ static int window_bound(struct work *W, const struct scheme *S, int64_t T, int64
                 H = next;
             }
         }
+        if (I == W->seg_piece[G - 1]) { /* runs of empty buckets only: the one point, its integral exact */
+            double *piece = W->ry + 4 * I++;
+            piece[0] = H;
+            piece[1] = at;
+            piece[2] = 0.0;
+            piece[3] = rA;
+        }
         j = z;
     }
     W->seg_piece[G] = I;

@@ -324,11 +324,11 @@ static int64_t row_instance(struct work *W, int64_t NB, int64_t T, int bits, con
     const uint8_t *sel = W->sel, *part = W->part;
     int64_t *start = W->start;
     memset(start, 0, sizeof(int64_t) * (size_t)(NB + 1));
-    for (int64_t t = 0; t < T; t++) {
+    for (int64_t t = 0; t < T; t++) { /* (vectorised) */
         const double r = W->Qg[t] / W->Pg[t];
         W->key[t] = r == r ? r : -1.0; /* otlp.psi.ratio_keys */
-        start[W->bucket[W->F[t]] + 1]++;
     }
+    for (int64_t t = 0; t < T; t++) start[W->bucket[W->F[t]] + 1]++;
 #define PARTIAL(k) (part[k] && !sel[k])
     struct part parts[MAX_N];
     int np = 0;
@@ -355,14 +355,15 @@ static int64_t row_instance(struct work *W, int64_t NB, int64_t T, int bits, con
         P->col[at] = col;
         P->m++;
     }
-    for (int i = 0; i < np; i++)
+    uint8_t *which = W->gather; /* (free after the gather) a partial bucket's part, plus 1; else 0 */
+    for (int i = 0; i < np; i++) {
         for (int64_t v = 0; v <= parts[i].m; v++) parts[i].p[v] = parts[i].q[v] = 0.0, parts[i].cnt[v] = 0;
+        which[parts[i].k] = (uint8_t)(i + 1);
+    }
     for (int64_t t = 0; t < T && np; t++) { /* the partial buckets' other tokens into their sub-runs */
         const int64_t k = W->bucket[W->F[t]];
         if (!PARTIAL(k)) continue;
-        int i = 0;
-        while (parts[i].k != k) i++;
-        struct part *P = parts + i;
+        struct part *P = parts + which[k] - 1;
         int64_t v = 0, drawn = 0;
         for (int64_t a = 0; a < P->m; a++) {
             const int64_t c = P->col[a];

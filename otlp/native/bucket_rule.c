@@ -110,10 +110,18 @@ int otlp_sort_bucket(const double *key, int64_t m, int shift, int edge, int64_t 
 
 #define SEGS(NB) ((NB) + 2 * MAX_N + 2) /* runs of a compressed instance, at most */
 
+/* A partial bucket k (a draft's, not sorted: row_gather): its m distinct drafted tokens (ids, keys, and their
+ * columns among the gathered tokens) by decreasing key, ties by id, and the sums of its other tokens between them
+ * (sub-run v: after draw v - 1 and before draw v in the ratio order; cnt tokens). */
+struct part {
+    int64_t k, m, id[MAX_N], col[MAX_N], cnt[MAX_N + 1];
+    double key[MAX_N], p[MAX_N + 1], q[MAX_N + 1];
+};
+
 /* What one call needs, for rows of V tokens in NB buckets: one allocation. */
 struct work {
     uint16_t *bucket;                                 /* [V] */
-    uint8_t *sel, *part, *gather, *bad_run, *part_run; /* [SEGS(NB) + 1] */
+    uint8_t *sel, *part, *gather, *code, *bad_run, *part_run; /* [SEGS(NB) + 1] */
     double *hist, *Pb, *Qb, *lps, *lqs, *Qa, *Sqb, *psib, *lwork, *f, *low, *inner; /* buckets' quantities */
     int64_t *ident, *start, *run_first, *run_last;    /* [NB + 1] */
     int64_t *count;                                   /* [DIGITS + 1] */
@@ -124,6 +132,8 @@ struct work {
      * the roots' arguments and values [4 SEGS(NB)] */
     int64_t *seg_a, *seg_z, *seg_piece, *posl;
     double *seg_lo, *seg_hi, *cuml, *cumcl, *rH, *rL, *rr, *rg, *ry;
+    struct part parts[MAX_N + 1];
+    int np;
     void *block, *block2;
 };
 
@@ -136,7 +146,7 @@ static int work_alloc(struct work *W, int64_t V, int64_t NB) {
     const size_t n_lev = sizeof lev / sizeof *lev, n_com = sizeof com / sizeof *com;
     const size_t doubles = 2 * nb + n_lev * nb + n_com * K;
     const size_t ints = 4 * nb + 3 * K + DIGITS + 1;
-    W->block = malloc(sizeof(double) * doubles + sizeof(int64_t) * ints + (size_t)V * 2 + 5 * nb + 64);
+    W->block = malloc(sizeof(double) * doubles + sizeof(int64_t) * ints + (size_t)V * 2 + 6 * nb + 64);
     if (!W->block) return -1;
     double *d = W->block;
     W->hist = d, d += 2 * nb;
@@ -155,7 +165,8 @@ static int work_alloc(struct work *W, int64_t V, int64_t NB) {
     W->sel = (uint8_t *)(W->bucket + V);
     W->part = W->sel + nb;
     W->gather = W->part + nb;
-    W->bad_run = W->gather + nb;
+    W->code = W->gather + nb;
+    W->bad_run = W->code + nb;
     W->part_run = W->bad_run + nb;
     for (int64_t k = 0; k < NB; k++) W->ident[k] = k;
     const size_t G = (size_t)SEGS(NB), P = MAX_N + 2 * G;
@@ -239,7 +250,7 @@ static int64_t row_level(const void *p, const void *q, int is_double, int64_t V,
 /* Step 3: buckets._Level.select for the drafts' buckets and the residual's uniform u1, into W->sel. With `bound`
  * (window_bound), an inner group's s candidates are the buckets before the top draw's whose bound reaches the least
  * psi at a boundary up to it (s, the first argmin over [0, top], is at or below it), not psi at the draw's bucket;
- * and the drafts' buckets are not sorted (row_run marks them partial: row_instance). The certificate decides either
+ * and the drafts' buckets are not sorted (row_run marks them partial: row_gather). The certificate decides either
  * way; the selection only makes it likely to pass. */
 static void row_select(const struct work *W, int64_t NB, int64_t b_star, const int64_t *w, int n, double u1,
                        int bound, uint8_t *sel) {
@@ -307,20 +318,78 @@ static int64_t column_of(const struct work *W, int64_t T, int64_t x) {
     return lo;
 }
 
-/* A partial bucket (a draft's, not sorted): its distinct drafted tokens' columns by decreasing key (ties by id), and
- * the sums of its other tokens between them (sub-run i: after draw i - 1 and before draw i in the ratio order). */
-struct part {
-    int64_t k, m, col[MAX_N], cnt[MAX_N + 1];
-    double p[MAX_N + 1], q[MAX_N + 1];
-};
+/* Step 4's gather with the partial buckets (W->part and not W->sel: the drafts' buckets, not sorted): the tokens of
+ * the selected and the partial buckets (otlp_gather_selected: a branch-free pass), then, in one pass over those, the
+ * partial buckets' tokens other than the drafts only added into the sums of their sub-runs (W->parts; a token t lies
+ * after a draw d in the ratio order where key_d > key_t, or key_d = key_t and d < t) and the rest kept in W->F, Pg,
+ * Qg in token order. Returns their number T. */
+static int64_t row_gather(struct work *W, int64_t NB, const void *p, const void *q, int is_double, int64_t V,
+                          const double *ip, const double *iq, const int64_t *w, int n) {
+    uint8_t *code = W->code; /* 0 skipped, 1 selected, 2 + i partial (parts[i]) */
+    for (int64_t k = 0; k < NB; k++) code[k] = W->sel[k];
+    struct part *parts = W->parts;
+    int np = 0;
+    for (int j = 0; j < n; j++) {
+        const int64_t k = W->bucket[w[j]];
+        if (W->sel[k] || !W->part[k]) continue;
+        if (!code[k]) {
+            parts[np].k = k;
+            parts[np].m = 0;
+            code[k] = (uint8_t)(2 + np++);
+        }
+        struct part *P = parts + code[k] - 2;
+        const double pw = (is_double ? ((const double *)p)[w[j]] : (double)((const float *)p)[w[j]]) * ip[0];
+        const double qw = (is_double ? ((const double *)q)[w[j]] : (double)((const float *)q)[w[j]]) * iq[0];
+        const double r = qw / pw, key = r == r ? r : -1.0; /* (the gather's products: otlp.psi.ratio_keys) */
+        int64_t at = 0, dup = 0;
+        for (; at < P->m; at++) {
+            if ((dup = P->id[at] == w[j])) break;
+            if (P->key[at] < key || (P->key[at] == key && P->id[at] > w[j])) break;
+        }
+        if (dup) continue;
+        for (int64_t v = P->m; v > at; v--) P->id[v] = P->id[v - 1], P->key[v] = P->key[v - 1];
+        P->id[at] = w[j];
+        P->key[at] = key;
+        P->m++;
+    }
+    for (int i = 0; i < np; i++)
+        for (int64_t v = 0; v <= parts[i].m; v++) parts[i].p[v] = parts[i].q[v] = 0.0, parts[i].cnt[v] = 0;
+    W->np = np;
+    for (int64_t k = 0; k < NB; k++) W->gather[k] = code[k] != 0;
+    const int64_t all = otlp_gather_selected(p, q, is_double, 1, V, ip, iq, W->bucket, W->gather, NB, V, W->F, W->Pg,
+                                             W->Qg);
+    parts[np].m = 0; /* a selected bucket's tokens go through an empty part (no branch on the token's kind) */
+    parts[np].p[0] = parts[np].q[0] = 0.0;
+    parts[np].cnt[0] = 0;
+    int64_t T = 0;
+    for (int64_t t = 0; t < all; t++) {
+        const int64_t x = W->F[t];
+        const unsigned c = code[W->bucket[x]];
+        const double P = W->Pg[t], Q = W->Qg[t];
+        struct part *D = parts + (c >= 2 ? c - 2 : (unsigned)np);
+        const double r = Q / P, key = r == r ? r : -1.0;
+        int64_t v = 0, keep = c == 1;
+        for (int64_t a = 0; a < D->m; a++) {
+            keep |= D->id[a] == x;
+            v += D->key[a] > key || (D->key[a] == key && D->id[a] < x);
+        }
+        D->p[v] += keep ? 0.0 : P; /* (x + 0 is x: the sums as if the kept tokens were skipped) */
+        D->q[v] += keep ? 0.0 : Q;
+        D->cnt[v] += !keep;
+        W->F[T] = x;
+        W->Pg[T] = P;
+        W->Qg[T] = Q;
+        T += keep;
+    }
+    return T;
+}
 
 /* Step 4: the compressed instance of the row's T gathered tokens (W->F, Pg, Qg) and its runs, in W->order (columns:
  * the tokens 0 .. T - 1, then the runs T .. T + R - 1, R returned; *K_out entries in all) with W->Pg, W->Qg extended
  * by the runs' sums. A partial bucket (W->part and not W->sel: its tokens gathered, not sorted) enters as its drafted
  * tokens with, between them, one run of the bucket's other tokens each (W->part_run; its bound: the bucket's f), so
  * that the drafts' positions and the prefix sums at them are exact with no sort. */
-static int64_t row_instance(struct work *W, int64_t NB, int64_t T, int bits, const int64_t *w, int n,
-                            int64_t *K_out) {
+static int64_t row_instance(struct work *W, int64_t NB, int64_t T, int bits, int64_t *K_out) {
     const uint8_t *sel = W->sel, *part = W->part;
     int64_t *start = W->start;
     memset(start, 0, sizeof(int64_t) * (size_t)(NB + 1));
@@ -330,51 +399,9 @@ static int64_t row_instance(struct work *W, int64_t NB, int64_t T, int bits, con
     }
     for (int64_t t = 0; t < T; t++) start[W->bucket[W->F[t]] + 1]++;
 #define PARTIAL(k) (part[k] && !sel[k])
-    struct part parts[MAX_N];
-    int np = 0;
-    for (int j = 0; j < n; j++) {
-        const int64_t k = W->bucket[w[j]];
-        if (!PARTIAL(k)) continue;
-        int i = 0;
-        while (i < np && parts[i].k != k) i++;
-        struct part *P = parts + i;
-        if (i == np) {
-            P->k = k;
-            P->m = 0;
-            np++;
-        }
-        const int64_t col = column_of(W, T, w[j]);
-        int at = 0, dup = 0;
-        for (; at < P->m && !dup; at++) {
-            const int64_t c = P->col[at];
-            dup = c == col;
-            if (W->key[c] < W->key[col] || (W->key[c] == W->key[col] && c > col)) break;
-        }
-        if (dup) continue;
-        for (int64_t v = P->m; v > at; v--) P->col[v] = P->col[v - 1];
-        P->col[at] = col;
-        P->m++;
-    }
-    uint8_t *which = W->gather; /* (free after the gather) a partial bucket's part, plus 1; else 0 */
-    for (int i = 0; i < np; i++) {
-        for (int64_t v = 0; v <= parts[i].m; v++) parts[i].p[v] = parts[i].q[v] = 0.0, parts[i].cnt[v] = 0;
-        which[parts[i].k] = (uint8_t)(i + 1);
-    }
-    for (int64_t t = 0; t < T && np; t++) { /* the partial buckets' other tokens into their sub-runs */
-        const int64_t k = W->bucket[W->F[t]];
-        if (!PARTIAL(k)) continue;
-        struct part *P = parts + which[k] - 1;
-        int64_t v = 0, drawn = 0;
-        for (int64_t a = 0; a < P->m; a++) {
-            const int64_t c = P->col[a];
-            drawn |= c == t;
-            v += W->key[c] > W->key[t] || (W->key[c] == W->key[t] && c < t);
-        }
-        if (drawn) continue;
-        P->p[v] += W->Pg[t];
-        P->q[v] += W->Qg[t];
-        P->cnt[v]++;
-    }
+    struct part *parts = W->parts;
+    for (int i = 0; i < W->np; i++) /* the partial buckets' drafts: their columns */
+        for (int64_t v = 0; v < parts[i].m; v++) parts[i].col[v] = column_of(W, T, parts[i].id[v]);
     int64_t R = 0, at = 0;
     for (int64_t k = 0; k < NB; k++) { /* each bucket's place in the order: its tokens, or its run's one entry */
         const int64_t count = start[k + 1];
@@ -386,7 +413,7 @@ static int64_t row_instance(struct work *W, int64_t NB, int64_t T, int bits, con
         if (PARTIAL(k)) {
             int i = 0;
             while (parts[i].k != k) i++;
-            const struct part *P = parts + i;
+            const struct part *P = parts + i; /* (every partial bucket holds a draft: row_gather) */
             for (int64_t v = 0; v <= P->m; v++) {
                 if (P->cnt[v]) {
                     W->run_first[R] = W->run_last[R] = k;
@@ -762,30 +789,31 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
     const int64_t b_star = row_level(pb, qb, is_double, V, C->inv_p + b, C->inv_q + b, n, &C->S, W);
     if (C->forced) memcpy(W->sel, C->forced + b * NB, (size_t)NB);
     else row_select(W, NB, b_star, wb, n, ub[1], C->bound, W->sel);
+    W->np = 0;
     memset(W->part, 0, (size_t)NB); /* with bound: the drafts' buckets not selected are gathered, not sorted */
     for (int j = 0; j < n && C->bound; j++) W->part[W->bucket[wb[j]]] = 1;
     C->tokens[b] = C->index[b] = 0;
     C->status[b] = (int8_t)-attempts;
     for (int attempt = 1; attempt <= attempts; attempt++) {
-        for (int64_t k = 0; k < NB; k++) W->gather[k] = W->sel[k] | W->part[k];
-        int64_t T = otlp_gather_selected(pb, qb, is_double, 1, V, C->inv_p + b, C->inv_q + b, W->bucket, W->gather,
-                                         NB, V, W->F, W->Pg, W->Qg);
+        int64_t T = C->bound ? row_gather(W, NB, pb, qb, is_double, V, C->inv_p + b, C->inv_q + b, wb, n)
+                             : otlp_gather_selected(pb, qb, is_double, 1, V, C->inv_p + b, C->inv_q + b, W->bucket,
+                                                    W->sel, NB, V, W->F, W->Pg, W->Qg);
         if (attempt == 1) {
-            int64_t chosen = 0, sorted = 0; /* selected buckets, and their tokens (a partial bucket's: not sorted) */
+            int64_t chosen = 0;
             for (int64_t k = 0; k < NB; k++) chosen += W->sel[k];
-            for (int64_t t = 0; t < T; t++) sorted += W->sel[W->bucket[W->F[t]]];
-            if ((sorted + chosen) * C->share > V) { /* hardly compresses: the full sort at once */
+            if ((T + chosen) * C->share > V) { /* hardly compresses: the full sort at once */
                 if (!C->whole) {
                     C->status[b] = 0;
                     return 0;
                 }
                 memset(W->sel, 1, (size_t)NB); /* every bucket sorted, no run merged: the full order */
+                W->np = 0;
                 T = otlp_gather_selected(pb, qb, is_double, 1, V, C->inv_p + b, C->inv_q + b, W->bucket, W->sel, NB,
                                          V, W->F, W->Pg, W->Qg);
             }
         }
         int64_t K;
-        const int64_t R = row_instance(W, NB, T, C->S.bits, wb, n, &K);
+        const int64_t R = row_instance(W, NB, T, C->S.bits, &K);
         const int got = row_rule(W, &C->S, C->bound, T, R, K, wb, ub, n, C->steps, C->tokens + b, C->index + b);
         if (got < 0) return -1;
         if (got) {

@@ -361,13 +361,16 @@ static int64_t row_gather(struct work *W, int64_t NB, const void *p, const void 
     parts[np].m = 0; /* a selected bucket's tokens go through an empty part (no branch on the token's kind) */
     parts[np].p[0] = parts[np].q[0] = 0.0;
     parts[np].cnt[0] = 0;
+    for (int64_t t = 0; t < all; t++) { /* (vectorised) */
+        const double r = W->Qg[t] / W->Pg[t];
+        W->key[t] = r == r ? r : -1.0;
+    }
     int64_t T = 0;
     for (int64_t t = 0; t < all; t++) {
         const int64_t x = W->F[t];
         const unsigned c = code[W->bucket[x]];
-        const double P = W->Pg[t], Q = W->Qg[t];
+        const double P = W->Pg[t], Q = W->Qg[t], key = W->key[t];
         struct part *D = parts + (c >= 2 ? c - 2 : (unsigned)np);
-        const double r = Q / P, key = r == r ? r : -1.0;
         int64_t v = 0, keep = c == 1;
         for (int64_t a = 0; a < D->m; a++) {
             keep |= D->id[a] == x;

@@ -24,6 +24,12 @@
  * psi, only where positions fall); psi at the bucket boundaries is formed over the buckets that hold mass (the same
  * values); a failing attempt stops before the chain. tests/optimal/test_buckets.py holds both routes to the full
  * sort, and to each other's certified rows. A call's rows may be spread over an OpenMP team (otlp_bucket_rule).
+ *
+ * With `bound` (buckets.BOUND; issue 41) the route goes further than the numpy route, for drafts close to their
+ * target, whose served window s .. top holds thousands of tokens: step 3 leaves the drafts' buckets unsorted
+ * (row_gather: each draft a token, the rest of its bucket runs between them) and picks the group's ends from the
+ * least boundary psi, and step 5 lets merged runs lie inside the window, bounding their share of the chain's hazard
+ * (window_bound). tests/optimal/test_bounded_window.py holds it to the route without it.
  */
 #include <math.h>
 #include <stdint.h>

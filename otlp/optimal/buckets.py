@@ -31,6 +31,19 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    target: its ratios fill a few octaves' buckets) takes the full sort without a try (where the native route's rows
    go to a team of threads, in the call: every bucket sorted and no run merged, which is its full order).
 
+*Bounded window* (``BOUND``, the native route only; issue 41). On a draft close to its target the served window
+s .. top holds thousands of tokens, and requiring each to be a sorted token (5.) turned the row into a full sort
+(4.5-26x RRS at V = 32k-128k). With ``BOUND``: the drafted tokens' buckets are gathered but not sorted (each draft
+is a token of the compressed instance, the rest of its bucket one run before, between and after the drafts, with
+an interior bound of its own); the s candidates of an inner group are the buckets whose bound reaches the least
+boundary psi before the top draw's bucket (not psi at it), the buckets where the group's other end may lie are
+selected too, and the row's first bucket; and a merged run may lie inside (s, top): its share of the chain's
+hazard is bounded from its buckets' sums and ratio edges (design note sortfree-rule.md section 3, four roots a
+bucket), the slot certified where ``u[:, 0]`` lies outside the bounds' uncertainty by 1e-9, else the row is retried
+with those runs sorted (``bucket_rule.c``'s ``window_bound``). The same tokens and slots as without it
+(tests/optimal/test_bounded_window.py; benchmarks/sortfree_agreement.py ``--route host``: 0 of 105,408 LM rows
+differ).
+
 Where :mod:`otlp.native`'s kernels are built, a row takes all five steps at once in ``otlp_bucket_rule``
 (``otlp/native/bucket_rule.c``: the same operations, one row at a time, its arrays in cache; from ``THREADS_MIN``
 entries a call's rows taken one at a time by an OpenMP team of torch's thread count). Without them (the numpy route

@@ -24,7 +24,8 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
   only the ratio buckets it needs (:mod:`.buckets`, certified per row: each row start to end in the C loop of
   :mod:`otlp.native` where it is built, else its per-token passes chunk by chunk and then the compressed instances of
   all rows at once; from ``buckets.THREADS_MIN`` entries the rows side by side on torch's thread count of threads;
-  a row it cannot certify takes the full sort). The normalised rows equal the device route's up to the
+  a row it cannot certify takes the full sort; with the C kernels a close draft's served window need not be sorted
+  either: :data:`.buckets.BOUND`). The normalised rows equal the device route's up to the
   rounding of the row sums (the host's, :func:`.buckets.inverse_sums`, and torch's add in different orders).
 """
 

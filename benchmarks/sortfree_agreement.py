@@ -29,11 +29,19 @@ from otlp.verifiers import get
 DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 
 
-def rows(B: int, V: int, n: int, noise: float | None, seed: int, dtype):  # noqa: ANN001, ANN201
+def rows(B: int, V: int, n: int, noise: float | str | None, seed: int, dtype):  # noqa: ANN001, ANN201
+    """LM-like rows: the loose draft (``noise`` None), a close one (sigma ``noise``), or ``"ties"``: a close draft
+    (sigma 1) with p and q rounded to multiples of 1/64 of their maxima (runs of equal ratios and of equal psi
+    steps)."""
     g = torch.Generator().manual_seed(seed)
     p = torch.softmax(torch.randn(B, V, generator=g) * 3, 1)
     if noise is None:
         q = torch.softmax(torch.randn(B, V, generator=g) * 3 + 0.5 * torch.log(p), 1)
+    elif noise == "ties":
+        q = torch.softmax(torch.log(p) + torch.randn(B, V, generator=g), 1)
+        p = (p / p.amax(1, keepdim=True) * 64).round() + 1
+        q = (q / q.amax(1, keepdim=True) * 64).round() + (torch.rand(B, V, generator=g) < 0.5)
+        p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
     else:
         q = torch.softmax(torch.log(p) + noise * torch.randn(B, V, generator=g), 1)
     drafts = torch.multinomial(q, n, replacement=True, generator=g)
@@ -44,7 +52,7 @@ def rows(B: int, V: int, n: int, noise: float | None, seed: int, dtype):  # noqa
     return p, q, drafts, u
 
 
-def point(V: int, n: int, noise: float | None, total: int, B: int, seed: int = 0) -> dict[str, int]:
+def point(V: int, n: int, noise: float | str | None, total: int, B: int, seed: int = 0) -> dict[str, int]:
     out = {"rows": 0, "wrong": 0, **{f"round{r}": 0 for r in range(SF.ROUNDS + 1)}, "fallback": 0}
     for k in range(-(-total // B)):
         dtype = DTYPES[k % len(DTYPES)]
@@ -65,7 +73,7 @@ def point(V: int, n: int, noise: float | None, total: int, B: int, seed: int = 0
     return out
 
 
-def host_point(V: int, n: int, noise: float | None, total: int, B: int, seed: int = 0) -> dict[str, int]:
+def host_point(V: int, n: int, noise: float | str | None, total: int, B: int, seed: int = 0) -> dict[str, int]:
     """The CPU route with and without its bounded window on ``total`` rows: how many differ (token or slot), and the
     statuses of the bounded route's rows (``buckets._native_rows``: 1 certified at once, 2 on the retry, else the
     full sort)."""
@@ -93,6 +101,11 @@ def host_point(V: int, n: int, noise: float | None, total: int, B: int, seed: in
     return out
 
 
+def _draft(name: str) -> float | str | None:
+    """A ``--noise`` value as :func:`rows` takes it."""
+    return None if name == "loose" else name if name == "ties" else float(name)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--V", type=int, nargs="+", default=[32_000])
@@ -114,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
             for noise in args.noise:
                 for n in args.n:
                     t = time.perf_counter()
-                    r = host_point(V, n, None if noise == "loose" else float(noise), args.rows, args.B, args.seed)
+                    r = host_point(V, n, _draft(noise), args.rows, args.B, args.seed)
                     total["rows"] += r["rows"]
                     total["wrong"] += r["wrong"]
                     print(f"V {V:>7,} draft {noise:>5} n {n}: {r['rows']} rows, {r['wrong']} differ; certified at "
@@ -128,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         for noise in args.noise:
             for n in args.n:
                 t = time.perf_counter()
-                r = point(V, n, None if noise == "loose" else float(noise), args.rows, args.B, args.seed)
+                r = point(V, n, _draft(noise), args.rows, args.B, args.seed)
                 total["rows"] += r["rows"]
                 total["wrong"] += r["wrong"]
                 rounds = " ".join(f"round {i}: {r[f'round{i}']}" for i in range(SF.ROUNDS + 1))

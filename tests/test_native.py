@@ -17,6 +17,7 @@ import pytest
 from otlp import native
 from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
+from otlp.optimal import host
 from tests.optimal.instances import FAMILIES, draw
 
 torch = pytest.importorskip("torch")
@@ -302,8 +303,8 @@ def test_the_portable_loops_give_the_vector_loops_bits(monkeypatch: pytest.Monke
 
 
 def _numpy_slot_mass(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-    with _numpy_route("library"), np.errstate(all="ignore"):
-        return C.slot_mass(*args, **kwargs)
+    with np.errstate(all="ignore"):
+        return C.slot_mass(*args, **kwargs)  # the reference (numpy)
 
 
 def _slot_inputs(rng: np.random.Generator) -> list[tuple[np.ndarray, ...]]:
@@ -345,17 +346,18 @@ def _numpy_pow_is_the_c_librarys() -> bool:
 @needs_kernels
 @pytest.mark.parametrize("n", [3, 4, 5, 8, native.SLOT_MASS_MAX_N])
 def test_the_slot_roots_are_numpys_bit_for_bit(n: int) -> None:
-    """``otlp_slot_mass`` (chains.c) against chains.slot_mass's numpy route: the same bounds (its shortcut past the
-    second bound's powers included) and the same Newton steps per entry, to the last bit, with Newton to convergence
-    and cut at 1 and 8 steps. Where numpy's float64 power is not the C library's (its AVX512 builds), the starts can
-    differ in the last bit, and the roots to convergence are compared to 1e-14 (relative) instead."""
+    """``otlp_slot_mass`` (chains.c, through host.slot_mass) against the reference chains.slot_mass: the same bounds
+    (its shortcut past the second bound's powers included) and the same Newton steps per entry, to the last bit, with
+    Newton to convergence and cut at 1 and 8 steps. Where numpy's float64 power is not the C library's (its AVX512
+    builds), the starts can differ in the last bit, and the roots to convergence are compared to 1e-14 (relative)
+    instead."""
     exact = _numpy_pow_is_the_c_librarys()
     inputs = _slot_inputs(np.random.default_rng(n))
     assert sum(x[0].size for x in inputs) > 10_000  # the CPU route did solve roots
     for H, L, r, gap in inputs:
         for steps in (None, 1, C.NEWTON_STEPS) if exact else (None,):
             with np.errstate(all="ignore"):
-                got = C.slot_mass(H, L, r, gap, n, steps)
+                got = host.slot_mass(H, L, r, gap, n, steps)
             want = _numpy_slot_mass(H, L, r, gap, n, steps)
             if exact:
                 np.testing.assert_array_equal(got, want, err_msg=f"{steps}")
@@ -364,26 +366,26 @@ def test_the_slot_roots_are_numpys_bit_for_bit(n: int) -> None:
 
 
 def _numpy_window_hazards(*args):  # noqa: ANN002, ANN202
-    with _numpy_route("window_chain"), np.errstate(all="ignore"):
-        return C._window_hazards(*args)
+    with np.errstate(all="ignore"):
+        return C.window_hazards(*args)  # the reference (numpy)
 
 
 @needs_kernels
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, native.SLOT_MASS_MAX_N])
 def test_the_window_chains_are_numpys(n: int) -> None:
-    """``otlp_window_chain`` (chains.c) against chains._window_hazards' numpy route (chains._group_terms on the flat
-    windows, running sums on ``[B, W]`` arrays) on the windows the CPU route meets (close drafts at V = 8192, through
-    the sampler) and on rows of every instance family of the exact tests (ties, zeros, point masses, near-ties; tuples
-    drawn from q and uniform ones), with Newton to convergence and cut at ``NEWTON_STEPS``. The kernel starts each
-    root from its neighbour's (chains.c, window_roots) where numpy starts from the bounds, and takes the C library's
-    log1p where numpy takes its own, so the two agree to rounding: each hazard log(before / y) to a few 1e-16 (a
-    relative error e of y moves it by about e, however close y is to before), their running sums to 2e-15 per
-    position summed, the final acceptances to 1e-13; the certain slots' counts exactly."""
+    """``otlp_window_chain`` (chains.c, through host.window_hazards) against the reference chains.window_hazards
+    (chains._group_terms on the flat windows, running sums on ``[B, W]`` arrays) on the windows the CPU route meets
+    (close drafts at V = 8192, through the sampler) and on rows of every instance family of the exact tests (ties,
+    zeros, point masses, near-ties; tuples drawn from q and uniform ones), with Newton to convergence and cut at
+    ``NEWTON_STEPS``. The kernel starts each root from its neighbour's (chains.c, window_roots) where numpy starts from
+    the bounds, and takes the C library's log1p where numpy takes its own, so the two agree to rounding: each hazard
+    log(before / y) to a few 1e-16 (a relative error e of y moves it by about e, however close y is to before), their
+    running sums to 2e-15 per position summed, the final acceptances to 1e-13; the certain slots' counts exactly."""
     from otlp.optimal.sampler import verify
 
     seen = []
-    real = C._window_hazards
-    C._window_hazards = lambda *a: seen.append(a) or real(*a)
+    real = host.window_hazards
+    host.window_hazards = lambda *a: seen.append(a) or real(*a)
     try:
         g = torch.Generator().manual_seed(n)
         p = torch.softmax(torch.randn(6, 8192, generator=g) * 2, dim=1)
@@ -397,9 +399,9 @@ def test_the_window_chains_are_numpys(n: int) -> None:
                 P, Q = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
                 for w in (np.array([rng.choice(V, n, p=r[1]) for r in rows]), rng.integers(0, V, (6, n))):
                     with np.errstate(all="ignore"):  # tuples drawn from q, and any tuples (q = 0 draws included)
-                        C.tuple_rule(C.prefix(P, Q, n), w, window="auto")
+                        host.tuple_rule(host.prefix(P, Q, n), w, window="auto")
     finally:
-        C._window_hazards = real
+        host.window_hazards = real
     assert sum(int((a[2] - a[3]).sum()) for a in seen) > 100  # the windows hold slots (n = 1: the families only)
     for pre, pos, top, s, e, _ in seen:
         summed = np.minimum(np.maximum(pos - s, 0), top - s + 1) + 1  # [B, n] positions in each running sum
@@ -414,10 +416,11 @@ def test_the_window_chains_are_numpys(n: int) -> None:
 @needs_kernels
 @pytest.mark.parametrize("n", [1, 2, 4, 8, native.SLOT_MASS_MAX_N])
 def test_the_prefix_is_numpys_bit_for_bit(n: int) -> None:
-    """``otlp_prefix`` (chains.c) against chains.prefix's numpy route (the ratio sort's order, psi by otlp.psi's two
-    forms, m*) to the last bit, on rows of every instance family of the exact tests at V = 1 to 600 and on LM-shaped
-    rows with exact zeros at V = 3000 (psi near 0 at both ends, the suffix form where Q_m > 1/2); and m* on rows with
-    a NaN entry (numpy's argmin: the first NaN of psi), which the kernel finds walking down from the top."""
+    """``otlp_prefix`` (chains.c, through host.prefix) against the reference chains.prefix (the ratio sort's order, psi
+    by otlp.psi's two forms, m*) to the last bit, on rows of every instance family of the exact tests at V = 1 to 600
+    and on LM-shaped rows with exact zeros at V = 3000 (psi near 0 at both ends, the suffix form where Q_m > 1/2); and
+    m* on rows with a NaN entry (numpy's argmin: the first NaN of psi), which the kernel finds walking down from the
+    top."""
     rng = np.random.default_rng(n)
     batches = _family_batches(rng, n, (1, 2, 5, 40, 600))
     P, Q = rng.random((4, 30)), rng.random((4, 30))
@@ -426,9 +429,8 @@ def test_the_prefix_is_numpys_bit_for_bit(n: int) -> None:
     batches.append((P / np.nansum(P, 1, keepdims=True), Q / np.nansum(Q, 1, keepdims=True)))
     for P, Q in batches:
         with np.errstate(invalid="ignore"):
-            got = C.prefix(P, Q, n)
-            with _numpy_route("library"):
-                want = C.prefix(P, Q, n)
+            got = host.prefix(P, Q, n)
+            want = C.prefix(P, Q, n)
         for name in ("order", "ps", "qs", "prefix_q", "suffix_q", "psi", "m_star", "alpha"):
             np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
 
@@ -436,9 +438,9 @@ def test_the_prefix_is_numpys_bit_for_bit(n: int) -> None:
 @needs_kernels
 @pytest.mark.parametrize("n", [1, 2, 4, 8])
 def test_the_served_groups_are_numpys(n: int) -> None:
-    """``otlp_served_group`` (chains.c) against chains.served_group's numpy route: the same draw positions, top draw,
-    and group ends s and e, on rows of every instance family at V = 1 to 600 and LM-shaped rows at V = 3000, for
-    tuples drawn from q and uniform ones (inner and outer groups both met)."""
+    """``otlp_served_group`` (chains.c, through host.served_group) against the reference chains.served_group: the same
+    draw positions, top draw, and group ends s and e, on rows of every instance family at V = 1 to 600 and LM-shaped
+    rows at V = 3000, for tuples drawn from q and uniform ones (inner and outer groups both met)."""
     rng = np.random.default_rng(n)
     batches = _family_batches(rng, n, (1, 2, 5, 40, 600))
     inner = outer = 0
@@ -446,9 +448,8 @@ def test_the_served_groups_are_numpys(n: int) -> None:
         pre = C.prefix(P, Q, n)
         V = P.shape[1]
         for w in (np.array([rng.choice(V, n, p=q / q.sum()) for q in Q]), rng.integers(0, V, (P.shape[0], n))):
-            got = C.served_group(pre, w)
-            with _numpy_route("served_group"):
-                want = C.served_group(pre, w)
+            got = host.served_group(pre, w)
+            want = C.served_group(pre, w)
             for name, a, b in zip(("pos", "top", "s", "e"), got, want, strict=True):
                 np.testing.assert_array_equal(a, b, err_msg=name)
             inside = got[1][:, 0] < pre.m_star
@@ -472,7 +473,8 @@ def test_the_pieces_and_the_draw_are_numpys(n: int) -> None:
         B, V = P.shape
         for w in (np.array([rng.choice(V, n, p=q / q.sum()) for q in Q]), rng.integers(0, V, (B, n))):
             pos, top, s, e = C.served_group(pre, w)
-            cum, cum_c, beta = C._window_hazards(pre, pos, top, s, e, C.NEWTON_STEPS)
+            with np.errstate(all="ignore"):
+                cum, cum_c, beta = C.window_hazards(pre, pos, top, s, e, C.NEWTON_STEPS)
             accept, reject = native.pieces(w, pos, s, cum, cum_c, beta)
             with np.errstate(all="ignore"):
                 want = C._pieces(np, w, pos, pos >= s, cum, cum_c, beta)
@@ -480,9 +482,8 @@ def test_the_pieces_and_the_draw_are_numpys(n: int) -> None:
             np.testing.assert_allclose(reject, want[1], rtol=0, atol=1e-15)
             for _ in range(4):
                 U = rng.random((B, 2))
-                got = native.sample(pre, accept, reject, w, U)
-                with _numpy_route("sample"):
-                    expected = C.sample(pre, accept, reject, w, U)
+                got = host.sample(pre, accept, reject, w, U)
+                expected = C.sample(pre, accept, reject, w, U)
                 np.testing.assert_array_equal(got[0], expected[0])
                 np.testing.assert_array_equal(got[1], expected[1])
                 residual += int((got[1] < 0).sum())

@@ -221,7 +221,7 @@ def slot_mass(H, L, r_below, gap, n: int, limit: int) -> np.ndarray | None:  # n
 
 def window_chain(pre, s, e, top, pos, limit: int):  # noqa: ANN001, ANN201 - a chains.Prefix and numpy arrays
     """The class chain of each row's served group on its positions s .. top + 1 (``s, e, top int64 [B, 1]``) as
-    :func:`otlp.optimal.chains._window_hazards` forms it, in ``otlp_window_chain`` (``chains.c``; at n >= 3 its roots
+    :func:`otlp.optimal.chains.window_hazards` forms it, in ``otlp_window_chain`` (``chains.c``; at n >= 3 its roots
     start from their neighbour's, so they agree with the numpy route's to rounding), each slot root at most ``limit``
     Newton steps after its start: ``(cum, cum_c)``, float64 ``[B, k]``, the running sums of the hazards and of the
     certain slots read at the positions ``pos int64 [B, k]`` (the draws'), and ``beta [B]``; None where the kernels

@@ -277,14 +277,14 @@ static void window_roots(const struct poly *P, int64_t width, const double *H, c
     }
 }
 
-/* The class chain of each row's served group on its window of positions s .. top + 1 (chains._ragged_rule with
+/* The class chain of each row's served group on its window of positions s .. top + 1 (chains.window_hazards with
  * chains._group_terms' `rows` form, 1 <= n <= MAX_N) in one pass per row: the same operations per entry in the same
  * order as the numpy route, except the Newton starts of the slot roots at n >= 3 (window_roots: the same roots to
  * rounding, in half the steps with close drafts). Rows of ps, qs [B, V] and prefix_q, suffix_q,
  * psi [B, V + 1] in the ratio order; m_star, s, e, top [B]; the draws' positions pos [B, draws]. Writes cum, cum_c
  * [B, draws]: the running sums over the window of the hazards -log1p(-a) and of the certain slots (a = 1), at the
  * positions that can matter (s <= pos <= top), read at each draw (offset pos - s, clamped to the window), as
- * chains._ragged_rule reads them; beta_out [B]: the group's final acceptance. Returns 0, or -1 where its work arrays
+ * chains.tuple_rule reads them; beta_out [B]: the group's final acceptance. Returns 0, or -1 where its work arrays
  * could not be allocated. */
 int otlp_window_chain(const double *ps, const double *qs, const double *prefix_q, const double *suffix_q,
                       const double *psi, int64_t B, int64_t V, const int64_t *m_star, const int64_t *s_in,

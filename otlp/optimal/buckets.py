@@ -51,6 +51,7 @@ import numpy as np
 from otlp import native, scratch, threads
 from otlp import xp as X
 from otlp.optimal import chains as C
+from otlp.optimal import host
 from otlp.psi import psi_head, ratio_keys, sorted_psi
 
 #: ratios in [2^-OCTAVES, 2^OCTAVES) get 2^bits buckets per octave, the rest one bucket above and one below.
@@ -447,11 +448,11 @@ def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
     first = starts + selected.ravel()[starts]  # [S] a segment's first unselected bucket (if it has one)
     real = members[seg_b, seg_r] > 0
     K2.ravel()[(seg_b * K + counts[seg_b] + seg_r)[real]] = sc.KEY[first[real] % NB]
-    pre = C.prefix(P2, Q2, n, order=X.sort_descending(K2), reuse=True)  # (done with it before the next)
+    pre = host.prefix(P2, Q2, n, order=X.sort_descending(K2), reuse=True)  # (done with it before the next)
     w2 = np.searchsorted(F, w + (rows_b * V)[:, None]) - row_start[:, None]  # [B, n] columns of the drafts
-    group = C.served_group(pre, w2)
-    accept, reject = C.tuple_rule(pre, w2, window="auto", group=group)
-    _, index = C.sample(pre, accept, reject, w2, U)
+    group = host.served_group(pre, w2)
+    accept, reject = host.tuple_rule(pre, w2, window="auto", group=group)
+    _, index = host.sample(pre, accept, reject, w2, U)
     # the certificate, by compressed position j
     cols = pre.order  # [B, K]
     r_of = cols - counts[:, None]

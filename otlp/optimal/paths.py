@@ -358,10 +358,10 @@ def two_draft_tuple_rule(pre: object, w: object, *, window: int | str | None = N
     draws share one position, so x0_a = 1 - e^{-2 Lambda_a} (1 - beta) with Lambda_a the group's hazard at or below
     a, computed here by the chains themselves (:func:`.chains.tuple_rule` on (a, a))."""
     from otlp import xp as X
-    from otlp.optimal import chains as C
+    from otlp.optimal import host
 
     xp = X.namespace(pre.psi)
-    accept, reject = C.tuple_rule(pre, w, window=window, steps=steps)  # [B, 2], [B]
+    accept, reject = host.tuple_rule(pre, w, window=window, steps=steps)  # [B, 2], [B]
     with np.errstate(divide="ignore", invalid="ignore"):
         pos = X.take(X.inverse_permutation(pre.order), w)  # [B, 2]
         inner = pos < pre.m_star[:, None]  # the token is in H*
@@ -369,7 +369,7 @@ def two_draft_tuple_rule(pre: object, w: object, *, window: int | str | None = N
         x0 = []
         for k in range(2):
             twin = xp.stack([w[:, k], w[:, k]], 1)  # [B, 2]: the doubled tuple of draw k
-            acc_twin, _ = C.tuple_rule(pre, twin, window=window, steps=steps)
+            acc_twin, _ = host.tuple_rule(pre, twin, window=window, steps=steps)
             x0.append(acc_twin.sum(-1))
         x0 = xp.stack(x0, 1)  # [B, 2]
         q2 = qs_w * qs_w

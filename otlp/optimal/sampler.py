@@ -39,6 +39,7 @@ from otlp import xp as X
 from otlp.errors import InputError
 from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
+from otlp.optimal import host
 
 #: rows per CPU chunk: at most this many float64 values per [rows, V] temporary (1 MiB, so a chunk's dozen live
 #: temporaries stay near the cache; one row at V >= 128k).
@@ -183,9 +184,9 @@ def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001
         if n == 1 and default:
             tokens[sl], index[sl] = C.single_draft(P, Q, w[sl], U[sl])
             return
-        pre = C.prefix(P, Q, n, None if key is None else X.sort_descending(key), reuse=True)  # done by the next
+        pre = host.prefix(P, Q, n, None if key is None else X.sort_descending(key), reuse=True)  # done by the next
         accept, reject = rule(pre, w[sl], window="auto")
-        tokens[sl], index[sl] = C.sample(pre, accept, reject, w[sl], U[sl])
+        tokens[sl], index[sl] = host.sample(pre, accept, reject, w[sl], U[sl])
 
     if todo.size * V >= FULL_SORT_THREADS_MIN and threads.count() > 1:  # side by side on the host threads
         step = threads.chunk_rows(todo.size, step)
@@ -197,8 +198,9 @@ def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001
 
 
 def _default_rule(pre, w, window=None):  # noqa: ANN001, ANN202
-    """The default tuple rule: :func:`.chains.tuple_rule` with ``NEWTON_STEPS``."""
-    return C.tuple_rule(pre, w, window=window, steps=C.NEWTON_STEPS)
+    """The default tuple rule: :func:`.chains.tuple_rule` with ``NEWTON_STEPS`` (on the host through
+    :func:`.host.tuple_rule`, which hands tensors to the reference)."""
+    return host.tuple_rule(pre, w, window=window, steps=C.NEWTON_STEPS)
 
 
 @functools.cache

@@ -23,7 +23,7 @@ import numpy as np
 from otlp.distributions import as_generator, check_distribution, check_n, check_token_tuples, keep_top_k
 from otlp.errors import InputError
 from otlp.formulations.completion import residual_law
-from otlp.optimal import chains
+from otlp.optimal import chains, host
 from otlp.optimal.scalar import SCALAR_MAX_V, ScalarChains, scalar_chains, scalar_rule
 
 #: ||R - t||_1 below which the rule's row sums meet their targets (:attr:`OptimalTransport.tolerance`'s floor).
@@ -98,7 +98,7 @@ class OptimalTransport:
             if p_arr.size <= SCALAR_MAX_V:
                 self._init_scalar(scalar_chains(p_arr.tolist(), q_arr.tolist(), n), p_arr, q_arr)
             else:
-                self._init_chains(chains.build(p_arr[None], q_arr[None], n), p_arr, q_arr)
+                self._init_chains(host.build(p_arr[None], q_arr[None], n), p_arr, q_arr)
         else:
             from otlp.optimal.generic import LinearProgramRule
 
@@ -136,7 +136,7 @@ class OptimalTransport:
     def __getattr__(self, name: str) -> object:
         # only for attributes not set yet: a scalar-path instance builds the array form of its chains on first use
         if name == "_ch" and self.__dict__.get("_scalar") is not None:
-            self._ch = chains.build(self.p[None], self.q[None], self.n)
+            self._ch = host.build(self.p[None], self.q[None], self.n)
             return self._ch
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

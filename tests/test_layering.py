@@ -207,3 +207,16 @@ def test_the_core_and_the_lp_layer_never_import_rules_or_apps():
 def test_the_rules_never_import_the_apps():
     bad = [(a, b) for a, b, la, lb in _edges(lazy=True) if la == "rules" and lb == "apps" and b != "otlp._cli_util"]
     assert bad == []
+
+
+def test_the_reference_rule_calls_no_c_and_one_module_picks_the_host_kernels():
+    # otlp.optimal.chains is the definition of the optimal rule (numpy and torch): it imports the core only (the
+    # equations' maths and array namespace), never the backend; otlp.optimal.host is the one module of the rule that
+    # chooses between a C kernel of otlp.native and that reference. The samplers' own passes (the CPU route's
+    # normalisation and one-draft form, the bucketed route's loops) call their kernels from their modules.
+    graph = _graph(lazy=True)
+    assert {b for b in graph["otlp.optimal.chains"] if _layer(b) != "core"} == set()
+    rule = ("otlp.optimal.chains", "otlp.optimal.transport", "otlp.optimal.batch", "otlp.optimal.paths",
+            "otlp.optimal.generic", "otlp.optimal.tree_law", "otlp.optimal.sortfree")
+    assert [(a, b) for a in rule for b in graph[a] if _layer(b) == "backend"] == []
+    assert "otlp.native" in graph["otlp.optimal.host"]

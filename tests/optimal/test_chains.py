@@ -1,7 +1,7 @@
-"""The class-chain rule of otlp/optimal/chains.py on every route (numpy full rule, numpy windowed tuple rule, torch
-device route), checked by exact enumeration over V^n against the target law, against alpha* from the independent
-sorted-prefix closed form (otlp.subsets) and brute force over subsets, and against the pure-Python scalar path
-(otlp/optimal/scalar.py, a separate implementation of the same rule)."""
+"""The class-chain rule of otlp/optimal/chains.py on every route (numpy full rule, numpy windowed tuple rule, the host
+route of otlp/optimal/host.py with its C kernels, torch device route), checked by exact enumeration over V^n against the
+target law, against alpha* from the independent sorted-prefix closed form (otlp.subsets) and brute force over subsets,
+and against the pure-Python scalar path (otlp/optimal/scalar.py, a separate implementation of the same rule)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 import otlp
 from otlp import xp as X
-from otlp.optimal import OptimalTransport
+from otlp.optimal import OptimalTransport, host
 from otlp.optimal import chains as C
 from otlp.optimal.scalar import scalar_chains, scalar_rule
 from otlp.subsets import brute_force_min_psi
@@ -52,13 +52,14 @@ def _law_and_acceptance(accept: np.ndarray, reject: np.ndarray, F: np.ndarray, o
     return law, float(probs @ accept.sum(1))
 
 
-@pytest.mark.parametrize("route", ["full", "window", "torch", "torch_two_level", "cuda"])
+@pytest.mark.parametrize("route", ["full", "window", "host", "torch", "torch_two_level", "cuda"])
 def test_law_is_p_and_acceptance_is_alpha_star_by_enumeration(route: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """1500 instances per numpy route, 600 on torch (the CPU, and CUDA where a GPU is present; V = 2..7, n = 1..4;
-    ties, zeros, point masses, p = q, skewed, near-ties). ``torch_two_level``: torch on the CPU with the running sums,
-    minima and maxima an accelerator takes (:func:`otlp.xp._two_level_scan`), in blocks of 2 so that these short
+    """1500 instances per numpy route (``host``: :mod:`otlp.optimal.host`, the C kernels where built, its full chains
+    and its own-window tuple rule, each checked), 600 on torch (the CPU, and CUDA where a GPU is present; V = 2..7, n =
+    1..4; ties, zeros, point masses, p = q, skewed, near-ties). ``torch_two_level``: torch on the CPU with the running
+    sums, minima and maxima an accelerator takes (:func:`otlp.xp._two_level_scan`), in blocks of 2 so that these short
     rows span several blocks, the last one padded."""
-    torch = pytest.importorskip("torch") if route not in ("full", "window") else None
+    torch = pytest.importorskip("torch") if route not in ("full", "window", "host") else None
     if route == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     seen: set[str] = set()
@@ -68,8 +69,8 @@ def test_law_is_p_and_acceptance_is_alpha_star_by_enumeration(route: str, monkey
         monkeypatch.setattr(X, "SCAN_BLOCK", 2)
         monkeypatch.setattr(X, "_two_level_scan", lambda t, op: seen.add(op) or scan(t, op))
     worst = 0.0
-    for fam, p, q, n in _instances({"full": 1, "window": 2, "torch": 3, "torch_two_level": 4, "cuda": 3}[route],
-                                   1500 if route in ("full", "window") else 600):
+    for fam, p, q, n in _instances({"full": 1, "window": 2, "host": 5, "torch": 3, "torch_two_level": 4,
+                                    "cuda": 3}[route], 1500 if route in ("full", "window", "host") else 600):
         V = p.size
         omegas = np.array(list(itertools.product(range(V), repeat=n)))  # [V^n, n]
         probs = otlp.IID(q, n).tuple_probabilities(omegas)
@@ -81,6 +82,13 @@ def test_law_is_p_and_acceptance_is_alpha_star_by_enumeration(route: str, monkey
         elif route == "window":
             pre = C.prefix(P, Q, n)
             accept, reject = C.tuple_rule(pre, omegas, window=C.needed_window(pre, omegas))
+        elif route == "host":
+            ch = host.build(P, Q, n)
+            accept, reject = C.evaluate(ch, omegas)
+            pre = host.prefix(P, Q, n)
+            a_win, r_win = host.tuple_rule(pre, omegas, window="auto")
+            law, acc = _law_and_acceptance(a_win, r_win, C.residual_cdf(pre), pre.order, omegas, probs, V)
+            assert max(np.abs(law - p).max(), abs(acc - float(pre.alpha[0]))) < TOL, (fam, p, q, n)
         else:
             dev = "cuda" if route == "cuda" else "cpu"
             pre_t = C.prefix(torch.from_numpy(P).to(dev), torch.from_numpy(Q).to(dev), n)

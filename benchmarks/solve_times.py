@@ -19,8 +19,9 @@ Instance sources (``--source heavy|decode|both``, default both; one table per so
   would verify if both models were truncated to the target's top k, not the loop's V = 2000 pair itself.
 
 Methods
-* ``optimal``: otlp.optimal.OptimalTransport: for V <= 256 every group a water-filling class chain computed in
-  plain Python floats (otlp.optimal.scalar), above that the same chains on numpy arrays (otlp.optimal.chains).
+* ``optimal``: otlp.optimal.OptimalTransport: for V <= 128 every group a water-filling class chain computed in
+  plain Python floats (otlp.optimal.scalar), above that the same chains on numpy arrays (otlp.optimal.host: the
+  reference otlp.optimal.chains with its C kernels).
 * ``highs``: the relaxed OTLP (GR eq. (2)) with scipy's HiGHS (``linprog(method="highs")``), model building
   included, then the slice by the residual completion (GR eq. (3)).
 * ``maxflow``: OR-Tools SimpleMaxFlow on s -> i -> omega -> t (GR §5.2), int64 capacities scaled by 2^40.

@@ -628,3 +628,59 @@ def test_setup_builds_every_source_and_exports_every_kernel() -> None:
     assert sources == {p.name for p in (root / "otlp" / "native").glob("*.c")}
     declared = set(re.findall(r"lib\.(otlp_\w+)\.restype", (root / "otlp" / "native" / "__init__.py").read_text()))
     assert declared == set(ast.literal_eval(values["SYMBOLS"]))
+
+
+def _tied_batches(rng: np.random.Generator, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Rows full of exact ties: the tie families of the exact tests (small-integer masses, repeated (p, q) pairs,
+    p = q) at V = 2 to 600, and dyadic rows (masses k / 2^12, so that every sum is exact in any order) with long runs
+    of one ratio, some q = 0 and p = 0 tokens."""
+    batches = []
+    for family in ("rational_ties", "identical_tokens", "p_equals_q"):
+        for V in (2, 5, 40, 600):
+            rows = [draw(family, rng, V, n) for _ in range(6)]
+            batches.append(tuple(np.array([r[k] for r in rows]) for k in (0, 1)))
+    for V in (64, 1000):
+        base = rng.integers(1, 5, (6, V)).astype(float)
+        P, Q = base.copy(), base * rng.choice([1.0, 2.0, 0.5], size=(6, V))
+        P[:, ::11], Q[:, 3::13] = 0.0, 0.0
+        P, Q = P / P.sum(1, keepdims=True), Q / Q.sum(1, keepdims=True)
+        batches.append((P, Q))
+    return batches
+
+
+@needs_kernels
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
+def test_the_host_route_is_the_reference_on_tied_rows(n: int) -> None:
+    """The host route of otlp/optimal/host.py (every kernel of chains.c) against the reference chains.py on rows
+    full of exact ties, no family exempted: the full chains of host.build equal chains.build's to the last bit where
+    numpy's power is the C library's (else to 1e-14); and the sampler's steps (prefix, served group, own-window
+    chain, pieces, draw) give the reference's acceptances to 1e-15 and its tokens and slots for 8 draws of uniforms
+    per row (a uniform would have to fall within that rounding of a boundary to differ)."""
+    exact = _numpy_pow_is_the_c_librarys()
+    rng = np.random.default_rng(100 + n)
+    draws = 0
+    for P, Q in _tied_batches(rng, n):
+        B, V = P.shape
+        with np.errstate(all="ignore"):
+            got, want = host.build(P, Q, n), C.build(P, Q, n)
+        for name in ("t", "y", "before", "a", "lam", "beta"):
+            a, b = getattr(got.terms, name), getattr(want.terms, name)
+            if exact:
+                np.testing.assert_array_equal(a, b, err_msg=name)
+            else:
+                np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-300, err_msg=name)
+        for w in (np.array([rng.choice(V, n, p=q) for q in Q]), rng.integers(0, V, (B, n))):
+            with np.errstate(all="ignore"):
+                pre, ref_pre = host.prefix(P, Q, n), C.prefix(P, Q, n)
+                accept, reject = host.tuple_rule(pre, w, window="auto")
+                ref_accept, ref_reject = C.tuple_rule(ref_pre, w, window="auto")
+            np.testing.assert_allclose(accept, ref_accept, rtol=0, atol=1e-15)
+            np.testing.assert_allclose(reject, ref_reject, rtol=0, atol=1e-15)
+            for _ in range(8):
+                U = rng.random((B, 2))
+                tokens, index = host.sample(pre, accept, reject, w, U)
+                ref_tokens, ref_index = C.sample(ref_pre, ref_accept, ref_reject, w, U)
+                np.testing.assert_array_equal(tokens, ref_tokens)
+                np.testing.assert_array_equal(index, ref_index)
+                draws += B
+    assert draws > 1000

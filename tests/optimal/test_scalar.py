@@ -7,10 +7,13 @@ position by position; exact enumeration over V^n through the scalar path's own s
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 import otlp
+from otlp import native
 from otlp.optimal import OptimalTransport, chains, host
 from otlp.optimal.scalar import SCALAR_MAX_V, scalar_chains, takes
 
@@ -18,13 +21,23 @@ from .instances import FAMILIES, draw, small_instances
 from .test_exact_enumeration import TOL
 
 
+def _numpy_pow_is_the_c_librarys() -> bool:
+    """Whether numpy's float64 power is the C library's pow here (tests/test_native.py: numpy's AVX512 builds
+    dispatch it to SVML, whose last bit can differ); Python's math.pow is the C library's."""
+    x = np.random.default_rng(0).random(4096) * 2.0
+    return all(float(a) == math.pow(float(b), e) for e in (1 / 3, 1 / 4, 1 / 7) for a, b in zip(x**e, x, strict=True))
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
 def test_same_chains_as_the_numpy_class_chains(n: int) -> None:
     """Per-position quantities against the array routes (the reference chains.build and host.build) on every family,
     ties included (rational ties, identical tokens, p = q, near-ties), V = 1..60: the same order, psi, records,
     targets, slot fire probabilities a_i, final acceptances and certain slots bit for bit (the same formulas on the
-    same inputs, the roots by the reference's slot_mass); the row sums and the survival factors e^-Lambda, which the
-    arrays accumulate in another order (a doubling scan, a cumulative sum of numpy's log1p), to 1e-15."""
+    same inputs, the roots by host.slot_mass as host.build's; against the reference's numpy roots to 1e-13 where
+    numpy's power is not the C library's, which the kernel's Newton start calls, tests/test_native.py); the row sums
+    and the survival factors e^-Lambda, which the arrays accumulate in another order (a doubling scan, a cumulative
+    sum of numpy's log1p), to 1e-15."""
+    same_roots = native.library() is None or _numpy_pow_is_the_c_librarys()
     rng = np.random.default_rng([50, n])
     for family in sorted(FAMILIES):
         for _ in range(8):
@@ -39,8 +52,12 @@ def test_same_chains_as_the_numpy_class_chains(n: int) -> None:
                 first = b.terms.first[0]
                 assert np.flatnonzero(first).tolist() == s.starts, where
                 np.testing.assert_array_equal(s.t, b.terms.t[0], err_msg=where)
-                np.testing.assert_array_equal(s.fire, b.terms.a[0], err_msg=where)
-                np.testing.assert_array_equal(s.beta, b.beta[0][first], err_msg=where)
+                if route == "host" or same_roots:
+                    np.testing.assert_array_equal(s.fire, b.terms.a[0], err_msg=where)
+                    np.testing.assert_array_equal(s.beta, b.beta[0][first], err_msg=where)
+                else:
+                    np.testing.assert_allclose(s.fire, b.terms.a[0], rtol=1e-13, atol=1e-16, err_msg=where)
+                    np.testing.assert_allclose(s.beta, b.beta[0][first], rtol=1e-13, atol=1e-16, err_msg=where)
                 last = b.end[0] - 1
                 np.testing.assert_array_equal(s.certain_above, b.certain_low[0][last] - b.certain_low[0],
                                               err_msg=where)

@@ -4,6 +4,10 @@ One implementation for every caller: :class:`~otlp.optimal.OptimalTransport`, :f
 (numpy, float64) and the torch verifier ``otlp.verifiers.get("optimal")`` (torch, on the tensors' device, no host
 synchronisation and no data-dependent shape). ``xp`` is ``numpy`` or ``torch`` (:mod:`.xp`).
 
+This module is the reference, the definition of the rule: it calls no C. The host route (:mod:`.host`) runs the same
+functions with the C kernels of :mod:`otlp.native` where they are built (psi on the prefixes, the slot roots, the
+served group, its window's chain, the pieces, the draw), each pinned to its namesake here by tests/test_native.py.
+
 Quantities (design note ``exact-ot-design.md`` §2; GR Thm 3.1, Lemma 6.3, Thm 6.2), positions i = 0..V-1 of each
 row in decreasing q/p order (stable), prefix index m = 0..V:
 

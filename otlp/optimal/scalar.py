@@ -47,7 +47,7 @@ def takes(V: int, n: int) -> bool:
     arrays (:func:`.host.build`): V <= ``SCALAR_MAX_V``, whatever n. Measured by benchmarks/transport_build.py (build
     and one slice, heavy-tailed pairs): the arrays cost 0.22-0.4 ms whatever V is (their per-call overhead), the
     scalar loops about 1 us a position plus, at n >= 3, one call for the slot roots. With the kernels the scalar path
-    took 0.19-0.48x the arrays' time at V <= 32, 0.41-0.67x at V = 64, 0.61-1.06x at V = 128 and 0.95-1.8x at V = 256
+    took 0.18-0.48x the arrays' time at V <= 32, 0.41-0.67x at V = 64, 0.61-1.06x at V = 128 and 0.95-1.8x at V = 256
     for n = 1 .. 8; without them 0.18-0.68x, 0.46-0.79x, 0.68-1.09x and 1.03-1.54x."""
     return V <= SCALAR_MAX_V
 

@@ -45,9 +45,9 @@ from math import comb, inf
 
 import numpy as np
 
-from otlp import native
-from otlp import xp as X
-from otlp.psi import int_power, ratio_keys, sorted_psi
+from otlp.backend import native
+from otlp.core import xp as X
+from otlp.core.psi import int_power, ratio_keys, sorted_psi
 
 #: Newton steps of :func:`slot_mass` for n >= 3 when the caller cannot iterate to convergence (device code). From the
 #: tighter of two upper bounds of the root (module docstring of :func:`slot_mass`) the iteration converges
@@ -75,7 +75,7 @@ def prefix(P, Q, n: int, order=None, *, reuse: bool = False) -> Prefix:  # noqa:
     """Sort every row of ``P, Q: float64 [B, V]`` by decreasing q/p (p = 0 < q first, p = q = 0 last, stable) and
     compute psi on the prefixes (GR Lemma 6.3, the suffix form where Q_m > 1/2), m* and alpha*. ``order``: the
     sort of an earlier ``prefix`` of the same rows (it does not depend on n), so that it is not redone. ``reuse``
-    (numpy): the arrays may be this thread's work buffers (:func:`otlp.native.prefix`), valid until the next
+    (numpy): the arrays may be this thread's work buffers (:func:`otlp.backend.native.prefix`), valid until the next
     ``prefix(..., reuse=True)``: for a caller that is done with the result by then (the CPU sampler)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         if order is None:
@@ -435,9 +435,9 @@ def _only_where(fn, mask, *args):  # noqa: ANN001, ANN202
 def _newton_numpy(y, H, L, r_below, gap, n: int, steps: int | None, powers):  # noqa: ANN001, ANN202 - numpy
     """:func:`slot_mass`'s Newton iteration on numpy arrays, each entry until its step moves it by at most 4.5e-16
     of itself (about 2 ulp; it then keeps that step's value and stops) or ``steps`` steps (None: at most 200), as
-    ``otlp_slot_mass`` (otlp/native/chains.c) iterates each entry: the entries still moving are gathered into smaller
-    arrays once they are fewer than half, so the many that converge in two or three steps stop costing; until then
-    the stopped ones are carried along unchanged. ``powers``: :func:`_descending_powers` of H (None above
+    ``otlp_slot_mass`` (otlp/backend/native/chains.c) iterates each entry: the entries still moving are gathered into
+    smaller arrays once they are fewer than half, so the many that converge in two or three steps stop costing; until
+    then the stopped ones are carried along unchanged. ``powers``: :func:`_descending_powers` of H (None above
     ``POWER_GAP_EXPANSION_MAX``), as the bounds read them."""
     shape = y.shape
     y = y.reshape(-1).copy()
@@ -553,7 +553,7 @@ def _window_hazards(pre: Prefix, pos, top, s, e, steps: int | None):  # noqa: AN
     """The served groups' chains on their windows s .. top + 1 (``[B, 1]`` each): ``(cum, cum_c)`` ``[B, n]``, the
     running sums over the window of the hazards and of the certain slots where the slot can matter, read at the draws
     (``pos [B, n]``, offset pos - s clamped to the window), and ``beta [B]``. Through ``otlp_window_chain``
-    (:func:`otlp.native.window_chain`, equal to rounding) where the kernels are built and
+    (:func:`otlp.backend.native.window_chain`, equal to rounding) where the kernels are built and
     n <= ``native.SLOT_MASS_MAX_N``; else by :func:`group_terms` on the T = sum_b (top_b - s_b + 2) positions of
     all rows in one ``[1, T]`` array, then running sums on a ``[B, W]`` array."""
     got = native.window_chain(pre, s, e, top, pos, 200 if steps is None else steps)

@@ -1,7 +1,7 @@
 """``OptimalTransport`` on small vocabularies: the plain-Python class chains (otlp/optimal/scalar.py) against the array
-chains of the host route (otlp/optimal/host.py: the C kernels of otlp/native for psi and the slot roots, numpy for the
-rest) and of the numpy reference alone (otlp/optimal/chains.py, as a build without a C compiler runs it); and the scalar
-path without the kernels (its slot roots by the numpy reference).
+chains of the host route (otlp/optimal/host.py: the C kernels of otlp/backend/native for psi and the slot roots, numpy
+for the rest) and of the numpy reference alone (otlp/optimal/chains.py, as a build without a C compiler runs it); and
+the scalar path without the kernels (its slot roots by the numpy reference).
 
 Each call is what benchmarks/solve_times.py times per token: ``OptimalTransport.from_arrays(p, q, n)`` and one ``slice``
 of a drafted tuple, at V = 8 .. 256 and n = 2 .. 8, on the heavy-tailed pairs of the design note §6 (z = 2 t_3, p =
@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 
-from otlp import native
+from otlp.backend import native
 from otlp.optimal import OptimalTransport, scalar
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from otlp.distributions import check_n
-from otlp.errors import InputError, MissingDependencyError
+from otlp.core.distributions import check_n
+from otlp.core.errors import InputError, MissingDependencyError
 
 
 def iid_optimal_acceptance(p: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:

@@ -13,9 +13,9 @@ from functools import cached_property
 
 import numpy as np
 
-from otlp.distributions import check_n, check_token_tuples
-from otlp.errors import InputError
-from otlp.formulations.completion import residual_law
+from otlp.core.distributions import check_n, check_token_tuples
+from otlp.core.errors import InputError
+from otlp.lp.formulations.completion import residual_law
 from otlp.optimal import chains, host
 from otlp.optimal.transport import OptimalTransport, truncate_top_k
 

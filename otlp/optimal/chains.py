@@ -5,8 +5,9 @@ One implementation for every caller: :class:`~otlp.optimal.OptimalTransport`, :f
 synchronisation and no data-dependent shape). ``xp`` is ``numpy`` or ``torch`` (:mod:`.xp`).
 
 This module is the reference, the definition of the rule: it calls no C. The host route (:mod:`.host`) runs the same
-functions with the C kernels of :mod:`otlp.native` where they are built (psi on the prefixes, the slot roots, the
-served group, its window's chain, the pieces, the draw), each pinned to its namesake here by tests/test_native.py.
+functions with the C kernels of :mod:`otlp.backend.native` where they are built (psi on the prefixes, the slot roots,
+the served group, its window's chain, the pieces, the draw), each pinned to its namesake here by
+tests/backend/test_native.py.
 
 Quantities (design note ``exact-ot-design.md`` §2; GR Thm 3.1, Lemma 6.3, Thm 6.2), positions i = 0..V-1 of each
 row in decreasing q/p order (stable), prefix index m = 0..V:
@@ -49,8 +50,8 @@ from math import comb, inf
 
 import numpy as np
 
-from otlp import xp as X
-from otlp.psi import int_power, ratio_keys, sorted_psi
+from otlp.core import xp as X
+from otlp.core.psi import int_power, ratio_keys, sorted_psi
 
 #: Newton steps of :func:`slot_mass` for n >= 3 when the caller cannot iterate to convergence (device code). From the
 #: tighter of two upper bounds of the root (module docstring of :func:`slot_mass`) the iteration converges
@@ -76,7 +77,7 @@ class Prefix:
 
 def ratio_order(P, Q):  # noqa: ANN001, ANN201 - [B, V] arrays
     """``int64 [B, V]``: each row's positions by decreasing q/p (p = 0 < q first, p = q = 0 last, stable; the keys of
-    :func:`otlp.psi.ratio_keys`)."""
+    :func:`otlp.core.psi.ratio_keys`)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return X.sort_descending(ratio_keys(P, Q))  # [B, V]
 
@@ -446,9 +447,9 @@ def _only_where(fn, mask, *args):  # noqa: ANN001, ANN202
 def _newton_numpy(y, H, L, r_below, gap, n: int, steps: int | None, powers):  # noqa: ANN001, ANN202 - numpy
     """:func:`slot_mass`'s Newton iteration on numpy arrays, each entry until its step moves it by at most 4.5e-16
     of itself (about 2 ulp; it then keeps that step's value and stops) or ``steps`` steps (None: at most 200), as
-    ``otlp_slot_mass`` (otlp/native/chains.c) iterates each entry: the entries still moving are gathered into smaller
-    arrays once they are fewer than half, so the many that converge in two or three steps stop costing; until then
-    the stopped ones are carried along unchanged. ``powers``: :func:`_descending_powers` of H (None above
+    ``otlp_slot_mass`` (otlp/backend/native/chains.c) iterates each entry: the entries still moving are gathered into
+    smaller arrays once they are fewer than half, so the many that converge in two or three steps stop costing; until
+    then the stopped ones are carried along unchanged. ``powers``: :func:`_descending_powers` of H (None above
     ``POWER_GAP_EXPANSION_MAX``), as the bounds read them."""
     shape = y.shape
     y = y.reshape(-1).copy()

@@ -1,28 +1,28 @@
-"""The host route of the class-chain rule: each step in its C kernel (:mod:`otlp.native`) where the kernels are built,
-else the reference (:mod:`.chains`), on numpy arrays. The one place where the rule chooses between the two.
+"""The host route of the class-chain rule: each step in its C kernel (:mod:`otlp.backend.native`) where the kernels are
+built, else the reference (:mod:`.chains`), on numpy arrays. The one place where the rule chooses between the two.
 
 :mod:`.chains` is the definition (numpy and torch, no C); every function here takes and returns what its namesake
 there does, with the same values: bit for bit (:func:`prefix`, :func:`slot_mass`, :func:`served_group`,
 :func:`sample`), or to rounding where the kernel's order of operations differs (:func:`window_hazards`: its roots
-start from their neighbour's; :func:`tuple_rule`'s pieces: the C library's exp and expm1), as tests/test_native.py
-pins them. Torch tensors, a build without a compiler and ``OTLP_NATIVE=0`` all take the reference. The callers on the
-host (:class:`~otlp.optimal.OptimalTransport`, :func:`~otlp.optimal.solve_batch`, the CPU route of
-``get("optimal")``, its bucketed route's numpy form) call these; the device route calls :mod:`.chains` itself.
+start from their neighbour's; :func:`tuple_rule`'s pieces: the C library's exp and expm1), as
+tests/backend/test_native.py pins them. Torch tensors, a build without a compiler and ``OTLP_NATIVE=0`` all take the
+reference. The callers on the host (:class:`~otlp.optimal.OptimalTransport`, :func:`~otlp.optimal.solve_batch`, the CPU
+route of ``get("optimal")``, its bucketed route's numpy form) call these; the device route calls :mod:`.chains` itself.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from otlp import native
-from otlp import xp as X
+from otlp.backend import native
+from otlp.core import xp as X
 from otlp.optimal import chains as C
 
 
 def prefix(P, Q, n: int, order=None, *, reuse: bool = False) -> C.Prefix:  # noqa: ANN001 - [B, V] arrays
     """:func:`.chains.prefix` (``order``: the rows' :func:`.chains.ratio_order`, if the caller has it) through
     ``otlp_prefix`` (two passes a row, the same bits). ``reuse`` (numpy, with the kernels): the arrays may be this
-    thread's work buffers (:func:`otlp.native.prefix`), valid until the next ``prefix(..., reuse=True)``: for a
+    thread's work buffers (:func:`otlp.backend.native.prefix`), valid until the next ``prefix(..., reuse=True)``: for a
     caller that is done with the result by then (the CPU sampler)."""
     if not X.is_numpy(P) or native.library() is None:
         return C.prefix(P, Q, n, order)

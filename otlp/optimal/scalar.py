@@ -13,7 +13,7 @@ position; past V = 128 the arrays win (:func:`takes`, benchmarks/transport_build
 Quantities (design note §2, :mod:`.chains`), positions i = 0..V-1 in decreasing q/p order, prefix index m:
 
 * psi_m = P_m - Q_m^n (suffix form 1 - (1 - Qbar_m)^n - Pbar_m where Q_m > 1/2; the two forms of
-  :func:`otlp.psi.prefix_psi`, called on floats), m* its first argmin, alpha* = 1 + psi_{m*}; records cut
+  :func:`otlp.core.psi.prefix_psi`, called on floats), m* its first argmin, alpha* = 1 + psi_{m*}; records cut
   the positions into groups (inner: strict prefix minima up to m*; outer: suffix minima from m*, ties included);
 * per group (s, e] (positions s..e-1): targets t (p; the outer group's first position t_s = p_s - (psi_e - psi_s)),
   H_i = Q_i the null mass below position i, gap_i = psi_i - psi_e (the group's slack at s: psi_s - psi_e when
@@ -34,9 +34,9 @@ from math import expm1, inf, log1p, sqrt
 
 import numpy as np
 
+from otlp.core.psi import psi_head, psi_tail
 from otlp.optimal import host
 from otlp.optimal.chains import NEWTON_STEPS, power_gap  # power_gap: (base + x)^n - base^n, on floats as on arrays
-from otlp.psi import psi_head, psi_tail
 
 #: the largest vocabulary the scalar path takes (:func:`takes`).
 SCALAR_MAX_V = 128
@@ -90,8 +90,8 @@ class ScalarChains:
 
 
 def _psi(ps: list, qs: list, n: int) -> tuple[list, list, list]:
-    """psi on the prefixes (GR Lemma 6.3; :func:`otlp.psi.psi_head` / :func:`otlp.psi.psi_tail`, the forms of
-    :func:`otlp.psi.prefix_psi`, on Python floats and the same sequential sums, so the same bits as
+    """psi on the prefixes (GR Lemma 6.3; :func:`otlp.core.psi.psi_head` / :func:`otlp.core.psi.psi_tail`, the forms of
+    :func:`otlp.core.psi.prefix_psi`, on Python floats and the same sequential sums, so the same bits as
     :func:`.chains.prefix`), the prefix sums Q_m of q and its sums from the top, each ``[V + 1]``."""
     V = len(ps)
     Pp, Pq = list(accumulate(ps, initial=0.0)), list(accumulate(qs, initial=0.0))  # sequential sums, as np.cumsum

@@ -21,9 +21,9 @@ from functools import cached_property
 
 import numpy as np
 
-from otlp.distributions import as_generator, check_distribution, check_n, check_token_tuples, keep_top_k
-from otlp.errors import InputError
-from otlp.formulations.completion import residual_law
+from otlp.core.distributions import as_generator, check_distribution, check_n, check_token_tuples, keep_top_k
+from otlp.core.errors import InputError
+from otlp.lp.formulations.completion import residual_law
 from otlp.optimal import chains, host, scalar
 from otlp.optimal.scalar import ScalarChains, scalar_chains, scalar_rule
 

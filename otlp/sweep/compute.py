@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from otlp.distributions import keep_top_k
-from otlp.errors import InputError
+from otlp.core.distributions import keep_top_k
+from otlp.core.errors import InputError
 from otlp.sweep.loader import PairBlock
 
 #: Version of the per-pair result columns; part of every result key, so a change recomputes old shards.

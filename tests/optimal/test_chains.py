@@ -1,7 +1,7 @@
 """The class-chain rule of otlp/optimal/chains.py on every route (numpy full rule, numpy windowed tuple rule, the host
 route of otlp/optimal/host.py with its C kernels, torch device route), checked by exact enumeration over V^n against the
-target law, against alpha* from the independent sorted-prefix closed form (otlp.subsets) and brute force over subsets,
-and against the pure-Python scalar path (otlp/optimal/scalar.py)."""
+target law, against alpha* from the independent sorted-prefix closed form (otlp.core.subsets) and brute force over
+subsets, and against the pure-Python scalar path (otlp/optimal/scalar.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import otlp
-from otlp import xp as X
+from otlp.core import xp as X
+from otlp.core.subsets import brute_force_min_psi
 from otlp.optimal import OptimalTransport, host
 from otlp.optimal import chains as C
 from otlp.optimal.scalar import scalar_chains, scalar_rule
-from otlp.subsets import brute_force_min_psi
 from tests.conftest import FAMILIES, random_pair
 
 TOL = 1e-12
@@ -57,8 +57,8 @@ def test_law_is_p_and_acceptance_is_alpha_star_by_enumeration(route: str, monkey
     """1500 instances per numpy route (``host``: :mod:`otlp.optimal.host`, the C kernels where built, its full chains
     and its own-window tuple rule, each checked), 600 on torch (the CPU, and CUDA where a GPU is present; V = 2..7, n =
     1..4; ties, zeros, point masses, p = q, skewed, near-ties). ``torch_two_level``: torch on the CPU with the running
-    sums, minima and maxima an accelerator takes (:func:`otlp.xp._two_level_scan`), in blocks of 2 so that these short
-    rows span several blocks, the last one padded."""
+    sums, minima and maxima an accelerator takes (:func:`otlp.core.xp._two_level_scan`), in blocks of 2 so that these
+    short rows span several blocks, the last one padded."""
     torch = pytest.importorskip("torch") if route not in ("full", "window", "host") else None
     if route == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")

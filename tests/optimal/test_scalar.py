@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import otlp
-from otlp import native
+from otlp.backend import native
 from otlp.optimal import OptimalTransport, chains, host
 from otlp.optimal.scalar import SCALAR_MAX_V, scalar_chains, takes
 
@@ -22,7 +22,7 @@ from .test_exact_enumeration import TOL
 
 
 def _numpy_pow_is_the_c_librarys() -> bool:
-    """Whether numpy's float64 power is the C library's pow here (tests/test_native.py: numpy's AVX512 builds
+    """Whether numpy's float64 power is the C library's pow here (tests/backend/test_native.py: numpy's AVX512 builds
     dispatch it to SVML, whose last bit can differ); Python's math.pow is the C library's."""
     x = np.random.default_rng(0).random(4096) * 2.0
     return all(float(a) == math.pow(float(b), e) for e in (1 / 3, 1 / 4, 1 / 7) for a, b in zip(x**e, x, strict=True))
@@ -34,8 +34,8 @@ def test_same_chains_as_the_numpy_class_chains(n: int) -> None:
     ties included (rational ties, identical tokens, p = q, near-ties), V = 1..60: the same order, psi, records,
     targets, slot fire probabilities a_i, final acceptances and certain slots bit for bit (the same formulas on the
     same inputs, the roots by host.slot_mass as host.build's; against the reference's numpy roots to 1e-13 where
-    numpy's power is not the C library's, which the kernel's Newton start calls, tests/test_native.py); the row sums
-    and the survival factors e^-Lambda, which the arrays accumulate in another order (a doubling scan, a cumulative
+    numpy's power is not the C library's, which the kernel's Newton start calls, tests/backend/test_native.py); the row
+    sums and the survival factors e^-Lambda, which the arrays accumulate in another order (a doubling scan, a cumulative
     sum of numpy's log1p), to 1e-15."""
     same_roots = native.library() is None or _numpy_pow_is_the_c_librarys()
     rng = np.random.default_rng([50, n])

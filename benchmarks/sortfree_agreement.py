@@ -1,8 +1,8 @@
 """The cell rule (otlp/optimal/sortfree.py) against ``get("optimal").sample`` at scale: tokens and slots for the same
 uniforms, and the refinement / fallback rates, per grid point (issue 41). ``--route host``: instead the CPU route's
-bounded window (``otlp/native/bucket_rule.c``'s ``window_bound``, ``buckets.BOUND``) against the same route without
-it (its selection sorts the window, else the full sort), and its rates: rows certified at the first attempt, on the
-retry (the uncertain buckets sorted), and left to the full sort.
+bounded window (``otlp/backend/native/bucket_rule.c``'s ``window_bound``, ``buckets.BOUND``) against the same route
+without it (its selection sorts the window, else the full sort), and its rates: rows certified at the first attempt, on
+the retry (the uncertain buckets sorted), and left to the full sort.
 
 LM-like rows as benchmarks/verifiers.py makes them (float32, cast to the point's dtype): the grid's loose draft and
 close drafts (the target's logits plus sigma-scaled noise, sigma 1 and 0.5). The certificate runs without its

@@ -37,7 +37,7 @@ import time
 
 import torch
 
-from otlp import native
+from otlp.backend import native
 from otlp.verifiers import get
 from otlp.verifiers.base import validation
 
@@ -84,9 +84,9 @@ def _times(fns: dict[str, object], reps: int, device: str, stat=statistics.media
 
 
 def _graphed(fn):  # noqa: ANN001, ANN202
-    """``fn`` captured once in a CUDA graph (:func:`otlp.cuda_graphs.capture`): its replay, which launches the
+    """``fn`` captured once in a CUDA graph (:func:`otlp.backend.cuda_graphs.capture`): its replay, which launches the
     captured kernels with no Python or launch overhead."""
-    from otlp.cuda_graphs import capture
+    from otlp.backend.cuda_graphs import capture
 
     return capture(fn)[0].replay
 
@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> None:
         settings.append(("cuda", default_threads))
     rows = []
     moved: dict[tuple[int, int, int], dict[str, float]] = {}
-    print(f"C kernels (otlp/native: the host's value check, the optimal rule's CPU route): {native.reason() or 'used'}")
+    print("C kernels (otlp/backend/native: the host's value check, the optimal rule's CPU route):",
+          native.reason() or "used")
     for device, threads in settings:
         torch.set_num_threads(threads)
         print(f"\n{device}, {threads} thread(s): ms per verification step (median of {args.reps}); ratio = "
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     meta = {"torch": torch.__version__, "default_threads": default_threads, "python": sys.version.split()[0],
             "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-            "native_kernels": native.reason() or "used"}  # otlp/native's C loops (value check, optimal rule)
+            "native_kernels": native.reason() or "used"}  # otlp/backend/native's C loops (value check, optimal rule)
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=2)
     print(f"wrote {args.out}")

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import otlp
-from otlp import native
+from otlp.backend import native
 from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from otlp import native
+from otlp.backend import native
 from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
 from tests.optimal.instances import FAMILIES, draw
@@ -99,12 +99,12 @@ def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.Monk
                                                         split: bool) -> None:
     """With several torch threads the rows are split over them (on the native route an OpenMP team takes the rows
     one at a time inside its one call, from ``THREADS_MIN`` entries; the numpy route's per-token passes run in
-    chunks on otlp.threads' pool): 7 rows on 3 threads draw what one thread draws (which equals the full sort,
+    chunks on otlp.backend.threads' pool): 7 rows on 3 threads draw what one thread draws (which equals the full sort,
     above), and the split did happen (on the native route: where it reaches ``THREADS_MIN`` and the kernels have
     OpenMP)."""
     import threading
 
-    from otlp import threads
+    from otlp.backend import threads
 
     V, n = 32_000, 4
     monkeypatch.setattr(BK, "CHUNK", 2 * V)
@@ -176,7 +176,7 @@ def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytes
 
     monkeypatch.setattr(BK, "BOUND", False)
 
-    from otlp import threads
+    from otlp.backend import threads
     from otlp.optimal.sampler import verify
 
     attempts = []
@@ -216,7 +216,7 @@ def test_with_a_team_a_row_that_hardly_compresses_takes_its_full_order_in_the_ca
     bucket in the call instead of status 0: its compressed instance is then its full order, so it draws the full
     sort's token and slot; the other rows are certified as with one thread. (``BOUND`` off: with the window's
     bounds such a row compresses.)"""
-    from otlp import threads
+    from otlp.backend import threads
 
     monkeypatch.setattr(BK, "BOUND", False)
 
@@ -407,7 +407,7 @@ def test_the_routes_certify_the_same_rows(monkeypatch: pytest.MonkeyPatch, V: in
     also answers the rows that hardly compress, below). ``BOUND`` off: the native route's window bounds and the
     selection that goes with them are its own (test_a_run_inside_the_served_chain_is_bounded, tests/optimal/
     test_bounded_window.py)."""
-    from otlp import threads
+    from otlp.backend import threads
 
     monkeypatch.setattr(threads, "count", lambda: 1)
     monkeypatch.setattr(BK, "BOUND", False)
@@ -464,7 +464,7 @@ def test_a_run_inside_the_served_chain_fails_the_certificate(monkeypatch: pytest
             tokens, index, status = BK._native_rows(P, Q, np.ones(B), np.ones(B), W, U, n, sc, forced)
             done, first = status > 0, status == 1
         else:  # one chunk and one group of rows, so that the selection and the first attempt cover every row
-            from otlp import threads
+            from otlp.backend import threads
 
             monkeypatch.setattr(threads, "count", lambda: 1)
             monkeypatch.setattr(BK, "GROUP_SLACK", 1 << 40)

@@ -34,11 +34,15 @@ def prefix(P, Q, n: int, order=None, *, reuse: bool = False) -> C.Prefix:  # noq
 def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: ANN001, ANN201
     """:func:`.chains.slot_mass` through ``otlp_slot_mass`` at 3 <= n <= ``native.SLOT_MASS_MAX_N`` on numpy arrays
     (the same bounds and Newton steps per entry: the same bits); the closed forms of n <= 2 and everything else by
-    the reference."""
-    if X.is_numpy(H):
+    the reference. Also on four Python lists of floats of one length (:mod:`.scalar`'s roots: one packed buffer, the
+    cheapest call, :func:`otlp.backend.native.slot_mass`), returning a float64 array ``[k]`` as well."""
+    if X.is_numpy(H) or type(H) is list:
         y = native.slot_mass(H, L, r_below, gap, n, 200 if steps is None else steps)
         if y is not None:
             return y
+        if type(H) is list:  # no kernels: the reference on arrays, numpy's warnings off (its where()s divide by 0)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+                return C.slot_mass(*(np.array(x, dtype=np.float64) for x in (H, L, r_below, gap)), n, steps)
     return C.slot_mass(H, L, r_below, gap, n, steps)
 
 

@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from itertools import accumulate
 from math import expm1, inf, log1p, sqrt
 
-import numpy as np
-
 from otlp.core.psi import psi_head, psi_tail
 from otlp.optimal import host
 from otlp.optimal.chains import NEWTON_STEPS, power_gap  # power_gap: (base + x)^n - base^n, on floats as on arrays
@@ -168,10 +166,8 @@ def scalar_chains(p: list, q: list, n: int) -> ScalarChains:
         for i in need:
             y[i] = _closed_root(H[i], L[i], r[i - 1], gap[i], n)
     elif need:
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-            roots = host.slot_mass(np.array([H[i] for i in need]), np.array([L[i] for i in need]),
-                                   np.array([r[i - 1] for i in need]), np.array([gap[i] for i in need]), n,
-                                   NEWTON_STEPS)
+        roots = host.slot_mass([H[i] for i in need], [L[i] for i in need], [r[i - 1] for i in need],
+                               [gap[i] for i in need], n, NEWTON_STEPS)  # lists: one packed buffer, one pointer
         for i, root in zip(need, roots.tolist(), strict=True):
             y[i] = root
     rows, fire, lam_above, certain_above = [0.0] * V, [0.0] * V, [0.0] * V, [0] * V

@@ -365,6 +365,38 @@ def test_the_slot_roots_are_numpys_bit_for_bit(n: int) -> None:
                 np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-300)
 
 
+@needs_kernels
+@pytest.mark.parametrize("n", [3, 5, native.SLOT_MASS_MAX_N])
+def test_the_slot_roots_take_lists_and_any_arrays(n: int) -> None:
+    """host.slot_mass's other inputs against its float64 C-contiguous arrays: four Python lists (the scalar path's
+    packed buffer), strided, float32 and broadcast arrays (converted first), all to the last bit, with the caller's
+    arrays left as they were and a new array returned; the lists without the kernel take the reference
+    (chains.slot_mass on arrays, the same bits as that route); lists of different lengths are a ValueError."""
+    rng = np.random.default_rng([n, 7])
+    for H, L, r, gap in _slot_inputs(rng)[-4:]:  # the adversarial entries, 1 to 1001 of them
+        for steps in (None, 1, C.NEWTON_STEPS):
+            want = host.slot_mass(H, L, r, gap, n, steps)
+            kept = [x.copy() for x in (H, L, r, gap)]
+            got = host.slot_mass(H.tolist(), L.tolist(), r.tolist(), gap.tolist(), n, steps)
+            np.testing.assert_array_equal(got, want, err_msg=f"lists, steps {steps}")
+            assert got.dtype == np.float64 and got.shape == H.shape
+            for a, b in zip((H, L, r, gap), kept, strict=True):
+                np.testing.assert_array_equal(a, b)
+                assert not np.shares_memory(want, a)
+            with _numpy_route("slot_mass"):
+                np.testing.assert_array_equal(host.slot_mass(H.tolist(), L.tolist(), r.tolist(), gap.tolist(), n,
+                                                             steps), _numpy_slot_mass(H, L, r, gap, n, steps))
+        strided = np.stack([H, H], axis=1)[:, 1]  # [k], every other entry of a [k, 2] array
+        assert H.size == 1 or not strided.flags.c_contiguous
+        np.testing.assert_array_equal(host.slot_mass(strided, L, r, gap, n), host.slot_mass(H, L, r, gap, n))
+        np.testing.assert_array_equal(host.slot_mass(H, L, r, gap[:1], n), host.slot_mass(H, L, r, gap[:1] + 0 * H, n))
+        low = H.astype(np.float32)
+        np.testing.assert_array_equal(host.slot_mass(low, L, r, gap, n),
+                                      host.slot_mass(low.astype(np.float64), L, r, gap, n))
+    with pytest.raises(ValueError, match="not one size"):
+        native.slot_mass([0.1, 0.2], [0.3], [0.5, 0.5], [0.0, 0.0], 3, 20)
+
+
 def _numpy_window_hazards(*args):  # noqa: ANN002, ANN202
     with np.errstate(all="ignore"):
         return C.window_hazards(*args)  # the reference (numpy)

@@ -206,16 +206,34 @@ def sort_runs(key: np.ndarray, packed: np.ndarray, s: int, bits: int = 63):  # n
     return order, rows[: R[0]], composite[: R[0]]  # no ties (the order is exact), or dense ones
 
 
-def slot_mass(H, L, r_below, gap, n: int, limit: int) -> np.ndarray | None:  # noqa: ANN001 - numpy arrays
-    """:func:`otlp.optimal.chains.slot_mass` at 3 <= n <= ``SLOT_MASS_MAX_N`` on numpy arrays (broadcast together) in
-    ``otlp_slot_mass``, each entry at most ``limit`` Newton steps: the numpy route's bits (``chains.c``); None where
-    the kernels are not built or n is out of range."""
+def slot_mass(H, L, r_below, gap, n: int, limit: int) -> np.ndarray | None:  # noqa: ANN001 - arrays or lists
+    """:func:`otlp.optimal.chains.slot_mass` at 3 <= n <= ``SLOT_MASS_MAX_N`` in ``otlp_slot_mass``, each entry at
+    most ``limit`` Newton steps: the numpy route's bits (``chains.c``); None where the kernels are not built or n is
+    out of range. The inputs are numpy arrays (broadcast together; taken as they are where they already are float64,
+    C-contiguous and of one shape), or four Python lists of floats of one length k (the scalar path,
+    :mod:`otlp.optimal.scalar`), packed into one new ``float64 [5, k]`` buffer whose last row takes the roots, so that a
+    call converts one array and reads one pointer (a ctypes call's cost is mostly its arguments': about 0.7 us per
+    array pointer). Returns a new float64 array of the broadcast shape (``[k]`` for lists)."""
     lib = library()
     if lib is None or not 3 <= n <= SLOT_MASS_MAX_N:
         return None
-    args = [np.ascontiguousarray(x, dtype=np.float64) for x in np.broadcast_arrays(H, L, r_below, gap)]
-    out = np.empty(args[0].shape)
-    lib.otlp_slot_mass(*(x.ctypes.data for x in args), out.size, n, limit, out.ctypes.data)
+    if type(H) is list:
+        k = len(H)
+        if not len(L) == len(r_below) == len(gap) == k:
+            raise ValueError(f"slot_mass: lists of {k}, {len(L)}, {len(r_below)} and {len(gap)} entries, not one size")
+        buf = np.array((H, L, r_below, gap, H), dtype=np.float64)  # [5, k]: H, L, r_below, gap, the roots (overwritten)
+        at, row = buf.ctypes.data, 8 * k
+        lib.otlp_slot_mass(at, at + row, at + 2 * row, at + 3 * row, k, n, limit, at + 4 * row)
+        return buf[4]
+    if not (type(H) is type(L) is type(r_below) is type(gap) is np.ndarray
+            and H.dtype == L.dtype == r_below.dtype == gap.dtype == np.float64
+            and H.shape == L.shape == r_below.shape == gap.shape and H.flags.c_contiguous and L.flags.c_contiguous
+            and r_below.flags.c_contiguous and gap.flags.c_contiguous):
+        H, L, r_below, gap = (np.ascontiguousarray(x, dtype=np.float64)
+                              for x in np.broadcast_arrays(H, L, r_below, gap))
+    out = np.empty(H.shape)
+    lib.otlp_slot_mass(H.ctypes.data, L.ctypes.data, r_below.ctypes.data, gap.ctypes.data, out.size, n, limit,
+                       out.ctypes.data)
     return out
 
 

@@ -138,38 +138,44 @@ def scalar_chains(p: list, q: list, n: int) -> ScalarChains:
     starts, ends = rec[:-1], rec[1:]
     t = list(ps)
     # the chains' inputs by position (chains._group_terms): L = q(C_i), gap, r = t / q (1 / (q / p) where t = p, so
-    # that tokens tied in the sort key get equal r); the positions whose slot mass is a root, and the tied runs'
+    # that tokens tied in the sort key get equal r); the class mass y_i after each step: at n <= 2 its closed form
+    # here, at n >= 3 a root for the positions in ``need`` and the tied runs' closed form for those in ``tied``
     y, L, gap, r = [0.0] * V, [0.0] * V, [0.0] * V, [0.0] * V
-    tied, need = [False] * V, []
+    tied, need = [], []
+    closed = n <= 2
     for s, e in zip(starts, ends, strict=True):
         inner_g = e <= m_star
         psi_s, psi_e = psi[s], psi[e]
         if not inner_g:  # GR Thm 6.2 vertex: the outer group's first token gives up psi_e - psi_s
             t[s] = max(ps[s] - (psi_e - psi_s), 0.0)
-        if e == s + 1:  # a singleton group (most of them): no slot; its slack only
-            gap[s] = max(psi_s - psi_e, 0.0) if inner_g else 0.0
+        gap[s] = max(psi_s - psi_e, 0.0) if inner_g else 0.0  # the group's slack
+        if e == s + 1:  # a singleton group (most of them): no slot
             continue
-        for i in range(s, e):
-            first = i == s
-            L[i] = Sq[i] - Sq[e]
-            gap[i] = max((psi_s - psi_e if inner_g else 0.0) if first else psi[i] - psi_e, 0.0)
+        below = Sq[e]
+        L[s] = y[s] = Sq[s] - below
+        if qs[s] > 0:
+            r[s] = t[s] / qs[s] if not inner_g else (1.0 / (qs[s] / ps[s]) if ps[s] > 0 else 0.0)
+        for i in range(s + 1, e):
+            L[i] = Sq[i] - below
+            gap[i] = max(psi[i] - psi_e, 0.0)
             qi = qs[i]
             if qi > 0:
-                r[i] = t[i] / qi if first and not inner_g else (1.0 / (qi / ps[i]) if ps[i] > 0 else 0.0)
-            if first:
-                y[i] = L[i]
-            elif n >= 3 and i >= s + 2 and r[i - 1] == r[i - 2] and qs[i - 1] > 0:  # chains._tied
-                tied[i] = True
+                r[i] = 1.0 / (qi / ps[i]) if ps[i] > 0 else 0.0
+            if closed:  # a few float operations, below the cost of one array call
+                y[i] = _closed_root(H[i], L[i], r[i - 1], gap[i], n)
+            elif i >= s + 2 and r[i - 1] == r[i - 2] and qs[i - 1] > 0:  # chains._tied
+                tied.append(i)
             else:
                 need.append(i)
-    if need and n <= 2:  # the closed forms: a few float operations each, below the cost of one array call
-        for i in need:
-            y[i] = _closed_root(H[i], L[i], r[i - 1], gap[i], n)
-    elif need:
+    if need:
         roots = host.slot_mass([H[i] for i in need], [L[i] for i in need], [r[i - 1] for i in need],
                                [gap[i] for i in need], n, NEWTON_STEPS)  # lists: one packed buffer, one pointer
         for i, root in zip(need, roots.tolist(), strict=True):
             y[i] = root
+    anchor: dict = {}  # tied runs: y_i = (y_a - (H_i - H_a))^+ from the last position a below i solved by a root
+    for i in tied:  # increasing: a run's anchor is found before its next position
+        a = anchor[i] = anchor.get(i - 1, i - 1)
+        y[i] = min(max(y[a] - (H[i] - H[a]), 0.0), L[i])
     rows, fire, lam_above, certain_above = [0.0] * V, [0.0] * V, [0.0] * V, [0] * V
     group_of = [0] * V
     inner, betas, totals, certains = [], [], [], []
@@ -187,22 +193,18 @@ def scalar_chains(p: list, q: list, n: int) -> ScalarChains:
             certains.append(0)
             continue
         group_of[s:e] = [g] * K
-        anchor = s
-        for i in range(s + 1, e):  # tied runs: y_i = (y_a - (H_i - H_a))^+ from the last position a solved
-            if tied[i]:
-                y[i] = min(max(y[anchor] - (H[i] - H[anchor]), 0.0), L[i])
-            else:
-                anchor = i
         # slots: x = (class mass entering the step) - (after it), a = 1 - y / entering, shares per unit of class mass
         a = [0.0] * K
         share = [0.0] * K
         for k in range(1, K):
             i = s + k
             before = (y[i + 1] if k + 1 < K else 0.0) + qs[i]
-            if before > 0:
-                a[k] = min(max(1.0 - y[i] / before, 0.0), 1.0)
-                x = min(max(before - y[i], 0.0), before)
-                share[k] = power_gap(H[i] + y[i], x, n) / before
+            if before > 0:  # the clamps to [0, 1] and [0, before] as comparisons (cheaper than min(max()) calls)
+                yi = y[i]
+                ai = 1.0 - yi / before
+                a[k] = 0.0 if ai < 0.0 else (1.0 if ai > 1.0 else ai)
+                x = before - yi
+                share[k] = power_gap(H[i] + yi, 0.0 if x < 0.0 else (before if x > before else x), n) / before
         before0 = y[s + 1] + qs[s]
         capacity = power_gap(H[s], before0, n)
         beta = _beta(gap[s], capacity) if inner_g else 1.0

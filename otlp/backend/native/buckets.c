@@ -85,10 +85,32 @@ void otlp_bucket_sums(const void *p, const void *q, int is_double, int64_t B, in
     }
 }
 
+/* The selected buckets of a row as at most RANGES runs of consecutive buckets [lo, lo + len): a row's selection is
+ * a few such runs (m*, the served group's ends, the drafts' and the residual's buckets), so that a block of 16
+ * tokens' buckets is tested against them with 16-lane compares instead of 16 table look-ups. Returns their number,
+ * or -1 where there are more. */
+#define RANGES 8
+#if defined(__AVX2__) && SKIP == 16
+static int selected_ranges(const uint8_t *sel, int64_t NB, uint16_t *lo, uint16_t *len) {
+    int R = 0;
+    for (int64_t k = 0; k < NB; k++) {
+        if (!sel[k] || (k > 0 && sel[k - 1])) continue;
+        if (R == RANGES) return -1;
+        int64_t z = k;
+        while (z < NB && sel[z]) z++;
+        lo[R] = (uint16_t)k;
+        len[R++] = (uint16_t)(z - k);
+    }
+    return R;
+}
+
+#endif
+
 /* The tokens of rows p, q [B, V] whose bucket (from otlp_bucket_sums) is selected (selected [B, NB], one byte each),
  * row by row in token order: F the flat index b V + i, P and Q their normalised masses, the first `capacity` of them
  * (F has capacity + 1 places). Returns how many there are, which may exceed capacity (the caller then grows its
- * arrays and calls again). */
+ * arrays and calls again). A block of SKIP tokens none of which is selected (most of them) costs one test: with
+ * AVX2 and a selection of at most RANGES runs, bucket - lo < len (unsigned) on 16 lanes per run. */
 int64_t otlp_gather_selected(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
                              const double *inv_q, const uint16_t *restrict bucket, const uint8_t *restrict selected,
                              int64_t NB, int64_t capacity, int64_t *restrict F, double *restrict P,
@@ -99,6 +121,30 @@ int64_t otlp_gather_selected(const void *p, const void *q, int is_double, int64_
         const uint16_t *restrict bk = bucket + b * V;
         const int64_t row = b * V, start = t;
         int64_t i = 0;
+#if defined(__AVX2__) && SKIP == 16
+        uint16_t lo[RANGES], len[RANGES];
+        const int R = selected_ranges(sel, NB, lo, len);
+        if (R >= 0) {
+            __m256i vlo[RANGES], vtop[RANGES]; /* bucket - lo <= len - 1, unsigned: min(x, len - 1) == x */
+            for (int r = 0; r < R; r++) {
+                vlo[r] = _mm256_set1_epi16((short)lo[r]);
+                vtop[r] = _mm256_set1_epi16((short)(len[r] - 1));
+            }
+            for (; i + SKIP <= V; i += SKIP) {
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(bk + i));
+                __m256i any = _mm256_setzero_si256();
+                for (int r = 0; r < R; r++) {
+                    const __m256i d = _mm256_sub_epi16(x, vlo[r]);
+                    any = _mm256_or_si256(any, _mm256_cmpeq_epi16(_mm256_min_epu16(d, vtop[r]), d));
+                }
+                if (_mm256_testz_si256(any, any)) continue;
+                for (int k = 0; k < SKIP; k++) {
+                    F[t < capacity ? t : capacity] = row + i + k;
+                    t += sel[bk[i + k]];
+                }
+            }
+        }
+#endif
         for (; i + SKIP <= V; i += SKIP) { /* a block of tokens none of which is selected (most of them) costs a test */
             unsigned any = 0;
             for (int k = 0; k < SKIP; k++) any |= sel[bk[i + k]];

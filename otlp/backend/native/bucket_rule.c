@@ -325,10 +325,10 @@ static int64_t column_of(const struct work *W, int64_t T, int64_t x) {
 }
 
 /* Step 4's gather with the partial buckets (W->part and not W->sel: the drafts' buckets, not sorted): the tokens of
- * the selected and the partial buckets (otlp_gather_selected: a branch-free pass), then, in one pass over those, the
- * partial buckets' tokens other than the drafts only added into the sums of their sub-runs (W->parts; a token t lies
- * after a draw d in the ratio order where key_d > key_t, or key_d = key_t and d < t) and the rest kept in W->F, Pg,
- * Qg in token order. Returns their number T. */
+ * the selected and the partial buckets (otlp_gather_selected: a branch-free pass), then the partial buckets' tokens
+ * other than the drafts only added into the sums of their sub-runs (W->parts; a token t lies after a draw d in the
+ * ratio order where key_d > key_t, or key_d = key_t and d < t) and the rest kept in W->F, Pg, Qg in token order.
+ * Returns their number T. */
 static int64_t row_gather(struct work *W, int64_t NB, const void *p, const void *q, int is_double, int64_t V,
                           const double *ip, const double *iq, const int64_t *w, int n) {
     uint8_t *code = W->code; /* 0 skipped, 1 selected, 2 + i partial (parts[i]) */
@@ -364,31 +364,42 @@ static int64_t row_gather(struct work *W, int64_t NB, const void *p, const void 
     for (int64_t k = 0; k < NB; k++) W->gather[k] = code[k] != 0;
     const int64_t all = otlp_gather_selected(p, q, is_double, 1, V, ip, iq, W->bucket, W->gather, NB, V, W->F, W->Pg,
                                              W->Qg);
-    parts[np].m = 0; /* a selected bucket's tokens go through an empty part (no branch on the token's kind) */
-    parts[np].p[0] = parts[np].q[0] = 0.0;
-    parts[np].cnt[0] = 0;
     for (int64_t t = 0; t < all; t++) { /* (vectorised) */
         const double r = W->Qg[t] / W->Pg[t];
         W->key[t] = r == r ? r : -1.0;
     }
-    int64_t T = 0;
+    /* without a branch on a token's kind (selected and partial tokens interleave at random): the kept tokens (a
+     * selected bucket's, or a draft) flagged (W->order) and the partial buckets' others listed (W->tmp); those added
+     * into their sub-runs in token order, each part's drafts padded to the most any part holds with entries before
+     * no token (key -inf, id -1); then the kept ones compacted in token order */
+    int64_t L = 0, MM = 0, *list = W->tmp, *kept = W->order;
     for (int64_t t = 0; t < all; t++) {
         const int64_t x = W->F[t];
-        const unsigned c = code[W->bucket[x]];
-        const double P = W->Pg[t], Q = W->Qg[t], key = W->key[t];
-        struct part *D = parts + (c >= 2 ? c - 2 : (unsigned)np);
-        int64_t v = 0, keep = c == 1;
-        for (int64_t a = 0; a < D->m; a++) {
-            keep |= D->id[a] == x;
-            v += D->key[a] > key || (D->key[a] == key && D->id[a] < x);
-        }
-        D->p[v] += keep ? 0.0 : P; /* (x + 0 is x: the sums as if the kept tokens were skipped) */
-        D->q[v] += keep ? 0.0 : Q;
-        D->cnt[v] += !keep;
-        W->F[T] = x;
-        W->Pg[T] = P;
-        W->Qg[T] = Q;
-        T += keep;
+        int64_t keep = code[W->bucket[x]] == 1;
+        for (int j = 0; j < n; j++) keep |= w[j] == x;
+        kept[t] = keep;
+        list[L] = t;
+        L += !keep;
+    }
+    for (int i = 0; i < np; i++) MM = parts[i].m > MM ? parts[i].m : MM;
+    for (int i = 0; i < np; i++)
+        for (int64_t a = parts[i].m; a < MM; a++) parts[i].id[a] = -1, parts[i].key[a] = -INFINITY;
+    for (int64_t l = 0; l < L; l++) {
+        const int64_t t = list[l], x = W->F[t];
+        struct part *D = parts + code[W->bucket[x]] - 2;
+        const double key = W->key[t];
+        int64_t v = 0;
+        for (int64_t a = 0; a < MM; a++) v += D->key[a] > key || (D->key[a] == key && D->id[a] < x);
+        D->p[v] += W->Pg[t];
+        D->q[v] += W->Qg[t];
+        D->cnt[v]++;
+    }
+    int64_t T = 0;
+    for (int64_t t = 0; t < all; t++) {
+        W->F[T] = W->F[t];
+        W->Pg[T] = W->Pg[t];
+        W->Qg[T] = W->Qg[t];
+        T += kept[t];
     }
     return T;
 }

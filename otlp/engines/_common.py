@@ -205,6 +205,58 @@ def chain_optimal(p_rows, q_rows, drafts, coins, finals):  # noqa: ANN001, ANN20
     return index >= 0, tokens
 
 
+def chain_optimal_stop(target_probs, draft_probs, drafts, coins, reject_finals, bonus_finals):  # noqa: ANN001, ANN201
+    """otlp's optimal rule along the chains of an engine's layout (``target_probs [B, n + 1, V]``, ``draft_probs
+    [B, n, V]``, ``drafts, coins [B, n]``; :func:`chain_optimal` at each position): ``(pos [B] int64, last [B]
+    int64)``, the number of leading accepted drafts and the token written at ``pos``, the residual drawn with
+    ``reject_finals [B]`` after a rejection, a draw from p_n with ``bonus_finals [B]`` after n acceptances.
+
+    On a device every position at once (static shapes; the positions' rows gathered into ``[B n, V]``). On the host,
+    position by position (n at most, never per request) on the requests still verifying: a position where at least
+    half of them are is verified on its rows in place (a strided view, read by the C kernels without a copy,
+    :func:`otlp.native.rows_in_place`), the others on their gathered rows only. The same tokens either way: the rule
+    is row by row."""
+    import torch
+
+    B, n1, V = target_probs.shape
+    n = n1 - 1
+    dev = target_probs.device
+    if dev.type != "cpu":
+        pos = torch.zeros(B, dtype=torch.long, device=dev)
+        rejected = pos
+        if n:
+            accept, tokens = chain_optimal(target_probs[:, :n].reshape(B * n, V), draft_probs.reshape(B * n, V),
+                                           drafts.reshape(-1), coins.reshape(-1),
+                                           reject_finals[:, None].expand(B, n).reshape(-1))
+            pos = first_rejection(accept.reshape(B, n), torch.full((B,), n, dtype=torch.long, device=dev))
+            rejected = tokens.reshape(B, n).gather(1, pos.clamp(max=n - 1)[:, None])[:, 0]
+        bonus = draw_where(pos == n, target_probs[:, n], bonus_finals)
+        return pos, torch.where(pos == n, bonus, rejected)
+    pos = torch.full((B,), n, dtype=torch.long)
+    last = torch.zeros(B, dtype=torch.long)
+    alive = torch.arange(B)  # the requests that accepted every position so far
+    for j in range(n):  # positions, not requests
+        if not alive.numel():
+            break
+        if 2 * alive.numel() >= B:  # the position's rows in place
+            accept, tokens = chain_optimal(target_probs[:, j], draft_probs[:, j], drafts[:, j], coins[:, j],
+                                           reject_finals)
+            accept, tokens = accept[alive], tokens[alive]
+        else:
+            at = torch.full_like(alive, j)
+            accept, tokens = chain_optimal(rows_at(target_probs, at, alive, name="engine_p"),
+                                           rows_at(draft_probs, at, alive, name="engine_q"), drafts[alive, j],
+                                           coins[alive, j], reject_finals[alive])
+        stop = alive[~accept]
+        pos[stop] = j
+        last[stop] = tokens[~accept]
+        alive = alive[accept]
+    if alive.numel():  # every draft accepted: the bonus, a draw from p_n
+        last[alive] = draw(rows_at(target_probs, torch.full_like(alive, n), alive, name="engine_p"),
+                           bonus_finals[alive])
+    return pos, last
+
+
 def first_rejection(accept, lengths):  # noqa: ANN001, ANN201 - [B, K] bool, [B] int64
     """The number of leading accepted drafts of each row, at most ``lengths`` (positions past a row's length are
     padding): ``[B]`` int64."""

@@ -60,19 +60,11 @@ def chain_speculative_sampling(
         lengths = torch.full((B,), n, dtype=torch.long, device=dev)
         if method == "rrs":
             pos = C.first_rejection(coins * q_x < p_x, lengths)  # [B]
+            last = C.chain_stop(target_probs, draft_probs, pos, _final(uniforms, pos, n, stream))
         else:
-            finals_all = _final(uniforms, torch.zeros(B, dtype=torch.long, device=dev), n, stream)  # rejected rows
-            accept, tokens = C.chain_optimal(target_probs[:, :n].reshape(B * n, V), draft_probs.reshape(B * n, V),
-                                             x.reshape(-1), coins.reshape(-1),
-                                             finals_all[:, None].expand(B, n).reshape(-1))
-            pos = C.first_rejection(accept.reshape(B, n), lengths)
-        final = _final(uniforms, pos, n, stream)
-        if method == "rrs":
-            last = C.chain_stop(target_probs, draft_probs, pos, final)
-        else:
-            bonus = C.draw_where(pos == n, target_probs[:, n], final)
-            last = (torch.where(pos == n, bonus, tokens.reshape(B, n).gather(1, pos.clamp(max=n - 1)[:, None])[:, 0])
-                    if n else bonus)
+            pos, last = C.chain_optimal_stop(target_probs, draft_probs, x, coins,
+                                             _final(uniforms, torch.zeros_like(lengths), n, stream),
+                                             _final(uniforms, lengths, n, stream))
         j = torch.arange(n + 1, device=dev)
         padded = torch.cat([x, x.new_zeros((B, 1))], dim=1)  # [B, n + 1]
         out = torch.where(j[None, :] < pos[:, None], padded, torch.where(j[None, :] == pos[:, None], last[:, None], -1))

@@ -59,7 +59,10 @@ def test_vllm_generators_replay():
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("stream", [True, False])
-def test_flashinfer_matches_port(seed, stream):
+@pytest.mark.parametrize("method", ["rrs", "optimal"])
+def test_flashinfer_matches_port(seed, stream, method):
+    """FlashInfer's rule bit for bit; ``"optimal"`` (one-child nodes) the same decisions and draws on dyadic rows,
+    its positions verified in place or on gathered rows as fewer requests remain (seed 0..3, 7 requests, 4 drafts)."""
     g = torch.Generator().manual_seed(seed)
     B, n, V = 7, 4, 19
     draft, target = dyadic_rows(g, (B, n), V), dyadic_rows(g, (B, n + 1), V)
@@ -68,7 +71,7 @@ def test_flashinfer_matches_port(seed, stream):
     acc0, emi0 = torch.randint(0, 5, (B,), generator=g).int(), torch.randint(0, 5, (B,), generator=g).int()
     acc, emi = acc0.clone(), emi0.clone()
     out, _, _ = flashinfer.chain_speculative_sampling(draft, ids, target, acc, emi, uniforms=u if stream else
-                                                      torch.cat([u[:, :n], u[:, n + 1:]], dim=1))
+                                                      torch.cat([u[:, :n], u[:, n + 1:]], dim=1), method=method)
     want, want_acc, want_emi = ports.flashinfer_chain(draft, ids, target, u)
     if stream:
         assert torch.equal(out, want)

@@ -187,8 +187,9 @@ def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # no
         return torch.where(leaf, -1, slot), torch.where(leaf, bonus, tokens_out)
     # rrs / rrs_wor: a childless row's draft law is scaled by 0 (width 0: slot -1, the token drawn from p), so its
     # q row (SGLang's scratch for a leaf, never validated) is replaced: a NaN there made the draw leave the vocabulary.
-    # One elementwise pass over [R, V] (no host read on a device); on the host only where some row is a leaf
-    if p_rows.device.type != "cpu" or bool(leaf.any()):
+    # One elementwise pass over [R, V] (no host read on a device); on the host only where some row is a leaf (its
+    # index list taken as draw_where's and chain_stop's are)
+    if p_rows.device.type != "cpu" or leaf.nonzero().numel():
         q_rows = torch.where(leaf[:, None], p_rows, q_rows)
     u = torch.stack([coin, final.to(coin.dtype)], dim=1)  # the coin in its own dtype: the engines' u q < p
     return verify_uniforms(p_rows, q_rows, tokens, u, widths, without_replacement=method == "rrs_wor")[::-1]

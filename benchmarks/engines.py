@@ -112,7 +112,10 @@ def table(rows: list[dict]) -> list[list[str]]:
     def cell(r: dict, k: str) -> str:
         return f"{r[k]:.2f} ({r[k + '_ratio']:.2f}x)"
 
-    return [[r["method"], str(r["B"]), f"{r['V'] // 1000}k", f"{r['read_floor']:.2f}", f"{r['sample_1']:.2f}",
+    def size(V: int) -> str:
+        return f"{V // 1000}k" if V % 1000 == 0 else str(V)
+
+    return [[r["method"], str(r["B"]), size(r["V"]), f"{r['read_floor']:.2f}", f"{r['sample_1']:.2f}",
              f"{r['sample_1_bonus']:.2f}", cell(r, "flashinfer"), cell(r, "vllm"), cell(r, "sglang_chain"),
              f"{r['sample_{}_bonus'.format(r['n'])]:.2f}", cell(r, "sglang_tree")] for r in rows]
 

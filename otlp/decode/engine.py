@@ -13,9 +13,10 @@ that carries it. The encoding below expresses exactly that walk, node for node:
   node): whichever of the equal siblings a rule accepts, the walk continues into all the paths that carry the
   token, as the loop's does. The child lists partition the n paths at each depth, so N = 1 + n L nodes, as many as
   the loop drafts;
-* node (i, j)'s target row is p after path i's first j + 1 tokens (``p_all[:, i, j + 1]``), its draft row the law
-  its children were drawn from (``q_all[:, i, j + 1]``; the depth-(L - 1) nodes have no children and a zero row);
-  equal siblings share a prefix, so their rows are the same law.
+* node (i, j)'s target row is p after path i's first j + 1 tokens, its draft row the law its children were drawn
+  from (the depth-(L - 1) nodes have no children and a zero row); equal siblings share that prefix, and every node
+  takes the rows of the prefix's first path (``p_all[:, first, j + 1]``, ``q_all[:, first, j + 1]``), the rows the
+  loop's own walk reads, so the two agree even where a model's duplicated branches differ in the last bits.
 
 Randomness: one coin per node and one final uniform per request (the engines'). :func:`step_uniforms` draws coins
 ``[A, n, L]`` (the coin of the node at depth j whose first path is i is ``coins[:, i, j]``) and ``finals [A]``;
@@ -78,8 +79,8 @@ def sglang_step(p_all, q_all, drafts, coins, finals, method: str):  # noqa: ANN0
     ``p_all [A, n, L + 1, V]`` (the target after each path's first j tokens), ``q_all [A, n, L, V]`` (the draft law
     of path i's depth-j token), ``drafts int64 [A, n, L]``, ``coins [A, n, L]`` and ``finals [A]``
     (:func:`step_uniforms`), ``method`` one of :data:`ENGINE_VERIFIERS`. Returns ``(out int64 [A, L + 1], tau int64
-    [A], path int64 [A])`` as the loop's walk: the emitted tokens (-1 after the tau-th), how many, and a path that
-    holds every accepted drafted token."""
+    [A], path int64 [A])`` as the loop's walk: the emitted tokens (-1 after the tau-th), how many, and the first
+    path that holds every accepted drafted token."""
     import torch
 
     from otlp.engines.sglang import tree_speculative_sampling
@@ -90,12 +91,15 @@ def sglang_step(p_all, q_all, drafts, coins, finals, method: str):  # noqa: ANN0
     N = 1 + n * L
     drafts = drafts.to(dev)
     candidates, next_token, next_sibling, first = encode(drafts)
-    # rows by node id: the root, then (i, j) at 1 + j n + i
-    target = torch.cat([p_all[:, 0, :1], p_all[:, :, 1:].transpose(1, 2).reshape(A, n * L, V)], dim=1)  # [A, N, V]
+    # rows by node id: the root, then (i, j) at 1 + j n + i, each the rows of its prefix's first path
+    lead = first[:, :, 1:, None].expand(A, n, L, V)  # [A, n, L, V]: first path sharing i's first j + 1 tokens
+    rows = p_all[:, :, 1:].gather(1, lead)  # [A, n, L, V]
+    target = torch.cat([p_all[:, 0, :1], rows.transpose(1, 2).reshape(A, n * L, V)], dim=1)  # [A, N, V]
     draft = torch.zeros_like(target)  # [A, N, V]: the depth-(L - 1) nodes have no children (rows never read)
     draft[:, 0] = q_all[:, 0, 0]
     if L > 1:
-        draft[:, 1:1 + n * (L - 1)] = q_all[:, :, 1:].transpose(1, 2).reshape(A, n * (L - 1), V)
+        laws = q_all[:, :, 1:].gather(1, lead[:, :, :L - 1])  # [A, n, L - 1, V]
+        draft[:, 1:1 + n * (L - 1)] = laws.transpose(1, 2).reshape(A, n * (L - 1), V)
     # node (i, j)'s coin verifies its children: the coin of its group at depth j + 1
     uniform = torch.zeros((A, N), dtype=coins.dtype, device=dev)
     uniform[:, 0] = coins[:, 0, 0]
@@ -114,5 +118,6 @@ def sglang_step(p_all, q_all, drafts, coins, finals, method: str):  # noqa: ANN0
     index = accept_index.long().clamp(min=0)
     out = torch.where(on, predicts.long()[index], -1)
     last = index.gather(1, accepted[:, None])[:, 0] - torch.arange(A, device=dev) * N  # node of the last accepted
-    path = torch.where(accepted > 0, (last - 1) % n, 0)
+    i = torch.where(accepted > 0, (last - 1) % n, 0)  # its path; the first path with the same accepted prefix:
+    path = first[torch.arange(A, device=dev), i, accepted]  # the loop's own choice (argmax of the followers)
     return out, accepted + 1, path

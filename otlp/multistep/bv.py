@@ -116,20 +116,18 @@ def sample_block_output(
 
 
 def check_block_uniforms(uniforms: torch.Tensor | None, B: int, columns: int, like: torch.Tensor,
-                         validate: bool | None = None) -> torch.Tensor | None:
+                         values: bool = False) -> torch.Tensor | None:
     """The caller's uniforms of a block rule, ``[B, columns]`` floating point on ``like``'s device (a one-line
-    InputError otherwise; values outside [0, 1) or NaN refused with validation on), returned clamped below 1 with
-    NaN read as 0 as :func:`otlp.verifiers.base.check_uniforms` does (no host read). None stays None."""
-    from otlp.verifiers.base import validation_enabled
-
+    InputError otherwise), returned clamped below 1 with NaN read as 0 as :func:`otlp.verifiers.base.check_uniforms`
+    does (elementwise, no host read). ``values``: also refuse values outside [0, 1) or NaN (a host read; the
+    registered verifiers, :mod:`otlp.verifiers.multistep`, pass their validation setting). None stays None."""
     if uniforms is None:
         return None
     if not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, columns) \
             or not uniforms.is_floating_point() or uniforms.device != like.device:
         raise InputError(f"uniforms must be a floating point tensor of shape [{B}, {columns}] on {like.device}, got "
                          f"{getattr(uniforms, 'shape', type(uniforms).__name__)}")
-    if (validation_enabled() if validate is None else validate) and B \
-            and not bool(((uniforms >= 0) & (uniforms < 1)).all()):
+    if values and B and not bool(((uniforms >= 0) & (uniforms < 1)).all()):
         raise InputError(f"uniforms must be in [0, 1), got values in [{float(uniforms.min()):.17g}, "
                          f"{float(uniforms.max()):.17g}]")
     return torch.nan_to_num(uniforms, nan=0.0).clamp(0.0, 1.0 - torch.finfo(uniforms.dtype).eps / 2)

@@ -51,6 +51,15 @@ class MultiStepVerifier:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    def checked_uniforms(self, uniforms: torch.Tensor | None, drafts: torch.Tensor) -> torch.Tensor | None:
+        """The caller's ``uniforms [B, UNIFORM_COLUMNS]`` checked (shape, dtype, device; values in [0, 1) with
+        validation on, :func:`otlp.verifiers.base.validation_enabled`) and clamped below 1."""
+        from otlp.multistep.bv import check_block_uniforms
+        from otlp.verifiers.base import validation_enabled
+
+        return check_block_uniforms(uniforms, drafts.shape[0], self.UNIFORM_COLUMNS, drafts,
+                                    values=validation_enabled())
+
     def check_K(self, K: object) -> int:
         """K validated against the rule: an integer >= 1, equal to ``fixed_paths`` when that is set."""
         from otlp.multistep.efficiency import check_K
@@ -104,7 +113,7 @@ class BlockVerification(MultiStepVerifier):
         ``uniforms [B, 2]``: tau's coin and the correction's uniform instead of ``generator``."""
         from otlp.multistep.bv import bv
 
-        return bv(drafts, p_path, q_path, generator, uniforms=uniforms)
+        return bv(drafts, p_path, q_path, generator, uniforms=self.checked_uniforms(uniforms, drafts))
 
     def block_efficiency(self, target: object, draft: object, L: int, K: int = 1) -> float:
         """E[tau + 1] = sum_{a_{1:i} in V^{<=L}} min_{0<=k<=i} p(a_{k+1:i} | a_{1:k}) q(a_{1:k}) (Eq. 83), exact."""
@@ -129,7 +138,7 @@ class GreedyBlockVerification(MultiStepVerifier):
         (see ``otlp.multistep.gbv.gbv``); ``uniforms [B, 2]`` instead of ``generator``."""
         from otlp.multistep.gbv import gbv
 
-        return gbv(drafts, p_paths, q_paths, generator, uniforms=uniforms)
+        return gbv(drafts, p_paths, q_paths, generator, uniforms=self.checked_uniforms(uniforms, drafts))
 
     def block_efficiency(self, target: object, draft: object, L: int, K: int = 1) -> float:
         """E[tau + 1] = sum_{a_{1:i}} min_{0<=k<=i} p(a_{k+1:i} | a_{1:k}) q^Gamma(a_{1:k}) with q^Gamma the
@@ -165,7 +174,7 @@ class OptimalBlockVerification(MultiStepVerifier):
         if rule is None:
             raise InputError("'optimal_block' needs rule=prepare(target, draft, L, K): it uses the full tables")
         tensors = rule.tensors(drafts.device) if isinstance(rule, OptimalKPathRule) else rule
-        return optimal_block(drafts, p_paths, tensors, generator, uniforms=uniforms)
+        return optimal_block(drafts, p_paths, tensors, generator, uniforms=self.checked_uniforms(uniforms, drafts))
 
     def block_efficiency(self, target: object, draft: object, L: int, K: int = 1) -> float:
         """E[tau + 1] = Eq. 83 with the realised q^Gamma* = the antichain-LP optimum (Thm 4.3 = Thm 4.6)."""

@@ -198,18 +198,23 @@ def test_cuda_matches_cpu(method):
 
 
 @pytest.mark.parametrize("num", [[1, 1, 0, 1, 1], [3, 0, 2, 4, 1]])  # T <= B (every position's residual) and T > B
-def test_vllm_final_uniforms_draw_the_residual(num):
+@pytest.mark.parametrize("method", ["rrs", "optimal"])
+def test_vllm_final_uniforms_draw_the_residual(num, method):
     """``final_uniforms``: vLLM's accept decisions, the recovered token by the kernels' inverse CDF of (p - q)^+ at
-    the request's final uniform (ports._sample_cdf on vLLM's rows)."""
+    the request's final uniform (ports._sample_cdf on vLLM's rows); ``"optimal"`` (one-child positions) the same on
+    dyadic rows, requests without drafts owning none of the ragged rows."""
     g = torch.Generator().manual_seed(sum(num))
     B, V, K = len(num), 11, 4
     T = sum(num)
     target, draft = dyadic_rows(g, (T,), V), dyadic_rows(g, (T,), V)
     ids = torch.randint(0, V, (T,), generator=g)
     u, f = dyadic_uniforms(g, (T,)).double(), dyadic_uniforms(g, (B,)).double()
+    if method == "optimal":  # off the grid: vLLM accepts at p / q = u, the single-draft test u q < p does not;
+        u = u + 2.0 ** -14  # and drafts of q(x) > 0 (vLLM rejects q(x) = 0, a draft the optimal rule never sees)
+        ids = torch.where(draft.gather(1, ids[:, None])[:, 0] > 0, ids, draft.argmax(dim=1))
     bonus = torch.randint(0, V, (B, 1), generator=g)
     got = vllm.rejection_sample(ids, num, K, torch.tensor(num).cumsum(0), draft, target, bonus, uniform_probs=u,
-                                final_uniforms=f)
+                                final_uniforms=f, method=method)
     want = torch.full((B, K + 1), -1, dtype=torch.int32)
     start = 0
     for b, n in enumerate(num):

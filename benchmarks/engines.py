@@ -12,7 +12,7 @@ uniforms=u)`` (``u [B, 2]``: one coin and one final uniform per request) against
   against ``sample`` on the n drafts.
 
 float32 LM-like rows (benchmarks/verifiers.py's inputs), the least time of ``--reps`` interleaved calls (the order
-rotated each round) after a warm-up, value checks off (``validation(False)``, the serving setting; ``--validate``
+shuffled each round) after a warm-up, value checks off (``validation(False)``, the serving setting; ``--validate``
 times them on). The ratio is adapter / the same work through ``sample``: for FlashInfer, SGLang's chain and the
 tree that is ``sample`` plus the bonus draw (from p) of the accepted requests, which the engines' contracts include
 (vLLM's bonus comes from outside): the adapter layer's overhead (issue 43 asks <= 1.10 at B = 64, V = 128k).
@@ -49,14 +49,17 @@ from verifiers import _times as _interleaved  # noqa: E402
 
 def _times(fns: dict[str, object], reps: int, device: str) -> dict[str, float]:
     """The least seconds of each call in ``fns`` over ``reps`` interleaved rounds (:func:`verifiers._times`, one
-    round at a time), the order rotated every round so that each call follows every other equally often: on two
-    threads a call right after one that ran an OpenMP team (the optimal rule's bucketed rows) shares the cores with
-    the team's still-spinning threads, which otherwise falls on whichever call comes next in a fixed order. On a
-    shared machine the least time is the one other jobs disturbed least."""
+    round at a time), the order shuffled every round (seeded): on two threads a call right after one that ran an
+    OpenMP team (the optimal rule's bucketed rows) shares the cores with the team's still-spinning threads, which in a
+    fixed (or rotated) order falls on the same call every round. On a shared machine the least time is the one other
+    jobs disturbed least."""
+    import random
+
     names = list(fns)
     best = dict.fromkeys(names, float("inf"))
-    for r in range(reps):
-        order = names[r % len(names):] + names[:r % len(names)]
+    rng = random.Random(0)
+    for _ in range(reps):
+        order = rng.sample(names, len(names))
         for name, seconds in _interleaved({k: fns[k] for k in order}, 1, device, stat=min).items():
             best[name] = min(best[name], seconds)
     return best

@@ -1,13 +1,13 @@
-"""Builds otlp's C kernels (``otlp/native/*.c``) as extension modules when the package is built.
+"""Builds otlp's C kernels (``otlp/backend/native/*.c``) as extension modules when the package is built.
 
-Two libraries, loaded at run time with ctypes by :mod:`otlp.native` (nothing is compiled after installation):
+Two libraries, loaded at run time with ctypes by :mod:`otlp.backend.native` (nothing is compiled after installation):
 
-- ``otlp.native._kernels``: portable, for any CPU of the platform;
-- ``otlp.native._kernels_avx2``: the same sources with ``-mavx2`` (x86-64 only), taken where the CPU has AVX2.
+- ``otlp.backend.native._kernels``: portable, for any CPU of the platform;
+- ``otlp.backend.native._kernels_avx2``: the same sources with ``-mavx2`` (x86-64 only), taken where the CPU has AVX2.
 
 Each is built with OpenMP where the compiler has it and without it where it does not (the rows of a call then run
 one after the other). Both are optional: where no C compiler works the wheel still builds, and otlp runs its numpy
-route, which gives the same answers (tests/test_native.py).
+route, which gives the same answers (tests/backend/test_native.py).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-NATIVE = "otlp/native"
+NATIVE = "otlp/backend/native"
 SOURCES = [f"{NATIVE}/{name}" for name in ("buckets.c", "chains.c", "bucket_rule.c", "kseq.c", "wor.c", "module.c")]
-#: the functions otlp.native calls (exported by name where the linker needs a list: MSVC)
+#: the functions otlp.backend.native calls (exported by name where the linker needs a list: MSVC)
 SYMBOLS = ["otlp_bucket_sums", "otlp_gather_selected", "otlp_row_stats", "otlp_sort_runs", "otlp_normalised_keys",
            "otlp_slot_mass", "otlp_window_chain", "otlp_prefix", "otlp_served_group", "otlp_pieces", "otlp_sample",
            "otlp_single_draft", "otlp_bucket_rule", "otlp_kseq_first_stage", "otlp_sort_bucket", "otlp_openmp",
@@ -39,7 +39,7 @@ LINUX_LINK = ["-Wl,-Bsymbolic-functions"] if sys.platform.startswith("linux") el
 
 def kernels(name: str) -> Extension:
     # libm linked by name: unlinked, exp and log would bind to glibc's oldest (slower, SVID-wrapped) versions
-    return Extension(f"otlp.native.{name}", SOURCES, depends=[f"{NATIVE}/kernels.h"], optional=True,
+    return Extension(f"otlp.backend.native.{name}", SOURCES, depends=[f"{NATIVE}/kernels.h"], optional=True,
                      define_macros=[("OTLP_MODULE", name)], export_symbols=[f"PyInit_{name}", *SYMBOLS],
                      libraries=[] if sys.platform == "win32" else ["m"])
 

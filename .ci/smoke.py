@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 import otlp
-from otlp import native
+from otlp.backend import native
 from otlp.optimal import OptimalTransport
 from otlp.verifiers import get
 

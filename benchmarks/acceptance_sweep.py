@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from otlp.decode.cli import add_acceptance_arguments, run_acceptance_cli
+from otlp.cli.decode import add_acceptance_arguments, run_acceptance_cli
 
 if __name__ == "__main__":
     parser = add_acceptance_arguments(argparse.ArgumentParser(description=__doc__))

@@ -2,7 +2,7 @@
 
 Grid: V in {5, 10, 20}, n in {2, 3}, IID drafts with seeded random p and q (Dirichlet(1)). Formulations: FullOTLP,
 RelaxedOTLP, BetaProgram, and the network formulations (MaxFlowNetwork, OuterInnerNetworks, SubsetSelection) when
-their modules exist. Backends: every entry of ``otlp.solvers.BACKENDS`` whose module exists.
+their modules exist. Backends: every entry of ``otlp.lp.solvers.BACKENDS`` whose module exists.
 
 Each (formulation, instance, backend) runs in a forked child with a wall-clock limit; cells read
 ``build + solve ms (ratio of the total to highs)``, or "> limit", "too big" (refused by the size check, before
@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 import otlp
-from otlp.errors import InputError, ModelTooLargeError
-from otlp.solvers import BACKENDS
+from otlp.core.errors import InputError, ModelTooLargeError
+from otlp.lp.solvers import BACKENDS
 
 FORMULATIONS = ("FullOTLP", "RelaxedOTLP", "BetaProgram", "MaxFlowNetwork", "OuterInnerNetworks", "SubsetSelection")
 GRID = [(V, n) for V in (5, 10, 20) for n in (2, 3)]
@@ -42,7 +42,7 @@ def instance(V: int, n: int, seed: int = 0) -> tuple[np.ndarray, otlp.IID]:
 
 def make(name: str, p: np.ndarray, draft: object):  # noqa: ANN201 - a Formulation, or None when not available
     try:
-        cls = getattr(importlib.import_module("otlp.formulations"), name)
+        cls = getattr(importlib.import_module("otlp.lp.formulations"), name)
     except (ImportError, AttributeError):
         return None
     try:
@@ -79,7 +79,7 @@ def run_cell(name: str, V: int, n: int, backend: str, limit: float) -> dict:
     try:
         f.size(kind).check(f"{name} ({kind})")
         if backend == "exact" and kind in ("linear", "network"):
-            from otlp.solvers.exact import EXACT_LIMIT_BYTES
+            from otlp.lp.solvers.exact import EXACT_LIMIT_BYTES
 
             f.size(kind).check(f"{name} exact", EXACT_LIMIT_BYTES)
     except ModelTooLargeError as exc:

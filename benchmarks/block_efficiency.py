@@ -19,7 +19,7 @@ Families:
 - random: every conditional of target and draft i.i.d. Dirichlet(1), draft mixed 50% towards the target.
 - decode: derived from the decode loop's embedded n-gram pair (otlp.decode.ngram.embedded_models(): a bigram
   Kneser-Ney draft and a 4-gram Kneser-Ney target over a 2000-word vocabulary).  Instance j takes a real
-  context (a prompt of otlp.decode.cli.DEFAULT_PROMPTS, then shorter prefixes of them), keeps the V tokens with
+  context (a prompt of otlp.cli.decode.DEFAULT_PROMPTS, then shorter prefixes of them), keeps the V tokens with
   the most target mass there, and tabulates p(. | prefix), q(. | prefix) for every prefix of depth <= L by
   querying the real models at context + prefix (otlp.multistep.from_lm.projected_pair).  This is a PROJECTION
   of the real models onto V tokens: each conditional is restricted to those V tokens and renormalised, so mass
@@ -48,7 +48,7 @@ import time
 
 import numpy as np
 
-from otlp.formulations.multipath import MultiPathLP
+from otlp.lp.formulations.multipath import MultiPathLP
 from otlp.multistep import (
     ARModel,
     bv_efficiency,
@@ -71,7 +71,7 @@ LS = (2, 3, 4)
 
 def decode_contexts(count: int) -> list[list[int]]:
     """``count`` real contexts: the default prompts (BOS + words), then ever shorter prefixes of them."""
-    from otlp.decode.cli import DEFAULT_PROMPTS
+    from otlp.cli.decode import DEFAULT_PROMPTS
     from otlp.decode.ngram import embedded_models, prompt_ids
 
     prompts = prompt_ids(embedded_models().tokenizer, DEFAULT_PROMPTS)

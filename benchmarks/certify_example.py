@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from readme_tables import markdown, publish, update_readme  # noqa: E402
 
-from otlp.verifiers.certification import certify_table  # noqa: E402
+from otlp.certification.rule import certify_table  # noqa: E402
 
 P, Q, N = [0.1, 0.6, 0.3], [0.5, 0.3, 0.2], 2
 COLUMNS = ["verifier", "scheme", "acceptance", "alpha*", "gap"]

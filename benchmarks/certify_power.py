@@ -9,7 +9,7 @@
      the cells (the hardest kind for a given TV: the KL divergence is smallest);
    - *flag, one cell*: the same TV moved onto one small cell (a hub-like bias: much easier).
    Median over ``--reps`` runs (the pass column varies little).
-2. **Time to flag** each deliberately biased rule of ``tests/verifiers/test_certify_blackbox.py`` (the real torch
+2. **Time to flag** each deliberately biased rule of ``tests/certification/test_blackbox.py`` (the real torch
    samplers through a plain function, two instances, V = 4), and the false-alarm count over ``--seeds`` seeds of a
    lossless rule run to its sample limit at alpha = 0.1.
 3. **Throughput** at V = 32k on this machine: samples/s of certify on rrs and kseq against the bare sampler on the
@@ -31,8 +31,8 @@ import time
 
 import numpy as np
 
-from otlp.verifiers import certify_stats as stats
-from otlp.verifiers.certify_blackbox import ALPHA, FIRST_LOOK, GROWTH
+from otlp.certification import stats
+from otlp.certification.blackbox import ALPHA, FIRST_LOOK, GROWTH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TVS = (1e-2, 1e-3, 1e-4)
@@ -95,9 +95,9 @@ def biased_rules(seeds: int) -> dict[str, object]:
     import torch
 
     sys.path.insert(0, ROOT)
+    from otlp.certification.blackbox import certify_callable
     from otlp.verifiers import get
-    from otlp.verifiers.certify_blackbox import certify_callable
-    from tests.verifiers.test_certify_blackbox import BIASED, P2, Q2, _exact_tv
+    from tests.certification.test_blackbox import BIASED, P2, Q2, _exact_tv
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small batches: thread hand-offs cost more than they save
@@ -126,8 +126,8 @@ def biased_rules(seeds: int) -> dict[str, object]:
 def throughput(V: int, samples: int) -> list[dict[str, object]]:
     import torch
 
+    from otlp.certification.blackbox import BATCH_CELLS, certify_callable
     from otlp.verifiers import get
-    from otlp.verifiers.certify_blackbox import BATCH_CELLS, certify_callable
 
     rng = np.random.default_rng(0)
     logits = rng.normal(size=V) * 3

@@ -31,11 +31,11 @@ import math
 import sys
 from pathlib import Path
 
-from otlp.decode.cli import DEFAULT_PROMPTS
+from otlp.cli.decode import DEFAULT_PROMPTS
+from otlp.core.errors import InputError
 from otlp.decode.loop import decode
 from otlp.decode.ngram import embedded_models, prompt_ids
 from otlp.decode.registry import available_verifiers, resolve_verifier
-from otlp.errors import InputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import readme_tables  # noqa: E402 - benchmarks/readme_tables.py, beside this script

@@ -107,8 +107,8 @@ def main() -> None:
         done = json.loads(Path(args.from_json).read_text())
         publish(done["rows"], done["device"])
         return
-    from otlp.decode.cli import check_device
-    from otlp.errors import InputError
+    from otlp.cli.decode import check_device
+    from otlp.core.errors import InputError
 
     try:
         check_device(args.device)

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 import otlp
-from otlp.formulations.maxflow import MaxFlowNetwork
-from otlp.formulations.outer_inner import OuterInnerNetworks
-from otlp.formulations.subset_selection import SubsetSelection
+from otlp.lp.formulations.maxflow import MaxFlowNetwork
+from otlp.lp.formulations.outer_inner import OuterInnerNetworks
+from otlp.lp.formulations.subset_selection import SubsetSelection
 
 
 def instance(V: int, n: int):  # -> (p, draft)

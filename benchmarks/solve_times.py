@@ -19,17 +19,18 @@ Instance sources (``--source heavy|decode|both``, default both; one table per so
   would verify if both models were truncated to the target's top k, not the loop's V = 2000 pair itself.
 
 Methods
-* ``optimal``: otlp.optimal.OptimalTransport: for V <= 256 every group a water-filling class chain computed in
-  plain Python floats (otlp.optimal.scalar), above that the same chains on numpy arrays (otlp.optimal.chains).
+* ``optimal``: otlp.optimal.OptimalTransport: for V <= 128 every group a water-filling class chain computed in
+  plain Python floats (otlp.optimal.scalar), above that the same chains on numpy arrays (otlp.optimal.host: the
+  reference otlp.optimal.chains with its C kernels).
 * ``highs``: the relaxed OTLP (GR eq. (2)) with scipy's HiGHS (``linprog(method="highs")``), model building
   included, then the slice by the residual completion (GR eq. (3)).
 * ``maxflow``: OR-Tools SimpleMaxFlow on s -> i -> omega -> t (GR §5.2), int64 capacities scaled by 2^40.
-* ``outer_inner``: otlp.formulations.OuterInnerNetworks (GR Thm 5.1 / eq. (6)): H* by the sorted prefix, the outer
+* ``outer_inner``: otlp.lp.formulations.OuterInnerNetworks (GR Thm 5.1 / eq. (6)): H* by the sorted prefix, the outer
   and inner networks built and each solved with the project's ``ortools`` backend, then the slice of omega by the
   residual completion (GR eq. (8)) of that one column (the class's ``slice`` forms the dense [V, M] plan, which at
   (1000, 2) would be 8 GB, so only the column is formed here: same formula).
   (OR-Tools runs in this process next to scipy's bundled HiGHS; only the ``highspy`` package conflicts with it,
-  see tests/solvers/test_coexistence.py, and it is not imported here.)
+  see tests/lp/solvers/test_coexistence.py, and it is not imported here.)
 Slow baselines get a per-call limit: after one call over ``--limit`` seconds (or a model above ``--max-vars``
 variables) the method is not run again at that grid point and is reported as "> limit"; nor is it run, within the
 same source, at a grid point whose model (~k^n * n variables) is at least as big as one where it went over the
@@ -207,8 +208,8 @@ def run_maxflow(p, q, n, omega):
 
 def run_outer_inner(p, q, n, omega):
     import otlp
-    from otlp.errors import ModelTooLargeError
-    from otlp.formulations import OuterInnerNetworks
+    from otlp.core.errors import ModelTooLargeError
+    from otlp.lp.formulations import OuterInnerNetworks
 
     t0 = time.perf_counter()
     try:

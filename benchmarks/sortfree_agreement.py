@@ -1,5 +1,8 @@
 """The cell rule (otlp/optimal/sortfree.py) against ``get("optimal").sample`` at scale: tokens and slots for the same
-uniforms, and the refinement / fallback rates, per grid point (issue 41).
+uniforms, and the refinement / fallback rates, per grid point (issue 41). ``--route host``: instead the CPU route's
+bounded window (``otlp/backend/native/bucket_rule.c``'s ``window_bound``, ``buckets.BOUND``) against the same route
+without it (its selection sorts the window, else the full sort), and its rates: rows certified at the first attempt, on
+the retry (the uncertain buckets sorted), and left to the full sort.
 
 LM-like rows as benchmarks/verifiers.py makes them (float32, cast to the point's dtype): the grid's loose draft and
 close drafts (the target's logits plus sigma-scaled noise, sigma 1 and 0.5). The certificate runs without its
@@ -8,6 +11,7 @@ every row; the tokens are the same). Prints one line per (V, draft, n).
 
     python benchmarks/sortfree_agreement.py --V 32000 --rows 1024 --B 64
     python benchmarks/sortfree_agreement.py --V 128000 --rows 128 --B 16 --n 4
+    python benchmarks/sortfree_agreement.py --route host --V 32000 --rows 11200 --B 64
 """
 
 from __future__ import annotations
@@ -25,11 +29,19 @@ from otlp.verifiers import get
 DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 
 
-def rows(B: int, V: int, n: int, noise: float | None, seed: int, dtype):  # noqa: ANN001, ANN201
+def rows(B: int, V: int, n: int, noise: float | str | None, seed: int, dtype):  # noqa: ANN001, ANN201
+    """LM-like rows: the loose draft (``noise`` None), a close one (sigma ``noise``), or ``"ties"``: a close draft
+    (sigma 1) with p and q rounded to multiples of 1/64 of their maxima (runs of equal ratios and of equal psi
+    steps)."""
     g = torch.Generator().manual_seed(seed)
     p = torch.softmax(torch.randn(B, V, generator=g) * 3, 1)
     if noise is None:
         q = torch.softmax(torch.randn(B, V, generator=g) * 3 + 0.5 * torch.log(p), 1)
+    elif noise == "ties":
+        q = torch.softmax(torch.log(p) + torch.randn(B, V, generator=g), 1)
+        p = (p / p.amax(1, keepdim=True) * 64).round() + 1
+        q = (q / q.amax(1, keepdim=True) * 64).round() + (torch.rand(B, V, generator=g) < 0.5)
+        p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
     else:
         q = torch.softmax(torch.log(p) + noise * torch.randn(B, V, generator=g), 1)
     drafts = torch.multinomial(q, n, replacement=True, generator=g)
@@ -40,7 +52,7 @@ def rows(B: int, V: int, n: int, noise: float | None, seed: int, dtype):  # noqa
     return p, q, drafts, u
 
 
-def point(V: int, n: int, noise: float | None, total: int, B: int, seed: int = 0) -> dict[str, int]:
+def point(V: int, n: int, noise: float | str | None, total: int, B: int, seed: int = 0) -> dict[str, int]:
     out = {"rows": 0, "wrong": 0, **{f"round{r}": 0 for r in range(SF.ROUNDS + 1)}, "fallback": 0}
     for k in range(-(-total // B)):
         dtype = DTYPES[k % len(DTYPES)]
@@ -61,6 +73,39 @@ def point(V: int, n: int, noise: float | None, total: int, B: int, seed: int = 0
     return out
 
 
+def host_point(V: int, n: int, noise: float | str | None, total: int, B: int, seed: int = 0) -> dict[str, int]:
+    """The CPU route with and without its bounded window on ``total`` rows: how many differ (token or slot), and the
+    statuses of the bounded route's rows (``buckets._native_rows``: 1 certified at once, 2 on the retry, else the
+    full sort)."""
+
+    from otlp.optimal import buckets as BK
+
+    out = {"rows": 0, "wrong": 0, "first": 0, "retry": 0, "full": 0}
+    sc = BK.scheme(BK.bits_for(V))
+    for k in range(-(-total // B)):
+        dtype = DTYPES[k % len(DTYPES)]
+        p, q, drafts, u = rows(B, V, n, noise, 1_000_000 * seed + 1000 * n + k, dtype)
+        BK.BOUND = True
+        got = get("optimal").sample(p, q, drafts, None, uniforms=u)
+        BK.BOUND = False
+        want = get("optimal").sample(p, q, drafts, None, uniforms=u)
+        BK.BOUND = True
+        ph, qh = (x.numpy() if x.dtype == torch.float64 else x.float().numpy() for x in (p, q))
+        status = BK._native_rows(ph, qh, BK.inverse_sums(ph), BK.inverse_sums(qh), drafts.numpy(), u.numpy(), n,
+                                 sc)[2]
+        out["rows"] += B
+        out["wrong"] += int(((got[0] != want[0]) | (got[1] != want[1])).sum())
+        out["first"] += int((status == 1).sum())
+        out["retry"] += int((status > 1).sum())
+        out["full"] += int((status <= 0).sum())
+    return out
+
+
+def _draft(name: str) -> float | str | None:
+    """A ``--noise`` value as :func:`rows` takes it."""
+    return None if name == "loose" else name if name == "ties" else float(name)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--V", type=int, nargs="+", default=[32_000])
@@ -69,15 +114,34 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, default=256, help="rows per grid point")
     ap.add_argument("--B", type=int, default=64, help="rows per call")
     ap.add_argument("--seed", type=int, default=0, help="another seed: other rows than an earlier run's")
+    ap.add_argument("--route", choices=["cell", "host"], default="cell",
+                    help="cell: the cell rule (default); host: the CPU route's bounded window against the route "
+                         "without it")
     args = ap.parse_args(argv)
     total = {"rows": 0, "wrong": 0}
+    if args.route == "host":
+        torch.set_num_threads(1)
+        print("CPU route with its bounded window vs without (buckets.BOUND); dtypes cycled "
+              f"{[str(d)[6:] for d in DTYPES]}")
+        for V in args.V:
+            for noise in args.noise:
+                for n in args.n:
+                    t = time.perf_counter()
+                    r = host_point(V, n, _draft(noise), args.rows, args.B, args.seed)
+                    total["rows"] += r["rows"]
+                    total["wrong"] += r["wrong"]
+                    print(f"V {V:>7,} draft {noise:>5} n {n}: {r['rows']} rows, {r['wrong']} differ; certified at "
+                          f"once {r['first']}, on the retry {r['retry']}, full sort {r['full']}  "
+                          f"({time.perf_counter() - t:.0f} s)", flush=True)
+        print(f"total: {total['rows']} rows, {total['wrong']} differ")
+        sys.exit(1 if total["wrong"] else 0)
     print(f"cell rule vs get('optimal').sample; rounds = {SF.ROUNDS}, refine = {SF.REFINE} cells, "
           f"dtypes cycled {[str(d)[6:] for d in DTYPES]}")
     for V in args.V:
         for noise in args.noise:
             for n in args.n:
                 t = time.perf_counter()
-                r = point(V, n, None if noise == "loose" else float(noise), args.rows, args.B, args.seed)
+                r = point(V, n, _draft(noise), args.rows, args.B, args.seed)
                 total["rows"] += r["rows"]
                 total["wrong"] += r["wrong"]
                 rounds = " ".join(f"round {i}: {r[f'round{i}']}" for i in range(SF.ROUNDS + 1))

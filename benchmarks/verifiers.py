@@ -22,6 +22,8 @@ the CPU with one thread and with torch's default threads, and on CUDA when a GPU
                                                         # and each torch route's bytes moved / read floor
                                                         # (benchmarks/bytes_moved.py, meta tensors), and the
                                                         # cell rule's refinement / fallback rates on the rows
+                                                        # and the CPU route's (certified at once, on the retry,
+                                                        # left to the full sort)
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import time
 
 import torch
 
-from otlp import native
+from otlp.backend import native
 from otlp.verifiers import get
 from otlp.verifiers.base import validation
 
@@ -82,9 +84,9 @@ def _times(fns: dict[str, object], reps: int, device: str, stat=statistics.media
 
 
 def _graphed(fn):  # noqa: ANN001, ANN202
-    """``fn`` captured once in a CUDA graph (:func:`otlp.cuda_graphs.capture`): its replay, which launches the
+    """``fn`` captured once in a CUDA graph (:func:`otlp.backend.cuda_graphs.capture`): its replay, which launches the
     captured kernels with no Python or launch overhead."""
-    from otlp.cuda_graphs import capture
+    from otlp.backend.cuda_graphs import capture
 
     return capture(fn)[0].replay
 
@@ -144,6 +146,25 @@ def cell_rule_rates(B: int, V: int, n: int, noise: float | None) -> dict[str, in
     d = SF.decide(_normalised(p), _normalised(q), drafts, u, fallback=False)
     counts = torch.bincount(d.rounds, minlength=SF.ROUNDS + 2).tolist()
     return {**{f"cell_round{r}": counts[r] for r in range(SF.ROUNDS + 1)}, "cell_fallback": counts[-1]}
+
+
+def host_rates(B: int, V: int, n: int, noise: float | None) -> dict[str, int]:
+    """The CPU route's bucketed rows (otlp/optimal/buckets.py, ``otlp_bucket_rule`` with its bounded window) on the
+    point's rows with the call's uniforms: how many it certified at the first attempt (``host_first``), on the retry
+    with the uncertain buckets sorted (``host_retry``), and how many it left to the full sort (``host_full``)."""
+    import numpy as np
+
+    from otlp.optimal import buckets as BK
+
+    if n < 2 or not BK.takes(B, V) or native.library() is None:
+        return {}
+    p, q, drafts = _inputs(B, V, n, "cpu", noise=noise)
+    u = torch.rand((B, 2), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    ph, qh = p.numpy(), q.numpy()
+    status = BK._native_rows(ph, qh, BK.inverse_sums(ph), BK.inverse_sums(qh), drafts.numpy(), u.numpy(), n,
+                             BK.scheme(BK.bits_for(V)))[2]
+    return {"host_first": int((status == 1).sum()), "host_retry": int((status > 1).sum()),
+            "host_full": int(np.sum(status <= 0))}
 
 
 def publish(rows: list[dict], meta: dict) -> None:
@@ -217,7 +238,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="also each torch route's bytes moved / read floor on meta tensors (benchmarks/bytes_moved.py;"
                          " optimal: its device route; sortfree: the cell rule, exact, and its certificate alone)")
     ap.add_argument("--rates", action="store_true",
-                    help="also the cell rule's refinement / fallback rates on each point's rows")
+                    help="also the cell rule's refinement / fallback rates on each point's rows, and the CPU "
+                         "route's: rows certified at the first attempt, on the retry, and left to the full sort")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "verifiers.json"))
     ap.add_argument("--from-json", metavar="PATH", help="publish the docs/COST.md tables of a finished run and exit")
     args = ap.parse_args(argv)
@@ -246,7 +268,8 @@ def main(argv: list[str] | None = None) -> None:
         settings.append(("cuda", default_threads))
     rows = []
     moved: dict[tuple[int, int, int], dict[str, float]] = {}
-    print(f"C kernels (otlp/native: the host's value check, the optimal rule's CPU route): {native.reason() or 'used'}")
+    print("C kernels (otlp/backend/native: the host's value check, the optimal rule's CPU route):",
+          native.reason() or "used")
     for device, threads in settings:
         torch.set_num_threads(threads)
         print(f"\n{device}, {threads} thread(s): ms per verification step (median of {args.reps}); ratio = "
@@ -279,12 +302,14 @@ def main(argv: list[str] | None = None) -> None:
             if args.rates:
                 r.update(cell_rule_rates(B, V, n, noise))
                 line += "  cell rule: " + ", ".join(f"{k[5:]} {v}" for k, v in r.items() if k.startswith("cell_"))
+                r.update(host_rates(B, V, n, noise))
+                line += "  host: " + ", ".join(f"{k[5:]} {v}" for k, v in r.items() if k.startswith("host_"))
             print(line, flush=True)
     torch.set_num_threads(default_threads)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     meta = {"torch": torch.__version__, "default_threads": default_threads, "python": sys.version.split()[0],
             "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-            "native_kernels": native.reason() or "used"}  # otlp/native's C loops (value check, optimal rule)
+            "native_kernels": native.reason() or "used"}  # otlp/backend/native's C loops (value check, optimal rule)
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=2)
     print(f"wrote {args.out}")

@@ -1,4 +1,5 @@
-"""alpha* for WithoutReplacement(q, n) at vocabulary scale (otlp.psi_wor), beside the read floor and the i.i.d. route.
+"""alpha* for WithoutReplacement(q, n) at vocabulary scale (otlp.core.psi_wor), beside the read floor and the i.i.d.
+route.
 
 Per (V, n): the median time of ``wor_optimal_acceptance`` (sort + F on every prefix: closed form at n <= 2, the
 trapezoid rule's K passes of O(n V) at n >= 3), the time to read p and q once (one float64 sum of each: the floor),
@@ -18,7 +19,7 @@ import time
 import numpy as np
 
 import otlp
-from otlp.psi_wor import NEGLIGIBLE, STEP, prefix_subset_probability, wor_optimal_acceptance, wor_prefix_psi
+from otlp.core.psi_wor import NEGLIGIBLE, STEP, prefix_subset_probability, wor_optimal_acceptance, wor_prefix_psi
 
 
 def _median_time(repeats: int, fn, *args: object) -> float:  # noqa: ANN001
@@ -42,7 +43,7 @@ def _nodes(q: np.ndarray, p: np.ndarray, n: int) -> int:
     """K, the quadrature nodes prefix_subset_probability uses (0 at n <= 2)."""
     if n <= 2:
         return 0
-    qs = q[otlp.psi.ratio_order(p, q)]
+    qs = q[otlp.core.psi.ratio_order(p, q)]
     r = np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])
     mu = np.concatenate([[0.0], np.cumsum(qs)]) - np.sort(qs)[::-1][: n - 1].sum()
     settled = (r == 0) | ((mu > 0) & (r * n <= NEGLIGIBLE * 10 * np.where(mu > 0, mu, 1.0)))

@@ -2,23 +2,25 @@
 
 The public API is kept short: the draft schemes, ``optimal_acceptance`` (alpha*), ``OptimalTransport`` (the exact
 optimal rule), ``verifier(name)`` (a registered batched rule), ``certify`` (does a verifier preserve p, and how far is
-it from alpha*) and the errors. Everything else lives in the subpackages, which load on first use
-(``otlp.formulations``, ``otlp.solvers``, ``otlp.optimal``, ``otlp.verifiers``, ``otlp.proofs_check``,
-``otlp.decode``, ``otlp.multistep``, ``otlp.sweep``), so ``import otlp`` stays light: it loads neither torch nor the
-C kernels.
+it from alpha*) and the errors. Everything else lives in the subpackages, which load on first use, so
+``import otlp`` stays light: it loads neither torch nor the C kernels. Bottom up (docs/ARCHITECTURE.md):
+``core`` (the maths), ``backend`` (C kernels, threads, CUDA graphs), ``lp`` (IR, formulations, solvers), the rules
+(``optimal``, ``verifiers``, ``certification``, ``multistep``, ``engines``) and the applications (``decode``,
+``sweep``, ``theorems``, ``cli``).
 """
 
 from __future__ import annotations
 
 import importlib
 
-from otlp.drafts import IID, Greedy, Independent, Joint, SpecHub, WithoutReplacement
-from otlp.errors import InputError, MissingDependencyError, ModelTooLargeError
-from otlp.subsets import optimal_acceptance
+from otlp.core.drafts import IID, Greedy, Independent, Joint, SpecHub, WithoutReplacement
+from otlp.core.errors import InputError, MissingDependencyError, ModelTooLargeError
+from otlp.core.subsets import optimal_acceptance
 
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("formulations", "solvers", "optimal", "verifiers", "proofs_check", "decode", "multistep", "sweep")
+_SUBPACKAGES = ("core", "backend", "lp", "optimal", "verifiers", "certification", "multistep", "engines", "decode",
+                "sweep", "theorems", "cli")
 
 __all__ = [
     "IID",
@@ -39,7 +41,7 @@ __all__ = [
 
 
 def certify(fn_or_name: object, p: object, draft: object = None, **kwargs: object):  # noqa: ANN201 - a report
-    """Does a verifier preserve p, and how far is it from alpha*? See :func:`otlp.verifiers.certification.certify`.
+    """Does a verifier preserve p, and how far is it from alpha*? See :func:`otlp.certification.rule.certify`.
 
     ``fn_or_name``: a registered rule name, or any function ``fn(p [B, V], q, drafts [B, n], generator) -> tokens
     [B]`` or ``(tokens, accepted_index)`` (or ``"package.module:function"``), certified by a sequential test on
@@ -48,7 +50,7 @@ def certify(fn_or_name: object, p: object, draft: object = None, **kwargs: objec
     (alpha*), ``.gap`` and ``.preserves_target`` (True / False, or None when inconclusive), and for a function also
     ``.tv``, ``.tv_lower``, ``.tv_upper``, ``.p_value``, ``.samples`` and ``.detectable_tv``.
     """
-    from otlp.verifiers.certification import certify as _certify
+    from otlp.certification.rule import certify as _certify
 
     return _certify(fn_or_name, p, draft, **kwargs)
 

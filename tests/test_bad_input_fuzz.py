@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import otlp
-from otlp.cli import main
-from otlp.errors import InputError
+from otlp.cli.commands import main
+from otlp.core.errors import InputError
 
 numbers = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64), st.integers(-3, 3))
 vectors = st.lists(numbers, min_size=0, max_size=5)
@@ -38,7 +38,7 @@ schemes = st.sampled_from([otlp.IID, otlp.WithoutReplacement, otlp.Greedy])
 @given(p=vectors, q=vectors, n=st.integers(-1, 4), scheme=schemes,
        formulation=st.sampled_from(["FullOTLP", "RelaxedOTLP", "MaxFlowNetwork", "BetaProgram"]))
 def test_formulations_refuse_bad_input_clearly(p, q, n, scheme, formulation):
-    import otlp.formulations as F
+    import otlp.lp.formulations as F
 
     try:
         draft = scheme(q, n)
@@ -66,4 +66,4 @@ def test_optimal_solver_refuses_bad_input_clearly(p, q, n):
 def test_model_too_big_is_refused_before_building():
     p = np.ones(200) / 200
     with pytest.raises(otlp.ModelTooLargeError, match="FullOTLP .* variables.* would need about"):
-        otlp.formulations.FullOTLP(p, otlp.IID(p, 4)).solve(backend="highs")
+        otlp.lp.formulations.FullOTLP(p, otlp.IID(p, 4)).solve(backend="highs")

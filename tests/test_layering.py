@@ -76,8 +76,8 @@ def test_no_import_cycle_at_import_time():
 
 def test_subsets_and_subset_selection_do_not_import_each_other():
     graph = _graph(lazy=True)
-    assert not ("otlp.subsets" in graph["otlp.formulations.subset_selection"]
-                and "otlp.formulations.subset_selection" in graph["otlp.subsets"])
+    assert not ("otlp.core.subsets" in graph["otlp.lp.formulations.subset_selection"]
+                and "otlp.lp.formulations.subset_selection" in graph["otlp.core.subsets"])
 
 
 def test_no_import_cycle_even_through_function_level_imports():
@@ -86,11 +86,11 @@ def test_no_import_cycle_even_through_function_level_imports():
 
 def test_the_lp_ir_is_on_the_ground_floor():
     graph = _graph(lazy=True)
-    assert graph["otlp.ir"] <= {"otlp.errors"}
-    assert "otlp.formulations" not in graph["otlp.solution"] and "otlp.ir" in graph["otlp.solution"]
-    from otlp.formulations.model import FlowNetwork, LinearModel  # the old import path still works
-    from otlp.ir import FlowNetwork as F2
-    from otlp.ir import LinearModel as L2
+    assert graph["otlp.lp.ir"] <= {"otlp.core", "otlp.core.errors"}
+    assert "otlp.lp.formulations" not in graph["otlp.lp.solution"] and "otlp.lp.ir" in graph["otlp.lp.solution"]
+    from otlp.lp.formulations.model import FlowNetwork, LinearModel  # the old import path still works
+    from otlp.lp.ir import FlowNetwork as F2
+    from otlp.lp.ir import LinearModel as L2
 
     assert (FlowNetwork, LinearModel) == (F2, L2)
 
@@ -101,6 +101,8 @@ import otlp
 bad = []
 names = [info.name for info in pkgutil.walk_packages(otlp.__path__, "otlp.")]
 for name in names:
+    if name.endswith(".__main__"):  # python -m otlp.cli: running it is the command itself
+        continue
     try:
         importlib.import_module(name)
     except ModuleNotFoundError as exc:
@@ -120,7 +122,7 @@ print("DONE", len(names))
 
 
 def test_multipath_lp_needs_no_torch():
-    code = BLOCK + "import otlp.formulations.multipath, otlp.multistep.armodel\nprint('ok')"
+    code = BLOCK + "import otlp.lp.formulations.multipath, otlp.multistep.armodel\nprint('ok')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.stdout.strip() == "ok", proc.stderr
 
@@ -137,7 +139,7 @@ sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-rs", "
 
 
 def test_import_otlp_loads_neither_torch_nor_the_kernels():
-    code = "import sys, otlp\nprint(sorted(m for m in sys.modules if m in ('torch', 'otlp.native')))"
+    code = "import sys, otlp\nprint(sorted(m for m in sys.modules if m in ('torch', 'otlp.backend.native')))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
@@ -154,12 +156,11 @@ def test_the_top_level_names_resolve():
 
 #: the layers of docs/ARCHITECTURE.md, bottom up (a module's layer is the longest prefix listed)
 LAYERS = {
-    "core": ("otlp.errors", "otlp.distributions", "otlp.drafts", "otlp.psi", "otlp.psi_wor", "otlp.subsets",
-             "otlp.ir", "otlp.solution", "otlp._lazy", "otlp.xp"),
-    "backend": ("otlp.native", "otlp.threads", "otlp.cuda_graphs", "otlp.scratch"),
-    "lp": ("otlp.formulations", "otlp.solvers"),
-    "rules": ("otlp.optimal", "otlp.verifiers", "otlp.multistep", "otlp.engines"),
-    "apps": ("otlp.decode", "otlp.sweep", "otlp.proofs_check", "otlp.cli", "otlp._cli_util", "otlp"),
+    "core": ("otlp.core",),
+    "backend": ("otlp.backend",),
+    "lp": ("otlp.lp",),
+    "rules": ("otlp.optimal", "otlp.verifiers", "otlp.certification", "otlp.multistep", "otlp.engines"),
+    "apps": ("otlp.decode", "otlp.sweep", "otlp.theorems", "otlp.cli", "otlp"),
 }
 
 
@@ -183,15 +184,17 @@ def test_the_speed_machinery_imports_only_the_core():
 
 
 def test_the_core_reaches_the_speed_machinery_only_through_the_array_namespace():
-    # the maths (distributions, drafts, psi, subsets, ir, solution) never imports the kernels, threads, CUDA graphs
-    # or scratch arrays. Two doors, each a function-level import of one C kernel with its numpy twin pinned by
-    # tests: otlp.xp (the array namespace the equations are written in: its packed sort) and otlp.psi_wor (its
+    # the maths (distributions, drafts, psi, subsets) never imports the kernels, threads, CUDA graphs or scratch
+    # arrays. Two doors, each a function-level import of one C kernel with its numpy twin pinned by tests:
+    # otlp.core.xp (the array namespace the equations are written in: its packed sort) and otlp.core.psi_wor (its
     # quadrature)
-    doors = {("otlp.xp", "otlp.native"), ("otlp.xp", "otlp.scratch"), ("otlp.psi_wor", "otlp.native")}
+    doors = {("otlp.core.xp", "otlp.backend.native"), ("otlp.core.xp", "otlp.backend.scratch"),
+             ("otlp.core.psi_wor", "otlp.backend.native"), ("otlp.core.xp", "otlp.backend"),
+             ("otlp.core.psi_wor", "otlp.backend")}
     bad = [(a, b) for a, b, la, lb in _edges(lazy=True) if la == "core" and lb == "backend" and (a, b) not in doors]
     assert bad == []
     at_import = [(a, b) for a, b, la, lb in _edges(lazy=False) if la == "core" and lb not in ("core",)
-                 and (a, b) != ("otlp.xp", "otlp.scratch")]
+                 and (a, b) not in {("otlp.core.xp", "otlp.backend.scratch"), ("otlp.core.xp", "otlp.backend")}]
     assert at_import == []
 
 
@@ -205,5 +208,19 @@ def test_the_core_and_the_lp_layer_never_import_rules_or_apps():
 
 
 def test_the_rules_never_import_the_apps():
-    bad = [(a, b) for a, b, la, lb in _edges(lazy=True) if la == "rules" and lb == "apps" and b != "otlp._cli_util"]
+    bad = [(a, b) for a, b, la, lb in _edges(lazy=True) if la == "rules" and lb == "apps"
+           and b not in ("otlp.cli", "otlp.cli.util")]  # the progress line
     assert bad == []
+
+
+def test_the_reference_rule_calls_no_c_and_one_module_picks_the_host_kernels():
+    # otlp.optimal.chains is the definition of the optimal rule (numpy and torch): it imports the core only (the
+    # equations' maths and array namespace), never the backend; otlp.optimal.host is the one module of the rule that
+    # chooses between a C kernel of otlp.backend.native and that reference. The samplers' own passes (the CPU route's
+    # normalisation and one-draft form, the bucketed route's loops) call their kernels from their modules.
+    graph = _graph(lazy=True)
+    assert {b for b in graph["otlp.optimal.chains"] if _layer(b) != "core"} == set()
+    rule = ("otlp.optimal.chains", "otlp.optimal.transport", "otlp.optimal.batch", "otlp.optimal.paths",
+            "otlp.optimal.generic", "otlp.optimal.tree_law", "otlp.optimal.sortfree")
+    assert [(a, b) for a in rule for b in graph[a] if _layer(b) == "backend"] == []
+    assert "otlp.backend.native" in graph["otlp.optimal.host"]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import otlp
+from otlp.core.subsets import brute_force_min_psi
 from otlp.optimal import OptimalTransport
-from otlp.subsets import brute_force_min_psi
 
 WOR2_P = [0.562638868923451, 1.3419e-319, 0.43736113107654895]
 WOR2_Q = [2.9169e-319, 7.49275e-319, 1.0]
@@ -29,7 +29,7 @@ def test_without_replacement_n2_closed_form_does_not_overflow():
     assert alpha == pytest.approx(0.7175731921698881, abs=1e-15)
     # independent route: the base class's enumeration of P(omega in H^2) over all 2^3 subsets
     masks = ((np.arange(8)[:, None] >> np.arange(3)) & 1).astype(bool)
-    enumerated = otlp.drafts.DraftScheme.subset_probability(draft, masks)
+    enumerated = otlp.core.drafts.DraftScheme.subset_probability(draft, masks)
     assert np.allclose(draft.subset_probability(masks), enumerated, rtol=0, atol=1e-15)
 
 

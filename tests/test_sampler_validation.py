@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from otlp.errors import InputError  # noqa: E402
+from otlp.core.errors import InputError  # noqa: E402
 from otlp.verifiers import base, get  # noqa: E402
 
 RULES = ["rrs", "kseq", "sps", "is", "spechub", "greedy"]
@@ -38,8 +38,8 @@ def _bad(kind: str, p):
 @pytest.mark.parametrize("dtype, kernels", [(torch.float64, True), (torch.float32, True), (torch.float32, False),
                                             (torch.float16, True)])
 def test_bad_p_and_q_are_refused(rule, kind, message, dtype, kernels, monkeypatch):
-    """On the host float32 and float64 rows are checked by otlp.native's one-pass row stats where they are built,
-    other dtypes (and every row without the kernels) by torch's sum and amin: the same refusals."""
+    """On the host float32 and float64 rows are checked by otlp.backend.native's one-pass row stats where they are
+    built, other dtypes (and every row without the kernels) by torch's sum and amin: the same refusals."""
     if not kernels:
         monkeypatch.setenv("OTLP_NATIVE", "0")
     p, q, drafts, g = _inputs(n=1 if rule == "sps" else 2, dtype=dtype)

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from otlp.errors import InputError, ModelTooLargeError
+from otlp.core.errors import InputError, ModelTooLargeError
 
 #: a refusal comes back within this (the interpreter's start and otlp's imports included)
 CLI_SECONDS = 3.0
@@ -66,8 +66,8 @@ def test_certify_stages_have_limits_and_progress_lines(monkeypatch):  # noqa: AN
     starts and per chunk, and the time limit stopping the draws (at MIN_SAMPLES rows at least); the exact rational
     certificate refused by its bound. (Before: 100,000 rows in one chunk, 93 s for rrs with the progress line still
     naming the previous rule's certificate.)"""
-    from otlp.drafts import IID
-    from otlp.verifiers import certification as cert
+    from otlp.certification import rule as cert
+    from otlp.core.drafts import IID
     from otlp.verifiers import get
 
     notes: list[str] = []
@@ -101,9 +101,9 @@ def test_certify_stages_have_limits_and_progress_lines(monkeypatch):  # noqa: AN
 
 
 def test_the_sampler_test_stops_at_its_time_limit_on_the_seeded_rows():
-    from otlp.drafts import IID
+    from otlp.certification.rule import MIN_SAMPLES, sampler_test
+    from otlp.core.drafts import IID
     from otlp.verifiers import get
-    from otlp.verifiers.certification import MIN_SAMPLES, sampler_test
 
     p, draft = np.array([0.1, 0.6, 0.3]), IID([0.5, 0.3, 0.2], 2)
     full = sampler_test(get("rrs"), p, draft, 3 * MIN_SAMPLES, max_cells=4 * 3 * 2 * 500)  # chunks of 500 rows
@@ -167,9 +167,9 @@ def test_the_lp_route_states_a_bound_that_holds_on_the_issue_example():
     and alpha_upper = 1 + psi(H*) bounds alpha* from above, both against the exact rational certificate."""
     from fractions import Fraction
 
-    from otlp.drafts import Independent, WithoutReplacement
+    from otlp.certification.rule import rational_certificate
+    from otlp.core.drafts import Independent, WithoutReplacement
     from otlp.optimal import OptimalTransport
-    from otlp.verifiers.certification import rational_certificate
 
     p = np.array([1.0432e-10, 0.99999999977965, 1.16028e-10])
     q = np.array([3.6955e-12, 0.508611759646986, 0.49138824034931855])

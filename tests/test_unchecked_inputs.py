@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from otlp.errors import InputError  # noqa: E402
+from otlp.core.errors import InputError  # noqa: E402
 from otlp.optimal.sampler import U_MAX  # noqa: E402
 from otlp.verifiers import get  # noqa: E402
 

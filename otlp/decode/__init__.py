@@ -7,7 +7,7 @@
 (16, True)
 """
 
-from otlp._lazy import lazy_exports
+from otlp.core._lazy import lazy_exports
 
 #: public name -> submodule; loaded on first use, so importing otlp.decode (and `otlp decode`'s argument checks) does
 #: not import torch

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from otlp.distributions import check_n
-from otlp.errors import InputError, MissingDependencyError
+from otlp.core.distributions import check_n
+from otlp.core.errors import InputError, MissingDependencyError
 
 
 def iid_optimal_acceptance(p: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
@@ -27,9 +27,9 @@ def iid_optimal_acceptance(p: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
     q = np.atleast_2d(np.asarray(q, dtype=np.float64))
     if p.shape != q.shape:
         raise InputError(f"p and q must have the same shape [M, V], got {p.shape} and {q.shape}")
-    from otlp.optimal import chains
+    from otlp.optimal import host  # chains.prefix, in its C kernel where built
 
-    return chains.prefix(p, q, check_n(n)).alpha  # the sampler's sort and psi (GR Lemma 6.3)
+    return host.prefix(p, q, check_n(n)).alpha  # the sampler's sort and psi (GR Lemma 6.3)
 
 
 def top_k_draft(q: np.ndarray, k: int | None) -> np.ndarray:

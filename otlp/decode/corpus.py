@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 
 CORPUS_FILE = "stdlib_docstrings.txt.gz"
 #: Documents in the corpus file are separated by this line.

@@ -1,7 +1,7 @@
 """Batched torch samplers for the draft schemes of docs/ARCHITECTURE.md, one tree node per row.
 
 ``sample_drafts(scheme, q [B, V], n, generator) -> int64 [B, n]`` draws, for every row, one n-tuple with the
-law of ``otlp.drafts.<Scheme>(q, n)``:
+law of ``otlp.core.drafts.<Scheme>(q, n)``:
 - ``iid``: n independent draws from q;
 - ``without_replacement``: successive sampling without replacement (``torch.multinomial`` draws in order);
 - ``greedy``: the top n-1 tokens of q (ties: lower id first), the last sampled from q on the remaining tokens;
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 
 if TYPE_CHECKING:
     import torch

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from otlp.core.errors import InputError
 from otlp.decode.models import prefix_lists, transformers_module
-from otlp.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from otlp.decode.hf_tree import KVTreeCache

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from otlp.decode.hf import HFCausalLM

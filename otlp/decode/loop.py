@@ -30,14 +30,14 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from otlp.core.distributions import probabilities_from_logits
+from otlp.core.errors import InputError, ModelTooLargeError
+from otlp.core.xp import inverse_cdf
 from otlp.decode.draft_sampling import check_scheme, sample_drafts
 from otlp.decode.engine import ENGINE_VERIFIERS, ENGINES, sglang_step, step_uniforms
 from otlp.decode.models import LanguageModel, check_pair, prefix_lists
 from otlp.decode.registry import Verifier, resolve_verifier
 from otlp.decode.tree import finished, tree_laws
-from otlp.distributions import probabilities_from_logits
-from otlp.errors import InputError, ModelTooLargeError
-from otlp.xp import inverse_cdf
 
 #: Refuse a step whose probability tables [B, n, L + 1, V] x 2 would exceed this many bytes.
 MAX_STEP_BYTES = 2 * 2**30
@@ -224,7 +224,7 @@ def decode(
         a model that cannot take a custom attention mask falls back to "recompute" with one RuntimeWarning.
         "recompute": every node's prefix goes through ``next_token_logits``. Both give the same laws.
     cuda_graphs : on a CUDA device, a verifier whose ``sample`` takes ``graphs`` (``optimal``) replays each call
-        signature (rows, children, dtypes) from a CUDA graph (:mod:`otlp.cuda_graphs`): the same tokens, without
+        signature (rows, children, dtypes) from a CUDA graph (:mod:`otlp.backend.cuda_graphs`): the same tokens, without
         the launch overhead of its few hundred kernels per call. False: every call launches its kernels.
     uniforms : draw the verification's randomness as serving engines pass it: per step one coin per tree node and
         one final uniform per prompt (:func:`otlp.decode.engine.step_uniforms`, from the seeded generator), handed

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from otlp.errors import InputError, MissingDependencyError
+from otlp.core.errors import InputError, MissingDependencyError
 
 
 @runtime_checkable

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from otlp.core.errors import InputError, ModelTooLargeError
 from otlp.decode.corpus import WordTokenizer, check_vocab_size, load_corpus
 from otlp.decode.models import prefix_lists
-from otlp.errors import InputError, ModelTooLargeError
 
 #: Default embedded vocabulary: 2000 words (6% of the corpus maps to <unk>).
 DEFAULT_VOCAB_SIZE = 2000

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from otlp.core.errors import InputError
 from otlp.decode.draft_sampling import SCHEMES
-from otlp.errors import InputError
 
 Verifier = Callable[..., tuple]
 

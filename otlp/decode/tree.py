@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import torch
 
+from otlp.core.errors import InputError
 from otlp.decode.models import LanguageModel
-from otlp.errors import InputError
 
 TREE_MODES = ("cached", "recompute")
 

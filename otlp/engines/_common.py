@@ -15,8 +15,8 @@ walk loops over depth and over sibling slots, never over requests). With validat
 
 from __future__ import annotations
 
-from otlp import xp as X
-from otlp.errors import InputError
+from otlp.core import xp as X
+from otlp.core.errors import InputError
 from otlp.verifiers.base import _row_ok, sum_tolerance, validation_enabled
 
 #: the node rules every adapter takes (``method=``): the engine's own single-draft / recursive rejection rule, otlp's
@@ -101,7 +101,7 @@ def check_unit(name: str, u) -> None:  # noqa: ANN001 - a float tensor
 def draw(weights, u):  # noqa: ANN001, ANN201 - [R, V] >= 0 unnormalised, [R] -> [R] int64
     """The engines' inverse CDF: the first token whose running mass exceeds ``u * total`` (a token of positive weight;
     a product rounded up to the total takes the last token of positive weight, as FlashInfer's and SGLang's
-    ``last_valid`` fallback), by :func:`otlp.xp.inverse_cdf`. ``u`` is cast to the weights' dtype, as the kernels
+    ``last_valid`` fallback), by :func:`otlp.core.xp.inverse_cdf`. ``u`` is cast to the weights' dtype, as the kernels
     form ``u * total`` in float32."""
     return X.inverse_cdf(weights, u.to(weights.dtype)[:, None])
 
@@ -217,8 +217,8 @@ def chain_optimal_stop(target_probs, draft_probs, drafts, coins, reject_finals, 
     On a device every position at once (static shapes; the positions' rows gathered into ``[B n, V]``). On the host,
     position by position (n at most, never per request) on the requests still verifying: a position where at least
     half of them are is verified on its rows in place (a strided view, read by the C kernels without a copy,
-    :func:`otlp.native.rows_in_place`), the others on their gathered rows only. The same tokens either way: the rule
-    is row by row."""
+    :func:`otlp.backend.native.rows_in_place`), the others on their gathered rows only. The same tokens either way: the
+    rule is row by row."""
     import torch
 
     B, n1, V = target_probs.shape
@@ -306,10 +306,10 @@ def rows_at(x, node, b=None, name: str | None = None):  # noqa: ANN001, ANN201 -
     """``x[b, node]`` for the requests ``b`` (default all, ``node [bs]``), node clamped to x's rows (SGLang's chains
     pass N - 1 draft rows, and a leaf's is unused). A copy of R rows by ``index_select`` (advanced indexing of
     ``[bs, N, V]`` is about 5x slower), into this thread's work array ``name`` on the host when given
-    (:mod:`otlp.scratch`: no fresh pages per call; valid until the next request of ``name``)."""
+    (:mod:`otlp.backend.scratch`: no fresh pages per call; valid until the next request of ``name``)."""
     import torch
 
-    from otlp import scratch
+    from otlp.backend import scratch
 
     bs, N = x.shape[:2]
     node = node.clamp(max=N - 1)

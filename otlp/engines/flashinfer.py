@@ -18,8 +18,8 @@ Swap-in::
 
 from __future__ import annotations
 
+from otlp.core.errors import InputError
 from otlp.engines import _common as C
-from otlp.errors import InputError
 
 
 def chain_speculative_sampling(

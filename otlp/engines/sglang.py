@@ -30,8 +30,8 @@ Swap-in, in the module of the SGLang release that imported the kernel (``from sg
 
 from __future__ import annotations
 
+from otlp.core.errors import InputError
 from otlp.engines import _common as C
-from otlp.errors import InputError
 
 TREE_METHODS = (*C.METHODS, "target_only")
 

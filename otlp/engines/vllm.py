@@ -23,9 +23,9 @@ Swap-in (vLLM's ``RejectionSampler.forward`` calls the module attribute)::
 
 from __future__ import annotations
 
-from otlp import xp as X
+from otlp.core import xp as X
+from otlp.core.errors import InputError
 from otlp.engines import _common as C
-from otlp.errors import InputError
 
 PLACEHOLDER_TOKEN_ID: int = -1
 GREEDY_TEMPERATURE: float = 0.0

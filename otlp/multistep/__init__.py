@@ -11,7 +11,7 @@ Names are resolved lazily (PEP 562), so importing the package imports neither to
 
 from __future__ import annotations
 
-from otlp._lazy import lazy_exports
+from otlp.core._lazy import lazy_exports
 
 #: public name -> module that defines it
 _MODULES: dict[str, str] = {

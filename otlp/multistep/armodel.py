@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from otlp.errors import InputError, ModelTooLargeError
+from otlp.core.errors import InputError, ModelTooLargeError
 
 if TYPE_CHECKING:  # torch is imported where a tensor is made: the numpy model (and MultiPathLP) need no torch
     import torch

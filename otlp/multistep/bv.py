@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.multistep.armodel import categorical
 
 

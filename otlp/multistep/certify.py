@@ -8,7 +8,7 @@ For a rule in ``RULES`` ("sps", "bv", "gbv", "token_tree", "optimal") on explici
   tree, its forward-recursion law; the output law's E[length] is recorded beside it as a second route
   (``law_efficiency``).
 - the optimum over ALL valid rules drafting the same number of paths: the multi-path LP (Thm 3.3 for one path,
-  Thm 4.3 antichain LP for K paths; ``otlp.formulations.MultiPathLP``), when it converges.
+  Thm 4.3 antichain LP for K paths; ``otlp.lp.formulations.MultiPathLP``), when it converges.
 - target preservation of the output (X_{1:tau}, Y) as the paper defines validity (Def. 3.1 / Def. 4.1):
   * target-matching: appending L - tau target tokens gives exactly p_{L+1}; measured by
     ``target_matching_error`` (max over a_{1:L+1} of the absolute law error; must be < 1e-9);
@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.multistep.armodel import ARModel, depth_offsets, num_nodes
 from otlp.multistep.efficiency import _check_pair, bv_efficiency, check_K, gbv_efficiency, sps_efficiency
 from otlp.multistep.enumeration import RULES, efficiency_from_law, output_law, target_matching_error
 
 if TYPE_CHECKING:
-    from otlp._cli_util import Progress
+    from otlp.cli.util import Progress
 
 SINGLE_PATH_RULES = ("sps", "bv")
 LAW_TOLERANCE = 1e-9  # target-matching error and antichain-cap violation accepted as exact (float64 roundoff)
@@ -115,9 +115,9 @@ def budget_mass(R: np.ndarray, V: int, L: int) -> np.ndarray:
 def prefix_matching_violation(R: np.ndarray, draft: ARModel, L: int, K: int) -> float:
     """max(0, max over antichains T of V^{<=L} of [sum_T D p - psi(T)]), psi(T) = 1 - (1 - q(T))^K (Eqs. 9, 12);
     0 (up to roundoff) for a prefix-matching rule on K i.i.d. drafted paths.  Exact whenever some cap is violated,
-    by the LP's separation routine (``otlp.formulations.multipath.most_violated_antichains``); the empty antichain
+    by the LP's separation routine (``otlp.lp.formulations.multipath.most_violated_antichains``); the empty antichain
     (value 0) stands in when none is, hence the clamp at 0."""
-    from otlp.formulations.multipath import most_violated_antichains
+    from otlp.lp.formulations.multipath import most_violated_antichains
 
     mass = budget_mass(R, draft.V, L)
     q_prefix = draft.prefix_probabilities(L)
@@ -149,7 +149,7 @@ def _optimum(target: ARModel, draft: ARModel, L: int, K: int, backend: str, time
              optima: dict | None = None, progress: Progress | None = None) -> tuple[float | None, str, list[str]]:
     """(optimum or None, method, notes) from the multi-path LP; ``optima`` (keyed by K) holds the results of
     earlier calls on the same pair, so that a table of rules solves each LP once."""
-    from otlp.formulations.multipath import MultiPathLP
+    from otlp.lp.formulations.multipath import MultiPathLP
 
     if optima is not None and K in optima:
         value, method, notes = optima[K]
@@ -188,7 +188,7 @@ def certify_output_law(R: np.ndarray, target: ARModel, draft: ARModel, L: int, K
     """Certify an output law R on V^{<=L+1} (R[root] = 0) of a rule drafting K i.i.d. paths.
 
     ``block_efficiency`` defaults to E[length] of R.  This is the route for rules outside ``RULES``.
-    ``optima``: see :func:`certify_multistep`; ``progress`` (an ``otlp._cli_util.Progress``) names the LP's rounds.
+    ``optima``: see :func:`certify_multistep`; ``progress`` (an ``otlp.cli.util.Progress``) names the LP's rounds.
     """
     _check_pair(target, draft, L)
     K = check_K(K)
@@ -214,7 +214,7 @@ def certify_multistep(rule: str, target: ARModel, draft: ARModel, L: int, K: int
 
     ``time_limit`` bounds each LP's constraint generation (checked between rounds). ``optima``, a dict passed to
     several calls on the same (target, draft, L), keeps the multi-path LP optimum per K so that it is solved once.
-    ``progress`` (an ``otlp._cli_util.Progress``) names the LP rounds as they run.
+    ``progress`` (an ``otlp.cli.util.Progress``) names the LP rounds as they run.
 
     Examples
     --------

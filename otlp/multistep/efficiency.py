@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.multistep.armodel import ARModel, depth_offsets, num_nodes
 
 

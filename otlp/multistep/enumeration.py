@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from otlp.errors import InputError, ModelTooLargeError
+from otlp.core.errors import InputError, ModelTooLargeError
 from otlp.multistep.armodel import ARModel, all_paths, depth_offsets, node_depths, num_nodes, prefix_nodes
 from otlp.multistep.bv import block_verification_law
 from otlp.multistep.efficiency import RULES, _check_pair, check_K

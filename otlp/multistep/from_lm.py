@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from otlp.errors import InputError, ModelTooLargeError
+from otlp.core.errors import InputError, ModelTooLargeError
 from otlp.multistep.armodel import MAX_NODES, ARModel, all_paths, num_nodes
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.multistep.bv import (
     BlockOutput,
     block_verification_law,

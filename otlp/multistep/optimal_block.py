@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.multistep.armodel import prefix_nodes
 from otlp.multistep.bv import BlockOutput, block_verification_law, check_block_uniforms, sample_block_output
 

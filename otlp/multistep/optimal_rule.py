@@ -4,7 +4,7 @@ Every valid K-path rule is "select one drafted path with a rule Gamma, then run 
 q^Gamma of the selected path" (Lemma 4.4); the realisable q^Gamma are the base polytope B(psi) of
 psi(S) = 1 - (1 - q(S))^K (Lemma 4.5), whose vertices are the greedy rankings (Eq. 19, Edmonds).  So:
 
-1. solve Thm 4.6 for q^Gamma* (``otlp.formulations.SkewedDraftLP``), its value is the antichain-LP optimum;
+1. solve Thm 4.6 for q^Gamma* (``otlp.lp.formulations.SkewedDraftLP``), its value is the antichain-LP optimum;
 2. write q^Gamma* as a mixture of at most N = V^L greedy rankings (``otlp.multistep.rankings.decompose``); the
    LP's solution may violate a cap by its tolerance (<= 1e-9), which the decomposition absorbs by splitting at
    the violated set (a larger violation is first removed by the smallest mix with q);
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from otlp.errors import InputError, ModelTooLargeError
+from otlp.core.errors import InputError, ModelTooLargeError
 from otlp.multistep.armodel import ARModel, all_paths, depth_offsets, num_nodes, prefix_nodes
 from otlp.multistep.efficiency import _check_pair, bv_budget_mass, check_K
 from otlp.multistep.rankings import RankingMixture, base_violation, decompose, project_into_base
@@ -135,7 +135,7 @@ def optimal_k_path_rule(target: ARModel, draft: ARModel, L: int, K: int, *, back
     >>> abs(rule.block_efficiency - bv_efficiency(target, draft, 2)) < 1e-12     # K = 1: BV
     True
     """
-    from otlp.formulations.skewed_draft import SkewedDraftLP
+    from otlp.lp.formulations.skewed_draft import SkewedDraftLP
 
     _check_pair(target, draft, L)
     K = check_K(K)

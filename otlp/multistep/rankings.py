@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.optimal.chains import power_gap  # (u + d)^K - u^K without cancellation
 
 

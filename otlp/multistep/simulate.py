@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.multistep.armodel import ARModel, prefix_nodes
 from otlp.multistep.bv import BlockOutput, bv
 from otlp.multistep.efficiency import _check_pair, check_K

@@ -13,10 +13,10 @@ from functools import cached_property
 
 import numpy as np
 
-from otlp.distributions import check_n, check_token_tuples
-from otlp.errors import InputError
-from otlp.formulations.completion import residual_law
-from otlp.optimal import chains
+from otlp.core.distributions import check_n, check_token_tuples
+from otlp.core.errors import InputError
+from otlp.lp.formulations.completion import residual_law
+from otlp.optimal import chains, host
 from otlp.optimal.transport import OptimalTransport, truncate_top_k
 
 
@@ -97,7 +97,7 @@ def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = Non
     _check_rows(p, "p")
     _check_rows(q, "q")
     q = truncate_top_k(q, top_k)
-    return TransportBatch(chains.build(p, q, n), p, q)
+    return TransportBatch(host.build(p, q, n), p, q)
 
 
 def slice_batch(batch: TransportBatch, omegas: np.ndarray) -> np.ndarray:

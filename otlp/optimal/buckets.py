@@ -8,7 +8,7 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
 1. *Buckets* (:class:`Scheme`). Each token goes to a bucket by the leading bits of its ratio's float64 pattern
    (monotone in the ratio): :func:`bits_for` bits per octave over [2^-OCTAVES, 2^OCTAVES), one bucket above it (+inf
    included) and one below it (0 and the p = q = 0 tokens included), numbered by decreasing ratio. The bucket sums
-   (Pb, Qb) give psi exactly at every bucket boundary (:func:`otlp.psi.sorted_psi` on them, in bucket order).
+   (Pb, Qb) give psi exactly at every bucket boundary (:func:`otlp.core.psi.sorted_psi` on them, in bucket order).
 2. *Bounds.* Every prefix ending inside bucket j has psi >= min(psi at the bucket's two ends, f_j)
    (:func:`psi_interior_bound`: psi over the masses a bucket of ratios in [lo, hi) allows, GR Lemma 6.3), and psi
    > t there when both ends are >= t and f_j > t (the bound is concave between each end and f_j's point). f_j is
@@ -31,14 +31,27 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    target: its ratios fill a few octaves' buckets) takes the full sort without a try (where the native route's rows
    go to a team of threads, in the call: every bucket sorted and no run merged, which is its full order).
 
-Where :mod:`otlp.native`'s kernels are built, a row takes all five steps at once in ``otlp_bucket_rule``
-(``otlp/native/bucket_rule.c``: the same operations, one row at a time, its arrays in cache; from ``THREADS_MIN``
-entries a call's rows taken one at a time by an OpenMP team of torch's thread count). Without them (the numpy route
-below) the per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows (``CHUNK``), side by
-side on :mod:`otlp.threads` when torch has several threads, and 4 and 5 run once for all the rows of a call, in groups
-of rows of similar compressed size (:func:`verify_chunks`). On both routes certified rows draw the full sort's token and
-slot for the same uniforms, and the two certify the same rows (tests/optimal/test_buckets.py, on every instance family
-of the exact tests and on LM rows).
+*Bounded window* (``BOUND``, the native route only; issue 41). On a draft close to its target the served window
+s .. top holds thousands of tokens, and requiring each to be a sorted token (5.) turned the row into a full sort
+(4.5-26x RRS at V = 32k-128k). With ``BOUND``: the drafted tokens' buckets are gathered but not sorted (each draft
+is a token of the compressed instance, the rest of its bucket one run before, between and after the drafts, with
+an interior bound of its own); the s candidates of an inner group are the buckets whose bound reaches the least
+boundary psi before the top draw's bucket (not psi at it), the buckets where the group's other end may lie are
+selected too, and the row's first bucket; and a merged run may lie inside (s, top): its share of the chain's
+hazard is bounded from its buckets' sums and ratio edges (design note sortfree-rule.md section 3, four roots a
+bucket), the slot certified where ``u[:, 0]`` lies outside the bounds' uncertainty by 1e-9, else the row is retried
+with those runs sorted (``bucket_rule.c``'s ``window_bound``). The same tokens and slots as without it
+(tests/optimal/test_bounded_window.py; benchmarks/sortfree_agreement.py ``--route host``: 0 of 105,408 LM rows
+differ).
+
+Where :mod:`otlp.backend.native`'s kernels are built, a row takes all five steps at once in ``otlp_bucket_rule``
+(``otlp/backend/native/bucket_rule.c``: the same operations, one row at a time, its arrays in cache; from
+``THREADS_MIN`` entries a call's rows taken one at a time by an OpenMP team of torch's thread count). Without them (the
+numpy route below) the per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows
+(``CHUNK``), side by side on :mod:`otlp.backend.threads` when torch has several threads, and 4 and 5 run once for all
+the rows of a call, in groups of rows of similar compressed size (:func:`verify_chunks`). On both routes certified rows
+draw the full sort's token and slot for the same uniforms, and the two certify the same rows
+(tests/optimal/test_buckets.py, on every instance family of the exact tests and on LM rows).
 """
 
 from __future__ import annotations
@@ -48,10 +61,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otlp import native, scratch, threads
-from otlp import xp as X
+from otlp.backend import native, scratch, threads
+from otlp.core import xp as X
+from otlp.core.psi import psi_head, ratio_keys, sorted_psi
 from otlp.optimal import chains as C
-from otlp.psi import psi_head, ratio_keys, sorted_psi
+from otlp.optimal import host
 
 #: ratios in [2^-OCTAVES, 2^OCTAVES) get 2^bits buckets per octave, the rest one bucket above and one below.
 OCTAVES = 32
@@ -74,6 +88,9 @@ FULL_SORT_SHARE = 5
 #: time at B = 8 and 64, V = 32k-128k, one thread, and 0.85x at B = 64, V = 152k, two threads (B = 16, V = 32k, two
 #: threads: 1.05x, within noise).
 CHUNK = 1 << 21
+#: the native route lets merged runs lie inside the served window and bounds their share of the chain's hazard
+#: (``bucket_rule.c``'s ``window_bound``, issue 41), deciding the slot where the bounds do; else it sorts them.
+BOUND = True
 #: the native route spreads a call's rows over an OpenMP team from this many entries (benchmarks/bucket_tuning.py,
 #: part "threads"). The team is torch's (one libgomp per process), whose threads, right after torch's own parallel
 #: work (as in a decode loop, or the benchmark's interleaved calls), still spin and take rows at once.
@@ -144,7 +161,7 @@ def psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n: int):  # noqa: ANN001, ANN201 
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         x_c = np.where(lo > 0, (qb / lo - pb) / (1.0 / lo - 1.0 / hi), qb)
         x_c = np.minimum(np.maximum(x_c, 0.0), qb)  # (finite: hi > lo, and lo = 0 takes qb)
-        return psi_head(Pa + x_c / hi, Qa + x_c, n)  # (products, not pow: otlp.psi.int_power)
+        return psi_head(Pa + x_c / hi, Qa + x_c, n)  # (products, not pow: otlp.core.psi.int_power)
 
 
 def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: int,
@@ -162,12 +179,12 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     """:func:`verify_rows` on B rows of V tokens read through ``load(rows) -> (p, q, inv_p, inv_q)``: the rows ``rows``
     (a slice or an int64 index array) of the inputs as float32 or float64 arrays ``[rows, V]`` and the reciprocals of
     their sums ``[rows]`` (the normalised rows are :func:`normalised`; ``load`` runs on host threads, so numpy only).
-    Where the kernels are built, each row start to end in :func:`otlp.native.bucket_rule` (:func:`_native_rows`), from
-    ``THREADS_MIN`` entries its rows taken one at a time by an OpenMP team of :func:`otlp.threads.count` threads inside
-    the one call; else in chunks of ``CHUNK`` entries (at least one per host thread), side by side on
-    :mod:`otlp.threads`: the per-token passes (buckets, their sums, the selected tokens) chunk by chunk, then the
-    compressed instances of all B rows solved and certified together (their per-call work paid once, not once per
-    chunk), in groups of rows of similar size (:func:`_groups`)."""
+    Where the kernels are built, each row start to end in :func:`otlp.backend.native.bucket_rule`
+    (:func:`_native_rows`), from ``THREADS_MIN`` entries its rows taken one at a time by an OpenMP team of
+    :func:`otlp.backend.threads.count` threads inside the one call; else in chunks of ``CHUNK`` entries (at least one
+    per host thread), side by side on :mod:`otlp.backend.threads`: the per-token passes (buckets, their sums, the
+    selected tokens) chunk by chunk, then the compressed instances of all B rows solved and certified together (their
+    per-call work paid once, not once per chunk), in groups of rows of similar size (:func:`_groups`)."""
     sc = scheme(bits_for(V) if bits is None else bits)
     team = threads.count() if B * V >= THREADS_MIN else 1
     got = _native_rows(*load(slice(0, B)), w, U, n, sc, threads=team) if native.library() else None
@@ -197,20 +214,22 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
 
 
 def _native_rows(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, U: np.ndarray,
-                 n: int, sc: Scheme, forced: np.ndarray | None = None, threads: int = 1):  # noqa: ANN202
-    """:func:`otlp.native.bucket_rule` with this module's scheme and constants: ``(tokens, index, status)`` of the
-    rows ``p, q [b, V]`` (``forced bool [b, NB]``: the first attempt's selection; ``threads``: an OpenMP team of
+                 n: int, sc: Scheme, forced: np.ndarray | None = None, threads: int = 1,
+                 bound: bool | None = None):  # noqa: ANN202
+    """:func:`otlp.backend.native.bucket_rule` with this module's scheme and constants: ``(tokens, index, status)`` of
+    the rows ``p, q [b, V]`` (``forced bool [b, NB]``: the first attempt's selection; ``threads``: an OpenMP team of
     that many takes the rows inside the call), or None without the kernels."""
     return native.bucket_rule(p, q, inv_p, inv_q, w, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=_top(sc.bits),
                               NB=sc.NB, below=_BELOW, above=2.0**OCTAVES, LO=sc.LO, HI=sc.HI, margin=BOUND_MARGIN,
-                              share=FULL_SORT_SHARE, attempts=ATTEMPTS, forced=forced, threads=threads)
+                              share=FULL_SORT_SHARE, attempts=ATTEMPTS, bound=BOUND if bound is None else bound,
+                              forced=forced, threads=threads)
 
 
 def inverse_sums(x: np.ndarray, total: np.ndarray | None = None) -> np.ndarray:
     """``float64 [B]``: 1 / the float64 sum of each row of ``x [B, V]`` (float32 or float64; 1 for a row without
     mass, which validation refuses before). ``total``: those sums when the caller has them (the value check's,
-    :func:`otlp.verifiers.base.check_tensors`), else taken here by :mod:`otlp.native`'s kernel where it is built (one
-    pass; numpy's float32 sum to float64 casts in buffers, two)."""
+    :func:`otlp.verifiers.base.check_tensors`), else taken here by :mod:`otlp.backend.native`'s kernel where it is built
+    (one pass; numpy's float32 sum to float64 casts in buffers, two)."""
     if total is None:
         got = native.row_stats(x)
         total = got[0] if got is not None else x.sum(-1, dtype=np.float64)
@@ -285,7 +304,7 @@ def _gather(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, 
             n: int, sc: Scheme, selected: np.ndarray | None = None) -> _Found:
     """The per-token passes on rows ``p, q [B, V]`` (float32 or float64; normalised by ``inv_p, inv_q [B]``,
     :func:`normalised`): buckets, their sums and bounds, the selection (module docstring, 1-3; ``selected``: a given
-    one) and the selected buckets' tokens, through :mod:`otlp.native`'s kernels where they are built."""
+    one) and the selected buckets' tokens, through :mod:`otlp.backend.native`'s kernels where they are built."""
     lib = native.library()
     if lib is not None:
         return _gather_native(lib, p, q, inv_p, inv_q, w, U, n, sc, selected)
@@ -314,8 +333,8 @@ def _gather(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, 
 
 def _gather_native(lib, p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray,  # noqa: ANN001
                    U: np.ndarray, n: int, sc: Scheme, selected: np.ndarray | None) -> _Found:
-    """:func:`_gather` through the C kernels (``otlp/native/buckets.c``): one pass for the buckets and their sums,
-    one for the selected tokens."""
+    """:func:`_gather` through the C kernels (``otlp/backend/native/buckets.c``): one pass for the buckets and their
+    sums, one for the selected tokens."""
     if p.dtype != q.dtype or p.dtype not in (np.float32, np.float64):
         p, q = p.astype(np.float64), q.astype(np.float64)
     p, q = np.ascontiguousarray(p), np.ascontiguousarray(q)
@@ -447,11 +466,11 @@ def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
     first = starts + selected.ravel()[starts]  # [S] a segment's first unselected bucket (if it has one)
     real = members[seg_b, seg_r] > 0
     K2.ravel()[(seg_b * K + counts[seg_b] + seg_r)[real]] = sc.KEY[first[real] % NB]
-    pre = C.prefix(P2, Q2, n, order=X.sort_descending(K2), reuse=True)  # (done with it before the next)
+    pre = host.prefix(P2, Q2, n, order=X.sort_descending(K2), reuse=True)  # (done with it before the next)
     w2 = np.searchsorted(F, w + (rows_b * V)[:, None]) - row_start[:, None]  # [B, n] columns of the drafts
-    group = C.served_group(pre, w2)
-    accept, reject = C.tuple_rule(pre, w2, window="auto", group=group)
-    _, index = C.sample(pre, accept, reject, w2, U)
+    group = host.served_group(pre, w2)
+    accept, reject = host.tuple_rule(pre, w2, window="auto", group=group)
+    _, index = host.sample(pre, accept, reject, w2, U)
     # the certificate, by compressed position j
     cols = pre.order  # [B, K]
     r_of = cols - counts[:, None]

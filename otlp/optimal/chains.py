@@ -4,6 +4,11 @@ One implementation for every caller: :class:`~otlp.optimal.OptimalTransport`, :f
 (numpy, float64) and the torch verifier ``otlp.verifiers.get("optimal")`` (torch, on the tensors' device, no host
 synchronisation and no data-dependent shape). ``xp`` is ``numpy`` or ``torch`` (:mod:`.xp`).
 
+This module is the reference, the definition of the rule: it calls no C. The host route (:mod:`.host`) runs the same
+functions with the C kernels of :mod:`otlp.backend.native` where they are built (psi on the prefixes, the slot roots,
+the served group, its window's chain, the pieces, the draw), each pinned to its namesake here by
+tests/backend/test_native.py.
+
 Quantities (design note ``exact-ot-design.md`` §2; GR Thm 3.1, Lemma 6.3, Thm 6.2), positions i = 0..V-1 of each
 row in decreasing q/p order (stable), prefix index m = 0..V:
 
@@ -45,9 +50,8 @@ from math import comb, inf
 
 import numpy as np
 
-from otlp import native
-from otlp import xp as X
-from otlp.psi import int_power, ratio_keys, sorted_psi
+from otlp.core import xp as X
+from otlp.core.psi import int_power, ratio_keys, sorted_psi
 
 #: Newton steps of :func:`slot_mass` for n >= 3 when the caller cannot iterate to convergence (device code). From the
 #: tighter of two upper bounds of the root (module docstring of :func:`slot_mass`) the iteration converges
@@ -71,23 +75,29 @@ class Prefix:
     alpha: object
 
 
-def prefix(P, Q, n: int, order=None, *, reuse: bool = False) -> Prefix:  # noqa: ANN001 - [B, V] arrays
-    """Sort every row of ``P, Q: float64 [B, V]`` by decreasing q/p (p = 0 < q first, p = q = 0 last, stable) and
-    compute psi on the prefixes (GR Lemma 6.3, the suffix form where Q_m > 1/2), m* and alpha*. ``order``: the
-    sort of an earlier ``prefix`` of the same rows (it does not depend on n), so that it is not redone. ``reuse``
-    (numpy): the arrays may be this thread's work buffers (:func:`otlp.native.prefix`), valid until the next
-    ``prefix(..., reuse=True)``: for a caller that is done with the result by then (the CPU sampler)."""
+def ratio_order(P, Q):  # noqa: ANN001, ANN201 - [B, V] arrays
+    """``int64 [B, V]``: each row's positions by decreasing q/p (p = 0 < q first, p = q = 0 last, stable; the keys of
+    :func:`otlp.core.psi.ratio_keys`)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return X.sort_descending(ratio_keys(P, Q))  # [B, V]
+
+
+def prefix(P, Q, n: int, order=None) -> Prefix:  # noqa: ANN001 - [B, V] arrays
+    """Sort every row of ``P, Q: float64 [B, V]`` by decreasing q/p (:func:`ratio_order`) and compute psi on the
+    prefixes (GR Lemma 6.3, the suffix form where Q_m > 1/2), m* and alpha*. ``order``: the sort of an earlier
+    ``prefix`` of the same rows (it does not depend on n), so that it is not redone."""
+    order = ratio_order(P, Q) if order is None else order
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        if order is None:
-            order = X.sort_descending(ratio_keys(P, Q))  # [B, V]
-        got = native.prefix(P, Q, order, n, reuse) if X.is_numpy(P) else None  # the same bits, two passes a row
-        if got is not None:
-            ps, qs, prefix_q, suffix_q, psi, m_star = got
-        else:
-            ps, qs = X.take(P, order), X.take(Q, order)  # [B, V]
-            _, prefix_q, suffix_q, psi = sorted_psi(ps, qs, n)  # [B, V + 1]
-            m_star = X.argmin_rows(psi)  # [B], first exact argmin
-        alpha = 1.0 + X.take(psi, m_star[:, None])[:, 0]
+        ps, qs = X.take(P, order), X.take(Q, order)  # [B, V]
+        _, prefix_q, suffix_q, psi = sorted_psi(ps, qs, n)  # [B, V + 1]
+        m_star = X.argmin_rows(psi)  # [B], first exact argmin
+    return sorted_prefix(n, order, ps, qs, prefix_q, suffix_q, psi, m_star)
+
+
+def sorted_prefix(n: int, order, ps, qs, prefix_q, suffix_q, psi, m_star) -> Prefix:  # noqa: ANN001
+    """The :class:`Prefix` of psi on the prefixes of the ratio order, with alpha* = 1 + psi_{m*} (GR Thm 3.1)."""
+    with np.errstate(invalid="ignore"):
+        alpha = 1.0 + X.take(psi, m_star[:, None])[:, 0]  # [B]
     return Prefix(n=n, order=order, ps=ps, qs=qs, prefix_q=prefix_q, suffix_q=suffix_q, psi=psi, m_star=m_star,
                   alpha=alpha)
 
@@ -137,19 +147,23 @@ class Terms:
     beta: object
 
 
-def group_terms(pre: Prefix, pos, start, end, steps: int | None = None, rows=None) -> Terms:  # noqa: ANN001
+def group_terms(pre: Prefix, pos, start, end, steps: int | None = None, rows=None,  # noqa: ANN001
+                roots=None) -> Terms:  # noqa: ANN001
     """The class chain at positions ``pos [B, W]`` (consecutive, the first column a group's first position; entries
     past V - 1 are clamped and meaningless), each in the group of positions ``start .. end - 1`` (``[B, W]`` or
     ``[B, 1]``). ``steps``: Newton steps of :func:`slot_mass` (None: to convergence, numpy only).
 
     ``rows int64 [1, T]`` (numpy only): ``pos, start, end`` are ``[1, T]``, the windows of several rows one after
-    the other, entry k of row ``rows[0, k]`` (each window starting at its group's first position)."""
+    the other, entry k of row ``rows[0, k]`` (each window starting at its group's first position).
+
+    ``roots``: a function with :func:`slot_mass`'s signature and values (default :func:`slot_mass`; the host route
+    passes its C kernel, :func:`otlp.optimal.host.slot_mass`)."""
     xp = X.namespace(pre.psi)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        return _group_terms(xp, pre, pos, start, end, steps, rows)
+        return _group_terms(xp, pre, pos, start, end, steps, rows, roots or slot_mass)
 
 
-def _group_terms(xp, pre: Prefix, pos, start, end, steps: int | None, rows) -> Terms:  # noqa: ANN001
+def _group_terms(xp, pre: Prefix, pos, start, end, steps: int | None, rows, roots) -> Terms:  # noqa: ANN001
     n, V = pre.n, pre.ps.shape[-1]
     if rows is None:
         take, m_star = X.take, pre.m_star[:, None]
@@ -173,10 +187,10 @@ def _group_terms(xp, pre: Prefix, pos, start, end, steps: int | None, rows) -> T
     r = xp.where(q_pos, xp.where(first & ~inner, t / q_div, 1.0 / (q_div / ps)), 0.0)
     r_below = X.pad_first(r[..., :-1], 0.0)  # the window starts at a group's first position, where it is unused
     if n <= 2:  # closed-form roots, cheaper than finding the tied runs
-        y = xp.where(first, L, slot_mass(H, L, xp.where(first, 0.0, r_below), gap, n, steps))
+        y = xp.where(first, L, roots(H, L, xp.where(first, 0.0, r_below), gap, n, steps))
     else:  # tied runs (module docstring): y_i = (y_a - (H_i - H_a))^+ from the last position a solved for
         tied = _tied(r_below, q_pos, pos, start)
-        y = _only_where(lambda *a: slot_mass(*a, n, steps), ~tied & ~first, H, L, xp.where(first, 0.0, r_below), gap)
+        y = _only_where(lambda *a: roots(*a, n, steps), ~tied & ~first, H, L, xp.where(first, 0.0, r_below), gap)
         y = xp.where(first, L, y)
         anchor = X.cummax(xp.where(tied, 0, X.arange_like(y, y.shape[-1]) + 0 * pos))  # [B, W] last solved entry
         y = xp.where(tied, X.minimum(X.maximum(X.take(y, anchor) - (H - X.take(H, anchor)), 0.0), L), y)
@@ -215,17 +229,19 @@ class Chains:
     terms: Terms
 
 
-def build(P, Q, n: int, *, newton_steps: int | None = NEWTON_STEPS) -> Chains:  # noqa: ANN001 - [B, V] arrays
+def build(P, Q, n: int, *, newton_steps: int | None = NEWTON_STEPS, pre: Prefix | None = None,  # noqa: ANN001
+          roots=None) -> Chains:  # noqa: ANN001 - [B, V] arrays
     """The class chains of every group of every row of ``P, Q: float64 [B, V]`` (checked distributions), n >= 1;
-    ``newton_steps`` as in :func:`slot_mass` (None: iterate until no entry moves, numpy only)."""
-    pre = prefix(P, Q, n)
+    ``newton_steps`` as in :func:`slot_mass` (None: iterate until no entry moves, numpy only). ``pre``: the rows'
+    :func:`prefix`, if the caller has it; ``roots``: as in :func:`group_terms`."""
+    pre = prefix(P, Q, n) if pre is None else pre
     xp = X.namespace(P)
     V = P.shape[-1]
     rec = records(pre)
     pos = X.arange_like(P, V)[None, :]
     start = X.cummax(xp.where(rec[..., :V], pos, 0))  # [B, V]
     end = X.suffix_min(xp.where(rec[..., 1:], pos + 1, V))  # [B, V]
-    terms = group_terms(pre, pos + 0 * start, start, end, newton_steps)
+    terms = group_terms(pre, pos + 0 * start, start, end, newton_steps, roots=roots)
     lam_low = _within_group(terms.lam, start)
     certain_low = _within_group(xp.where(terms.certain, 1.0, 0.0), start)
     with np.errstate(invalid="ignore"):
@@ -343,10 +359,6 @@ def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: AN
         den = b + root
         y = xp.where(b >= 0, 2.0 * gap / xp.where(den > 0, den, 1.0), 0.5 * (root - b))
         return X.minimum(X.maximum(y, 0.0), L)
-    if X.is_numpy(H):  # numpy arrays: the same operations per entry in C, where the kernels are built
-        y = native.slot_mass(H, L, r_below, gap, n, 200 if steps is None else steps)
-        if y is not None:
-            return y
     # upper bound A: y (b + D1 y) = gap with b = n H^(n-1) - r, D1 = C(n, 2) H^(n-2)
     powers = _descending_powers(H, n) if n <= POWER_GAP_EXPANSION_MAX else None
     Hn2 = powers[1] if powers is not None else int_power(H, n - 2)
@@ -435,9 +447,9 @@ def _only_where(fn, mask, *args):  # noqa: ANN001, ANN202
 def _newton_numpy(y, H, L, r_below, gap, n: int, steps: int | None, powers):  # noqa: ANN001, ANN202 - numpy
     """:func:`slot_mass`'s Newton iteration on numpy arrays, each entry until its step moves it by at most 4.5e-16
     of itself (about 2 ulp; it then keeps that step's value and stops) or ``steps`` steps (None: at most 200), as
-    ``otlp_slot_mass`` (otlp/native/chains.c) iterates each entry: the entries still moving are gathered into smaller
-    arrays once they are fewer than half, so the many that converge in two or three steps stop costing; until then
-    the stopped ones are carried along unchanged. ``powers``: :func:`_descending_powers` of H (None above
+    ``otlp_slot_mass`` (otlp/backend/native/chains.c) iterates each entry: the entries still moving are gathered into
+    smaller arrays once they are fewer than half, so the many that converge in two or three steps stop costing; until
+    then the stopped ones are carried along unchanged. ``powers``: :func:`_descending_powers` of H (None above
     ``POWER_GAP_EXPANSION_MAX``), as the bounds read them."""
     shape = y.shape
     y = y.reshape(-1).copy()
@@ -481,25 +493,26 @@ def evaluate(ch: Chains, w):  # noqa: ANN001, ANN201
 
 
 def tuple_rule(pre: Prefix, w, *, window: int | str | None = None, steps: int | None = NEWTON_STEPS,  # noqa: ANN001, ANN201
-               group: tuple | None = None):
+               group: tuple | None = None, roots=None):
     """The rule on one drafted tuple per row from the prefix structure alone: ``w int64 [B, n]`` -> ``(accept [B, n],
     reject [B])``, computing the class chain of the served group only on its positions up to the top draw (the
     slots above it never matter: piece k's hazard spans (d_{k+1}, d_k]).
 
     ``window``: how many positions from the group's first one to compute, at least max(top - s) + 2 over the rows.
     None: V, a static shape for device code; ``"auto"`` (numpy only): each row its own top - s + 2 positions, all
-    rows' windows in one flat array (:func:`_ragged_rule`: a row whose top draw lies deep in a large group does not
+    rows' windows in one flat array (:func:`window_hazards`: a row whose top draw lies deep in a large group does not
     widen the others). ``steps``: Newton steps at n >= 3 (None: until no entry moves, numpy only). ``group``: the
-    caller's :func:`served_group` of these tuples, if it has it."""
+    caller's :func:`served_group` of these tuples, if it has it; ``roots``: as in :func:`group_terms`."""
     xp = X.namespace(pre.psi)
     V = pre.ps.shape[-1]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         pos, top, s, e = served_group(pre, w) if group is None else group
         if window == "auto":
-            return _ragged_rule(pre, w, pos, top, s, e, steps)
+            cum, cum_c, beta = window_hazards(pre, pos, top, s, e, steps, roots)
+            return _pieces(np, w, pos, pos >= s, cum, cum_c, beta)
         W = V if window is None else window
         win = s + X.arange_like(pre.psi, W)[None, :]  # [B, W]
-        tm = group_terms(pre, win, s, e, steps)
+        tm = group_terms(pre, win, s, e, steps, roots=roots)
         live = (win <= top) & (win < e)  # the slots that can matter
         cum = X.cumsum(xp.where(live, tm.lam, 0.0))
         cum_c = X.cumsum(xp.where(live & tm.certain, 1.0, 0.0))
@@ -517,9 +530,6 @@ def served_group(pre: Prefix, w):  # noqa: ANN001, ANN201
     * top >= m* (an outer group): e is the first argmin of psi over (top, V] (each psi before it in (top, e) is
       above a later one: no suffix minimum), and s the last m <= top with psi_m <= psi_e (the psi after it up to
       top are above psi_e, so not suffix minima, and it is one; m* qualifies, so s >= m*)."""
-    got = native.served_group(pre, w) if X.is_numpy(pre.psi) else None  # the same positions, in two passes a row
-    if got is not None:
-        return got
     xp = X.namespace(pre.psi)
     V = pre.ps.shape[-1]
     psi = pre.psi
@@ -541,24 +551,13 @@ def needed_window(pre: Prefix, w) -> int:
     return int((top - s).max()) + 2
 
 
-def _ragged_rule(pre: Prefix, w, pos, top, s, e, steps: int | None):  # noqa: ANN001, ANN202 - numpy
-    """:func:`tuple_rule` with ``window="auto"``: the chain of row b on its positions s_b .. top_b + 1 only (the top
-    draw's slot and the class mass above it, :func:`_window_hazards`)."""
-    cum, cum_c, beta = _window_hazards(pre, pos, top, s, e, steps)
-    got = native.pieces(w, pos, s, cum, cum_c, beta)  # the same operations in one loop a row
-    return got if got is not None else _pieces(np, w, pos, pos >= s, cum, cum_c, beta)
-
-
-def _window_hazards(pre: Prefix, pos, top, s, e, steps: int | None):  # noqa: ANN001, ANN202 - numpy
-    """The served groups' chains on their windows s .. top + 1 (``[B, 1]`` each): ``(cum, cum_c)`` ``[B, n]``, the
+def window_hazards(pre: Prefix, pos, top, s, e, steps: int | None, roots=None):  # noqa: ANN001, ANN201 - numpy
+    """:func:`tuple_rule` with ``window="auto"`` up to its pieces: the served groups' chains on their own windows
+    s .. top + 1 (``[B, 1]`` each; the top draw's slot and the class mass above it): ``(cum, cum_c)`` ``[B, n]``, the
     running sums over the window of the hazards and of the certain slots where the slot can matter, read at the draws
-    (``pos [B, n]``, offset pos - s clamped to the window), and ``beta [B]``. Through ``otlp_window_chain``
-    (:func:`otlp.native.window_chain`, equal to rounding) where the kernels are built and
-    n <= ``native.SLOT_MASS_MAX_N``; else by :func:`group_terms` on the T = sum_b (top_b - s_b + 2) positions of
-    all rows in one ``[1, T]`` array, then running sums on a ``[B, W]`` array."""
-    got = native.window_chain(pre, s, e, top, pos, 200 if steps is None else steps)
-    if got is not None:
-        return got
+    (``pos [B, n]``, offset pos - s clamped to the window), and ``beta [B]``. By :func:`group_terms` on the
+    T = sum_b (top_b - s_b + 2) positions of all rows in one ``[1, T]`` array, then running sums on a ``[B, W]``
+    array; ``roots`` as there."""
     B = s.shape[0]
     width = (top - s)[:, 0] + 2  # [B]
     W = int(width.max())
@@ -567,7 +566,7 @@ def _window_hazards(pre: Prefix, pos, top, s, e, steps: int | None):  # noqa: AN
     k = np.arange(rows.size) - first[rows]  # [T] offset in the row's window
     start, end = s[:, 0][rows][None, :], e[:, 0][rows][None, :]  # [1, T] each entry's group
     win = start + k[None, :]  # [1, T] positions
-    tm = group_terms(pre, win, start, end, steps, rows=rows[None, :])
+    tm = group_terms(pre, win, start, end, steps, rows=rows[None, :], roots=roots)
     live = (win <= top[:, 0][rows][None, :]) & (win < end)  # [1, T] the slots that can matter
     flat = rows * W + k  # [T] each entry's place in a [B, W] array (a 1-D scatter, several times faster than 2-D)
     lam, certain = np.zeros(B * W), np.zeros(B * W)
@@ -620,10 +619,6 @@ def sample(pre: Prefix, accept, reject, w, u):  # noqa: ANN001, ANN201
     The residual draw needs no CDF array: F_j = min_{m > j} psi_m - psi_m* <= v (or j < m*) exactly when j < M, the
     last prefix index with psi_M - psi_m* <= v, so the position drawn with v = u (1 - alpha*) is min(M, V - 1) (the
     same comparisons as a search of F, so the same token)."""
-    if X.is_numpy(accept):
-        got = native.sample(pre, accept, reject, w, u)  # the same operations in one loop a row
-        if got is not None:
-            return got
     xp = X.namespace(accept)
     B, n = accept.shape
     V = pre.ps.shape[-1]

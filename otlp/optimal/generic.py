@@ -7,8 +7,8 @@ this route: solve
     max sum S[i, omega]  s.t.  sum_omega S[i, omega] <= p_i,  sum_i S[i, omega] <= P(omega),
                                S >= 0, S[i, omega] = 0 unless i in set(omega)
 
-with HiGHS (``scipy.optimize.linprog(method="highs-ipm")``; otlp.formulations.RelaxedOTLP landed later), then
-complete it (GR eq. (3)) with :func:`otlp.formulations.completion.residual_completion`, the package's one
+with HiGHS (``scipy.optimize.linprog(method="highs-ipm")``; otlp.lp.formulations.RelaxedOTLP landed later), then
+complete it (GR eq. (3)) with :func:`otlp.lp.formulations.completion.residual_completion`, the package's one
 completion: C = S + w P_res^T with w = p_res / sum_j p_res(j) (= p_res / (1 - alpha*)). HiGHS meets the
 constraints only to its tolerance (1e-10 absolute here: a column above a light tuple's P(omega), a row above p_i, a
 negative entry), so the completion first repairs S (negatives clipped, columns then rows scaled down) and, when
@@ -25,11 +25,11 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
-from otlp import xp as X
-from otlp.distributions import check_distribution
-from otlp.drafts import DraftScheme, as_draft
-from otlp.errors import InputError
-from otlp.formulations.completion import residual_completion
+from otlp.core import xp as X
+from otlp.core.distributions import check_distribution
+from otlp.core.drafts import DraftScheme, as_draft
+from otlp.core.errors import InputError
+from otlp.lp.formulations.completion import residual_completion
 
 #: the algorithms tried in turn by :func:`relaxed_lp_plan`. First the interior-point method (then crossover to a
 #: vertex): dual simplex stalls on degenerate instances, e.g. Independent drafts with a draft equal to p
@@ -112,7 +112,7 @@ class LinearProgramRule:
         # where p or P(omega) hold entries of that size; issue 44's WithoutReplacement example: 3.6e-12)
         self.alpha_upper = 1.0
         try:
-            from otlp.subsets import min_psi
+            from otlp.core.subsets import min_psi
 
             psi, mask = min_psi(self.p, draft)
             self.h_star = np.flatnonzero(mask)

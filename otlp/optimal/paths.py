@@ -2,7 +2,7 @@
 
 In a token tree, when the verifier outputs a drafted token i, the count_i(omega) paths that drafted i continue. The
 alpha*-optimal rules are not unique and differ in E[continuing paths] = sum_omega P(omega) sum_i pi(i | omega)
-count_i(omega) (:mod:`otlp.formulations.path_aware`). ``PathAwareTransport`` starts from the class-chain plan of
+count_i(omega) (:mod:`otlp.lp.formulations.path_aware`). ``PathAwareTransport`` starts from the class-chain plan of
 :mod:`.chains` (exact, acceptance alpha*) and re-plans the tuples drawn from a *window* T of the most likely draft
 tokens by a linear program:
 
@@ -21,7 +21,7 @@ down). The acceptance is alpha* up to that repair (HiGHS' feasibility tolerance,
 E[continuing paths] is never below the class chains' (up to the same tolerance).
 
 When T holds every token of positive q (V small: C(|T| + n - 1, n) <= ``max_tuples``), the program is the whole
-lexicographic LP of :class:`otlp.formulations.PathAwareOTLP` in its symmetric (multiset) form, so the rule attains
+lexicographic LP of :class:`otlp.lp.formulations.PathAwareOTLP` in its symmetric (multiset) form, so the rule attains
 its optimum; the tests check both. With a smaller window the rule is exact in law and acceptance and its count lies
 between the class chains' and the optimum (benchmarks/block_efficiency.py measures where).
 
@@ -35,11 +35,11 @@ from math import comb
 
 import numpy as np
 
-from otlp.distributions import as_generator, check_distribution, check_n, check_token_tuples
-from otlp.errors import InputError
-from otlp.formulations.incidence import incidence_pairs
-from otlp.formulations.path_aware import tuple_counts
-from otlp.ir import LinearModel
+from otlp.core.distributions import as_generator, check_distribution, check_n, check_token_tuples
+from otlp.core.errors import InputError
+from otlp.lp.formulations.incidence import incidence_pairs
+from otlp.lp.formulations.path_aware import tuple_counts
+from otlp.lp.ir import LinearModel
 from otlp.optimal.transport import OptimalTransport
 
 #: the largest window (number of multisets) re-planned by default: every token at V <= 17 with n = 3, V <= 44 with
@@ -103,7 +103,7 @@ class PathAwareTransport:
     """The path-aware rule of the module docstring for target ``p [V]`` and n i.i.d. drafts from ``q [V]``.
 
     ``max_tuples``: the window's size in multisets (``MAX_TUPLES``); ``backend``: the LP backend
-    (:mod:`otlp.solvers`). Attributes: ``alpha`` (alpha*), ``window`` (token ids of T), ``residual`` (the law a
+    (:mod:`otlp.lp.solvers`). Attributes: ``alpha`` (alpha*), ``window`` (token ids of T), ``residual`` (the law a
     rejected tuple draws from), ``base`` (the class-chain :class:`OptimalTransport`), ``lp_value`` /
     ``base_value`` (E[continuing paths] over the whole draft law, by the new plan and by the class chains),
     ``exact_window`` (T holds every token of positive q: the plan attains the lexicographic optimum).
@@ -135,7 +135,7 @@ class PathAwareTransport:
         self._solve(backend)
 
     def _solve(self, backend: str) -> None:
-        from otlp.solvers import solve
+        from otlp.lp.solvers import solve
 
         base, w, P = self.base, self.omegas, self.probs
         accept0, _ = base.rule(w)  # [M, n], a repeated token's mass on its first slot
@@ -357,11 +357,11 @@ def two_draft_tuple_rule(pre: object, w: object, *, window: int | str | None = N
     + sum_a min(q_a^2, p_a) of :func:`two_draft_optimum`. x0_a is pi0 on the doubled tuple: in its class chain both
     draws share one position, so x0_a = 1 - e^{-2 Lambda_a} (1 - beta) with Lambda_a the group's hazard at or below
     a, computed here by the chains themselves (:func:`.chains.tuple_rule` on (a, a))."""
-    from otlp import xp as X
-    from otlp.optimal import chains as C
+    from otlp.core import xp as X
+    from otlp.optimal import host
 
     xp = X.namespace(pre.psi)
-    accept, reject = C.tuple_rule(pre, w, window=window, steps=steps)  # [B, 2], [B]
+    accept, reject = host.tuple_rule(pre, w, window=window, steps=steps)  # [B, 2], [B]
     with np.errstate(divide="ignore", invalid="ignore"):
         pos = X.take(X.inverse_permutation(pre.order), w)  # [B, 2]
         inner = pos < pre.m_star[:, None]  # the token is in H*
@@ -369,7 +369,7 @@ def two_draft_tuple_rule(pre: object, w: object, *, window: int | str | None = N
         x0 = []
         for k in range(2):
             twin = xp.stack([w[:, k], w[:, k]], 1)  # [B, 2]: the doubled tuple of draw k
-            acc_twin, _ = C.tuple_rule(pre, twin, window=window, steps=steps)
+            acc_twin, _ = host.tuple_rule(pre, twin, window=window, steps=steps)
             x0.append(acc_twin.sum(-1))
         x0 = xp.stack(x0, 1)  # [B, 2]
         q2 = qs_w * qs_w
@@ -418,8 +418,8 @@ def two_draft_optimum(p: object, q: object) -> float:
     = min_H [p(H) + 1 - Q(H)^2] - sum_a min(q_a^2, p_a) (use (p - q^2)_+ + min(q^2, p) = p), i.e. alpha* minus
     what the doubled tuples took (GR Thm 3.1: alpha* = 1 + min_H [p(H) - Q(H)^2]). So the total acceptance is alpha*.
     (For n >= 3 the per-token analogue of this bound is not attained: tests/optimal/test_path_aware.py.)"""
-    from otlp.drafts import IID
-    from otlp.subsets import optimal_acceptance
+    from otlp.core.drafts import IID
+    from otlp.core.subsets import optimal_acceptance
 
     p_arr = check_distribution(p, "p")
     q_arr = check_distribution(q, "q", size=p_arr.size)

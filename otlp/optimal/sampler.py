@@ -14,17 +14,18 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
   synchronisation (``window = V``; tests/optimal/test_sampler_device.py records the aten ops on CPU with
   ``backend="torch"``).
 * On the CPU, where there is no device to synchronise with, the same equations run through numpy and, where they
-  are built, the C loops of :mod:`otlp.native` (normalisation with the ratio keys, the sort's passes, psi, the
+  are built, the C loops of :mod:`otlp.backend.native` (normalisation with the ratio keys, the sort's passes, psi, the
   served group, its chain, the pieces and the draw; the one-draft form reads a row whole only where the draft is
-  rejected), in chunks of rows of at most ``CPU_CHUNK`` floats (side by side on :mod:`otlp.threads` from
+  rejected), in chunks of rows of at most ``CPU_CHUNK`` floats (side by side on :mod:`otlp.backend.threads` from
   ``FULL_SORT_THREADS_MIN`` entries), each chunk normalised on its own into reused arrays of its thread
-  (:mod:`otlp.scratch`, so that temporaries stay in cache and are not page-faulted again on every call), with the
-  data-dependent window the tuple needs (``backend="auto"``; measured in benchmarks/verifiers.py). From
+  (:mod:`otlp.backend.scratch`, so that temporaries stay in cache and are not page-faulted again on every call), with
+  the data-dependent window the tuple needs (``backend="auto"``; measured in benchmarks/verifiers.py). From
   ``buckets.MIN_V`` tokens or ``buckets.MIN_ENTRIES`` entries in a call (``buckets.takes``) the default rule sorts
   only the ratio buckets it needs (:mod:`.buckets`, certified per row: each row start to end in the C loop of
-  :mod:`otlp.native` where it is built, else its per-token passes chunk by chunk and then the compressed instances of
-  all rows at once; from ``buckets.THREADS_MIN`` entries the rows side by side on torch's thread count of threads;
-  a row it cannot certify takes the full sort). The normalised rows equal the device route's up to the
+  :mod:`otlp.backend.native` where it is built, else its per-token passes chunk by chunk and then the compressed
+  instances of all rows at once; from ``buckets.THREADS_MIN`` entries the rows side by side on torch's thread count of
+  threads; a row it cannot certify takes the full sort; with the C kernels a close draft's served window need not be
+  sorted either: :data:`.buckets.BOUND`). The normalised rows equal the device route's up to the
   rounding of the row sums (the host's, :func:`.buckets.inverse_sums`, and torch's add in different orders).
 """
 
@@ -34,18 +35,19 @@ import functools
 
 import numpy as np
 
-from otlp import native, scratch, threads
-from otlp import xp as X
-from otlp.errors import InputError
+from otlp.backend import native, scratch, threads
+from otlp.core import xp as X
+from otlp.core.errors import InputError
 from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
+from otlp.optimal import host
 
 #: rows per CPU chunk: at most this many float64 values per [rows, V] temporary (1 MiB, so a chunk's dozen live
 #: temporaries stay near the cache; one row at V >= 128k).
 CPU_CHUNK = 1 << 17
 
-#: the full sort's chunks run side by side on :mod:`otlp.threads` from this many entries (rows x V) in a call (the
-#: rows a bucketed try left, or every row): 15-70 ns an entry (far to close drafts), past the pool's hand-over and
+#: the full sort's chunks run side by side on :mod:`otlp.backend.threads` from this many entries (rows x V) in a call
+#: (the rows a bucketed try left, or every row): 15-70 ns an entry (far to close drafts), past the pool's hand-over and
 #: torch's spinning OpenMP workers.
 FULL_SORT_THREADS_MIN = 1 << 16
 
@@ -82,9 +84,9 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
 
     ``graphs=True`` (default rule, CUDA tensors only; elsewhere ignored) replays the device route from a CUDA graph
     captured for the call's shapes and dtypes, the rows rounded up to a power of two
-    (:class:`otlp.cuda_graphs.GraphCache`, one per device): the same kernels with one launch, for decode loops whose
-    calls are too small to keep the GPU busy. The first call of each signature also runs the route three times (two
-    warm-ups and the capture)."""
+    (:class:`otlp.backend.cuda_graphs.GraphCache`, one per device): the same kernels with one launch, for decode loops
+    whose calls are too small to keep the GPU busy. The first call of each signature also runs the route three times
+    (two warm-ups and the capture)."""
     import torch
 
     if backend not in BACKENDS:
@@ -135,8 +137,8 @@ def guard(u, drafts, V: int):  # noqa: ANN001, ANN201 - tensors [B, 2], [B, n] -
     float64 below 1: u_0 (sum of the slots' and the residual's weights) then stays below the total, so the draw never
     falls past the last positive weight onto a token of zero probability, and likewise u_1 in the residual; NaN or a
     negative value is read as 0 (the first positive weight). An out-of-range draft id is read as the nearest token id,
-    0 or V - 1, on every route (the C kernels clamp it too, once per draft: :mod:`otlp.native`), where it would read
-    outside the rows (a crash in the C loops, an IndexError in numpy, a device assert on CUDA)."""
+    0 or V - 1, on every route (the C kernels clamp it too, once per draft: :mod:`otlp.backend.native`), where it would
+    read outside the rows (a crash in the C loops, an IndexError in numpy, a device assert on CUDA)."""
     import torch
 
     U = torch.nan_to_num(u.to(torch.float64), nan=0.0).clamp_(0.0, U_MAX)  # [B, 2]
@@ -149,8 +151,8 @@ def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001
     with drafts ``w [rows, n]`` and uniforms ``U`` (numpy), as ``(tokens, index)`` tensors: the default rule's n = 1
     form (:func:`.chains.single_draft`), the bucketed partial order (:mod:`.buckets`) where it pays for ``B`` rows
     (the whole call's) and the full sort for the rows it cannot certify, and for all rows otherwise. Rows are
-    normalised chunk by chunk into reused arrays (:mod:`otlp.scratch`): a float64 copy of the whole batch would be a
-    fresh array above the allocator's mmap threshold, page-faulted on every call."""
+    normalised chunk by chunk into reused arrays (:mod:`otlp.backend.scratch`): a float64 copy of the whole batch would
+    be a fresh array above the allocator's mmap threshold, page-faulted on every call."""
     import torch
 
     count, n = w.shape
@@ -183,9 +185,9 @@ def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001
         if n == 1 and default:
             tokens[sl], index[sl] = C.single_draft(P, Q, w[sl], U[sl])
             return
-        pre = C.prefix(P, Q, n, None if key is None else X.sort_descending(key), reuse=True)  # done by the next
+        pre = host.prefix(P, Q, n, None if key is None else X.sort_descending(key), reuse=True)  # done by the next
         accept, reject = rule(pre, w[sl], window="auto")
-        tokens[sl], index[sl] = C.sample(pre, accept, reject, w[sl], U[sl])
+        tokens[sl], index[sl] = host.sample(pre, accept, reject, w[sl], U[sl])
 
     if todo.size * V >= FULL_SORT_THREADS_MIN and threads.count() > 1:  # side by side on the host threads
         step = threads.chunk_rows(todo.size, step)
@@ -197,8 +199,9 @@ def _cpu(rows_in, w, U, rule, default: bool, B: int, rows=None):  # noqa: ANN001
 
 
 def _default_rule(pre, w, window=None):  # noqa: ANN001, ANN202
-    """The default tuple rule: :func:`.chains.tuple_rule` with ``NEWTON_STEPS``."""
-    return C.tuple_rule(pre, w, window=window, steps=C.NEWTON_STEPS)
+    """The default tuple rule: :func:`.chains.tuple_rule` with ``NEWTON_STEPS`` (on the host through
+    :func:`.host.tuple_rule`, which hands tensors to the reference)."""
+    return host.tuple_rule(pre, w, window=window, steps=C.NEWTON_STEPS)
 
 
 @functools.cache
@@ -238,7 +241,7 @@ _DEVICE_ROUTES = {False: _device_route, True: functools.partial(_device_route, c
 @functools.cache
 def _graph_cache(device):  # noqa: ANN001, ANN202 - a torch.device
     """The CUDA graphs of the device route on ``device``, made on first use (graphs and their pool are per device)."""
-    from otlp.cuda_graphs import GraphCache
+    from otlp.backend.cuda_graphs import GraphCache
 
     return GraphCache()
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from otlp import xp as X
+from otlp.core import xp as X
 from otlp.optimal import chains as C
 
 #: rounds of refinement before the fallback, and the cells each round makes exact per row.

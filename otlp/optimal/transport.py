@@ -4,9 +4,10 @@ For i.i.d. drafts (``otlp.IID(q, n)``, optionally with GR App. N top-k truncatio
 records of psi is one water-filling class chain (:mod:`.chains`, the rule of :func:`otlp.optimal.solve_batch` and of
 the torch verifier): given the drafted tuple omega, the group of its highest-positioned token (decreasing q/p order)
 serves it, by priority slots shared by its draws in that group, then a final acceptance beta; a rejected tuple draws
-from the residual r ∝ (p - R)_+ on the tokens outside H* (GR eq. (8)). For V <= SCALAR_MAX_V = 256 the chains are
-built in plain Python floats (:mod:`.scalar`: there numpy's per-call overhead, not the arithmetic, is the cost), and
-their array form on first use.
+from the residual r ∝ (p - R)_+ on the tokens outside H* (GR eq. (8)). The chains are built on arrays by the host
+route (:func:`.host.build`: the reference with its C kernels where built), or, for small pairs (:func:`.scalar.takes`:
+V <= 128), in plain Python floats (:mod:`.scalar`: there the arrays' per-call overhead, not the
+arithmetic, is the cost), and their array form on first use.
 
 The rule transports the draft law to exactly p and accepts with probability alpha* = 1 + min_H psi(H)
 (GR Thm 3.1). Other draft schemes (Independent, WithoutReplacement, Greedy, SpecHub, Joint) go through the
@@ -20,11 +21,11 @@ from functools import cached_property
 
 import numpy as np
 
-from otlp.distributions import as_generator, check_distribution, check_n, check_token_tuples, keep_top_k
-from otlp.errors import InputError
-from otlp.formulations.completion import residual_law
-from otlp.optimal import chains
-from otlp.optimal.scalar import SCALAR_MAX_V, ScalarChains, scalar_chains, scalar_rule
+from otlp.core.distributions import as_generator, check_distribution, check_n, check_token_tuples, keep_top_k
+from otlp.core.errors import InputError
+from otlp.lp.formulations.completion import residual_law
+from otlp.optimal import chains, host, scalar
+from otlp.optimal.scalar import ScalarChains, scalar_chains, scalar_rule
 
 #: ||R - t||_1 below which the rule's row sums meet their targets (:attr:`OptimalTransport.tolerance`'s floor).
 SUCCESS_TOLERANCE = 1e-12
@@ -95,10 +96,10 @@ class OptimalTransport:
             q_arr = check_distribution(q, "q", size=p_arr.size)
             n = check_n(n)
             q_arr = truncate_top_k(q_arr, top_k)
-            if p_arr.size <= SCALAR_MAX_V:
+            if scalar.takes(p_arr.size, n):
                 self._init_scalar(scalar_chains(p_arr.tolist(), q_arr.tolist(), n), p_arr, q_arr)
             else:
-                self._init_chains(chains.build(p_arr[None], q_arr[None], n), p_arr, q_arr)
+                self._init_chains(host.build(p_arr[None], q_arr[None], n), p_arr, q_arr)
         else:
             from otlp.optimal.generic import LinearProgramRule
 
@@ -136,7 +137,7 @@ class OptimalTransport:
     def __getattr__(self, name: str) -> object:
         # only for attributes not set yet: a scalar-path instance builds the array form of its chains on first use
         if name == "_ch" and self.__dict__.get("_scalar") is not None:
-            self._ch = chains.build(self.p[None], self.q[None], self.n)
+            self._ch = host.build(self.p[None], self.q[None], self.n)
             return self._ch
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from otlp.drafts import IID
+from otlp.core.drafts import IID
 
 
 def _class_chains(p: np.ndarray, q: np.ndarray, m: int) -> object:

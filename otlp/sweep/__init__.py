@@ -5,14 +5,14 @@
 - :mod:`otlp.sweep.loader`: :func:`open_capture`, checked shards as arrays;
 - :mod:`otlp.sweep.compute`: the per-block work (alpha*, exact acceptances, gaps);
 - :mod:`otlp.sweep.runner`: :func:`run_sweep`, shard by shard on local cores or a Dask cluster, saved and resumable;
-- :mod:`otlp.sweep.report`: aggregates, the table, JSON and PNG plots; :mod:`otlp.sweep.cli`: ``otlp sweep``.
+- :mod:`otlp.sweep.report`: aggregates, the table, JSON and PNG plots; :mod:`otlp.cli.sweep`: ``otlp sweep``.
 
 pyarrow and dask.distributed come with ``pip install 'otlp[sweep]'``; importing this package needs neither.
 """
 
 from __future__ import annotations
 
-from otlp._lazy import lazy_exports
+from otlp.core._lazy import lazy_exports
 
 _EXPORTS = {
     "CaptureWriter": "otlp.sweep.capture",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from otlp.errors import MissingDependencyError
+from otlp.core.errors import MissingDependencyError
 
 
 def pyarrow() -> ModuleType:

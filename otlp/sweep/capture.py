@@ -61,7 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otlp.errors import InputError, ModelTooLargeError
+from otlp.core.errors import InputError, ModelTooLargeError
 from otlp.sweep import _deps
 
 FORMAT = "otlp-capture"

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from otlp.distributions import keep_top_k
-from otlp.errors import InputError
+from otlp.core.distributions import keep_top_k
+from otlp.core.errors import InputError
 from otlp.sweep.loader import PairBlock
 
 #: Version of the per-pair result columns; part of every result key, so a change recomputes old shards.
@@ -178,7 +178,7 @@ def alpha_star_rows(p: np.ndarray, q: np.ndarray, ns: Sequence[int]) -> np.ndarr
     force and ``otlp.optimal_acceptance``. Every step is elementwise or per row, so a row's bits never depend on the
     other rows of its block or on the machine's thread count.
     """
-    from otlp.optimal import chains
+    from otlp.optimal import host  # chains.prefix, in its C kernel where built
     from otlp.optimal.buckets import BOUND_MARGIN, psi_interior_bound
 
     M, W = p.shape
@@ -215,7 +215,7 @@ def alpha_star_rows(p: np.ndarray, q: np.ndarray, ns: Sequence[int]) -> np.ndarr
     np.cumsum(Pb[:, :K - 1], axis=1, out=Pa[:, 1:])
     np.cumsum(Qb[:, :K - 1], axis=1, out=Qa[:, 1:])
     pb, qb = Pb[:, :K], Qb[:, :K]
-    level1 = [chains.prefix(Pb, Qb, n).alpha for n in ns]
+    level1 = [host.prefix(Pb, Qb, n).alpha for n in ns]
     refine = np.zeros((M, K + 1), dtype=bool)  # the rest (column K) is never refined
     for n, alpha in zip(ns, level1, strict=True):
         bound = psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n)  # [M, K]
@@ -234,7 +234,7 @@ def alpha_star_rows(p: np.ndarray, q: np.ndarray, ns: Sequence[int]) -> np.ndarr
     P2[:, G:][slots] = p[sel]
     Q2[:, G:][slots] = q[sel]
     for b, n in enumerate(ns):
-        out[b] = np.minimum(level1[b], chains.prefix(P2, Q2, n).alpha)
+        out[b] = np.minimum(level1[b], host.prefix(P2, Q2, n).alpha)
     return out
 
 

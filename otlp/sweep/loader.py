@@ -4,7 +4,7 @@
 >>> block = cap.read(0)                        # shard 0: a PairBlock
 >>> block.p.shape, block.q.shape               # [M, W]; W = V (dense) or 1 + max |S| (sparse, column 0 = tail)
 
-Every problem is refused in one line naming the file and what was expected (:class:`otlp.errors.InputError`): no
+Every problem is refused in one line naming the file and what was expected (:class:`otlp.core.errors.InputError`): no
 manifest, a manifest from a newer otlp (schema version), a listed shard that is missing, shorter or longer than
 listed, whose SHA-256 differs (a corrupt or replaced file), that Parquet cannot read, or whose rows do not match the
 manifest (V, p and q of different lengths, token ids outside [0, V)).
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.sweep import _deps
 from otlp.sweep.capture import FORMAT, MANIFEST, META_COLUMNS, SCHEMA_VERSION, STORAGES, sha256_bytes
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 
 #: Rows handed to the writer at a time (bounds the float64 copies for V = 152k to about 1 GiB).
 BLOCK = 1024

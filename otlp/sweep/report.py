@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otlp.errors import MissingDependencyError
+from otlp.core.errors import MissingDependencyError
 
 #: Entropy buckets of p, in bits: [0, 0.5), [0.5, 1), [1, 2), [2, 4), [4, 8), [8, inf).
 ENTROPY_EDGES = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, math.inf)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.sweep import _deps
 from otlp.sweep.compute import (
     FLOAT_META,

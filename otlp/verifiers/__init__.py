@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.verifiers.base import Verifier
 from otlp.verifiers.greedy import GreedyOptimal
 from otlp.verifiers.importance import ImportanceSampling, WeightedImportanceSampling
@@ -63,11 +63,4 @@ def get(name: str, **options: object) -> Verifier:
     return _FACTORIES[name](**options)
 
 
-def certify(name: str, p: object, draft: object, **kwargs: object):  # noqa: ANN201
-    """See :func:`otlp.verifiers.certification.certify`."""
-    from otlp.verifiers.certification import certify as _certify
-
-    return _certify(name, p, draft, **kwargs)
-
-
-__all__ = ["NAMES", "Verifier", "certify", "get", "register"]
+__all__ = ["NAMES", "Verifier", "get", "register"]

@@ -20,10 +20,10 @@ import sys
 
 import numpy as np
 
-from otlp import xp as X
-from otlp.distributions import check_distribution
-from otlp.drafts import DraftScheme, as_draft
-from otlp.errors import InputError
+from otlp.core import xp as X
+from otlp.core.distributions import check_distribution
+from otlp.core.drafts import DraftScheme, as_draft
+from otlp.core.errors import InputError
 
 
 class Verifier:
@@ -207,7 +207,7 @@ class validation:  # noqa: N801 - used as a context manager, like torch.no_grad
 
 
 def sum_tolerance(dtype, V: int) -> float:  # noqa: ANN001 - a torch dtype
-    """Allowed |row sum - 1|: 1e-9 in float64 (as :func:`otlp.distributions.check_distribution`), and for lower
+    """Allowed |row sum - 1|: 1e-9 in float64 (as :func:`otlp.core.distributions.check_distribution`), and for lower
     precisions 8 sqrt(V) machine epsilons (the rounding of a softmax and of its sum; 3.7e-4 in float32 at
     V = 152k), so LM softmax output passes while a row summing to 2 or 0.9 does not."""
     import torch
@@ -218,9 +218,9 @@ def sum_tolerance(dtype, V: int) -> float:  # noqa: ANN001 - a torch dtype
 
 def _host_row_stats(x):  # noqa: ANN001, ANN202 - a tensor [..., V] -> (total, low) numpy [rows] or None
     """The float64 sum and the least entry of each row of a host float32 / float64 tensor, in one pass of
-    :mod:`otlp.native`'s kernel (exact float64 sums; a NaN or infinite entry makes its row's sum non-finite); None on
-    a device, for other dtypes, or where the kernels are not built."""
-    from otlp import native
+    :mod:`otlp.backend.native`'s kernel (exact float64 sums; a NaN or infinite entry makes its row's sum non-finite);
+    None on a device, for other dtypes, or where the kernels are not built."""
+    from otlp.backend import native
 
     if not _host_dtype(x):
         return None
@@ -255,8 +255,8 @@ def _host_ok(host, dtype, V: int) -> np.ndarray:  # noqa: ANN001 - (total, low) 
 
 def _check_values(p, q, drafts, V: int):  # noqa: ANN001, ANN202
     """InputError naming the first problem of p, q or drafts; one host sync when all is well. On the host (float32 or
-    float64 rows, :mod:`otlp.native` built) the rows' float64 sums and minima are one C pass per tensor, tested by
-    numpy, and the sums of p and q are returned (numpy ``[B]``); elsewhere torch's sum and amin on the tensors'
+    float64 rows, :mod:`otlp.backend.native` built) the rows' float64 sums and minima are one C pass per tensor, tested
+    by numpy, and the sums of p and q are returned (numpy ``[B]``); elsewhere torch's sum and amin on the tensors'
     device, and None."""
     import torch
 
@@ -307,7 +307,7 @@ def normalize_or(weights, fallback):  # noqa: ANN001, ANN201 - numpy arrays or t
 
 def sample_categorical(weights, generator=None, fallback=None):  # noqa: ANN001, ANN201
     """One token per row from unnormalised ``weights [B, V] >= 0`` by inverse CDF with one uniform per row
-    (:func:`otlp.xp.inverse_cdf`: always a token of positive weight). A row with no mass draws from ``fallback [B,
+    (:func:`otlp.core.xp.inverse_cdf`: always a token of positive weight). A row with no mass draws from ``fallback [B,
     V]`` (e.g. p: such rows only occur on probability-zero branches, so the output law is unchanged and the sampler
     stays free of NaN), or returns token 0 without one. On a device ``weights`` is modified in place."""
     import torch

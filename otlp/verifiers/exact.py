@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp.drafts import DraftScheme
-from otlp.errors import ModelTooLargeError
+from otlp.core.drafts import DraftScheme
+from otlp.core.errors import ModelTooLargeError
 
 #: Largest number of (tuple, token) cells one chunk may hold (128 MiB of float64).
 MAX_CELLS = 1 << 24

@@ -1,7 +1,7 @@
 """The optimal transport for the greedy draft scheme (hu2025towards; GR App. O): omega = (T, x) with T the top n-1
 tokens of q (fixed) and x ~ w on the rest, w(x) = q(x) / q(V minus T).
 
-Every tuple contains T, so the OTLP decouples (derived; matches ``otlp.subsets.min_psi`` for Greedy):
+Every tuple contains T, so the OTLP decouples (derived; matches ``otlp.core.subsets.min_psi`` for Greedy):
     accept x with probability min(1, p(x) / w(x))                     (single-draft SD of x against p on V minus T)
     else, with leftover L = sum_{x not in T} (w(x) - p(x))^+, output t in T w.p. min(1, p(T)/L) p(t)/p(T)
     else y ~ norm((p - w)^+ on V minus T).
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp import xp as X
-from otlp.drafts import DraftScheme, Greedy
+from otlp.core import xp as X
+from otlp.core.drafts import DraftScheme, Greedy
 from otlp.verifiers.base import (
     Verifier,
     accept_probability,

@@ -31,9 +31,9 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from otlp import xp as X
-from otlp.drafts import IID, DraftScheme, Independent
-from otlp.errors import InputError
+from otlp.core import xp as X
+from otlp.core.drafts import IID, DraftScheme, Independent
+from otlp.core.errors import InputError
 from otlp.verifiers.base import (
     Verifier,
     accept_probability,
@@ -140,7 +140,7 @@ def merge_plan_numpy(a: np.ndarray, b: np.ndarray, p: np.ndarray, s: int, symmet
 
 def _law(a_s, b_s, W, s: int):  # noqa: ANN001, ANN202 - numpy arrays or torch tensors
     """Law of the winner in rank order (eq. 11, ordered form), batched: ``a_s, b_s [B, V]`` in rank order,
-    ``W [B, s, s]``; numpy or torch (:mod:`otlp.xp`)."""
+    ``W [B, s, s]``; numpy or torch (:mod:`otlp.core.xp`)."""
     xp = X.namespace(a_s)
     after_a = X.padded_suffix_sum(a_s)[:, 1:]  # [B, V] sum over later ranks
     after_b = X.padded_suffix_sum(b_s)[:, 1:]

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp import native, scratch, threads
-from otlp import xp as X
-from otlp.drafts import IID, DraftScheme
+from otlp.backend import native, scratch, threads
+from otlp.core import xp as X
+from otlp.core.drafts import IID, DraftScheme
 from otlp.verifiers.base import (
     Verifier,
     accept_probability,
@@ -52,9 +52,10 @@ def rho_star(p, q, n: int, steps: int | None = None):  # noqa: ANN001, ANN201 - 
 
     Each step evaluates beta(mid) mid = g(mid) = sum_x min(mid q(x), p(x)) in one pass over the vocabulary into one
     reused buffer: no sort (at V = 128k, B = 64 a sort of the ratios cost several times the whole bisection). On
-    the host, ``[B, V]`` rows are bisected in chunks of rows that stay in the cache (:func:`otlp.xp.row_chunks`; side
-    by side on :mod:`otlp.threads` when torch has several threads), in two stages (:func:`_host_rho`; at every V:
-    its numpy steps on the few inner tokens also cost less than the plain bisection's torch steps on small rows).
+    the host, ``[B, V]`` rows are bisected in chunks of rows that stay in the cache (:func:`otlp.core.xp.row_chunks`;
+    side by side on :mod:`otlp.backend.threads` when torch has several threads), in two stages (:func:`_host_rho`; at
+    every V: its numpy steps on the few inner tokens also cost less than the plain bisection's torch steps on small
+    rows).
     """
     host = X.is_numpy(p) or (p.device.type == "cpu" and str(p.dtype) in ("torch.float32", "torch.float64"))
     if not host or n == 1 or p.ndim != 2:
@@ -95,7 +96,7 @@ def _host_rho(P: np.ndarray, Q: np.ndarray, n: int, steps: int) -> np.ndarray:
 def _first_stage(P: np.ndarray, Q: np.ndarray, n: int, steps: int, inner: bool) -> tuple:
     """:func:`_host_rho`'s first stage on rows ``P, Q [b, V]``: the bracket ``(lo, hi)`` (``[b, 1]`` each) after
     ``steps`` bisection steps over the whole rows; with ``inner`` also its classes, ``(lo, hi, A, C, Pm, Qm)``: A and
-    C ``[b, 1]`` and the inner tokens' p and q left-aligned, zero-padded ``[b, T]``. Where :mod:`otlp.native`'s
+    C ``[b, 1]`` and the inner tokens' p and q left-aligned, zero-padded ``[b, T]``. Where :mod:`otlp.backend.native`'s
     kernels are built, in ``otlp_kseq_first_stage`` (one pass a step; products, sums and f in float64, so on float32
     rows a step whose f is within float32 rounding of 0 may go the other way than numpy's float32 step: both
     brackets then hold rho* to float32 resolution)."""
@@ -147,7 +148,7 @@ def kseq_parts(p, q, n: int):  # noqa: ANN001, ANN201 - numpy arrays or torch te
     p_acc)``, each ``[..., 1]``, and the unnormalised residual (p - capped p_acc / beta)^+ ``[..., V]`` with capped =
     min(q, p / rho) (eq. 5 times 1 - p_acc; clipped at 0 for rounding, note pitfall 2; beta = 0: disjoint supports,
     nothing is accepted and the residual is p). On torch the residual is the thread's work array ``"residual"``,
-    filled in chunks of rows on the host (:func:`otlp.xp.row_chunks`)."""
+    filled in chunks of rows on the host (:func:`otlp.core.xp.row_chunks`)."""
     rho = rho_star(p, q, n)[..., None]
     if X.is_numpy(p):
         return (rho, *_residual(p, q, n, rho, np.empty_like(p)))

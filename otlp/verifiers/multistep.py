@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 
 if TYPE_CHECKING:
     import torch

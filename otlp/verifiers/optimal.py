@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp.drafts import IID, DraftScheme
-from otlp.errors import InputError
+from otlp.core.drafts import IID, DraftScheme
+from otlp.core.errors import InputError
 from otlp.verifiers.base import Verifier, check_tensors, check_uniforms, validation_enabled
 
 
@@ -82,7 +82,7 @@ class Optimal(Verifier):
         its values are checked unless validation is off). ``compile=True``: the device route through
         ``torch.compile`` (:func:`otlp.optimal.sampler.verify`; the first call of each shape compiles).
         ``graphs=True`` (CUDA tensors): the rule replayed from a CUDA graph captured per shape (the same tokens,
-        without the launch overhead of its few hundred kernels; :mod:`otlp.cuda_graphs`)."""
+        without the launch overhead of its few hundred kernels; :mod:`otlp.backend.cuda_graphs`)."""
         import torch
 
         from otlp.optimal.sampler import verify

@@ -22,7 +22,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from otlp.drafts import DraftScheme
+from otlp.core.drafts import DraftScheme
 from otlp.verifiers.optimal import Optimal
 
 #: plans kept by one verifier instance (keyed by the exact bytes of p, q and n)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp import scratch
-from otlp import xp as X
-from otlp.drafts import IID, DraftScheme, WithoutReplacement
+from otlp.backend import scratch
+from otlp.core import xp as X
+from otlp.core.drafts import IID, DraftScheme, WithoutReplacement
 from otlp.verifiers.base import (
     Verifier,
     accept_probability,

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp import xp as X
-from otlp.drafts import DraftScheme, SpecHub
+from otlp.core import xp as X
+from otlp.core.drafts import DraftScheme, SpecHub
 from otlp.verifiers.base import (
     Verifier,
     accept_probability,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from otlp.drafts import IID, DraftScheme
+from otlp.core.drafts import IID, DraftScheme
 from otlp.verifiers.base import (
     Verifier,
     accept_probability,

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import otlp
-from otlp.cli import main
+from otlp.cli.commands import main
+from otlp.cli.decode import add_acceptance_arguments, add_decode_arguments, run_acceptance_cli, run_decode_cli
+from otlp.core.subsets import brute_force_min_psi
 from otlp.decode.acceptance import acceptance_sweep, iid_optimal_acceptance, top_k_draft
-from otlp.decode.cli import add_acceptance_arguments, add_decode_arguments, run_acceptance_cli, run_decode_cli
 from otlp.decode.metrics import compare_token_laws
-from otlp.subsets import brute_force_min_psi
 
 
 def test_iid_alpha_star_matches_otlp_and_brute_force():
@@ -118,7 +118,7 @@ def test_bad_model_specs(spec, capsys):
     (["--n", "0"], "--n must be an integer >= 1"),
 ])
 def test_decode_arguments_are_checked_before_any_model_is_built(argv, message, capsys, monkeypatch):
-    import otlp.decode.cli as cli
+    import otlp.cli.decode as cli
 
     def no_models(*a, **k):
         raise AssertionError("a model was built before the arguments were checked")

@@ -1,4 +1,4 @@
-"""The batched draft samplers reproduce the tuple laws of otlp.drafts (an independent implementation).
+"""The batched draft samplers reproduce the tuple laws of otlp.core.drafts (an independent implementation).
 
 Chi-square over all n-tuples with mass (cells with expected count < 5 pooled), level 1e-3 per test (4 tests:
 false-alarm rate under 0.4%); seeded, so deterministic.
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from otlp.core.drafts import IID, Greedy, SpecHub, WithoutReplacement
+from otlp.core.errors import InputError
 from otlp.decode.draft_sampling import sample_drafts
-from otlp.drafts import IID, Greedy, SpecHub, WithoutReplacement
-from otlp.errors import InputError
 
 from .toy_models import chi_square_p_value
 

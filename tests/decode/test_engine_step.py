@@ -18,9 +18,9 @@ import pytest
 import torch
 from scipy import stats
 
+from otlp.core.errors import InputError
 from otlp.decode import engine as E
 from otlp.decode.loop import decode
-from otlp.errors import InputError
 
 from .toy_models import TableLM, chi_square_p_value, exact_sequence_law, sequence_codes
 
@@ -137,7 +137,7 @@ def test_bad_engine_settings_are_refused(toy_pair, kwargs, match):
 
 
 def test_otlp_decode_runs_its_steps_through_the_engine(capsys):
-    from otlp.cli import main
+    from otlp.cli.commands import main
 
     argv = ["decode", "--verifier", "optimal", "--n", "2", "--L", "3", "--max-new-tokens", "12", "--batch", "2",
             "--no-progress", "--no-baseline", "--json", "--seed", "4"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 
 transformers = pytest.importorskip("transformers", reason="the HF adapter needs the optional transformers package")
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from otlp.core.distributions import probabilities_from_logits
 from otlp.decode.loop import decode, sample_target
-from otlp.distributions import probabilities_from_logits
 
 from .toy_models import TableLM, chi_square_p_value, exact_sequence_law, sequence_codes
 
@@ -177,7 +177,7 @@ def test_seeded_runs_repeat(toy_pair):
     ],
 )
 def test_bad_input_is_refused(toy_pair, kwargs, match):
-    from otlp.errors import InputError
+    from otlp.core.errors import InputError
 
     draft, target, prompt, _ = toy_pair
     args = {"verifier": "rrs", "n": 2, "L": 2, "prompts": [prompt], "max_new_tokens": 4} | kwargs
@@ -186,7 +186,7 @@ def test_bad_input_is_refused(toy_pair, kwargs, match):
 
 
 def test_vocabulary_mismatch_and_oversized_step_are_refused(toy_pair):
-    from otlp.errors import InputError, ModelTooLargeError
+    from otlp.core.errors import InputError, ModelTooLargeError
 
     _, target, prompt, _ = toy_pair
     other = TableLM.random(V + 1, 1, np.random.default_rng(0))
@@ -199,8 +199,8 @@ def test_vocabulary_mismatch_and_oversized_step_are_refused(toy_pair):
 def test_the_generator_lives_where_the_laws_do():
     """The loop draws on the target's device, where torch takes only that device's generators: a generator passed
     as the seed for another device is refused in one line (checked without a GPU: only the device types compare)."""
+    from otlp.core.errors import InputError
     from otlp.decode.loop import _generator
-    from otlp.errors import InputError
 
     assert _generator(3, torch.device("cpu")).device.type == "cpu"
     with pytest.raises(InputError, match="seed is a torch.Generator on cpu, the models' laws are on cuda"):

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from otlp.core.errors import InputError
 from otlp.decode.corpus import WordTokenizer, load_corpus, words
 from otlp.decode.ngram import KneserNeyLM, embedded_models
-from otlp.errors import InputError
 
 
 def naive_kneser_ney(stream: list[int], V: int, N: int):

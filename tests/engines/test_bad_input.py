@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
+from otlp.core.errors import InputError
 from otlp.engines import flashinfer, sglang, vllm
-from otlp.errors import InputError
 from otlp.verifiers.base import validation
 
 from .helpers import dyadic_rows, tree_batch

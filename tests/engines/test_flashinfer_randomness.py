@@ -10,9 +10,9 @@ import pytest
 import torch
 from scipy import stats
 
+from otlp.core.errors import InputError
 from otlp.engines import flashinfer
 from otlp.engines.flashinfer import _splitmix64, counter_uniforms
-from otlp.errors import InputError
 
 from .helpers import dyadic_rows
 

@@ -1,6 +1,6 @@
 """The host kernels read an engine's strided rows in place: one position ``t[:, j]`` of a ``[B, n + 1, V]`` tensor (the
 layout of FlashInfer's and SGLang's ``target_probs``) gives the same sums, tokens and statuses as its contiguous copy,
-and is not copied (:func:`otlp.native.rows_in_place`; the adapters' overhead, benchmarks/engines.py)."""
+and is not copied (:func:`otlp.backend.native.rows_in_place`; the adapters' overhead, benchmarks/engines.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from otlp import native
+from otlp.backend import native
 from otlp.optimal import buckets as BK
 from otlp.optimal.sampler import verify
 

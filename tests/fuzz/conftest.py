@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 
 COUNTS: Counter = Counter()
 

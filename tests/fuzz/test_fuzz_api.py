@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import otlp
-from otlp.distributions import check_distribution, load_distribution, probabilities_from_logits
-from otlp.subsets import brute_force_min_psi
+from otlp.core.distributions import check_distribution, load_distribution, probabilities_from_logits
+from otlp.core.subsets import brute_force_min_psi
 
 from .conftest import contract, count
 from .strategies import any_vector, distributions, large_distributions, malformed, ns
@@ -29,7 +29,7 @@ def _reference_alpha(p: np.ndarray, draft) -> float:  # noqa: ANN001
     the others (production: brute force / submodular minimisation)."""
     if isinstance(draft, (otlp.IID, otlp.Greedy, otlp.SpecHub)):
         return 1.0 + brute_force_min_psi(p, draft)[0]
-    from otlp.formulations import RelaxedOTLP
+    from otlp.lp.formulations import RelaxedOTLP
 
     return float(RelaxedOTLP(p, draft).solve(backend="highs").value)
 
@@ -127,5 +127,5 @@ def test_draft_schemes_and_psi(p, q, n, omegas, seed):
         probs = draft.tuple_probabilities(omegas)  # ragged, out of range, wrong n: InputError
         assert np.all((probs >= 0) & (probs <= 1))
         flat = [v for row in omegas for v in (row if isinstance(row, list) else [row])]
-        value = otlp.subsets.psi(p if seed is None else p, draft, [v > 0 for v in flat])  # a mask of any length
+        value = otlp.core.subsets.psi(p if seed is None else p, draft, [v > 0 for v in flat])  # a mask of any length
         assert -1.0 <= value <= 1.0

@@ -1,4 +1,4 @@
-"""Hypothesis over every ``otlp`` command, in-process through ``otlp.cli.main``: each run either succeeds
+"""Hypothesis over every ``otlp`` command, in-process through ``otlp.cli.commands``: each run either succeeds
 (exit 0; 1 only where a command documents it), or prints exactly one line ``otlp: error: ...`` and exits 2 (with
 ``--json`` also a JSON error object on stdout). Never a traceback, never a leaked warning."""
 
@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from otlp.cli import main
+from otlp.cli.commands import main
 
 from .conftest import count
 from .strategies import WEIRD
@@ -81,7 +81,7 @@ def test_solve(argv, example, capsys):
        no_certificate=st.booleans())
 def test_certify(argv, no_certificate, capsys):
     count("cli: certify")
-    # json_errors=False: run_certify_cli (otlp/verifiers/certification.py) still catches InputError itself, so
+    # json_errors=False: run_certify_cli (otlp/certification/rule.py) still catches InputError itself, so
     # main() never sees it and prints no JSON error object; test_certify_json_error_object below tracks that gap
     _run(["certify", *(["--no-certificate"] if no_certificate else []), *argv], capsys, json_errors=False)
 
@@ -128,7 +128,7 @@ BAD_DECODE = st.sampled_from([("--batch", "0"), ("--batch", "-1"), ("--device", 
 def test_decode_and_bench_argument_errors(bad, json_out, command, capsys, monkeypatch):
     # every generated argv holds at least one bad value, so each run must stop at argument checking (exit 2, in
     # milliseconds: the models are never built, which the monkeypatch enforces)
-    import otlp.decode.cli as decode_cli
+    import otlp.cli.decode as decode_cli
 
     def no_models(*a, **k):
         raise AssertionError("models built although an argument is bad")

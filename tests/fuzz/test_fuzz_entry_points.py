@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from otlp.certification.blackbox import SCHEME_CLASSES, certify_callable
 from otlp.verifiers import get
-from otlp.verifiers.certify_blackbox import SCHEME_CLASSES, certify_callable
 
 from .conftest import contract, count
 from .strategies import any_vector, distributions, ns

@@ -5,7 +5,7 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.multistep import ARModel, markov_ar_model, random_ar_model, tempered
 from otlp.multistep.armodel import all_paths, depth_offsets, num_nodes, prefix_nodes
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.multistep import random_pair, sps_path
 from otlp.multistep.bv import BlockOutput, block_verification_law, block_weights, bv
 from tests.multistep.stats import ALPHA, sampled_law_pvalue

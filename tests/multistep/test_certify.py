@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from otlp.errors import InputError
-from otlp.formulations.multipath import enumerate_antichains, psi
+from otlp.cli.multistep import add_multistep_arguments, run_multistep_cli
+from otlp.core.errors import InputError
+from otlp.lp.formulations.multipath import enumerate_antichains, psi
 from otlp.multistep import RULES, gbv_efficiency, random_pair
 from otlp.multistep.armodel import ARModel, depth_offsets, node_parents, num_nodes, prefix_nodes
 from otlp.multistep.bv import block_verification_law
@@ -25,7 +26,6 @@ from otlp.multistep.certify import (
     format_multistep_table,
     prefix_matching_violation,
 )
-from otlp.multistep.cli import add_multistep_arguments, run_multistep_cli
 from otlp.multistep.enumeration import enumerate_drafts, output_law
 from otlp.multistep.gbv import select_greedy_path
 
@@ -194,8 +194,8 @@ def test_a_table_of_rules_solves_each_multipath_lp_once(monkeypatch: pytest.Monk
     and every row carries the same optimum as a rule certified on its own."""
     import io
 
-    from otlp._cli_util import Progress
-    from otlp.formulations.multipath import MultiPathLP
+    from otlp.cli.util import Progress
+    from otlp.lp.formulations.multipath import MultiPathLP
     from otlp.multistep.certify import certify_rules
 
     target, draft = random_pair(2, 2, np.random.default_rng(5))
@@ -275,7 +275,7 @@ def test_cli_refuses_bad_seed_and_time_limit(argv: list[str], capsys: pytest.Cap
     # an infinite concentration failed later with a message about the conditionals
     with pytest.raises(InputError, match=argv[0]):
         run_multistep_cli(_cli(*argv))
-    from otlp.cli import main
+    from otlp.cli.commands import main
 
     assert main(["certify-block", "--V", "2", "--L", "1", "--K", "1", *argv]) == 2
     err = capsys.readouterr().err.strip()

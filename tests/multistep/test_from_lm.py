@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from otlp.decode.cli import DEFAULT_PROMPTS
+from otlp.cli.decode import DEFAULT_PROMPTS
+from otlp.core.errors import InputError
 from otlp.decode.ngram import embedded_models, prompt_ids
-from otlp.errors import InputError
 from otlp.multistep.armodel import all_paths, depth_offsets
 from otlp.multistep.from_lm import projected_pair, top_tokens
 

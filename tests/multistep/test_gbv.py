@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.multistep import bv_efficiency, gbv_efficiency, random_pair, token_tree
 from otlp.multistep.bv import block_verification_law, bv
 from otlp.multistep.gbv import gbv, gbv_law

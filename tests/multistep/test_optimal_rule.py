@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from otlp.errors import InputError, ModelTooLargeError
-from otlp.formulations import MultiPathLP, SkewedDraftLP
+from otlp.core.errors import InputError, ModelTooLargeError
+from otlp.lp.formulations import MultiPathLP, SkewedDraftLP
 from otlp.multistep import (
     bv_efficiency,
     certify_multistep,
@@ -47,7 +47,7 @@ def _random_instances():
 
 @pytest.fixture(scope="module")
 def decode_instances():
-    from otlp.decode.cli import DEFAULT_PROMPTS
+    from otlp.cli.decode import DEFAULT_PROMPTS
     from otlp.decode.ngram import embedded_models, prompt_ids
     from otlp.multistep.from_lm import projected_pair
 
@@ -221,7 +221,7 @@ def test_duplicate_drafts_are_interchangeable():
 
 
 def test_cli_certify_block_rule_optimal(capsys):
-    from otlp.cli import main
+    from otlp.cli.commands import main
 
     assert main(["certify-block", "--rule", "optimal", "--V", "2", "--L", "3", "--K", "3", "--seed", "4"]) == 0
     out = capsys.readouterr().out

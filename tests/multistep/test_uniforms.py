@@ -17,7 +17,7 @@ import torch
 from scipy.stats import chi2
 
 import otlp.verifiers as zoo
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.multistep import output_law, random_pair
 from otlp.multistep.armodel import num_nodes, prefix_nodes
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from otlp import native
+from otlp.backend import native
 from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
 from tests.optimal.instances import FAMILIES, draw
@@ -99,12 +99,12 @@ def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.Monk
                                                         split: bool) -> None:
     """With several torch threads the rows are split over them (on the native route an OpenMP team takes the rows
     one at a time inside its one call, from ``THREADS_MIN`` entries; the numpy route's per-token passes run in
-    chunks on otlp.threads' pool): 7 rows on 3 threads draw what one thread draws (which equals the full sort,
+    chunks on otlp.backend.threads' pool): 7 rows on 3 threads draw what one thread draws (which equals the full sort,
     above), and the split did happen (on the native route: where it reaches ``THREADS_MIN`` and the kernels have
     OpenMP)."""
     import threading
 
-    from otlp import threads
+    from otlp.backend import threads
 
     V, n = 32_000, 4
     monkeypatch.setattr(BK, "CHUNK", 2 * V)
@@ -170,10 +170,13 @@ def test_rows_grouped_by_compressed_size_draw_what_the_full_sort_draws(monkeypat
 def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
     """A row whose compressed instance would hold more than 1 / FULL_SORT_SHARE of its tokens (here a draft close
     to the target: every ratio within a few octaves) is not tried on the buckets; the CPU sampler gives it the full
-    sort, and every row draws what the full sort draws."""
+    sort, and every row draws what the full sort draws. (The native route with the window's bounds, ``BOUND``,
+    compresses such a row: off here.)"""
     import torch
 
-    from otlp import threads
+    monkeypatch.setattr(BK, "BOUND", False)
+
+    from otlp.backend import threads
     from otlp.optimal.sampler import verify
 
     attempts = []
@@ -211,8 +214,11 @@ def test_with_a_team_a_row_that_hardly_compresses_takes_its_full_order_in_the_ca
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Where an OpenMP team takes the rows, a row that hardly compresses (a draft close to its target) takes every
     bucket in the call instead of status 0: its compressed instance is then its full order, so it draws the full
-    sort's token and slot; the other rows are certified as with one thread."""
-    from otlp import threads
+    sort's token and slot; the other rows are certified as with one thread. (``BOUND`` off: with the window's
+    bounds such a row compresses.)"""
+    from otlp.backend import threads
+
+    monkeypatch.setattr(BK, "BOUND", False)
 
     rng = np.random.default_rng(15)
     P, Q, W = _lm(rng, 6, 20_000, 4)
@@ -398,10 +404,13 @@ def _counting(attempt, failed: list):  # noqa: ANN001, ANN202
 def test_the_routes_certify_the_same_rows(monkeypatch: pytest.MonkeyPatch, V: int, n: int) -> None:
     """The native route (a row at a time) selects and certifies as the numpy route (all rows at once) does: the same
     rows are certified, with the same token and slot, on LM-shaped rows for several uniforms (one thread: a team
-    also answers the rows that hardly compress, below)."""
-    from otlp import threads
+    also answers the rows that hardly compress, below). ``BOUND`` off: the native route's window bounds and the
+    selection that goes with them are its own (test_a_run_inside_the_served_chain_is_bounded, tests/optimal/
+    test_bounded_window.py)."""
+    from otlp.backend import threads
 
     monkeypatch.setattr(threads, "count", lambda: 1)
+    monkeypatch.setattr(BK, "BOUND", False)
     rng = np.random.default_rng([V, n])
     P, Q, W = _lm(rng, 12, V, n)
     rule = BK._native_rows
@@ -416,37 +425,46 @@ def test_the_routes_certify_the_same_rows(monkeypatch: pytest.MonkeyPatch, V: in
         np.testing.assert_array_equal(ours[1][ours[2]], theirs[1][ours[2]])
 
 
+def _inside_run(rng, B: int, V: int, n: int):  # noqa: ANN001, ANN202
+    """LM rows, and a selection of every bucket except one holding only tokens strictly inside the full order's
+    (s, top) (a draft's bucket excepted) where the row has one: ``(P, Q, W, sc, forced [B, NB], inside [B])``."""
+    P, Q, W = _lm(rng, B, V, n)
+    sc = BK.scheme(BK.bits_for(V))
+    pre = C.prefix(P, Q, n)
+    _, top, s, _ = C.served_group(pre, W)
+    bucket = sc.bucket_of(np.maximum(Q / P, 0.0))  # (LM rows: p > 0)
+    at = np.take_along_axis(bucket, pre.order, axis=1)  # [B, V] the bucket at each position of the full order
+    forced, inside = np.ones((B, sc.NB), dtype=bool), np.zeros(B, dtype=bool)
+    for b in range(B):
+        lo, hi = s[b, 0], top[b, 0]
+        edge = set(at[b, :lo + 1]) | set(at[b, hi:]) | set(bucket[b, W[b]])
+        middle = sorted(set(at[b, lo + 1:hi]) - edge)
+        if middle:
+            forced[b, middle[0]], inside[b] = False, True
+    assert inside.any()
+    return P, Q, W, sc, forced, inside
+
+
 def test_a_run_inside_the_served_chain_fails_the_certificate(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
-    """The served group's chain reads each position from s to the top draw, so a merged run there must fail the
-    certificate however its psi bounds lie. Every bucket is selected except one holding only tokens strictly inside
-    the full order's (s, top) (a draft's bucket excepted): such a row fails its first attempt and is certified on the
-    retry (with that bucket sorted) with the full sort's answer; every other row is certified at once."""
+    """Without the window's bounds (``BOUND`` off; the numpy route has none) the served group's chain reads each
+    position from s to the top draw, so a merged run there must fail the certificate however its psi bounds lie.
+    Every bucket is selected except one holding only tokens strictly inside the full order's (s, top)
+    (:func:`_inside_run`): such a row fails its first attempt and is certified on the retry (with that bucket sorted)
+    with the full sort's answer; every other row is certified at once."""
     monkeypatch.setattr(BK, "FULL_SORT_SHARE", 0)  # try every row, though it hardly compresses
+    monkeypatch.setattr(BK, "BOUND", False)
     original = BK._attempt
     rng = np.random.default_rng(3)
     B, V = 200, 4000
     for n in (4, 8):
-        P, Q, W = _lm(rng, B, V, n)
-        sc = BK.scheme(BK.bits_for(V))
-        pre = C.prefix(P, Q, n)
-        _, top, s, _ = C.served_group(pre, W)
-        bucket = sc.bucket_of(np.maximum(Q / P, 0.0))  # (LM rows: p > 0)
-        at = np.take_along_axis(bucket, pre.order, axis=1)  # [B, V] the bucket at each position of the full order
-        forced, inside = np.ones((B, sc.NB), dtype=bool), np.zeros(B, dtype=bool)
-        for b in range(B):
-            lo, hi = s[b, 0], top[b, 0]
-            edge = set(at[b, :lo + 1]) | set(at[b, hi:]) | set(bucket[b, W[b]])
-            middle = sorted(set(at[b, lo + 1:hi]) - edge)
-            if middle:
-                forced[b, middle[0]], inside[b] = False, True
-        assert inside.any()
+        P, Q, W, sc, forced, inside = _inside_run(rng, B, V, n)
         U = rng.random((B, 2))
         first = []
         if route == "native":
             tokens, index, status = BK._native_rows(P, Q, np.ones(B), np.ones(B), W, U, n, sc, forced)
             done, first = status > 0, status == 1
         else:  # one chunk and one group of rows, so that the selection and the first attempt cover every row
-            from otlp import threads
+            from otlp.backend import threads
 
             monkeypatch.setattr(threads, "count", lambda: 1)
             monkeypatch.setattr(BK, "GROUP_SLACK", 1 << 40)
@@ -456,6 +474,28 @@ def test_a_run_inside_the_served_chain_fails_the_certificate(monkeypatch: pytest
             tokens, index, done = BK.verify_rows(P, Q, W, U, n, bits=sc.bits)
             first = first[0]
         assert done.all() and not first[inside].any() and first[~inside].all()
+        t0, i0 = _full(P, Q, W, U, n)
+        np.testing.assert_array_equal(tokens, t0)
+        np.testing.assert_array_equal(index, i0)
+
+
+@pytest.mark.skipif(native.library() is None, reason="needs otlp's C kernels")
+@pytest.mark.parametrize("n", [3, 4, 8])
+def test_a_run_inside_the_served_chain_is_bounded(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """With the window's bounds (``BOUND``, the native route) a merged run strictly inside the served window need not
+    be sorted: its share of the chain's hazard is bounded and the slot certified from the bounds. The rows of
+    :func:`_inside_run` give the full sort's token and slot for the same uniforms, and most of those with a run inside
+    are certified at the first attempt (the bounds' width is second order in a bucket's ratio span; a row they leave
+    undecided is retried with the run sorted, as without them)."""
+    monkeypatch.setattr(BK, "FULL_SORT_SHARE", 0)
+    rng = np.random.default_rng([4, n])
+    B, V = 200, 4000
+    P, Q, W, sc, forced, inside = _inside_run(rng, B, V, n)
+    for _ in range(3):
+        U = rng.random((B, 2))
+        tokens, index, status = BK._native_rows(P, Q, np.ones(B), np.ones(B), W, U, n, sc, forced, bound=True)
+        assert (status > 0).all()
+        assert (status[inside] == 1).mean() > 0.9 and (status[~inside] == 1).all()
         t0, i0 = _full(P, Q, W, U, n)
         np.testing.assert_array_equal(tokens, t0)
         np.testing.assert_array_equal(index, i0)

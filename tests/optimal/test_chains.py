@@ -1,7 +1,7 @@
-"""The class-chain rule of otlp/optimal/chains.py on every route (numpy full rule, numpy windowed tuple rule, torch
-device route), checked by exact enumeration over V^n against the target law, against alpha* from the independent
-sorted-prefix closed form (otlp.subsets) and brute force over subsets, and against the pure-Python scalar path
-(otlp/optimal/scalar.py, a separate implementation of the same rule)."""
+"""The class-chain rule of otlp/optimal/chains.py on every route (numpy full rule, numpy windowed tuple rule, the host
+route of otlp/optimal/host.py with its C kernels, torch device route), checked by exact enumeration over V^n against the
+target law, against alpha* from the independent sorted-prefix closed form (otlp.core.subsets) and brute force over
+subsets, and against the pure-Python scalar path (otlp/optimal/scalar.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import otlp
-from otlp import xp as X
-from otlp.optimal import OptimalTransport
+from otlp.core import xp as X
+from otlp.core.subsets import brute_force_min_psi
+from otlp.optimal import OptimalTransport, host
 from otlp.optimal import chains as C
 from otlp.optimal.scalar import scalar_chains, scalar_rule
-from otlp.subsets import brute_force_min_psi
 from tests.conftest import FAMILIES, random_pair
 
 TOL = 1e-12
@@ -52,13 +52,14 @@ def _law_and_acceptance(accept: np.ndarray, reject: np.ndarray, F: np.ndarray, o
     return law, float(probs @ accept.sum(1))
 
 
-@pytest.mark.parametrize("route", ["full", "window", "torch", "torch_two_level", "cuda"])
+@pytest.mark.parametrize("route", ["full", "window", "host", "torch", "torch_two_level", "cuda"])
 def test_law_is_p_and_acceptance_is_alpha_star_by_enumeration(route: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """1500 instances per numpy route, 600 on torch (the CPU, and CUDA where a GPU is present; V = 2..7, n = 1..4;
-    ties, zeros, point masses, p = q, skewed, near-ties). ``torch_two_level``: torch on the CPU with the running sums,
-    minima and maxima an accelerator takes (:func:`otlp.xp._two_level_scan`), in blocks of 2 so that these short
-    rows span several blocks, the last one padded."""
-    torch = pytest.importorskip("torch") if route not in ("full", "window") else None
+    """1500 instances per numpy route (``host``: :mod:`otlp.optimal.host`, the C kernels where built, its full chains
+    and its own-window tuple rule, each checked), 600 on torch (the CPU, and CUDA where a GPU is present; V = 2..7, n =
+    1..4; ties, zeros, point masses, p = q, skewed, near-ties). ``torch_two_level``: torch on the CPU with the running
+    sums, minima and maxima an accelerator takes (:func:`otlp.core.xp._two_level_scan`), in blocks of 2 so that these
+    short rows span several blocks, the last one padded."""
+    torch = pytest.importorskip("torch") if route not in ("full", "window", "host") else None
     if route == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     seen: set[str] = set()
@@ -68,8 +69,8 @@ def test_law_is_p_and_acceptance_is_alpha_star_by_enumeration(route: str, monkey
         monkeypatch.setattr(X, "SCAN_BLOCK", 2)
         monkeypatch.setattr(X, "_two_level_scan", lambda t, op: seen.add(op) or scan(t, op))
     worst = 0.0
-    for fam, p, q, n in _instances({"full": 1, "window": 2, "torch": 3, "torch_two_level": 4, "cuda": 3}[route],
-                                   1500 if route in ("full", "window") else 600):
+    for fam, p, q, n in _instances({"full": 1, "window": 2, "host": 5, "torch": 3, "torch_two_level": 4,
+                                    "cuda": 3}[route], 1500 if route in ("full", "window", "host") else 600):
         V = p.size
         omegas = np.array(list(itertools.product(range(V), repeat=n)))  # [V^n, n]
         probs = otlp.IID(q, n).tuple_probabilities(omegas)
@@ -81,6 +82,13 @@ def test_law_is_p_and_acceptance_is_alpha_star_by_enumeration(route: str, monkey
         elif route == "window":
             pre = C.prefix(P, Q, n)
             accept, reject = C.tuple_rule(pre, omegas, window=C.needed_window(pre, omegas))
+        elif route == "host":
+            ch = host.build(P, Q, n)
+            accept, reject = C.evaluate(ch, omegas)
+            pre = host.prefix(P, Q, n)
+            a_win, r_win = host.tuple_rule(pre, omegas, window="auto")
+            law, acc = _law_and_acceptance(a_win, r_win, C.residual_cdf(pre), pre.order, omegas, probs, V)
+            assert max(np.abs(law - p).max(), abs(acc - float(pre.alpha[0]))) < TOL, (fam, p, q, n)
         else:
             dev = "cuda" if route == "cuda" else "cpu"
             pre_t = C.prefix(torch.from_numpy(P).to(dev), torch.from_numpy(Q).to(dev), n)
@@ -104,16 +112,16 @@ def test_alpha_matches_brute_force_over_subsets() -> None:
 
 
 def _scalar_rule(p: np.ndarray, q: np.ndarray, n: int, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rule written a second time in plain Python floats (otlp/optimal/scalar.py: a root at every position, r =
-    p/q), tuple by tuple: ``(accept [M, n], reject [M])``."""
+    """The rule of the scalar path (otlp/optimal/scalar.py: the chains in plain Python floats, each tuple's pieces
+    evaluated by its own loop, scalar_rule), tuple by tuple: ``(accept [M, n], reject [M])``."""
     chains = scalar_chains(p.tolist(), q.tolist(), n)
     rules = [scalar_rule(chains, omega) for omega in omegas.tolist()]
     return np.array([a for a, _ in rules]), np.array([r for _, r in rules])
 
 
 def test_agrees_with_the_scalar_path() -> None:
-    """The same rule written a second time in plain Python floats (:func:`_scalar_rule`): accept and reject
-    probabilities agree to 1e-12 on every tuple, at V up to 60 with sampled tuples."""
+    """The scalar path (:func:`_scalar_rule`) and the arrays' windowed tuple rule: accept and reject probabilities
+    agree to 1e-12 on every tuple, at V up to 60 with sampled tuples."""
     rng = np.random.default_rng(5)
     for i in range(200):
         V, n = int(rng.integers(2, 60)), int(rng.integers(1, 6))
@@ -185,10 +193,12 @@ def _backoff_rows(rng: np.random.Generator, V: int) -> tuple[np.ndarray, np.ndar
 
 
 @pytest.mark.parametrize("n", [3, 4, 6])
-def test_runs_tied_in_the_sort_key_agree_with_the_scalar_path(n: int) -> None:
+def test_runs_tied_in_the_sort_key_agree_with_a_root_at_every_position(n: int,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Tokens whose keys q/p are equal floats take the tied-run closed form even where p/q rounds differently
-    (chains computes r as 1 / (q/p) there): accept and reject agree to 1e-12 with the scalar path, which solves a
-    root at every position with r = p/q, on 100 rows of 200 tokens with sampled tuples."""
+    (chains computes r as 1 / (q/p) there, which a root at every position takes as continuously as p/q): accept and
+    reject agree to 1e-12 with the rule whose chains solve a root at every position (``_tied`` forced off, Newton to
+    convergence), on 100 rows of 200 tokens with sampled tuples."""
     rng = np.random.default_rng(40 + n)
     cases = 0
     for _ in range(100):
@@ -197,8 +207,10 @@ def test_runs_tied_in_the_sort_key_agree_with_the_scalar_path(n: int) -> None:
         ks, r = pre.qs[0] / pre.ps[0], pre.ps[0] / pre.qs[0]
         cases += int(((ks[1:] == ks[:-1]) & (r[1:] != r[:-1])).sum())
         omegas = otlp.IID(q, n).sample(64, rng)
-        ref_a, ref_r = _scalar_rule(p, q, n, omegas)
         a, rej = C.tuple_rule(pre, omegas, window="auto")
+        with monkeypatch.context() as patch:
+            patch.setattr(C, "_tied", lambda r_below, *a: np.zeros(r_below.shape, bool))
+            ref_a, ref_r = C.tuple_rule(pre, omegas, window="auto", steps=None)
         assert np.abs(a - ref_a).max() < TOL and np.abs(rej - ref_r).max() < TOL
     assert cases > 2000  # the case this is about: about 60 per row
 

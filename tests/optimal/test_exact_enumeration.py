@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import otlp
+from otlp.core.subsets import brute_force_min_psi
 from otlp.optimal import OptimalTransport, solve_batch
-from otlp.subsets import brute_force_min_psi
 
 from .instances import FAMILIES, draw
 

@@ -1,6 +1,6 @@
 """otlp.optimal.generic.LinearProgramRule (the LP route of OptimalTransport for non-i.i.d. drafts) on plans a solver
 may leave behind: every slice must be a distribution and the output law p to rounding, whatever HiGHS returned
-(the residual completion of GR eq. (3), otlp.formulations.completion)."""
+(the residual completion of GR eq. (3), otlp.lp.formulations.completion)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 import otlp
 import otlp.optimal.generic as generic
-from otlp.drafts import DraftScheme
+from otlp.core.drafts import DraftScheme
 from otlp.optimal import OptimalTransport
 
 LAW_TOL = 1e-12  # L1 distance of the output law to p: rounding only, not HiGHS' feasibility tolerance

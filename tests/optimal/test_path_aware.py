@@ -1,5 +1,5 @@
 """The path-aware optimal rule (issue 18): law = p and acceptance = alpha* by enumeration of every drafted tuple, and
-E[continuing paths] = the lexicographic LP's optimum (otlp.formulations.PathAwareOTLP, ordered tuples, solved by
+E[continuing paths] = the lexicographic LP's optimum (otlp.lp.formulations.PathAwareOTLP, ordered tuples, solved by
 HiGHS and, on tiny instances, in exact rationals), never below the class-chain plan's.
 
 Instances: the 11 families of tests/optimal/instances.py (ties, zeros, point masses, near-ties of psi...), V <= 6,
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import otlp
-from otlp.errors import InputError
-from otlp.formulations.path_aware import PathAwareOTLP
+from otlp.core.errors import InputError
+from otlp.lp.formulations.path_aware import PathAwareOTLP
 from otlp.optimal import OptimalTransport
 from otlp.optimal.paths import (
     PathAwareTransport,

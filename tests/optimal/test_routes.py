@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import otlp
+from otlp.core.subsets import brute_force_min_psi
 from otlp.optimal import OptimalTransport, solve_batch
 from otlp.optimal.generic import relaxed_lp_plan
-from otlp.subsets import brute_force_min_psi
 
 from .instances import FAMILIES
 from .test_exact_enumeration import TOL, enumerate_rule
@@ -70,7 +70,7 @@ def test_lp_route_for_other_drafts(scheme: str) -> None:
         assert ot.route == "lp"
         law, acceptance = enumerate_rule(ot, draft)
         best, _ = brute_force_min_psi(p, draft)
-        assert np.abs(law - p).sum() < 1e-12  # the completed plan keeps p exactly (otlp.formulations.completion)
+        assert np.abs(law - p).sum() < 1e-12  # the completed plan keeps p exactly (otlp.lp.formulations.completion)
         assert abs(ot.alpha - (1 + best)) < 1e-10  # HiGHS' optimal value, to its tolerance
         assert abs(acceptance - ot.alpha) < 1e-10  # the repair may scale down what HiGHS left over a bound
 

@@ -12,7 +12,7 @@ import pytest
 import scipy.stats
 
 import otlp
-from otlp import xp as X
+from otlp.core import xp as X
 from otlp.optimal import chains as C
 from otlp.optimal.sampler import verify
 
@@ -88,7 +88,7 @@ def test_uniforms_replay_bit_for_bit_and_both_routes_agree() -> None:
 def test_the_full_sorts_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CPU route's full-sort chunks (rows the buckets leave, here every row) side by side on 3 host threads, a
     row per chunk, with and without a width mask: the tokens and slots of one thread, chunk after chunk."""
-    from otlp import threads
+    from otlp.backend import threads
     from otlp.optimal import buckets as BK
     from otlp.optimal import sampler as S
 
@@ -331,8 +331,8 @@ def test_the_cuda_route_agrees_with_the_cpu_route(dtype: str, two_level: bool, m
     positions carry about 1e-14 of rounding, which the GPU's parallel scans associate differently from the CPU's
     sequential ones, and the slot roots amplify it (4e-12 seen on an H200; re-associating the CPU's own prefix sums
     in blocks of 32 moves its answer by 5e-13). The 1e-12 agreement with the exact law is the enumeration test of
-    tests/optimal/test_chains.py on CUDA. ``two_level``: the GPU's scans in two levels (:func:`otlp.xp._scan`, which
-    long rows take), here from 1,024 entries."""
+    tests/optimal/test_chains.py on CUDA. ``two_level``: the GPU's scans in two levels (:func:`otlp.core.xp._scan`,
+    which long rows take), here from 1,024 entries."""
     if two_level:
         monkeypatch.setattr(X, "TWO_LEVEL_SCAN_MIN", 1024)
     p, q, drafts, u = _cuda_case(64, 5000, 4, 21)
@@ -351,7 +351,7 @@ def test_the_cuda_route_agrees_with_the_cpu_route(dtype: str, two_level: bool, m
 def test_a_cuda_graph_of_the_sampler_replays_bit_for_bit() -> None:
     """Static shapes and caller-supplied uniforms: the sampler is captured once in a CUDA graph, and replaying it on
     new inputs copied into the captured tensors gives the eager call's tokens and slots."""
-    from otlp.cuda_graphs import capture
+    from otlp.backend.cuda_graphs import capture
 
     static = [t.cuda() for t in _cuda_case(16, 4000, 4, 31)]
     graph, out = capture(verify, *static)
@@ -395,7 +395,7 @@ def test_the_compiled_cuda_route_gives_the_eager_routes_tokens(two_level: bool,
     """compile=True (torch.compile of the device route; at n = 4, and with a width mask at n = 2): for the same
     uniforms, the same tokens and slots as the eager route (its numerics move at rounding level only, so a flip would
     need a uniform within ~1e-15 of a boundary). It used to differ on most rows: an argmax over a mask, which
-    torch.compile did not resolve to the first True on CUDA (otlp.xp.first_true is now a min-reduction).
+    torch.compile did not resolve to the first True on CUDA (otlp.core.xp.first_true is now a min-reduction).
     ``two_level``: the scans in two levels (long rows take them; here from 4,096 entries), which inductor failed to
     compile while a padded two-level sum fed a search as a non-contiguous view."""
     if two_level:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import otlp
-from otlp.drafts import IID
+from otlp.core.drafts import IID
 from otlp.multistep import efficiency_from_law, random_pair, sps_efficiency, token_tree_output_law
 from otlp.optimal.tree_law import RULES, tree_efficiency, tree_reach
 from otlp.verifiers import get

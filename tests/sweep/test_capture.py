@@ -63,7 +63,7 @@ def test_sparse_alpha_star_is_within_the_stated_tail_bound_of_the_dense_one(tmp_
 
 
 def test_writer_refuses_bad_rows_in_one_line(tmp_path):  # noqa: ANN001
-    from otlp.errors import InputError
+    from otlp.core.errors import InputError
     from otlp.sweep import CaptureWriter
 
     rng = np.random.default_rng(2)
@@ -87,7 +87,7 @@ def test_writer_refuses_bad_rows_in_one_line(tmp_path):  # noqa: ANN001
 
 
 def test_npz_example_converts_and_sweeps(tmp_path, capsys):  # noqa: ANN001
-    from otlp.cli import main
+    from otlp.cli.commands import main
     from otlp.sweep import open_capture
     from otlp.sweep.npz_example import main as convert_main
 
@@ -108,7 +108,7 @@ def test_npz_example_converts_and_sweeps(tmp_path, capsys):  # noqa: ANN001
 
 
 def _one_line_error(capsys, argv) -> str:  # noqa: ANN001
-    from otlp.cli import main
+    from otlp.cli.commands import main
 
     assert main(argv) == 2
     captured = capsys.readouterr()
@@ -166,7 +166,7 @@ def test_bad_shards_are_all_reported_after_the_good_ones_are_computed(small_capt
 
     for name, data in originals.items():
         (small_capture / name).write_bytes(data)
-    from otlp.cli import main
+    from otlp.cli.commands import main
 
     assert main([*argv, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -178,7 +178,7 @@ def test_bad_shards_are_all_reported_after_the_good_ones_are_computed(small_capt
 
 
 def test_open_capture_names_every_missing_or_resized_shard(small_capture):  # noqa: ANN001
-    from otlp.errors import InputError
+    from otlp.core.errors import InputError
     from otlp.sweep import open_capture
 
     (small_capture / "shard-00000.parquet").unlink()
@@ -220,7 +220,7 @@ def test_top_k_zero_is_refused_and_top_k_at_least_v_is_said(small_capture, tmp_p
 
 def test_unreadable_parquet_with_a_matching_manifest(tmp_path):  # noqa: ANN001
     """A shard that Parquet cannot parse is refused in one line even when the manifest was written for it."""
-    from otlp.errors import InputError
+    from otlp.core.errors import InputError
     from otlp.sweep import open_capture
     from otlp.sweep.capture import sha256_bytes
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import otlp
-from otlp.subsets import brute_force_min_psi
+from otlp.core.subsets import brute_force_min_psi
 from otlp.sweep.compute import alpha_star_rows, feasibility, resolve_verifiers, top_k_draft
 from tests.conftest import FAMILIES, random_pair
 

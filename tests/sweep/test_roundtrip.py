@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def embedded_capture(tmp_path_factory):  # noqa: ANN001, ANN201
-    from otlp.decode.cli import DEFAULT_PROMPTS, load_model_pair
+    from otlp.cli.decode import DEFAULT_PROMPTS, load_model_pair
     from otlp.decode.loop import decode
     from otlp.sweep import CaptureWriter
 
@@ -102,7 +102,7 @@ def test_sweep_matches_the_one_pair_apis(embedded_capture, tmp_path):  # noqa: A
 
 
 def test_cli_decode_capture_then_sweep(tmp_path, capsys):  # noqa: ANN001
-    from otlp.cli import main
+    from otlp.cli.commands import main
 
     cap = tmp_path / "cap"
     assert main(["decode", "--batch", "2", "--max-new-tokens", "6", "--L", "2", "--no-baseline", "--no-progress",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import otlp
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.verifiers import NAMES, get
 from otlp.verifiers.exact import induced_coupling, summary
 

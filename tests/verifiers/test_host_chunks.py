@@ -1,4 +1,4 @@
-"""On the host the row-wise passes of rrs, rrs_wor and K-SEQ run in chunks of rows (otlp.xp.row_chunks): every
+"""On the host the row-wise passes of rrs, rrs_wor and K-SEQ run in chunks of rows (otlp.core.xp.row_chunks): every
 chunking must give the tokens and accepted indices of the whole batch at once, for the same generator state (V =
 5000: K-SEQ's two-stage rho*, whose inner sums may round apart by an ulp between chunkings: a token moves only if a
 uniform falls within that ulp of a threshold, about 1e-7 per draw in float32)."""
@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from otlp import xp  # noqa: E402
+from otlp.core import xp  # noqa: E402
 from otlp.verifiers import get  # noqa: E402
 
 

@@ -53,11 +53,12 @@ def test_torch_batches_match_numpy_rows() -> None:
 @pytest.mark.parametrize("V", [3, 40, 6000])
 def test_host_two_stage_bisection_matches_the_plain_one(monkeypatch: pytest.MonkeyPatch, V: int) -> None:
     """On the host, rows of any V are bisected in two stages (the bracket's inner tokens only after HOST_FULL_STEPS
-    steps) and in chunks of rows (otlp.xp.row_chunks): float64 rho* equals the plain bisection over the whole rows
+    steps) and in chunks of rows (otlp.core.xp.row_chunks): float64 rho* equals the plain bisection over the whole rows
     to 1e-13, is valid (f <= 1e-12) and tight (no valid point 1e-9 n below it, by the paper's form of f), with
     chunks of 1 and 3 rows too (those of 3 rows on 3 host threads); float32 rows stay within 2e-6 of the plain
     float32 bisection (1e-4 with a few tokens)."""
-    from otlp import threads, xp
+    from otlp.backend import threads
+    from otlp.core import xp
     from otlp.verifiers import kseq
 
     g = torch.Generator().manual_seed(1)

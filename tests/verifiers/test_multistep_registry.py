@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import otlp.verifiers as zoo
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.multistep import bv_efficiency, gbv_efficiency, output_law, random_pair
 from otlp.multistep.bv import bv
 from otlp.multistep.gbv import gbv

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import otlp
-import otlp.verifiers.certification as certify_module
-from otlp.errors import InputError
+import otlp.certification.rule as certify_module
+from otlp.certification.rule import certify, sampler_test
+from otlp.core.errors import InputError
 from otlp.verifiers import get
-from otlp.verifiers.certification import certify, sampler_test
 from otlp.verifiers.optimal import Optimal
 from otlp.verifiers.rrs import RecursiveRejection
 

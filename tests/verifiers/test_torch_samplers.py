@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import otlp
-from otlp.errors import InputError
+from otlp.core.errors import InputError
 from otlp.verifiers import get
 from otlp.verifiers.exact import summary
 

@@ -1,0 +1,259 @@
+/* The per-token passes of the optimal rule's bucketed CPU route (otlp/optimal/buckets.py) in one loop each.
+ *
+ * numpy needs about ten passes over [B, V] arrays for what these do in two: normalise each row (P = p * inv_p,
+ * Q = q * inv_q, the products numpy forms), its ratio Q / P, the ratio's bucket from the leading bits of its float64
+ * pattern (clamped as buckets.Scheme.bucket_of clamps) and the buckets' sums of P and Q; then the tokens of the
+ * selected buckets with their normalised masses. Every value a caller compares with the numpy route (a token's
+ * bucket, its P, Q and ratio) is the same IEEE operation on the same operands, so the same bits; the bucket sums add
+ * in token order, as numpy's bincount does, so the same bits too. And the rows' float64 sums and minima, in one
+ * pass (the samplers' value check and the optimal rule's normalisation share it); for the rows that take the full
+ * sort, the normalised rows with their ratio keys in one pass (otlp_normalised_keys) and the ratio sort's passes
+ * around its two sorts (otlp_sort_runs, xp._packed_sort).
+ *
+ * Two formulas here are also in numpy (buckets.Scheme.bucket_of, buckets.normalised): that route stays for machines
+ * without a C compiler, and tests/backend/test_native.py holds the two to the same bits.
+ *
+ * Built without -ffast-math and with -ffp-contract=off (otlp/backend/native/__init__.py): no fused multiply-adds, no
+ * reciprocal divisions.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define BLOCK 1024 /* tokens whose ratios are formed before their histogram updates (they stay in L1) */
+#define SKIP 16    /* tokens whose selection is tested at once by the gather (1-2% of an LM row's are selected) */
+
+static inline int64_t bucket_of(double P, double Q, int shift, int64_t top, double below, double above) {
+    double r = Q / P;          /* p = q = 0: NaN, which fails both tests and takes `below` (the bottom bucket) */
+    r = r >= below ? r : below;
+    r = r <= above ? r : above; /* +inf and 2^OCTAVES: the top bucket */
+    int64_t pattern;
+    memcpy(&pattern, &r, sizeof pattern);
+    return top - (pattern >> shift);
+}
+
+/* One row: its tokens' buckets, and their P and Q added into work ([NB, 2]: a bucket's two sums share a cache line;
+ * one histogram, in token order as numpy's bincount adds: at 2^11 buckets (V >= 128k) it fits the L1 cache, where
+ * four interleaved copies, which spared tokens of one bucket in a row each other's add, did not, and took 1.08x the
+ * time of a row's whole rule). */
+#define ROW_SUMS(NAME, T)                                                                                           \
+    static void NAME(const T *restrict p, const T *restrict q, int64_t V, double ip, double iq, int shift,        \
+                     int64_t top, double below, double above, uint16_t *restrict bucket,                          \
+                     double *restrict work) {                                                                     \
+        double Ps[BLOCK], Qs[BLOCK];                                                                              \
+        int64_t Ks[BLOCK];                                                                                        \
+        for (int64_t lo = 0; lo < V; lo += BLOCK) {                                                               \
+            const int64_t m = V - lo < BLOCK ? V - lo : BLOCK;                                                    \
+            for (int64_t i = 0; i < m; i++) { /* vectorised: no stores to shared places */                       \
+                const double P = (double)p[lo + i] * ip, Q = (double)q[lo + i] * iq;                              \
+                Ks[i] = bucket_of(P, Q, shift, top, below, above);                                                \
+                Ps[i] = P;                                                                                        \
+                Qs[i] = Q;                                                                                        \
+            }                                                                                                     \
+            for (int64_t i = 0; i < m; i++) {                                                                     \
+                const int64_t k = Ks[i];                                                                          \
+                bucket[lo + i] = (uint16_t)k;                                                                     \
+                work[2 * k] += Ps[i];                                                                             \
+                work[2 * k + 1] += Qs[i];                                                                         \
+            }                                                                                                     \
+        }                                                                                                         \
+    }
+
+ROW_SUMS(row_sums_f32, float)
+ROW_SUMS(row_sums_f64, double)
+
+/* Rows p, q [B, V] (float32, or float64 when is_double), inv_p, inv_q [B] the reciprocals of their sums. Writes
+ * bucket [B, V] (0 .. NB - 1, 0 the highest ratios) and Pb, Qb [B, NB] the bucket sums of P and Q. work: 2 NB
+ * doubles. */
+void otlp_bucket_sums(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
+                      const double *inv_q, int bits, int64_t top, int64_t NB, double below, double above,
+                      uint16_t *bucket, double *Pb, double *Qb, double *work) {
+    const int shift = 52 - bits;
+    for (int64_t b = 0; b < B; b++) {
+        memset(work, 0, sizeof(double) * 2 * NB);
+        if (is_double)
+            row_sums_f64((const double *)p + b * V, (const double *)q + b * V, V, inv_p[b], inv_q[b], shift, top,
+                         below, above, bucket + b * V, work);
+        else
+            row_sums_f32((const float *)p + b * V, (const float *)q + b * V, V, inv_p[b], inv_q[b], shift, top,
+                         below, above, bucket + b * V, work);
+        for (int64_t k = 0; k < NB; k++) {
+            Pb[b * NB + k] = work[2 * k];
+            Qb[b * NB + k] = work[2 * k + 1];
+        }
+    }
+}
+
+/* The tokens of rows p, q [B, V] whose bucket (from otlp_bucket_sums) is selected (selected [B, NB], one byte each),
+ * row by row in token order: F the flat index b V + i, P and Q their normalised masses, the first `capacity` of them
+ * (F has capacity + 1 places). Returns how many there are, which may exceed capacity (the caller then grows its
+ * arrays and calls again). */
+int64_t otlp_gather_selected(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
+                             const double *inv_q, const uint16_t *restrict bucket, const uint8_t *restrict selected,
+                             int64_t NB, int64_t capacity, int64_t *restrict F, double *restrict P,
+                             double *restrict Q) {
+    int64_t t = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const uint8_t *restrict sel = selected + b * NB;
+        const uint16_t *restrict bk = bucket + b * V;
+        const int64_t row = b * V, start = t;
+        int64_t i = 0;
+        for (; i + SKIP <= V; i += SKIP) { /* a block of tokens none of which is selected (most of them) costs a test */
+            unsigned any = 0;
+            for (int k = 0; k < SKIP; k++) any |= sel[bk[i + k]];
+            if (!any) continue;
+            for (int k = 0; k < SKIP; k++) {
+                F[t < capacity ? t : capacity] = row + i + k; /* written always, kept when selected: no branch */
+                t += sel[bk[i + k]];
+            }
+        }
+        for (; i < V; i++) {
+            F[t < capacity ? t : capacity] = row + i;
+            t += sel[bk[i]];
+        }
+        for (int64_t j = start; j < (t < capacity ? t : capacity); j++) {
+            const int64_t x = F[j];
+            P[j] = (is_double ? ((const double *)p)[x] : (double)((const float *)p)[x]) * inv_p[b];
+            Q[j] = (is_double ? ((const double *)q)[x] : (double)((const float *)q)[x]) * inv_q[b];
+        }
+    }
+    return t;
+}
+
+/* The float64 sum and the least entry of each row of x [B, V] (float32, or float64 when is_double) into sum [B] and
+ * low [B], in one pass: eight running sums over the row's entries i = j mod 8, then added pairwise (with AVX2 the
+ * same eight lanes in two registers: the same sums, bit for bit). A NaN entry makes its row's sum NaN (its minimum is
+ * then meaningless; the callers test the sum first). */
+static void row_finish(const double *s, const double *m, double *sum, double *low) {
+    *sum = sum8(s);
+    double lo = m[0];
+    for (int j = 1; j < 8; j++) lo = m[j] < lo ? m[j] : lo;
+    *low = lo;
+}
+
+#ifdef __AVX2__
+#define STATS_LANES(LOAD8)                                                                                          \
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), m0 = _mm256_set1_pd(m[0]), m1 = m0, a, b;       \
+    for (; i + 8 <= V; i += 8) {                                                                                  \
+        LOAD8(x + i, &a, &b);                                                                                     \
+        s0 = _mm256_add_pd(s0, a);                                                                                \
+        s1 = _mm256_add_pd(s1, b);                                                                                \
+        m0 = _mm256_min_pd(a, m0);                                                                                \
+        m1 = _mm256_min_pd(b, m1);                                                                                \
+    }                                                                                                             \
+    _mm256_storeu_pd(s, s0);                                                                                      \
+    _mm256_storeu_pd(s + 4, s1);                                                                                  \
+    _mm256_storeu_pd(m, m0);                                                                                      \
+    _mm256_storeu_pd(m + 4, m1);
+#else
+#define STATS_LANES(LOAD8)
+#endif
+
+#define ROW_STATS(NAME, T, LOAD8)                                                                                   \
+    static void NAME(const T *restrict x, int64_t V, double *sum, double *low) {                                  \
+        double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, m[8];                                             \
+        for (int j = 0; j < 8; j++) m[j] = V > 0 ? (double)x[0] : 0.0;                                            \
+        int64_t i = 0;                                                                                            \
+        STATS_LANES(LOAD8)                                                                                        \
+        for (; i + 8 <= V; i += 8)                                                                                \
+            for (int j = 0; j < 8; j++) {                                                                         \
+                const double v = (double)x[i + j];                                                                \
+                s[j] += v;                                                                                        \
+                m[j] = v < m[j] ? v : m[j];                                                                       \
+            }                                                                                                     \
+        for (; i < V; i++) {                                                                                      \
+            const double v = (double)x[i];                                                                        \
+            s[0] += v;                                                                                            \
+            m[0] = v < m[0] ? v : m[0];                                                                           \
+        }                                                                                                         \
+        row_finish(s, m, sum, low);                                                                               \
+    }
+
+ROW_STATS(row_stats_f32, float, load8_f32)
+ROW_STATS(row_stats_f64, double, load8_f64)
+
+/* The float64 sum and the least entry of each row of x [B, V] (float32, or float64 when is_double), row b at
+ * x + b ld (ld = V for contiguous rows; more for rows of a larger tensor, e.g. one position of [B, n + 1, V]). */
+void otlp_row_stats(const void *x, int is_double, int64_t B, int64_t V, int64_t ld, double *sum, double *low) {
+    for (int64_t b = 0; b < B; b++) {
+        if (is_double)
+            row_stats_f64((const double *)x + b * ld, V, sum + b, low + b);
+        else
+            row_stats_f32((const float *)x + b * ld, V, sum + b, low + b);
+    }
+}
+
+/* The rows p, q [B, V] (float32, or float64 when is_double) normalised, P = p inv_p and Q = q inv_q into P, Q [B, V]
+ * float64 (the products buckets.normalised forms), and their ratio keys Q / P into key [B, V] (-1 where both are 0:
+ * otlp.core.psi.ratio_keys), in one pass: the same bits as the numpy route. */
+void otlp_normalised_keys(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
+                          const double *inv_q, double *restrict P, double *restrict Q, double *restrict key) {
+    for (int64_t b = 0; b < B; b++) {
+        const double ip = inv_p[b], iq = inv_q[b];
+        double *Pb = P + b * V, *Qb = Q + b * V, *kb = key + b * V;
+        if (is_double) {
+            const double *pb = (const double *)p + b * V, *qb = (const double *)q + b * V;
+            for (int64_t i = 0; i < V; i++) {
+                Pb[i] = pb[i] * ip;
+                Qb[i] = qb[i] * iq;
+            }
+        } else {
+            const float *pb = (const float *)p + b * V, *qb = (const float *)q + b * V;
+            for (int64_t i = 0; i < V; i++) {
+                Pb[i] = (double)pb[i] * ip;
+                Qb[i] = (double)qb[i] * iq;
+            }
+        }
+        for (int64_t i = 0; i < V; i++) {
+            const double r = Qb[i] / Pb[i];
+            kb[i] = r == r ? r : -1.0;
+        }
+    }
+}
+
+/* xp._packed_sort's passes around its two sorts. packed [B, V]: each row's keys' bit patterns with their low s bits
+ * replaced by V - 1 - id, sorted ascending. Writes order [B, V], the ids by decreasing packed key (ids increasing
+ * within a truncated tie), and returns the number of adjacent positions whose truncated keys tie, over all rows.
+ * Where some tie but at most an eighth of them (sparse), *R_out = -1: the caller repairs those runs' positions.
+ * Else (none, or `dense`: n-gram laws) each row holding a run of truncated ties with different exact keys also gets
+ * composite [R, V] (R such rows, listed in rows) = (run << 2s) | ((2^s - 1 - the exact key's low s bits) << s) | id,
+ * whose ascending order is that row's exact stable order (run, key decreasing, id increasing): *R_out = R. Returns
+ * -1 where a row's runs need more than bits - 2s bits (bits <= 63; the caller's lexsort then). The numpy route's
+ * quantities (xp._sorted_runs), so the same order. */
+int64_t otlp_sort_runs(const double *key, const int64_t *packed, int64_t B, int64_t V, int s, int bits,
+                       int64_t *order, int64_t *composite, int64_t *rows, int64_t *R_out) {
+    const int64_t low = ((int64_t)1 << s) - 1;
+    int64_t ties = 0, R = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t *pb = packed + b * V;
+        int64_t *ob = order + b * V;
+        for (int64_t i = 0; i < V; i++) {
+            const int64_t x = pb[V - 1 - i];
+            ob[i] = (V - 1) - (x & low);
+            ties += i > 0 && (x >> s) == (pb[V - i] >> s);
+        }
+    }
+    *R_out = ties > 0 ? -1 : 0;
+    if (8 * ties <= B * (V - 1)) return ties; /* none, or sparse: the caller repairs the runs' positions only */
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t *pb = packed + b * V, *ob = order + b * V;
+        const double *kb = key + b * V;
+        int mixed = 0;
+        for (int64_t i = 1; i < V && !mixed; i++)
+            mixed = (pb[V - 1 - i] >> s) == (pb[V - i] >> s) && kb[ob[i]] != kb[ob[i - 1]];
+        if (!mixed) continue;
+        int64_t *cb = composite + R * V, run = 0;
+        for (int64_t i = 0; i < V; i++) {
+            run += i > 0 && (pb[V - 1 - i] >> s) != (pb[V - i] >> s);
+            int64_t kbits;
+            memcpy(&kbits, &kb[ob[i]], sizeof kbits);
+            cb[i] = (run << (2 * s)) | ((low - (kbits & low)) << s) | ob[i];
+        }
+        if (run > 0 && 64 - __builtin_clzll((unsigned long long)run) + 2 * s > bits) return -1;
+        if (run == 0 && 2 * s > bits) return -1;
+        rows[R++] = b;
+    }
+    *R_out = R;
+    return ties;
+}

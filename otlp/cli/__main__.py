@@ -1,0 +1,7 @@
+"""``python -m otlp.cli``: the ``otlp`` command."""
+
+import sys
+
+from otlp.cli.commands import main
+
+sys.exit(main())

@@ -784,7 +784,7 @@ static int row_rule(struct work *W, const struct scheme *S, int bound, int64_t T
 struct call {
     const void *p, *q;
     int is_double, n, attempts, bound;
-    int64_t V, steps, share;
+    int64_t V, ldp, ldq, steps, share; /* ldp, ldq: entries from one row of p, q to the next */
     const double *inv_p, *inv_q, *u;
     const int64_t *w;
     const uint8_t *forced;
@@ -802,7 +802,8 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
     const int64_t V = C->V, NB = C->S.NB;
     const int n = C->n, attempts = C->attempts, is_double = C->is_double;
     const size_t size = is_double ? sizeof(double) : sizeof(float);
-    const char *pb = (const char *)C->p + (size_t)(b * V) * size, *qb = (const char *)C->q + (size_t)(b * V) * size;
+    const char *pb = (const char *)C->p + (size_t)(b * C->ldp) * size,
+               *qb = (const char *)C->q + (size_t)(b * C->ldq) * size;
     int64_t wb[MAX_N]; /* the row's drafts, ids outside [0, V) (unchecked input) clamped into it: sampler.guard */
     for (int j = 0; j < n; j++) wb[j] = C->w[b * n + j] < 0 ? 0 : C->w[b * n + j] < V ? C->w[b * n + j] : V - 1;
     const double *ub = C->u + 2 * b;
@@ -849,11 +850,11 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
 
 #define MAX_THREADS 64
 
-/* The default tuple rule and its draw on rows p, q [B, V] (float32, or float64 when is_double) normalised by inv_p,
- * inv_q [B], drafts w [B, n] and uniforms u [B, 2], as buckets.verify_rows: tokens, index [B] and status [B], the
- * attempt that certified the row (1 .. attempts), or 0 for a row whose compressed instance would hold more than 1 /
- * share of its tokens (not tried, where one thread takes the rows; below), or -attempts (neither needs the full
- * sort). forced [B, NB] (or NULL): the
+/* The default tuple rule and its draw on rows p, q [B, V] (float32, or float64 when is_double; row b at p + b ldp
+ * and q + b ldq, ldp = ldq = V for contiguous rows) normalised by inv_p, inv_q [B], drafts w [B, n] and uniforms
+ * u [B, 2], as buckets.verify_rows: tokens, index [B] and status [B], the attempt that certified the row
+ * (1 .. attempts), or 0 for a row whose compressed instance would hold more than 1 / share of its tokens (not tried,
+ * where one thread takes the rows; below), or -attempts (neither needs the full sort). forced [B, NB] (or NULL): the
  * selection of the first attempt, instead of step 3's. The scheme: bits, top (buckets._top), NB, below, above and LO,
  * HI [NB] (buckets.Scheme; a run's key is not needed: step 4 places it by its bucket); margin:
  * buckets.BOUND_MARGIN; steps: the Newton steps of the chain's roots.
@@ -867,17 +868,18 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
  * cost 1.07-1.24x the caller's full sort of a row of a close draft, but runs on the team, where the caller's chunks
  * run on threads of their own). Built without OpenMP, the rows run one after the other here. Returns the number of
  * threads that took part, or -1 where work arrays could not be allocated. */
-int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
-                     const double *inv_q, const int64_t *w, const double *u, int n, int64_t steps, int bits,
-                     int64_t top, int64_t NB, double below, double above, const double *LO, const double *HI,
-                     double margin, int64_t share, int attempts, int bound, const uint8_t *forced, int threads,
+int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int64_t V, int64_t ldp, int64_t ldq,
+                     const double *inv_p, const double *inv_q, const int64_t *w, const double *u, int n,
+                     int64_t steps, int bits, int64_t top, int64_t NB, double below, double above, const double *LO,
+                     const double *HI, double margin, int64_t share, int attempts, int bound, const uint8_t *forced,
+                     int threads,
                      int64_t *tokens, int64_t *index, int8_t *status) {
     int team = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads, used = 1;
     team = B < team ? (int)(B > 1 ? B : 1) : team;
 #ifndef _OPENMP
     team = 1;
 #endif
-    struct call C = {p, q, is_double, n, attempts, bound, V, steps, share, inv_p, inv_q, u, w, forced,
+    struct call C = {p, q, is_double, n, attempts, bound, V, ldp, ldq, steps, share, inv_p, inv_q, u, w, forced,
                      {bits, top, NB, below, above, margin, LO, HI}, tokens, index, status, B, team > 1, 0, 0};
 #ifdef _OPENMP
 #pragma omp parallel if (team > 1) num_threads(team)

@@ -278,12 +278,14 @@ static void row_finish(const double *s, const double *m, double *sum, double *lo
 ROW_STATS(row_stats_f32, float, load8_f32)
 ROW_STATS(row_stats_f64, double, load8_f64)
 
-void otlp_row_stats(const void *x, int is_double, int64_t B, int64_t V, double *sum, double *low) {
+/* The float64 sum and the least entry of each row of x [B, V] (float32, or float64 when is_double), row b at
+ * x + b ld (ld = V for contiguous rows; more for rows of a larger tensor, e.g. one position of [B, n + 1, V]). */
+void otlp_row_stats(const void *x, int is_double, int64_t B, int64_t V, int64_t ld, double *sum, double *low) {
     for (int64_t b = 0; b < B; b++) {
         if (is_double)
-            row_stats_f64((const double *)x + b * V, V, sum + b, low + b);
+            row_stats_f64((const double *)x + b * ld, V, sum + b, low + b);
         else
-            row_stats_f32((const float *)x + b * V, V, sum + b, low + b);
+            row_stats_f32((const float *)x + b * ld, V, sum + b, low + b);
     }
 }
 

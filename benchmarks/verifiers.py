@@ -1,24 +1,25 @@
 """Verifier cost per decode step, side by side in one run: sps, rrs, rrs_wor, kseq and the exact optimal rule.
 
-Grid: V in {2k, 32k, 128k, 152k}, n in {2, 4, 8}, B in {1, 8, 64}; float32 LM-like rows (softmax of scaled normals,
-the draft loosely correlated with the target, 1 - TV about 0.1; ``--draft-noise``: close drafts instead, the target's
-logits plus noise); ``verifier.sample(p, q, drafts, generator)`` timed as one call (median of
+Grid: V in {2k, 32k, 128k, 152k}, n in {2, 4, 8}, B in {1, 8, 64} and three drafts (``--drafts``): ``loose``, loosely
+correlated with the target (1 - TV about 0.1), and the close drafts a real draft model gives, the target's logits plus
+Gaussian noise of sigma 1 and 0.5 (1 - TV about 0.64 and 0.81); float32 LM-like rows (softmax of scaled normals);
+``verifier.sample(p, q, drafts, generator)`` timed as one call (median of
 ``--reps`` after a warm-up; the rules' calls interleaved, so a slow spell of a shared machine hits all alike), on
 the CPU with one thread and with torch's default threads, and on CUDA when a GPU is present. "read floor" is one
 ``p.sum() + q.sum()`` over the same tensors in the same run: the time to read the inputs once. Prints one table per
 (device, threads), writes ``benchmarks/results/verifiers.json`` and publishes the tables docs/COST.md shows
 (``benchmarks/published/verifiers.json``, :mod:`readme_tables`).
 
-    python benchmarks/verifiers.py                      # the full grid (under a minute on this 2-core CPU)
+    python benchmarks/verifiers.py                      # the full grid, the three drafts (about half an hour
+                                                        # with both thread settings on this 2-core CPU)
     python benchmarks/verifiers.py --quick              # V = 2k and 32k, B = 1 and 64
+    python benchmarks/verifiers.py --drafts loose       # the loosely correlated draft only
     python benchmarks/verifiers.py --rules rrs optimal --threads 1
     python benchmarks/verifiers.py --from-json benchmarks/results/verifiers.json   # publish a finished run
     python benchmarks/verifiers.py --device cuda --reps 10            # the CUDA table
     python benchmarks/verifiers.py --device cuda --compile --V 128000 --B 64   # and compile=True (a compile per shape)
     python benchmarks/verifiers.py --device cuda --graph --reps 10    # every rule captured in a CUDA graph
-    python benchmarks/verifiers.py --device cpu --threads 1 --draft-noise 1 0.5 --V 2000 32000 128000 --n 4
-                                                        # close drafts (the close-drafts tables of docs/COST.md)
-    python benchmarks/verifiers.py --device cpu --threads 1 --draft-noise 1 0.5 --bytes --rates --V 32000 --B 64
+    python benchmarks/verifiers.py --device cpu --threads 1 --drafts 1 0.5 --bytes --rates --V 32000 --B 64
                                                         # and each torch route's bytes moved / read floor
                                                         # (benchmarks/bytes_moved.py, meta tensors), and the
                                                         # cell rule's refinement / fallback rates on the rows
@@ -47,6 +48,18 @@ import readme_tables  # noqa: E402 - benchmarks/readme_tables.py, beside this sc
 
 RULES = ("sps", "rrs", "rrs_wor", "kseq", "optimal")
 SIZES = (2_000, 32_000, 128_000, 152_000)
+#: the grid's drafts: the loosely correlated one, then close drafts of noise sigma 1 and 0.5 (:func:`_inputs`)
+DRAFTS = ("loose", "1", "0.5")
+
+
+def _noise(draft: str) -> float | None:
+    """A ``--drafts`` entry as :func:`_inputs`' noise: None for ``loose``, else the sigma."""
+    return None if draft == "loose" else float(draft)
+
+
+def _draft_name(row: dict) -> str:
+    """A result row's draft as the tables name it: ``loose`` or ``sigma <noise>``."""
+    return "loose" if row.get("draft_noise") is None else f"sigma {row['draft_noise']:g}"
 
 
 def _inputs(B: int, V: int, n: int, device: str, seed: int = 0, noise: float | None = None):  # noqa: ANN202
@@ -126,8 +139,7 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
         out["graphs"] = True
         del fns
         torch.cuda.empty_cache()
-    if noise is not None:
-        out.update(draft_noise=noise, draft_acceptance=float(torch.minimum(p, q).sum(1).mean()))
+    out.update(draft_noise=noise, draft_acceptance=float(torch.minimum(p, q).sum(1).mean()))
     if compiled:
         u = torch.rand((B, 2), generator=gen, device=device, dtype=torch.float64)
         a, b = optimal.sample(p, q, drafts, uniforms=u, compile=True), optimal.sample(p, q, drafts, uniforms=u)
@@ -169,28 +181,24 @@ def host_rates(B: int, V: int, n: int, noise: float | None) -> dict[str, int]:
 
 def publish(rows: list[dict], meta: dict) -> None:
     """The docs/COST.md tables from a run: one per (device, threads) setting that covers the whole grid with all five
-    rules, ``<device>_compiled`` for the points measured with ``--compile`` (eager and compiled side by side),
-    ``<setting>_close_drafts`` for the points measured with ``--draft-noise`` (whatever part of the grid was run),
-    and ``cuda_graphs`` / ``cuda_graphs_compiled`` likewise for the calls replayed from CUDA graphs (``--graph``)."""
+    rules for each draft it ran (a ``draft`` column: loose, sigma 1, sigma 0.5), ``<device>_compiled`` for the points
+    measured with ``--compile`` (eager and compiled side by side), and ``cuda_graphs`` / ``cuda_graphs_compiled``
+    likewise for the calls replayed from CUDA graphs (``--graph``)."""
     grid = {(V, n, B) for V in SIZES for n in (2, 4, 8) for B in (1, 8, 64)}
     for device, threads in sorted({(r["device"], r["threads"]) for r in rows}):
         settings = {**meta, "device": device, "threads": threads}
         name = f"{device}_{threads}_threads" if device == "cpu" else device
-        close = [r for r in rows if (r["device"], r["threads"]) == (device, threads) and "draft_noise" in r
-                 and all(f"{x}_ms" in r for x in RULES)]
-        if close:
-            cols = ["draft noise", "1 - TV", "V", "n", "B", "read floor", *RULES, "optimal / rrs"]
-            cells = [[f"{r['draft_noise']:g}", f"{r['draft_acceptance']:.2f}", f"{r['V']:,}", str(r["n"]), str(r["B"]),
-                      f"{r['read_floor_ms']:.3f}", *(f"{r[f'{x}_ms']:.2f}" for x in RULES),
-                      f"{r['optimal_ms'] / r['rrs_ms']:.1f}"] for r in close]
-            _publish_table(f"{name}_close_drafts", cols, cells, settings)
         for graphs, suffix in ((False, ""), (True, "_graphs")):  # eager calls, and calls replayed from CUDA graphs
-            mine = [r for r in rows if (r["device"], r["threads"]) == (device, threads) and "draft_noise" not in r
+            mine = [r for r in rows if (r["device"], r["threads"]) == (device, threads)
                     and bool(r.get("graphs")) == graphs]
-            if {(r["V"], r["n"], r["B"]) for r in mine} == grid and all(f"{x}_ms" in r or f"{x}_graph_error" in r
-                                                                      for r in mine for x in RULES):
-                cols = ["V", "n", "B", "read floor", *RULES, "optimal / rrs"]
-                cells = [[f"{r['V']:,}", str(r["n"]), str(r["B"]), _ms(r, "read_floor", 3), *(_ms(r, x) for x in RULES),
+            drafts = sorted({_draft_name(r) for r in mine},  # loose first, then by decreasing noise
+                            key=lambda d: (d != "loose", -float(d.split()[-1]) if d != "loose" else 0.0))
+            if mine and all({(r["V"], r["n"], r["B"]) for r in mine if _draft_name(r) == d} == grid for d in drafts) \
+                    and all(f"{x}_ms" in r or f"{x}_graph_error" in r for r in mine for x in RULES):
+                cols = ["draft", "1 - TV", "V", "n", "B", "read floor", *RULES, "optimal / rrs"]
+                mine.sort(key=lambda r: drafts.index(_draft_name(r)))  # (stable: the grid's order within a draft)
+                cells = [[_draft_name(r), f"{r['draft_acceptance']:.2f}" if "draft_acceptance" in r else "-",
+                          f"{r['V']:,}", str(r["n"]), str(r["B"]), _ms(r, "read_floor", 3), *(_ms(r, x) for x in RULES),
                           f"{r['optimal_ms'] / r['rrs_ms']:.2f}" if "optimal_ms" in r and "rrs_ms" in r else "-"]
                          for r in mine]
                 _publish_table(name + suffix, cols, cells, settings)
@@ -215,6 +223,13 @@ def _publish_table(name: str, cols: list[str], cells: list[list[str]], settings:
     print(f"\n<!-- table: verifiers/{name} -->\n{readme_tables.markdown(cols, cells)}")
 
 
+def _is_sigma(text: str) -> bool:
+    try:
+        return float(text) >= 0.0
+    except ValueError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rules", nargs="*", default=list(RULES), choices=RULES)
@@ -226,9 +241,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", choices=["1", "default", "both"], default="both",
                     help="CPU threads: 1, torch's default, or both (default)")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--draft-noise", type=float, nargs="+", metavar="SIGMA",
-                    help="close drafts q = softmax(log p + SIGMA z) instead of the grid's loosely correlated one "
-                         "(1 - TV about 0.64 at 1, 0.81 at 0.5); each point once per SIGMA")
+    ap.add_argument("--drafts", nargs="+", default=list(DRAFTS), metavar="DRAFT",
+                    help="the drafts, each point once per draft: 'loose' (q = softmax(3 z' + 0.5 log p), 1 - TV about "
+                         "0.1) or a noise SIGMA, the close draft q = softmax(log p + SIGMA z') (1 - TV about 0.64 at "
+                         "1, 0.81 at 0.5); default: loose 1 0.5")
     ap.add_argument("--compile", action="store_true",
                     help="on CUDA, also the optimal rule with compile=True (torch.compile; each new shape compiles)")
     ap.add_argument("--graph", action="store_true",
@@ -243,6 +259,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "verifiers.json"))
     ap.add_argument("--from-json", metavar="PATH", help="publish the docs/COST.md tables of a finished run and exit")
     args = ap.parse_args(argv)
+    for draft in args.drafts:
+        if draft != "loose" and not _is_sigma(draft):
+            ap.error(f"--drafts: {draft!r} is neither 'loose' nor a noise sigma (a number >= 0)")
     if args.device == "cuda" and not torch.cuda.is_available() and not args.from_json:
         ap.error("--device cuda needs a CUDA device, and torch sees none (torch.cuda.is_available() is False)")
     if (args.graph or args.compile) and args.device == "cpu":
@@ -278,8 +297,7 @@ def main(argv: list[str] | None = None) -> None:
         head += f" {'ratio':>6}" if {"optimal", "rrs"} <= set(args.rules) else ""
         print(head)
         print("-" * len(head))
-        for noise, V, n, B in ((s, V, n, B) for s in (args.draft_noise or [None]) for V in sizes for n in ns
-                               for B in batches):
+        for noise, V, n, B in ((_noise(d), V, n, B) for d in args.drafts for V in sizes for n in ns for B in batches):
             compiled = args.compile and device == "cuda"
             r = bench_point(args.rules, B, V, n, device, args.reps, compiled, noise, args.graph and device == "cuda")
             rows.append(r)
@@ -290,8 +308,7 @@ def main(argv: list[str] | None = None) -> None:
             if compiled:
                 line += (f"  compiled {r['optimal_compiled_ms']:.2f} ms"
                          f" ({r['optimal_compiled_mismatches']} outputs differ from eager)")
-            if noise is not None:
-                line += f"  draft noise {noise:g} (1 - TV {r['draft_acceptance']:.2f})"
+            line += f"  draft {_draft_name(r)} (1 - TV {r['draft_acceptance']:.2f})"
             line += "".join(f"  {k}: {v}" for k, v in r.items() if k.endswith("_graph_error"))
             if args.bytes:
                 key = (B, V, n)

@@ -112,6 +112,11 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     parser.add_argument("--no-cuda-graphs", action="store_true",
                         help="on a CUDA device, launch the optimal verifier's kernels on every call instead of "
                              "replaying a CUDA graph captured per call shape (the default; same tokens)")
+    parser.add_argument("--engine", choices=("sglang",), default=None,
+                        help="verify each step's tree through the SGLang-style adapter "
+                             "(otlp.engines.sglang.tree_speculative_sampling: the loop's merged tree in SGLang's "
+                             "first-child / next-sibling encoding, engine-style uniforms; --verifier optimal, rrs or "
+                             "rrs_wor); the same tokens as the loop's own walk with the same uniforms")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip plain target sampling (two runs: the token-law comparison with its noise "
                              "floor, and the speed ratio)")
@@ -186,6 +191,15 @@ def check_decode_arguments(args: argparse.Namespace) -> None:
         probabilities_from_logits([0.0, 0.0], args.temperature, args.top_k, args.top_p)
     except InputError as exc:  # name the flag: "temperature must be ..." -> "--temperature must be ..."
         raise InputError("--" + str(exc).replace("top_k", "top-k").replace("top_p", "top-p")) from None
+    engine = getattr(args, "engine", None)
+    if engine is not None:
+        from otlp.decode.engine import ENGINE_VERIFIERS
+
+        if args.verifier not in ENGINE_VERIFIERS:
+            raise InputError(f"--engine {engine} verifies with the adapter's rules: --verifier "
+                             f"{' / '.join(ENGINE_VERIFIERS)}, got {args.verifier!r}")
+        if args.capture:
+            raise InputError(f"--engine {engine} writes no capture; drop --capture")
     check_device(args.device)
     if args.capture:
         from otlp.sweep.capture import check_new_capture
@@ -218,7 +232,7 @@ def run_decode_cli(args: argparse.Namespace) -> int:
                         max_new_tokens=args.max_new_tokens, scheme=args.scheme, temperature=args.temperature,
                         top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                         progress=bar.update if bar is not None else None, capture=capture, tree=args.tree,
-                        cuda_graphs=not args.no_cuda_graphs)
+                        cuda_graphs=not args.no_cuda_graphs, engine=getattr(args, "engine", None))
         if bar is not None:
             bar.close()
         report: dict = {"models": pair.description, "metrics": result.metrics.as_dict(),
@@ -276,7 +290,7 @@ def format_report(report: dict) -> str:
     lines = [
         f"models              {report['models']}",
         f"verifier            {m['verifier']} (draft scheme {m['scheme']}), n = {m['n']}, L = {m['L']}, "
-        f"batch = {m['batch']}",
+        f"batch = {m['batch']}" + (f", through the {m['engine']} adapter" if m.get("engine") else ""),
         f"block efficiency    {m['block_efficiency']:.4f} tokens per sequence per target call = {m['tokens']} "
         f"tokens / {m['sequence_steps']} sequence-steps (a sequence-step: one prompt in one target call; "
         f"{m['target_calls']} batched target calls, each over the prompts still decoding)",

@@ -32,7 +32,9 @@ import torch
 
 from otlp.core.distributions import probabilities_from_logits
 from otlp.core.errors import InputError, ModelTooLargeError
+from otlp.core.xp import inverse_cdf
 from otlp.decode.draft_sampling import check_scheme, sample_drafts
+from otlp.decode.engine import ENGINE_VERIFIERS, ENGINES, sglang_step, step_uniforms
 from otlp.decode.models import LanguageModel, check_pair, prefix_lists
 from otlp.decode.registry import Verifier, resolve_verifier
 from otlp.decode.tree import finished, tree_laws
@@ -64,6 +66,7 @@ class DecodeMetrics:
     verifier_calls: int = 0  # calls of the verifier (one per depth and per number of children present)
     tokens_per_second: float = 0.0
     verifier_time_share: float = 0.0  # verifier seconds / total step seconds
+    engine: str | None = None  # the engine adapter that verified each step's tree (None: the loop's own walk)
     draft_tree: str = "recompute"  # "cached" (KV cache, one tree pass per step) or "recompute" (every prefix)
     target_tree: str = "recompute"
     target_positions: int = 0  # token positions pushed through the target (prompts included)
@@ -144,6 +147,26 @@ class _Distributions:
         return probs  # [B, V]
 
 
+def _check_engine(engine: str | None, uniforms: bool, resolved: object, verifier: object,
+                  single_draft_verifier: object, capture: object) -> bool:
+    """Whether the loop draws engine-style uniforms (``uniforms``, implied by ``engine``); a one-line InputError for
+    an engine the loop cannot drive with these settings."""
+    if engine is None:
+        if uniforms and not _takes(resolved.sample, "uniforms"):  # type: ignore[attr-defined]
+            raise InputError(f"uniforms=True needs a verifier whose sample() takes uniforms; "
+                             f"{resolved.name!r} does not")  # type: ignore[attr-defined]
+        return bool(uniforms)
+    if engine not in ENGINES:
+        raise InputError(f"engine must be one of {', '.join(map(repr, ENGINES))} or None, got {engine!r}")
+    if not isinstance(verifier, str) or resolved.name not in ENGINE_VERIFIERS:  # type: ignore[attr-defined]
+        raise InputError(f"engine {engine!r} verifies with its adapter's rules, a verifier among "
+                         f"{', '.join(ENGINE_VERIFIERS)}; got {getattr(resolved, 'name', verifier)!r}")
+    if single_draft_verifier is not None or capture is not None:
+        raise InputError(f"engine {engine!r} runs the adapter's rule at every node and writes no capture; drop "
+                         "single_draft_verifier / capture")
+    return True
+
+
 def _window(*models: LanguageModel) -> int | None:
     sizes = [getattr(m, "context_size", None) for m in models]
     if any(s is None for s in sizes):
@@ -174,6 +197,8 @@ def decode(
     capture: object = None,
     tree: str = "cached",
     cuda_graphs: bool = True,
+    uniforms: bool = False,
+    engine: str | None = None,
 ) -> DecodeResult:
     """Speculative decoding of ``max_new_tokens`` tokens for each prompt (see the module docstring).
 
@@ -201,6 +226,15 @@ def decode(
     cuda_graphs : on a CUDA device, a verifier whose ``sample`` takes ``graphs`` (``optimal``) replays each call
         signature (rows, children, dtypes) from a CUDA graph (:mod:`otlp.backend.cuda_graphs`): the same tokens, without
         the launch overhead of its few hundred kernels per call. False: every call launches its kernels.
+    uniforms : draw the verification's randomness as serving engines pass it: per step one coin per tree node and
+        one final uniform per prompt (:func:`otlp.decode.engine.step_uniforms`, from the seeded generator), handed
+        to the rule's ``sample(..., uniforms=[coin, final])``; the final uniform also draws the bonus token (inverse
+        CDF). The same law as the generator path; the verifier must take ``uniforms`` (every zoo rule does).
+    engine : "sglang": each step's tree is verified by the SGLang-style adapter
+        (:func:`otlp.engines.sglang.tree_speculative_sampling`, the loop's merged tree in SGLang's first-child /
+        next-sibling encoding, :mod:`otlp.decode.engine`) with the verifier as its ``method`` (one of
+        ``otlp.decode.engine.ENGINE_VERIFIERS``) at every node; implies ``uniforms``, and gives the same tokens as
+        the loop's own walk with ``uniforms=True`` for the same seed. None (default): the loop's own walk.
     """
     V = check_pair(draft_model, target_model)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -211,6 +245,7 @@ def decode(
         raise InputError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     resolved = resolve_verifier(verifier, scheme)
     scheme = check_scheme(resolved.scheme, n)
+    uniforms = _check_engine(engine, uniforms, resolved, verifier, single_draft_verifier, capture)
     device = loop_device(target_model)
     verify_node = resolved.sample
     if cuda_graphs and device.type == "cuda" and _takes(verify_node, "graphs"):
@@ -287,52 +322,74 @@ def decode(
         if len(root_p) < collect:
             root_p.extend(p_all[:, 0, 0].cpu().unbind(0))
             root_q.extend(q_root.cpu().unbind(0))
+        if uniforms:  # one coin per node (its group's first path and depth) and one final uniform per prompt
+            coins, finals = step_uniforms(A, n, L, generator, device)  # [A, n, L], [A]
 
-        # 3. verification, depth by depth; rows grouped by how many paths reach their current node
-        alive = torch.ones((A, n), dtype=torch.bool)  # paths consistent with the tokens emitted this step
-        walking = torch.ones(A, dtype=torch.bool)
-        out = torch.full((A, L + 1), -1, dtype=torch.int64)  # emitted tokens this step
-        tau = torch.zeros(A, dtype=torch.int64)
-        path = torch.zeros(A, dtype=torch.int64)  # a path holding every drafted token accepted so far
-        for j in range(L):
-            m = alive.sum(dim=1)  # [A]
-            chosen = torch.zeros(A, dtype=torch.int64)
-            for width in range(1, n + 1):
-                rows = torch.nonzero(walking & (m == width)).squeeze(1)  # [R]
-                if rows.numel() == 0:
-                    continue
-                # alive paths first (stable): their first `width` indices are the node's children
-                cols = torch.sort((~alive[rows]).to(torch.int8), dim=1, stable=True).indices[:, :width]
-                children = drafts[rows, :, j].gather(1, cols).to(device)  # [R, width]
-                node = (rows.to(device), cols[:, 0].to(device))
-                p = p_all[node + (j,)]  # [R, V]
-                q = q_all[node + (j,)]  # [R, V]
-                if capture is not None:
-                    capture.add_nodes(p, q, context_id=context_ids[rows], sequence=torch.tensor(active_ids)[rows],
-                                      position=positions[rows], depth=j, width=width)
-                rule = verify_node if width > 1 else single_draft_verifier
-                if resolved.per_draft_q and rule is verify_node:
-                    q = q[:, None, :].expand(-1, width, -1)  # [R, width, V]: every child drawn from q
-                t0 = time.perf_counter()
-                tokens, accepted = rule(p, q, children, generator)
-                verifier_seconds += finished(tokens, t0)
-                chosen[rows] = tokens.to(torch.int64).cpu()
-                rule_accepts += (accepted >= 0).sum().cpu()
-                verifications += rows.numel()
-                verifier_calls += 1
-            out[walking, j] = chosen[walking]
-            follow = alive & (drafts[:, :, j] == chosen[:, None]) & walking[:, None]
-            goes_on = follow.any(dim=1)
-            reached[j] += walking.sum()
-            continued[j] += goes_on.sum()
-            tau += walking.to(torch.int64)
-            path = torch.where(goes_on, torch.argmax(follow.to(torch.int8), dim=1), path)
-            alive, walking = follow, goes_on
-        if bool(walking.any()):  # every level accepted: the bonus token from p(. | context, path)
-            rows = torch.nonzero(walking).squeeze(1)
-            bonus = torch.multinomial(p_all[rows.to(device), path[rows].to(device), L], 1, generator=generator)
-            out[rows, L] = bonus.squeeze(1).cpu()
-            tau[rows] += 1
+        if engine is not None:  # 3'. the step's tree through the engine adapter
+            t0 = time.perf_counter()
+            out_dev, tau_dev, path_dev = sglang_step(p_all, q_all, drafts, coins, finals, resolved.name)
+            out, tau, path = out_dev.cpu(), tau_dev.cpu(), path_dev.cpu()
+            verifier_seconds += time.perf_counter() - t0
+            verifier_calls += 1
+            depth = torch.arange(L)
+            reached += (tau[:, None] > depth[None, :]).sum(dim=0)
+            continued += (tau[:, None] > depth[None, :] + 1).sum(dim=0)
+            verifications += tau.clamp(max=L).sum()
+            rule_accepts += (tau - 1).sum()
+        else:
+            # 3. verification, depth by depth; rows grouped by how many paths reach their current node
+            alive = torch.ones((A, n), dtype=torch.bool)  # paths consistent with the tokens emitted this step
+            walking = torch.ones(A, dtype=torch.bool)
+            out = torch.full((A, L + 1), -1, dtype=torch.int64)  # emitted tokens this step
+            tau = torch.zeros(A, dtype=torch.int64)
+            path = torch.zeros(A, dtype=torch.int64)  # a path holding every drafted token accepted so far
+            for j in range(L):
+                m = alive.sum(dim=1)  # [A]
+                chosen = torch.zeros(A, dtype=torch.int64)
+                for width in range(1, n + 1):
+                    rows = torch.nonzero(walking & (m == width)).squeeze(1)  # [R]
+                    if rows.numel() == 0:
+                        continue
+                    # alive paths first (stable): their first `width` indices are the node's children
+                    cols = torch.sort((~alive[rows]).to(torch.int8), dim=1, stable=True).indices[:, :width]
+                    children = drafts[rows, :, j].gather(1, cols).to(device)  # [R, width]
+                    node = (rows.to(device), cols[:, 0].to(device))
+                    p = p_all[node + (j,)]  # [R, V]
+                    q = q_all[node + (j,)]  # [R, V]
+                    if capture is not None:
+                        capture.add_nodes(p, q, context_id=context_ids[rows], sequence=torch.tensor(active_ids)[rows],
+                                          position=positions[rows], depth=j, width=width)
+                    rule = verify_node if width > 1 else single_draft_verifier
+                    if resolved.per_draft_q and rule is verify_node:
+                        q = q[:, None, :].expand(-1, width, -1)  # [R, width, V]: every child drawn from q
+                    t0 = time.perf_counter()
+                    if uniforms:  # the node's coin (its first alive path, this depth) and the prompt's final
+                        u = torch.stack([coins[node + (j,)], finals[node[0]]], dim=1)  # [R, 2]
+                        tokens, accepted = rule(p, q, children, uniforms=u)
+                    else:
+                        tokens, accepted = rule(p, q, children, generator)
+                    verifier_seconds += finished(tokens, t0)
+                    chosen[rows] = tokens.to(torch.int64).cpu()
+                    rule_accepts += (accepted >= 0).sum().cpu()
+                    verifications += rows.numel()
+                    verifier_calls += 1
+                out[walking, j] = chosen[walking]
+                follow = alive & (drafts[:, :, j] == chosen[:, None]) & walking[:, None]
+                goes_on = follow.any(dim=1)
+                reached[j] += walking.sum()
+                continued[j] += goes_on.sum()
+                tau += walking.to(torch.int64)
+                path = torch.where(goes_on, torch.argmax(follow.to(torch.int8), dim=1), path)
+                alive, walking = follow, goes_on
+            if bool(walking.any()):  # every level accepted: the bonus token from p(. | context, path)
+                rows = torch.nonzero(walking).squeeze(1)
+                last = p_all[rows.to(device), path[rows].to(device), L]  # [R, V]
+                if uniforms:  # inverse CDF at the final uniform, as the engines draw it
+                    bonus = inverse_cdf(last, finals[rows.to(device)][:, None].to(last.dtype))
+                else:
+                    bonus = torch.multinomial(last, 1, generator=generator).squeeze(1)
+                out[rows, L] = bonus.cpu()
+                tau[rows] += 1
 
         draft_probs.commit(tau, path)  # the caches keep the context plus the tau - 1 accepted drafted tokens
         target_probs.commit(tau, path)
@@ -361,7 +418,7 @@ def decode(
         verifier_seconds=verifier_seconds, verifier_calls=verifier_calls,
         tokens_per_second=B * max_new_tokens / seconds if seconds > 0 else float("inf"),
         verifier_time_share=verifier_seconds / seconds if seconds > 0 else 0.0,
-        draft_tree=draft_probs.mode, target_tree=target_probs.mode,
+        engine=engine, draft_tree=draft_probs.mode, target_tree=target_probs.mode,
         target_positions=target_probs.positions, target_prompt_positions=target_probs.prompt_positions,
         target_positions_per_step=(target_probs.positions - target_probs.prompt_positions) / max(sequence_steps, 1),
         target_positions_per_token=target_probs.positions / max(emitted, 1),

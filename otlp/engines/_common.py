@@ -186,8 +186,11 @@ def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # no
         bonus = draw_where(leaf, p_rows, final)
         return torch.where(leaf, -1, slot), torch.where(leaf, bonus, tokens_out)
     # rrs / rrs_wor: a childless row's draft law is scaled by 0 (width 0: slot -1, the token drawn from p), so its
-    # q row (SGLang's scratch for a leaf, never validated) is replaced: a NaN there made the draw leave the vocabulary
-    q_rows = torch.where(leaf[:, None], p_rows, q_rows)  # one elementwise pass, no host read
+    # q row (SGLang's scratch for a leaf, never validated) is replaced: a NaN there made the draw leave the vocabulary.
+    # One elementwise pass over [R, V] (no host read on a device); on the host only where some row is a leaf (its
+    # index list taken as draw_where's and chain_stop's are)
+    if p_rows.device.type != "cpu" or leaf.nonzero().numel():
+        q_rows = torch.where(leaf[:, None], p_rows, q_rows)
     u = torch.stack([coin, final.to(coin.dtype)], dim=1)  # the coin in its own dtype: the engines' u q < p
     return verify_uniforms(p_rows, q_rows, tokens, u, widths, without_replacement=method == "rrs_wor")[::-1]
 
@@ -203,6 +206,58 @@ def chain_optimal(p_rows, q_rows, drafts, coins, finals):  # noqa: ANN001, ANN20
     u = torch.stack([coins.to(torch.float64), finals.to(torch.float64)], dim=1)  # [R, 2]
     tokens, index = verify(p_rows, q_rows, drafts.long()[:, None], u)
     return index >= 0, tokens
+
+
+def chain_optimal_stop(target_probs, draft_probs, drafts, coins, reject_finals, bonus_finals):  # noqa: ANN001, ANN201
+    """otlp's optimal rule along the chains of an engine's layout (``target_probs [B, n + 1, V]``, ``draft_probs
+    [B, n, V]``, ``drafts, coins [B, n]``; :func:`chain_optimal` at each position): ``(pos [B] int64, last [B]
+    int64)``, the number of leading accepted drafts and the token written at ``pos``, the residual drawn with
+    ``reject_finals [B]`` after a rejection, a draw from p_n with ``bonus_finals [B]`` after n acceptances.
+
+    On a device every position at once (static shapes; the positions' rows gathered into ``[B n, V]``). On the host,
+    position by position (n at most, never per request) on the requests still verifying: a position where at least
+    half of them are is verified on its rows in place (a strided view, read by the C kernels without a copy,
+    :func:`otlp.backend.native.rows_in_place`), the others on their gathered rows only. The same tokens either way: the
+    rule is row by row."""
+    import torch
+
+    B, n1, V = target_probs.shape
+    n = n1 - 1
+    dev = target_probs.device
+    if dev.type != "cpu":
+        pos = torch.zeros(B, dtype=torch.long, device=dev)
+        rejected = pos
+        if n:
+            accept, tokens = chain_optimal(target_probs[:, :n].reshape(B * n, V), draft_probs.reshape(B * n, V),
+                                           drafts.reshape(-1), coins.reshape(-1),
+                                           reject_finals[:, None].expand(B, n).reshape(-1))
+            pos = first_rejection(accept.reshape(B, n), torch.full((B,), n, dtype=torch.long, device=dev))
+            rejected = tokens.reshape(B, n).gather(1, pos.clamp(max=n - 1)[:, None])[:, 0]
+        bonus = draw_where(pos == n, target_probs[:, n], bonus_finals)
+        return pos, torch.where(pos == n, bonus, rejected)
+    pos = torch.full((B,), n, dtype=torch.long)
+    last = torch.zeros(B, dtype=torch.long)
+    alive = torch.arange(B)  # the requests that accepted every position so far
+    for j in range(n):  # positions, not requests
+        if not alive.numel():
+            break
+        if 2 * alive.numel() >= B:  # the position's rows in place
+            accept, tokens = chain_optimal(target_probs[:, j], draft_probs[:, j], drafts[:, j], coins[:, j],
+                                           reject_finals)
+            accept, tokens = accept[alive], tokens[alive]
+        else:
+            at = torch.full_like(alive, j)
+            accept, tokens = chain_optimal(rows_at(target_probs, at, alive, name="engine_p"),
+                                           rows_at(draft_probs, at, alive, name="engine_q"), drafts[alive, j],
+                                           coins[alive, j], reject_finals[alive])
+        stop = alive[~accept]
+        pos[stop] = j
+        last[stop] = tokens[~accept]
+        alive = alive[accept]
+    if alive.numel():  # every draft accepted: the bonus, a draw from p_n
+        last[alive] = draw(rows_at(target_probs, torch.full_like(alive, n), alive, name="engine_p"),
+                           bonus_finals[alive])
+    return pos, last
 
 
 def first_rejection(accept, lengths):  # noqa: ANN001, ANN201 - [B, K] bool, [B] int64

@@ -36,9 +36,14 @@ def chain_speculative_sampling(
     (coins u_0..u_pos, then the re-tests of positions pos..n-1 with u_{pos+1}..u_n, then the final uniform:
     u_{n+1} after a rejection, u_n when every draft was accepted); ``uniforms [B, n + 1]`` is n coins and one final
     uniform (the ``accepted`` count then re-tests positions after ``pos`` with their own unused coins). Without
-    ``uniforms`` a float32 stream ``[B, n + 2]`` is drawn from ``generator``, or from a generator seeded by
-    ``(seed, offset)`` (the same pair replays; tensors are read on the host), or from torch's default generator.
-    ``deterministic`` is accepted for parity (the result is a function of the uniforms)."""
+    ``uniforms`` the float32 stream ``[B, n + 2]`` comes, as FlashInfer's does, from ``(seed, offset)`` when both
+    are given (:func:`counter_uniforms`: row b's numbers are a function of ``(seed_b, b, offset_b)`` only, so the
+    same pair replays bit for bit and nothing is read on the host; ints, or int64 tensors of 1 or B entries, one
+    pair per row), else from ``generator`` (torch's default where None), whose state each call advances by the
+    numbers it draws, as FlashInfer's ``get_seed_and_offset`` advances the generator's Philox offset: consecutive
+    calls differ, and a generator seeded alike replays the same sequence of calls. As in FlashInfer, a ``seed``
+    without an ``offset`` (or the reverse) is not used. ``deterministic`` is accepted for parity (the result is a
+    function of the uniforms)."""
     import torch
 
     C.check_method(method, ("rrs", "optimal"))
@@ -60,19 +65,11 @@ def chain_speculative_sampling(
         lengths = torch.full((B,), n, dtype=torch.long, device=dev)
         if method == "rrs":
             pos = C.first_rejection(coins * q_x < p_x, lengths)  # [B]
+            last = C.chain_stop(target_probs, draft_probs, pos, _final(uniforms, pos, n, stream))
         else:
-            finals_all = _final(uniforms, torch.zeros(B, dtype=torch.long, device=dev), n, stream)  # rejected rows
-            accept, tokens = C.chain_optimal(target_probs[:, :n].reshape(B * n, V), draft_probs.reshape(B * n, V),
-                                             x.reshape(-1), coins.reshape(-1),
-                                             finals_all[:, None].expand(B, n).reshape(-1))
-            pos = C.first_rejection(accept.reshape(B, n), lengths)
-        final = _final(uniforms, pos, n, stream)
-        if method == "rrs":
-            last = C.chain_stop(target_probs, draft_probs, pos, final)
-        else:
-            bonus = C.draw_where(pos == n, target_probs[:, n], final)
-            last = (torch.where(pos == n, bonus, tokens.reshape(B, n).gather(1, pos.clamp(max=n - 1)[:, None])[:, 0])
-                    if n else bonus)
+            pos, last = C.chain_optimal_stop(target_probs, draft_probs, x, coins,
+                                             _final(uniforms, torch.zeros_like(lengths), n, stream),
+                                             _final(uniforms, lengths, n, stream))
         j = torch.arange(n + 1, device=dev)
         padded = torch.cat([x, x.new_zeros((B, 1))], dim=1)  # [B, n + 1]
         out = torch.where(j[None, :] < pos[:, None], padded, torch.where(j[None, :] == pos[:, None], last[:, None], -1))
@@ -100,15 +97,59 @@ def _final(uniforms, pos, n: int, stream: bool):  # noqa: ANN001, ANN202
 
 
 def _stream(B: int, n: int, dev, generator, seed, offset):  # noqa: ANN001, ANN202
-    """A float32 stream ``[B, n + 2]`` from ``generator``, or from a generator seeded by (seed, offset), or from
-    torch's default generator."""
+    """The kernel's float32 stream ``[B, n + 2]``: :func:`counter_uniforms` of (seed, offset) when both are given,
+    else from ``generator`` (torch's default generator where None)."""
     import torch
 
-    if generator is None and seed is not None:
-        s = int(seed.reshape(-1)[0]) if isinstance(seed, torch.Tensor) else int(seed)
-        o = 0 if offset is None else int(offset.reshape(-1)[0]) if isinstance(offset, torch.Tensor) else int(offset)
-        generator = torch.Generator(device=dev).manual_seed((s * 0x9E3779B97F4A7C15 + o) % (1 << 63))
+    if seed is not None and offset is not None:
+        return counter_uniforms(seed, offset, B, n + 2, dev)
     return torch.rand((B, n + 2), generator=generator, device=dev, dtype=torch.float32)
+
+
+#: splitmix64's constants (Steele, Lea and Flood 2014), as two's-complement int64
+_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
+_MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
+_MIX2 = 0x94D049BB133111EB - (1 << 64)
+
+
+def _shift_right(z, k: int):  # noqa: ANN001, ANN202 - int64 tensor: the logical shift of its 64 bits
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def _splitmix64(z):  # noqa: ANN001, ANN202 - int64 tensor -> int64 tensor (the bits of splitmix64's output)
+    """splitmix64's finaliser on int64 tensors (products wrap modulo 2^64, as uint64 ones do; logical shifts)."""
+    z = z + _GOLDEN
+    z = (z ^ _shift_right(z, 30)) * _MIX1
+    z = (z ^ _shift_right(z, 27)) * _MIX2
+    return z ^ _shift_right(z, 31)
+
+
+def counter_uniforms(seed, offset, B: int, columns: int, dev):  # noqa: ANN001, ANN201
+    """A counter-based float32 stream ``[B, columns]`` in [0, 1) for FlashInfer's ``(seed, offset)`` (the kernel
+    runs Philox(seed, subsequence = row, offset); these are not its numbers, but the same structure): entry (b, j)
+    is the top 24 bits of ``splitmix64(splitmix64(splitmix64(seed_b) + b) + offset_b + j)`` times 2^-24, so a row's
+    numbers depend on ``(seed_b, b, offset_b)`` alone, the same pair replays them, rows are independent streams, and
+    a caller that advances ``offset`` by ``columns`` or more per call gets fresh ones. ``seed``, ``offset``: ints,
+    or integer tensors of 1 or B entries on ``dev`` (one pair per row); elementwise device ops, nothing is read on
+    the host."""
+    import torch
+
+    def per_row(x, name: str):  # noqa: ANN001, ANN202
+        if isinstance(x, torch.Tensor):
+            if x.is_floating_point() or x.dim() != 1 or x.shape[0] not in (1, B) or x.device != torch.device(dev):
+                raise InputError(f"{name} must be an int or an integer tensor of 1 or {B} entries on {dev}, got "
+                                 f"{x.dtype} {list(x.shape)} on {x.device}")
+            return x.to(torch.int64).expand(B)
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise InputError(f"{name} must be an int or an integer tensor, got {type(x).__name__}")
+        return torch.full((B,), (int(x) + (1 << 63)) % (1 << 64) - (1 << 63), dtype=torch.int64, device=dev)
+
+    s, o = per_row(seed, "seed"), per_row(offset, "offset")  # [B] each
+    rows = torch.arange(B, dtype=torch.int64, device=dev)
+    key = _splitmix64(_splitmix64(s) + rows)  # [B] the row's stream (seed, subsequence = row)
+    counters = o[:, None] + torch.arange(columns, dtype=torch.int64, device=dev)[None, :]  # [B, columns]
+    bits = _shift_right(_splitmix64(key[:, None] + counters), 40)  # [B, columns] 24 bits
+    return bits.to(torch.float32) * (2.0 ** -24)
 
 
 def _check(draft_probs, draft_token_ids, target_probs, accepted, emitted, uniforms, values: bool):  # noqa: ANN001, ANN202

@@ -161,13 +161,7 @@ def chain_speculative_sampling(
             pos = C.first_rejection(uniform_samples * q_x < p_x, lengths)  # [bs]
             last = C.chain_stop(target_probs, draft_probs, pos, finals)
         else:
-            accept, tokens = C.chain_optimal(target_probs[:, :n].reshape(bs * n, V), draft_probs.reshape(bs * n, V),
-                                             drafts.reshape(-1), uniform_samples.reshape(-1),
-                                             finals[:, None].expand(bs, n).reshape(-1))
-            pos = C.first_rejection(accept.reshape(bs, n), lengths)
-            bonus = C.draw_where(pos == n, target_probs[:, n], finals)
-            last = torch.where(pos == n, bonus, tokens.reshape(bs, n).gather(1, pos.clamp(max=n - 1)[:, None])[:, 0]
-                               if n else bonus)
+            pos, last = C.chain_optimal_stop(target_probs, draft_probs, drafts, uniform_samples, finals, finals)
         k = torch.arange(N, device=dev)
         path = torch.where(k[None, :] <= pos[:, None], k[None, :], -1).expand(bs, N)
         written = torch.where(k[None, :] < pos[:, None], candidates.gather(1, (k + 1).clamp(max=N - 1)[None, :]

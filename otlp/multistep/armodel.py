@@ -89,16 +89,19 @@ def all_paths(V: int, L: int) -> np.ndarray:
     return np.stack([(r // V ** (L - 1 - i)) % V for i in range(L)], axis=1).astype(np.int64)
 
 
-def categorical(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+def categorical(probs: torch.Tensor, generator: torch.Generator | None, u: torch.Tensor | None = None
+                ) -> torch.Tensor:
     """One draw per row by inverse CDF; ``probs`` [..., V] need not be normalised.  -> int64 [...]
 
-    One uniform per row, so a seeded generator gives the same draws on every run.
+    One uniform per row, so a seeded generator gives the same draws on every run; ``u [...]`` in [0, 1): the
+    caller's uniforms instead (cast to ``probs``' dtype, as the generator's are drawn).
     """
     import torch
 
     cdf = probs.cumsum(-1)  # [..., V]
-    u = torch.rand(probs.shape[:-1], generator=generator, dtype=probs.dtype, device=probs.device)
-    u = u * cdf[..., -1]
+    if u is None:
+        u = torch.rand(probs.shape[:-1], generator=generator, dtype=probs.dtype, device=probs.device)
+    u = u.to(probs.dtype) * cdf[..., -1]
     idx = torch.searchsorted(cdf, u.unsqueeze(-1), right=True).squeeze(-1)
     return idx.clamp_(max=probs.shape[-1] - 1)
 

@@ -12,6 +12,10 @@ Formulas (notes/gbv.md §3.2):
   that form is wrong (it breaks target-matching) and is not used.  h_L = w_L.
 - the longest accepted prefix is kept: P(tau = i | a) = h_i prod_{j>i} (1 - h_j).
 - correction: Y ~ norm(max{w_tau p(. | a_{1:tau}) - r(. | a_{1:tau}), 0}) (Eq. 5), or Y ~ p(. | a_{1:L}) if tau = L.
+Randomness: two uniforms per block, drawn from a generator or passed as ``uniforms [B, 2]`` (as serving engines pass
+them): ``[:, 0]`` picks tau by inverse CDF over P(tau = i | a) (the block's coin), ``[:, 1]`` the correction Y by
+inverse CDF (the final uniform); the generator path draws exactly these two in this order, so the same numbers give
+the same (tau, Y) on both paths.
 BV is valid for ANY draft law r the block was truly drawn from (r = q for BV, r = q^Gamma for GBV), and
 its block efficiency E[tau + 1] is the single-path LP optimum (papers/002, Thm 3.4).
 """
@@ -100,12 +104,33 @@ def block_verification_law(
 
 
 def sample_block_output(
-    tau_probs: torch.Tensor, corrections: torch.Tensor, generator: torch.Generator | None
+    tau_probs: torch.Tensor, corrections: torch.Tensor, generator: torch.Generator | None,
+    uniforms: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw (tau, Y) from an exact block law.  tau_probs [B, L+1], corrections [B, L+1, V] -> ([B], [B])."""
-    tau = categorical(tau_probs, generator)  # [B]
+    """Draw (tau, Y) from an exact block law.  tau_probs [B, L+1], corrections [B, L+1, V] -> ([B], [B]).
+    ``uniforms [B, 2]`` (checked by :func:`check_block_uniforms`): tau at ``[:, 0]``, Y at ``[:, 1]``, by inverse
+    CDF; else two uniforms per row from ``generator``, in that order."""
+    tau = categorical(tau_probs, generator, None if uniforms is None else uniforms[:, 0])  # [B]
     rows = corrections.gather(1, tau[:, None, None].expand(-1, 1, corrections.shape[-1])).squeeze(1)  # [B, V]
-    return tau, categorical(rows, generator)
+    return tau, categorical(rows, generator, None if uniforms is None else uniforms[:, 1])
+
+
+def check_block_uniforms(uniforms: torch.Tensor | None, B: int, columns: int, like: torch.Tensor,
+                         values: bool = False) -> torch.Tensor | None:
+    """The caller's uniforms of a block rule, ``[B, columns]`` floating point on ``like``'s device (a one-line
+    InputError otherwise), returned clamped below 1 with NaN read as 0 as :func:`otlp.verifiers.base.check_uniforms`
+    does (elementwise, no host read). ``values``: also refuse values outside [0, 1) or NaN (a host read; the
+    registered verifiers, :mod:`otlp.verifiers.multistep`, pass their validation setting). None stays None."""
+    if uniforms is None:
+        return None
+    if not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, columns) \
+            or not uniforms.is_floating_point() or uniforms.device != like.device:
+        raise InputError(f"uniforms must be a floating point tensor of shape [{B}, {columns}] on {like.device}, got "
+                         f"{getattr(uniforms, 'shape', type(uniforms).__name__)}")
+    if values and B and not bool(((uniforms >= 0) & (uniforms < 1)).all()):
+        raise InputError(f"uniforms must be in [0, 1), got values in [{float(uniforms.min()):.17g}, "
+                         f"{float(uniforms.max()):.17g}]")
+    return torch.nan_to_num(uniforms, nan=0.0).clamp(0.0, 1.0 - torch.finfo(uniforms.dtype).eps / 2)
 
 
 def bv(
@@ -113,14 +138,18 @@ def bv(
     p_path: torch.Tensor,
     q_path: torch.Tensor,
     generator: torch.Generator | None = None,
+    *,
+    uniforms: torch.Tensor | None = None,
 ) -> BlockOutput:
     """Block verification of B independent drafted blocks.
 
     drafts: int64 [B, L]; p_path: [B, L+1, V] target conditionals at a_{1:i}, i = 0..L;
     q_path: [B, L, V] draft conditionals at a_{1:i}, i = 0..L-1 (the law the block was drawn from).
-    Returns BlockOutput(path_index=0, tau, correction); deterministic under a seeded ``generator``.
+    Returns BlockOutput(path_index=0, tau, correction); deterministic under a seeded ``generator``, or a function
+    of ``uniforms [B, 2]`` (tau's coin, the correction's uniform: module docstring) when given.
     """
     check_block_inputs(drafts, p_path, q_path)
+    uniforms = check_block_uniforms(uniforms, drafts.shape[0], 2, drafts)
     tau_probs, corrections = block_verification_law(drafts, p_path, q_path)
-    tau, y = sample_block_output(tau_probs, corrections, generator)
+    tau, y = sample_block_output(tau_probs, corrections, generator, uniforms)
     return BlockOutput(torch.zeros_like(tau), tau, y)

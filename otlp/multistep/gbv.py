@@ -13,7 +13,13 @@ from __future__ import annotations
 import torch
 
 from otlp.core.errors import InputError
-from otlp.multistep.bv import BlockOutput, block_verification_law, check_block_inputs, sample_block_output
+from otlp.multistep.bv import (
+    BlockOutput,
+    block_verification_law,
+    check_block_inputs,
+    check_block_uniforms,
+    sample_block_output,
+)
 
 
 def ratio_scores(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -111,14 +117,19 @@ def gbv(
     p_paths: torch.Tensor,
     q_paths: torch.Tensor,
     generator: torch.Generator | None = None,
+    *,
+    uniforms: torch.Tensor | None = None,
 ) -> BlockOutput:
     """Greedy multi-path block verification of B independent steps with K i.i.d. drafted blocks each.
 
     drafts: int64 [B, K, L] (i.i.d. paths from q; duplicates allowed and required for exactness);
     p_paths: [B, K, L+1, V] target conditionals along each path; q_paths: [B, K, L, V] draft conditionals.
-    Returns BlockOutput(path_index, tau, correction); deterministic under a seeded ``generator``.
+    Returns BlockOutput(path_index, tau, correction); deterministic under a seeded ``generator``, or a function of
+    ``uniforms [B, 2]`` when given: the selection is deterministic given the drafts, so BV's two uniforms (tau's
+    coin, the correction's; ``otlp.multistep.bv``) are all the rule draws.
     """
     check_multipath_inputs(drafts, p_paths, q_paths)
+    uniforms = check_block_uniforms(uniforms, drafts.shape[0], 2, drafts)
     selected, tau_probs, corrections = gbv_law(drafts, p_paths, q_paths)
-    tau, y = sample_block_output(tau_probs, corrections, generator)
+    tau, y = sample_block_output(tau_probs, corrections, generator, uniforms)
     return BlockOutput(selected, tau, y)

@@ -5,6 +5,9 @@ One decode step with K i.i.d. drafted blocks and a precomputed rule (``OptimalKP
 2. select the highest-ranked drafted path under that ranking (identical paths are interchangeable);
 3. run block verification on it with the draft law q^Gamma(. | a_{1:i}) of the rule (``otlp.multistep.bv``).
 Everything is batched over B steps on the tensors' device, with no host synchronisation.
+Randomness: three uniforms per step, from a generator or passed as ``uniforms [B, 3]`` (as engines pass them):
+``[:, 0]`` the ranking u of step 1 (it must be independent of the drafts and of BV's draws), ``[:, 1]`` BV's tau
+coin and ``[:, 2]`` the correction's uniform (``otlp.multistep.bv``); the generator path draws them in this order.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import torch
 
 from otlp.core.errors import InputError
 from otlp.multistep.armodel import prefix_nodes
-from otlp.multistep.bv import BlockOutput, block_verification_law, sample_block_output
+from otlp.multistep.bv import BlockOutput, block_verification_law, check_block_uniforms, sample_block_output
 
 
 def path_ranks(drafts: torch.Tensor, rule: object, u: torch.Tensor) -> torch.Tensor:
@@ -49,12 +52,13 @@ def optimal_block_law(drafts: torch.Tensor, p_paths: torch.Tensor, rule: object,
 
 
 def optimal_block(drafts: torch.Tensor, p_paths: torch.Tensor, rule: object,
-                  generator: torch.Generator | None = None) -> BlockOutput:
+                  generator: torch.Generator | None = None, *, uniforms: torch.Tensor | None = None) -> BlockOutput:
     """The optimal K-path rule on B independent steps.
 
     drafts: int64 [B, K, L] (i.i.d. paths from the draft the rule was built for); p_paths: [B, K, L+1, V] target
     conditionals along each path; rule: ``OptimalKPathRule.tensors()`` on the same device.
-    Returns BlockOutput(path_index, tau, correction); deterministic under a seeded ``generator``.
+    Returns BlockOutput(path_index, tau, correction); deterministic under a seeded ``generator``, or a function of
+    ``uniforms [B, 3]`` (the ranking's, tau's and the correction's: module docstring) when given.
     """
     if drafts.dim() != 3 or drafts.dtype != torch.int64:
         raise InputError(f"drafts must be int64 of shape [B, K, L], got {drafts.dtype} {tuple(drafts.shape)}")
@@ -62,9 +66,11 @@ def optimal_block(drafts: torch.Tensor, p_paths: torch.Tensor, rule: object,
     if (L, K) != (rule.L, rule.K) or tuple(p_paths.shape) != (B, K, L + 1, rule.V):
         raise InputError(f"the rule was built for K = {rule.K}, L = {rule.L}, V = {rule.V}; got drafts "
                          f"{tuple(drafts.shape)} and p_paths {tuple(p_paths.shape)} (expected [B, K, L+1, V])")
-    u = torch.rand(B, generator=generator, dtype=torch.float64, device=drafts.device)
+    uniforms = check_block_uniforms(uniforms, B, 3, drafts)
+    u = (torch.rand(B, generator=generator, dtype=torch.float64, device=drafts.device) if uniforms is None
+         else uniforms[:, 0].to(torch.float64))
     selected, tau_probs, corrections = optimal_block_law(drafts, p_paths, rule, u)
-    tau, y = sample_block_output(tau_probs, corrections, generator)
+    tau, y = sample_block_output(tau_probs, corrections, generator, None if uniforms is None else uniforms[:, 1:])
     return BlockOutput(selected, tau, y)
 
 

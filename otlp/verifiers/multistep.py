@@ -17,6 +17,10 @@ the block efficiency E[tau + 1] over explicit autoregressive table models (``otl
 
 Both objects have ``kind = "multistep"`` so that code iterating the registry can tell them from the
 single-token rules (their ``make_draft`` refuses with a message pointing to ``otlp certify-block``).
+
+Randomness: ``sample(..., generator)`` or, as serving engines pass it, ``sample(..., uniforms=u)`` with
+``UNIFORM_COLUMNS`` uniforms per step (bv, gbv: ``[B, 2]``, tau's coin and the correction's uniform; optimal_block:
+``[B, 3]``, the ranking's first): the same law, and the generator path draws the same numbers in the same order.
 """
 
 from __future__ import annotations
@@ -41,9 +45,20 @@ class MultiStepVerifier:
     kind: str = "multistep"
     #: The number of drafted paths the rule is defined for, when fixed (BV: 1); None for any K >= 1.
     fixed_paths: int | None = None
+    #: uniforms per step of ``sample(..., uniforms=[B, UNIFORM_COLUMNS])`` (module docstring)
+    UNIFORM_COLUMNS: int = 2
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+    def checked_uniforms(self, uniforms: torch.Tensor | None, drafts: torch.Tensor) -> torch.Tensor | None:
+        """The caller's ``uniforms [B, UNIFORM_COLUMNS]`` checked (shape, dtype, device; values in [0, 1) with
+        validation on, :func:`otlp.verifiers.base.validation_enabled`) and clamped below 1."""
+        from otlp.multistep.bv import check_block_uniforms
+        from otlp.verifiers.base import validation_enabled
+
+        return check_block_uniforms(uniforms, drafts.shape[0], self.UNIFORM_COLUMNS, drafts,
+                                    values=validation_enabled())
 
     def check_K(self, K: object) -> int:
         """K validated against the rule: an integer >= 1, equal to ``fixed_paths`` when that is set."""
@@ -61,7 +76,7 @@ class MultiStepVerifier:
                          "certify it with otlp.multistep.certify.certify_multistep or `otlp certify-block`")
 
     def sample(self, drafts: torch.Tensor, p_paths: torch.Tensor, q_paths: torch.Tensor,
-               generator: torch.Generator | None = None) -> BlockOutput:
+               generator: torch.Generator | None = None, *, uniforms: torch.Tensor | None = None) -> BlockOutput:
         raise NotImplementedError  # pragma: no cover - both subclasses implement it
 
     def block_efficiency(self, target: object, draft: object, L: int, K: int = 1) -> float:
@@ -93,11 +108,12 @@ class BlockVerification(MultiStepVerifier):
     fixed_paths = 1
 
     def sample(self, drafts: torch.Tensor, p_path: torch.Tensor, q_path: torch.Tensor,
-               generator: torch.Generator | None = None) -> BlockOutput:
-        """drafts int64 [B, L], p_path [B, L+1, V], q_path [B, L, V] -> BlockOutput (see ``otlp.multistep.bv.bv``)."""
+               generator: torch.Generator | None = None, *, uniforms: torch.Tensor | None = None) -> BlockOutput:
+        """drafts int64 [B, L], p_path [B, L+1, V], q_path [B, L, V] -> BlockOutput (see ``otlp.multistep.bv.bv``);
+        ``uniforms [B, 2]``: tau's coin and the correction's uniform instead of ``generator``."""
         from otlp.multistep.bv import bv
 
-        return bv(drafts, p_path, q_path, generator)
+        return bv(drafts, p_path, q_path, generator, uniforms=self.checked_uniforms(uniforms, drafts))
 
     def block_efficiency(self, target: object, draft: object, L: int, K: int = 1) -> float:
         """E[tau + 1] = sum_{a_{1:i} in V^{<=L}} min_{0<=k<=i} p(a_{k+1:i} | a_{1:k}) q(a_{1:k}) (Eq. 83), exact."""
@@ -117,12 +133,12 @@ class GreedyBlockVerification(MultiStepVerifier):
     scheme = "block_multipath"
 
     def sample(self, drafts: torch.Tensor, p_paths: torch.Tensor, q_paths: torch.Tensor,
-               generator: torch.Generator | None = None) -> BlockOutput:
+               generator: torch.Generator | None = None, *, uniforms: torch.Tensor | None = None) -> BlockOutput:
         """drafts int64 [B, K, L], p_paths [B, K, L+1, V], q_paths [B, K, L, V] -> BlockOutput
-        (see ``otlp.multistep.gbv.gbv``)."""
+        (see ``otlp.multistep.gbv.gbv``); ``uniforms [B, 2]`` instead of ``generator``."""
         from otlp.multistep.gbv import gbv
 
-        return gbv(drafts, p_paths, q_paths, generator)
+        return gbv(drafts, p_paths, q_paths, generator, uniforms=self.checked_uniforms(uniforms, drafts))
 
     def block_efficiency(self, target: object, draft: object, L: int, K: int = 1) -> float:
         """E[tau + 1] = sum_{a_{1:i}} min_{0<=k<=i} p(a_{k+1:i} | a_{1:k}) q^Gamma(a_{1:k}) with q^Gamma the
@@ -137,6 +153,7 @@ class OptimalBlockVerification(MultiStepVerifier):
 
     name = "optimal_block"
     scheme = "block_multipath"
+    UNIFORM_COLUMNS = 3
 
     def prepare(self, target: object, draft: object, L: int, K: int = 1) -> object:
         """The precomputed rule (``otlp.multistep.optimal_rule.OptimalKPathRule``): an LP solve and a
@@ -146,16 +163,18 @@ class OptimalBlockVerification(MultiStepVerifier):
         return optimal_k_path_rule(target, draft, L, self.check_K(K))
 
     def sample(self, drafts: torch.Tensor, p_paths: torch.Tensor, q_paths: torch.Tensor,
-               generator: torch.Generator | None = None, *, rule: object = None) -> BlockOutput:
+               generator: torch.Generator | None = None, *, rule: object = None,
+               uniforms: torch.Tensor | None = None) -> BlockOutput:
         """drafts int64 [B, K, L], p_paths [B, K, L+1, V]; ``rule`` from :meth:`prepare` (q_paths is not used: the
-        rule holds q^Gamma*).  See ``otlp.multistep.optimal_block.optimal_block``."""
+        rule holds q^Gamma*); ``uniforms [B, 3]`` (the ranking's, tau's, the correction's) instead of
+        ``generator``.  See ``otlp.multistep.optimal_block.optimal_block``."""
         from otlp.multistep.optimal_block import optimal_block
         from otlp.multistep.optimal_rule import OptimalKPathRule
 
         if rule is None:
             raise InputError("'optimal_block' needs rule=prepare(target, draft, L, K): it uses the full tables")
         tensors = rule.tensors(drafts.device) if isinstance(rule, OptimalKPathRule) else rule
-        return optimal_block(drafts, p_paths, tensors, generator)
+        return optimal_block(drafts, p_paths, tensors, generator, uniforms=self.checked_uniforms(uniforms, drafts))
 
     def block_efficiency(self, target: object, draft: object, L: int, K: int = 1) -> float:
         """E[tau + 1] = Eq. 83 with the realised q^Gamma* = the antichain-LP optimum (Thm 4.3 = Thm 4.6)."""

@@ -72,3 +72,28 @@ def test_cuda_only_options_without_cuda_calls_are_refused(vb, capsys) -> None:
             vb.main(argv)
         assert exc.value.code == 2
         assert "error: --" in capsys.readouterr().err
+
+
+def test_the_grid_with_three_drafts_publishes_one_table_with_a_draft_column(vb, capsys) -> None:
+    drafts = [(0.5, 0.81), (None, 0.1), (1.0, 0.64)]  # run order need not be the table's
+    rows = [r for noise, tv in drafts for r in _grid(vb, draft_noise=noise, draft_acceptance=tv)]
+    vb.publish(rows, {})
+    capsys.readouterr()
+    assert set(vb.published) == {"cuda"}
+    cols, cells = vb.published["cuda"]
+    assert cols[:2] == ["draft", "1 - TV"] and len(cells) == 3 * 36
+    assert [c[0] for c in cells[::36]] == ["loose", "sigma 1", "sigma 0.5"]
+    assert [c[1] for c in cells[::36]] == ["0.10", "0.64", "0.81"]
+    assert [c[2:5] for c in cells[:2]] == [["2,000", "2", "1"], ["2,000", "2", "8"]]  # the grid's order inside
+    vb.published.clear()
+    vb.publish(rows[:-1], {})  # one draft's grid short of a point: no table
+    capsys.readouterr()
+    assert vb.published == {}
+
+
+def test_a_draft_that_is_neither_loose_nor_a_sigma_is_refused(vb, capsys) -> None:
+    for bad in ("close", "-1"):
+        with pytest.raises(SystemExit) as exc:
+            vb.main(["--device", "cpu", "--drafts", "loose", bad])
+        assert exc.value.code == 2
+        assert "error: --drafts" in capsys.readouterr().err

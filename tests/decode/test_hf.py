@@ -63,3 +63,16 @@ def test_local_paths_only(tmp_path):
         lm.next_token_logits([[]])
     with pytest.raises(InputError, match="token ids"):
         lm.next_token_logits([[0, V]])
+
+
+def test_decode_with_two_hf_models_through_the_sglang_adapter(tmp_path):
+    """The HF path's steps through the SGLang-style adapter (otlp decode --engine sglang): the tokens of the loop's
+    own walk with the same uniforms (tests/decode/test_engine_step.py has the laws)."""
+    _save_tiny_gpt2(tmp_path / "draft", 1)
+    _save_tiny_gpt2(tmp_path / "target", 2)
+    draft, target = HFCausalLM.from_pretrained(tmp_path / "draft"), HFCausalLM.from_pretrained(tmp_path / "target")
+    kw = dict(prompts=[[0], [0, 4, 5], [0, 7]], max_new_tokens=12, seed=3)
+    own = decode(draft, target, "optimal", 3, 3, uniforms=True, **kw)
+    via = decode(draft, target, "optimal", 3, 3, engine="sglang", **kw)
+    assert via.tokens == own.tokens and via.metrics.block_efficiency == own.metrics.block_efficiency
+    assert via.metrics.target_tree == "cached"

@@ -234,3 +234,17 @@ def test_verifier_uniforms_conditional_law(name):
         u = torch.rand(B, 2, generator=torch.Generator().manual_seed(10 + k))
         tokens, _ = v.sample(P, Q, drafts, uniforms=u)
         _assert_law(tokens, np.maximum(laws[k], 0.0) / np.maximum(laws[k], 0.0).sum(), f"{name} given {omega}")
+
+
+def test_every_registered_verifier_has_an_explicit_uniforms_path():
+    """Every rule of the zoo takes the engines' randomness: the single-token rules ``uniforms [B, 2]`` (tested
+    above), the block rules ``[B, UNIFORM_COLUMNS]`` (tests/multistep/test_uniforms.py)."""
+    import inspect
+
+    from otlp import verifiers
+
+    block = {name for name in verifiers.NAMES if getattr(get(name), "kind", None) == "multistep"}
+    assert block == {"bv", "gbv", "optimal_block"}
+    assert set(UNIFORM_VERIFIERS) | block == set(verifiers.NAMES)
+    for name in verifiers.NAMES:
+        assert "uniforms" in inspect.signature(get(name).sample).parameters, name

@@ -59,7 +59,10 @@ def test_vllm_generators_replay():
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("stream", [True, False])
-def test_flashinfer_matches_port(seed, stream):
+@pytest.mark.parametrize("method", ["rrs", "optimal"])
+def test_flashinfer_matches_port(seed, stream, method):
+    """FlashInfer's rule bit for bit; ``"optimal"`` (one-child nodes) the same decisions and draws on dyadic rows,
+    its positions verified in place or on gathered rows as fewer requests remain (seed 0..3, 7 requests, 4 drafts)."""
     g = torch.Generator().manual_seed(seed)
     B, n, V = 7, 4, 19
     draft, target = dyadic_rows(g, (B, n), V), dyadic_rows(g, (B, n + 1), V)
@@ -68,7 +71,7 @@ def test_flashinfer_matches_port(seed, stream):
     acc0, emi0 = torch.randint(0, 5, (B,), generator=g).int(), torch.randint(0, 5, (B,), generator=g).int()
     acc, emi = acc0.clone(), emi0.clone()
     out, _, _ = flashinfer.chain_speculative_sampling(draft, ids, target, acc, emi, uniforms=u if stream else
-                                                      torch.cat([u[:, :n], u[:, n + 1:]], dim=1))
+                                                      torch.cat([u[:, :n], u[:, n + 1:]], dim=1), method=method)
     want, want_acc, want_emi = ports.flashinfer_chain(draft, ids, target, u)
     if stream:
         assert torch.equal(out, want)
@@ -195,18 +198,23 @@ def test_cuda_matches_cpu(method):
 
 
 @pytest.mark.parametrize("num", [[1, 1, 0, 1, 1], [3, 0, 2, 4, 1]])  # T <= B (every position's residual) and T > B
-def test_vllm_final_uniforms_draw_the_residual(num):
+@pytest.mark.parametrize("method", ["rrs", "optimal"])
+def test_vllm_final_uniforms_draw_the_residual(num, method):
     """``final_uniforms``: vLLM's accept decisions, the recovered token by the kernels' inverse CDF of (p - q)^+ at
-    the request's final uniform (ports._sample_cdf on vLLM's rows)."""
+    the request's final uniform (ports._sample_cdf on vLLM's rows); ``"optimal"`` (one-child positions) the same on
+    dyadic rows, requests without drafts owning none of the ragged rows."""
     g = torch.Generator().manual_seed(sum(num))
     B, V, K = len(num), 11, 4
     T = sum(num)
     target, draft = dyadic_rows(g, (T,), V), dyadic_rows(g, (T,), V)
     ids = torch.randint(0, V, (T,), generator=g)
     u, f = dyadic_uniforms(g, (T,)).double(), dyadic_uniforms(g, (B,)).double()
+    if method == "optimal":  # off the grid: vLLM accepts at p / q = u, the single-draft test u q < p does not;
+        u = u + 2.0 ** -14  # and drafts of q(x) > 0 (vLLM rejects q(x) = 0, a draft the optimal rule never sees)
+        ids = torch.where(draft.gather(1, ids[:, None])[:, 0] > 0, ids, draft.argmax(dim=1))
     bonus = torch.randint(0, V, (B, 1), generator=g)
     got = vllm.rejection_sample(ids, num, K, torch.tensor(num).cumsum(0), draft, target, bonus, uniform_probs=u,
-                                final_uniforms=f)
+                                final_uniforms=f, method=method)
     want = torch.full((B, K + 1), -1, dtype=torch.int32)
     start = 0
     for b, n in enumerate(num):

@@ -551,3 +551,31 @@ def test_a_run_that_dips_to_the_residual_threshold_after_M_fails_the_certificate
         tokens, index, done = BK.verify_rows(P, Q, W, U, n, bits=sc.bits)
         assert not first[0][0] and done[0]
     assert (tokens[0], index[0]) == (t0[0], i0[0])
+
+
+@pytest.mark.skipif(native.library() is None, reason="needs otlp's C kernels")
+@pytest.mark.parametrize("runs", [1, 3, 8, 9, 40])
+def test_the_kernels_gather_exactly_the_selected_buckets_tokens(runs: int) -> None:
+    """otlp_gather_selected tests blocks of 16 tokens against the selection's runs of buckets (up to 8 runs, with
+    AVX2) or bucket by bucket: either way the tokens of the selected buckets in token order, none else, with the
+    first and last buckets and a row length not a multiple of 16."""
+    rng = np.random.default_rng(runs)
+    B, V, n = 3, 20_011, 2
+    P, Q, W = _lm(rng, B, V, n)
+    sc = BK.scheme(BK.bits_for(V))
+    ones = np.ones(B)
+    base = BK._gather(P, Q, ones, ones, W, rng.random((B, 2)), n, sc)
+    bucket = sc.bucket_of(np.divide(Q, P))  # [B, V] each token's bucket (numpy's formula)
+    for b in range(B):  # the row's buckets that hold tokens, most of them not selected
+        assert np.array_equal(np.bincount(bucket[b], minlength=sc.NB) > 0, base.level.Pb[b] + base.level.Qb[b] > 0)
+    selected = np.zeros((B, sc.NB), dtype=bool)
+    for b in range(B):
+        held = np.flatnonzero(np.bincount(bucket[b], minlength=sc.NB))
+        starts = np.sort(rng.choice(held.size, size=min(runs, held.size), replace=False))
+        for k in starts:  # a run of 1-3 held buckets from each start (runs may touch: fewer of them)
+            selected[b, held[k:k + rng.integers(1, 4)]] = True
+    selected[0, [0, sc.NB - 1]] = True
+    got = BK._gather(P, Q, ones, ones, W, rng.random((B, 2)), n, sc, selected)
+    want = np.flatnonzero(np.take_along_axis(selected, bucket, axis=1))
+    np.testing.assert_array_equal(got.F, want)
+    np.testing.assert_array_equal(got.p, P.ravel()[want])

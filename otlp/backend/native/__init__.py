@@ -115,7 +115,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_gather_selected.argtypes = [_VOID, _VOID, _INT, _I64, _I64, _VOID, _VOID, _VOID, _VOID, _I64, _I64,
                                          _VOID, _VOID, _VOID]
     lib.otlp_gather_selected.restype = _I64
-    lib.otlp_row_stats.argtypes = [_VOID, _INT, _I64, _I64, _VOID, _VOID]
+    lib.otlp_row_stats.argtypes = [_VOID, _INT, _I64, _I64, _I64, _VOID, _VOID]
     lib.otlp_row_stats.restype = None
     lib.otlp_sort_runs.argtypes = [_VOID, _VOID, _I64, _I64, _INT, _INT] + [_VOID] * 4
     lib.otlp_sort_runs.restype = _I64
@@ -133,12 +133,11 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_pieces.restype = None
     lib.otlp_sample.argtypes = [_VOID] * 7 + [_I64, _I64, _INT, _VOID, _VOID]
     lib.otlp_sample.restype = None
-    lib.otlp_single_draft.argtypes = [_VOID, _VOID, _INT, _I64, _I64] + [_VOID] * 6
+    lib.otlp_single_draft.argtypes = [_VOID, _VOID, _INT, _I64, _I64, _I64, _I64] + [_VOID] * 6
     lib.otlp_single_draft.restype = None
-    lib.otlp_bucket_rule.argtypes = [_VOID, _VOID, _INT, _I64, _I64] + [_VOID] * 4 + [_INT, _I64, _INT, _I64, _I64,
-                                                                                   _F64, _F64, _VOID, _VOID, _F64,
-                                                                                   _I64, _INT, _INT, _VOID, _INT] + [
-        _VOID] * 3
+    lib.otlp_bucket_rule.argtypes = ([_VOID, _VOID, _INT, _I64, _I64, _I64, _I64] + [_VOID] * 4
+                                     + [_INT, _I64, _INT, _I64, _I64, _F64, _F64, _VOID, _VOID, _F64, _I64, _INT, _INT,
+                                        _VOID, _INT] + [_VOID] * 3)
     lib.otlp_bucket_rule.restype = _INT
     lib.otlp_kseq_first_stage.argtypes = [_VOID, _VOID, _INT, _I64, _I64, _INT, _INT, _INT] + [_VOID] * 5 + [
         _I64, _VOID, _VOID]
@@ -152,6 +151,20 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     return lib
 
 
+def rows_in_place(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(x, ld)`` for a kernel that reads row b of ``x [B, V]`` at ``x + b ld`` (``ld`` in entries): ``x`` itself
+    where its rows are contiguous and evenly spaced (a C-contiguous array, ``ld = V``, or a strided view such as one
+    position ``t[:, j]`` of an engine's ``[B, n + 1, V]`` tensor, ``ld = (n + 1) V``: no copy), else a C-contiguous
+    copy and ``ld = V``."""
+    B, V = x.shape
+    size = x.itemsize
+    if x.flags.c_contiguous:
+        return x, V
+    if B > 0 and (V <= 1 or x.strides[1] == size) and x.strides[0] % size == 0 and x.strides[0] >= V * size:
+        return x, x.strides[0] // size
+    return np.ascontiguousarray(x), V
+
+
 def row_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """``(total, low)``, each ``float64 [B]``: the float64 sum and the least entry of each row of ``x [B, V]``
     (float32 or float64) in one pass of ``otlp_row_stats``; None where the kernels are not built or ``x`` is of
@@ -159,9 +172,9 @@ def row_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     lib = library()
     if lib is None or x.ndim != 2 or x.dtype not in (np.float32, np.float64):
         return None
-    x = np.ascontiguousarray(x)
+    x, ld = rows_in_place(x)
     total, low = np.empty(x.shape[0]), np.empty(x.shape[0])
-    lib.otlp_row_stats(x.ctypes.data, int(x.dtype == np.float64), x.shape[0], x.shape[1], total.ctypes.data,
+    lib.otlp_row_stats(x.ctypes.data, int(x.dtype == np.float64), x.shape[0], x.shape[1], ld, total.ctypes.data,
                        low.ctypes.data)
     return total, low
 
@@ -344,13 +357,13 @@ def single_draft(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndar
     if lib is None or p.dtype != q.dtype or p.dtype not in (np.float32, np.float64) or p.ndim != 2:
         return None
     B, V = p.shape
-    p, q = np.ascontiguousarray(p), np.ascontiguousarray(q)
+    (p, ldp), (q, ldq) = rows_in_place(p), rows_in_place(q)
     floats = [np.ascontiguousarray(x, dtype=np.float64) for x in (inv_p, inv_q)]
     w = np.ascontiguousarray(w[:, 0], dtype=np.int64)
     u = np.ascontiguousarray(u[:, :2], dtype=np.float64)
     tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
-    lib.otlp_single_draft(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), B, V, *(x.ctypes.data for x in (
-        *floats, w, u, tokens, index)))
+    lib.otlp_single_draft(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), B, V, ldp, ldq,
+                          *(x.ctypes.data for x in (*floats, w, u, tokens, index)))
     return tokens, index
 
 
@@ -376,7 +389,7 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
     if lib is None or not 1 <= n <= SLOT_MASS_MAX_N or p.dtype != q.dtype or p.dtype not in (np.float32, np.float64):
         return None
     B, V = p.shape
-    p, q = np.ascontiguousarray(p), np.ascontiguousarray(q)
+    (p, ldp), (q, ldq) = rows_in_place(p), rows_in_place(q)
     floats = [np.ascontiguousarray(x, dtype=np.float64) for x in (inv_p, inv_q)]
     w = np.ascontiguousarray(w, dtype=np.int64)
     u = np.ascontiguousarray(u[:, :2], dtype=np.float64)
@@ -384,7 +397,7 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
     if forced is not None:
         forced = np.ascontiguousarray(forced, dtype=bool).view(np.uint8)
     tokens, index, status = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int8)
-    used = lib.otlp_bucket_rule(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), B, V,
+    used = lib.otlp_bucket_rule(p.ctypes.data, q.ctypes.data, int(p.dtype == np.float64), B, V, ldp, ldq,
                             *(x.ctypes.data for x in (*floats, w, u)), n, steps, bits, top, NB, below, above,
                             LO.ctypes.data, HI.ctypes.data, margin, share, attempts, int(bool(bound)),
                             None if forced is None else forced.ctypes.data, max(int(threads), 1), tokens.ctypes.data,

@@ -325,10 +325,10 @@ static int64_t column_of(const struct work *W, int64_t T, int64_t x) {
 }
 
 /* Step 4's gather with the partial buckets (W->part and not W->sel: the drafts' buckets, not sorted): the tokens of
- * the selected and the partial buckets (otlp_gather_selected: a branch-free pass), then, in one pass over those, the
- * partial buckets' tokens other than the drafts only added into the sums of their sub-runs (W->parts; a token t lies
- * after a draw d in the ratio order where key_d > key_t, or key_d = key_t and d < t) and the rest kept in W->F, Pg,
- * Qg in token order. Returns their number T. */
+ * the selected and the partial buckets (otlp_gather_selected: a branch-free pass), then the partial buckets' tokens
+ * other than the drafts only added into the sums of their sub-runs (W->parts; a token t lies after a draw d in the
+ * ratio order where key_d > key_t, or key_d = key_t and d < t) and the rest kept in W->F, Pg, Qg in token order.
+ * Returns their number T. */
 static int64_t row_gather(struct work *W, int64_t NB, const void *p, const void *q, int is_double, int64_t V,
                           const double *ip, const double *iq, const int64_t *w, int n) {
     uint8_t *code = W->code; /* 0 skipped, 1 selected, 2 + i partial (parts[i]) */
@@ -364,31 +364,42 @@ static int64_t row_gather(struct work *W, int64_t NB, const void *p, const void 
     for (int64_t k = 0; k < NB; k++) W->gather[k] = code[k] != 0;
     const int64_t all = otlp_gather_selected(p, q, is_double, 1, V, ip, iq, W->bucket, W->gather, NB, V, W->F, W->Pg,
                                              W->Qg);
-    parts[np].m = 0; /* a selected bucket's tokens go through an empty part (no branch on the token's kind) */
-    parts[np].p[0] = parts[np].q[0] = 0.0;
-    parts[np].cnt[0] = 0;
     for (int64_t t = 0; t < all; t++) { /* (vectorised) */
         const double r = W->Qg[t] / W->Pg[t];
         W->key[t] = r == r ? r : -1.0;
     }
-    int64_t T = 0;
+    /* without a branch on a token's kind (selected and partial tokens interleave at random): the kept tokens (a
+     * selected bucket's, or a draft) flagged (W->order) and the partial buckets' others listed (W->tmp); those added
+     * into their sub-runs in token order, each part's drafts padded to the most any part holds with entries before
+     * no token (key -inf, id -1); then the kept ones compacted in token order */
+    int64_t L = 0, MM = 0, *list = W->tmp, *kept = W->order;
     for (int64_t t = 0; t < all; t++) {
         const int64_t x = W->F[t];
-        const unsigned c = code[W->bucket[x]];
-        const double P = W->Pg[t], Q = W->Qg[t], key = W->key[t];
-        struct part *D = parts + (c >= 2 ? c - 2 : (unsigned)np);
-        int64_t v = 0, keep = c == 1;
-        for (int64_t a = 0; a < D->m; a++) {
-            keep |= D->id[a] == x;
-            v += D->key[a] > key || (D->key[a] == key && D->id[a] < x);
-        }
-        D->p[v] += keep ? 0.0 : P; /* (x + 0 is x: the sums as if the kept tokens were skipped) */
-        D->q[v] += keep ? 0.0 : Q;
-        D->cnt[v] += !keep;
-        W->F[T] = x;
-        W->Pg[T] = P;
-        W->Qg[T] = Q;
-        T += keep;
+        int64_t keep = code[W->bucket[x]] == 1;
+        for (int j = 0; j < n; j++) keep |= w[j] == x;
+        kept[t] = keep;
+        list[L] = t;
+        L += !keep;
+    }
+    for (int i = 0; i < np; i++) MM = parts[i].m > MM ? parts[i].m : MM;
+    for (int i = 0; i < np; i++)
+        for (int64_t a = parts[i].m; a < MM; a++) parts[i].id[a] = -1, parts[i].key[a] = -INFINITY;
+    for (int64_t l = 0; l < L; l++) {
+        const int64_t t = list[l], x = W->F[t];
+        struct part *D = parts + code[W->bucket[x]] - 2;
+        const double key = W->key[t];
+        int64_t v = 0;
+        for (int64_t a = 0; a < MM; a++) v += D->key[a] > key || (D->key[a] == key && D->id[a] < x);
+        D->p[v] += W->Pg[t];
+        D->q[v] += W->Qg[t];
+        D->cnt[v]++;
+    }
+    int64_t T = 0;
+    for (int64_t t = 0; t < all; t++) {
+        W->F[T] = W->F[t];
+        W->Pg[T] = W->Pg[t];
+        W->Qg[T] = W->Qg[t];
+        T += kept[t];
     }
     return T;
 }
@@ -773,7 +784,7 @@ static int row_rule(struct work *W, const struct scheme *S, int bound, int64_t T
 struct call {
     const void *p, *q;
     int is_double, n, attempts, bound;
-    int64_t V, steps, share;
+    int64_t V, ldp, ldq, steps, share; /* ldp, ldq: entries from one row of p, q to the next */
     const double *inv_p, *inv_q, *u;
     const int64_t *w;
     const uint8_t *forced;
@@ -791,7 +802,8 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
     const int64_t V = C->V, NB = C->S.NB;
     const int n = C->n, attempts = C->attempts, is_double = C->is_double;
     const size_t size = is_double ? sizeof(double) : sizeof(float);
-    const char *pb = (const char *)C->p + (size_t)(b * V) * size, *qb = (const char *)C->q + (size_t)(b * V) * size;
+    const char *pb = (const char *)C->p + (size_t)(b * C->ldp) * size,
+               *qb = (const char *)C->q + (size_t)(b * C->ldq) * size;
     int64_t wb[MAX_N]; /* the row's drafts, ids outside [0, V) (unchecked input) clamped into it: sampler.guard */
     for (int j = 0; j < n; j++) wb[j] = C->w[b * n + j] < 0 ? 0 : C->w[b * n + j] < V ? C->w[b * n + j] : V - 1;
     const double *ub = C->u + 2 * b;
@@ -838,11 +850,11 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
 
 #define MAX_THREADS 64
 
-/* The default tuple rule and its draw on rows p, q [B, V] (float32, or float64 when is_double) normalised by inv_p,
- * inv_q [B], drafts w [B, n] and uniforms u [B, 2], as buckets.verify_rows: tokens, index [B] and status [B], the
- * attempt that certified the row (1 .. attempts), or 0 for a row whose compressed instance would hold more than 1 /
- * share of its tokens (not tried, where one thread takes the rows; below), or -attempts (neither needs the full
- * sort). forced [B, NB] (or NULL): the
+/* The default tuple rule and its draw on rows p, q [B, V] (float32, or float64 when is_double; row b at p + b ldp
+ * and q + b ldq, ldp = ldq = V for contiguous rows) normalised by inv_p, inv_q [B], drafts w [B, n] and uniforms
+ * u [B, 2], as buckets.verify_rows: tokens, index [B] and status [B], the attempt that certified the row
+ * (1 .. attempts), or 0 for a row whose compressed instance would hold more than 1 / share of its tokens (not tried,
+ * where one thread takes the rows; below), or -attempts (neither needs the full sort). forced [B, NB] (or NULL): the
  * selection of the first attempt, instead of step 3's. The scheme: bits, top (buckets._top), NB, below, above and LO,
  * HI [NB] (buckets.Scheme; a run's key is not needed: step 4 places it by its bucket); margin:
  * buckets.BOUND_MARGIN; steps: the Newton steps of the chain's roots.
@@ -856,17 +868,18 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
  * cost 1.07-1.24x the caller's full sort of a row of a close draft, but runs on the team, where the caller's chunks
  * run on threads of their own). Built without OpenMP, the rows run one after the other here. Returns the number of
  * threads that took part, or -1 where work arrays could not be allocated. */
-int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
-                     const double *inv_q, const int64_t *w, const double *u, int n, int64_t steps, int bits,
-                     int64_t top, int64_t NB, double below, double above, const double *LO, const double *HI,
-                     double margin, int64_t share, int attempts, int bound, const uint8_t *forced, int threads,
+int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int64_t V, int64_t ldp, int64_t ldq,
+                     const double *inv_p, const double *inv_q, const int64_t *w, const double *u, int n,
+                     int64_t steps, int bits, int64_t top, int64_t NB, double below, double above, const double *LO,
+                     const double *HI, double margin, int64_t share, int attempts, int bound, const uint8_t *forced,
+                     int threads,
                      int64_t *tokens, int64_t *index, int8_t *status) {
     int team = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads, used = 1;
     team = B < team ? (int)(B > 1 ? B : 1) : team;
 #ifndef _OPENMP
     team = 1;
 #endif
-    struct call C = {p, q, is_double, n, attempts, bound, V, steps, share, inv_p, inv_q, u, w, forced,
+    struct call C = {p, q, is_double, n, attempts, bound, V, ldp, ldq, steps, share, inv_p, inv_q, u, w, forced,
                      {bits, top, NB, below, above, margin, LO, HI}, tokens, index, status, B, team > 1, 0, 0};
 #ifdef _OPENMP
 #pragma omp parallel if (team > 1) num_threads(team)

@@ -567,13 +567,14 @@ void otlp_sample(const double *accept, const double *reject, const int64_t *w, c
  * (xp.inverse_cdf: its running sum from the left, the first index above u_1 times the total, clamped to the first
  * that reaches the total). Only a rejected row is read whole, twice. The numpy route's operations, so the same
  * tokens. Writes tokens [B] and index [B] (0, or -1 for the residual). A draft id outside [0, V) (unchecked input)
- * is clamped into it, as sampler.guard does, one compare per row. */
-void otlp_single_draft(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
-                       const double *inv_q, const int64_t *w, const double *u, int64_t *tokens, int64_t *index) {
+ * is clamped into it, as sampler.guard does, one compare per row. Row b of p (q) starts at p + b ldp (q + b ldq):
+ * ldp = ldq = V for contiguous rows, more for rows of a larger tensor (no copy of a strided view). */
+void otlp_single_draft(const void *p, const void *q, int is_double, int64_t B, int64_t V, int64_t ldp, int64_t ldq,
+                       const double *inv_p, const double *inv_q, const int64_t *w, const double *u, int64_t *tokens, int64_t *index) {
     for (int64_t b = 0; b < B; b++) {
         const double ip = inv_p[b], iq = inv_q[b];
-        const float *pf = (const float *)p + b * V, *qf = (const float *)q + b * V;
-        const double *pd = (const double *)p + b * V, *qd = (const double *)q + b * V;
+        const float *pf = (const float *)p + b * ldp, *qf = (const float *)q + b * ldq;
+        const double *pd = (const double *)p + b * ldp, *qd = (const double *)q + b * ldq;
 #define P_AT(i) ((is_double ? pd[i] : (double)pf[i]) * ip)
 #define Q_AT(i) ((is_double ? qd[i] : (double)qf[i]) * iq)
         const int64_t x = w[b] < 0 ? 0 : w[b] < V ? w[b] : V - 1; /* an id out of range read as the nearest */

@@ -88,11 +88,6 @@ def test_the_lp_ir_is_on_the_ground_floor():
     graph = _graph(lazy=True)
     assert graph["otlp.lp.ir"] <= {"otlp.core", "otlp.core.errors"}
     assert "otlp.lp.formulations" not in graph["otlp.lp.solution"] and "otlp.lp.ir" in graph["otlp.lp.solution"]
-    from otlp.lp.formulations.model import FlowNetwork, LinearModel  # the old import path still works
-    from otlp.lp.ir import FlowNetwork as F2
-    from otlp.lp.ir import LinearModel as L2
-
-    assert (FlowNetwork, LinearModel) == (F2, L2)
 
 
 def test_the_core_install_imports_without_optional_packages():

@@ -12,8 +12,8 @@ Neither knows any solver. Sizes are known before building (:class:`ModelSize`), 
 memory is refused before allocation.
 
 This module is on the ground floor of the package (it imports only numpy, scipy and otlp.core.errors), so that
-``otlp.lp.solution``, every backend in ``otlp.lp.solvers`` and the formulations can all import it without importing each
-other. ``otlp.lp.formulations.model`` re-exports it for older imports.
+``otlp.lp.solution``, every backend in ``otlp.lp.solvers`` and the formulations can all import it without importing
+each other.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from otlp.lp.formulations.model import FlowNetwork
+from otlp.lp.ir import FlowNetwork
 from otlp.lp.solution import Solution
 from tests.lp.formulations.lp_instances import zoo_min
 

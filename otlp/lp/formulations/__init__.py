@@ -1,7 +1,7 @@
 """otlp.lp.formulations: the OTLP family as declarative model objects (SPEC.md, "Formulations").
 
 Each formulation knows its ``size()`` before building, ``build()`` s one IR (``LinearModel``, ``FlowNetwork`` or
-``TransportProblem``, see :mod:`otlp.lp.formulations.model`) and ``solve(backend=...)`` s it with a backend from
+``TransportProblem``, see :mod:`otlp.lp.ir`) and ``solve(backend=...)`` s it with a backend from
 :mod:`otlp.lp.solvers`.
 
 Names are resolved lazily (PEP 562): importing this package imports no formulation module, and a module that
@@ -24,10 +24,10 @@ _MODULES: dict[str, str] = {
     "SkewedDraftLP": "otlp.lp.formulations.skewed_draft",
     "PathAwareOTLP": "otlp.lp.formulations.path_aware",
     "Formulation": "otlp.lp.formulations.base",
-    "LinearModel": "otlp.lp.formulations.model",
-    "FlowNetwork": "otlp.lp.formulations.model",
-    "TransportProblem": "otlp.lp.formulations.model",
-    "ModelSize": "otlp.lp.formulations.model",
+    "LinearModel": "otlp.lp.ir",
+    "FlowNetwork": "otlp.lp.ir",
+    "TransportProblem": "otlp.lp.ir",
+    "ModelSize": "otlp.lp.ir",
 }
 
 __all__ = list(_MODULES)

@@ -36,7 +36,7 @@ import numpy as np
 
 from otlp.core.errors import InputError
 from otlp.lp.formulations.base import Formulation
-from otlp.lp.formulations.model import LinearModel, ModelSize
+from otlp.lp.ir import LinearModel, ModelSize
 from otlp.multistep.armodel import ARModel, depth_offsets, node_last_tokens, node_parents, num_nodes
 from otlp.multistep.efficiency import _check_pair, check_K
 

@@ -42,7 +42,7 @@ def capabilities(name: str) -> frozenset[str]:
 
 def solve(model: object, backend: str = "highs", **options: object):  # -> Solution
     """Solve one IR object with ``backend``. Networks are converted to LPs for LP-only backends."""
-    from otlp.lp.formulations.model import FlowNetwork, LinearModel
+    from otlp.lp.ir import FlowNetwork, LinearModel
 
     module = backend_module(backend)
     caps = set(module.CAPABILITIES)

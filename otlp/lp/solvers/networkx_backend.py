@@ -1,6 +1,6 @@
 """NetworkX max flow: float capacities (or exact rationals), the reference route for small networks.
 
-A :class:`~otlp.lp.formulations.model.FlowNetwork` becomes a ``networkx.DiGraph`` (an arc with infinite capacity gets
+A :class:`~otlp.lp.ir.FlowNetwork` becomes a ``networkx.DiGraph`` (an arc with infinite capacity gets
 no ``capacity`` attribute, which networkx reads as infinite; a parallel arc goes through a fresh middle node, since a
 DiGraph holds one arc per ordered pair). The flow algorithm returns its residual network ``R``; the flow on each arc
 and a minimum cut (the nodes reachable from s through arcs with residual capacity above ``cut_tol``) are read from
@@ -19,7 +19,7 @@ from fractions import Fraction
 import numpy as np
 
 from otlp.core.errors import InputError, MissingDependencyError
-from otlp.lp.formulations.model import FlowNetwork
+from otlp.lp.ir import FlowNetwork
 from otlp.lp.solution import Solution
 
 CAPABILITIES = frozenset({"network"})

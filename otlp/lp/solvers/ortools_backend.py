@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from otlp.core.errors import InputError, MissingDependencyError
-from otlp.lp.formulations.model import FlowNetwork
+from otlp.lp.ir import FlowNetwork
 from otlp.lp.solution import Solution
 from otlp.lp.solvers.networkx_backend import check_network
 

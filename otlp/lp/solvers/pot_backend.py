@@ -1,4 +1,4 @@
-"""POT's exact network simplex (``ot.emd``) on a :class:`~otlp.lp.formulations.model.TransportProblem`.
+"""POT's exact network simplex (``ot.emd``) on a :class:`~otlp.lp.ir.TransportProblem`.
 
 ``min_C <cost, C>`` over couplings of ``a [V]`` and ``b [M]``; the formulation's value is
 ``value_offset + value_scale * <cost, C*>`` (FullOTLP: ``1 - min E[1(i not in set(omega))] = alpha*``, SpecTr eq. (1),
@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 
 from otlp.core.errors import InputError, MissingDependencyError
-from otlp.lp.formulations.model import MEMORY_LIMIT_BYTES, LinearModel, ModelSize, TransportProblem
+from otlp.lp.ir import MEMORY_LIMIT_BYTES, LinearModel, ModelSize, TransportProblem
 from otlp.lp.solution import Solution
 
 CAPABILITIES = frozenset({"transport"})

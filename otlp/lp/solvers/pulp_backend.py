@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from otlp.core.errors import InputError, MissingDependencyError
-from otlp.lp.formulations.model import LinearModel
+from otlp.lp.ir import LinearModel
 from otlp.lp.solution import Solution
 
 CAPABILITIES = frozenset({"linear"})

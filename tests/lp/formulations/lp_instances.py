@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 import otlp
-from otlp.lp.formulations.model import LinearModel
+from otlp.lp.ir import LinearModel
 
 SCHEMES = ("iid", "independent", "without_replacement", "greedy", "spechub", "joint")
 

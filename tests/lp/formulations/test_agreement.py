@@ -18,7 +18,7 @@ import pytest
 from otlp.core.errors import InputError
 from otlp.core.subsets import brute_force_min_psi
 from otlp.lp.formulations import BetaProgram, FullOTLP, RelaxedOTLP
-from otlp.lp.formulations.model import FlowNetwork, LinearModel
+from otlp.lp.ir import FlowNetwork, LinearModel
 from otlp.lp.solvers import BACKENDS
 from tests.lp.formulations.lp_instances import instances
 

@@ -9,7 +9,7 @@ import pytest
 from scipy.optimize import linprog
 
 from otlp.core.errors import InputError, MissingDependencyError
-from otlp.lp.formulations.model import LinearModel
+from otlp.lp.ir import LinearModel
 from otlp.lp.solvers import solve
 from tests.lp.formulations.lp_instances import ZOO_MAX_VALUE, infeasible_model, unbounded_model, zoo_max, zoo_min
 

@@ -6,7 +6,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
-from otlp.lp.formulations.model import FlowNetwork
+from otlp.lp.ir import FlowNetwork
 
 
 def random_network(rng: np.random.Generator, num_nodes: int = 8, num_arcs: int = 20, max_cap: int = 9,

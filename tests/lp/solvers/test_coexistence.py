@@ -32,7 +32,7 @@ h.run()
 assert abs(-h.getInfo().objective_function_value - 2.8) < 1e-9
 
 # ortools max flow through otlp's backend, and ortools' own bundled HiGHS-free LP (GLOP)
-from otlp.lp.formulations.model import FlowNetwork
+from otlp.lp.ir import FlowNetwork
 from otlp.lp.solvers import solve
 net = FlowNetwork("n", 3, np.array([0, 1]), np.array([1, 2]), np.array([0.75, 0.5]), 0, 2,
                   arc_blocks={"f": slice(0, 2)})

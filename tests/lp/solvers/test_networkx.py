@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from otlp.core.errors import InputError
-from otlp.lp.formulations.model import FlowNetwork
+from otlp.lp.ir import FlowNetwork
 from otlp.lp.solvers import solve
 from otlp.lp.solvers.networkx_backend import FLOW_FUNCS
 from tests.lp.solvers.network_cases import random_network, scipy_max_flow

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from otlp.core.errors import InputError
-from otlp.lp.formulations.model import FlowNetwork
+from otlp.lp.ir import FlowNetwork
 from otlp.lp.solvers import solve
 from otlp.lp.solvers.ortools_backend import default_scale, scale_capacities
 from tests.lp.solvers.network_cases import random_network, scipy_max_flow

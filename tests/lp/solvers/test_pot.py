@@ -8,7 +8,7 @@ from scipy.optimize import linprog
 
 from otlp.core.errors import InputError
 from otlp.core.subsets import brute_force_min_psi
-from otlp.lp.formulations.model import TransportProblem
+from otlp.lp.ir import TransportProblem
 from otlp.lp.solvers import solve
 from tests.lp.formulations.instances import random_instances
 

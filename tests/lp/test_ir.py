@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from otlp.core.errors import InputError, ModelTooLargeError
-from otlp.lp.formulations.model import FlowNetwork, LinearModel, ModelSize
 from otlp.lp.formulations.network_lp import network_to_linear
+from otlp.lp.ir import FlowNetwork, LinearModel, ModelSize
 from otlp.lp.solvers import solve
 
 

@@ -115,3 +115,22 @@ def small_instances(rng, n: int, per_family: int, max_tuples: int = 4096):
             while V**n > max_tuples:
                 V -= 1
             yield family, *draw(family, rng, V, n)
+
+
+def slot_law(P1, Q1, n: int, omegas, probs, slots):  # noqa: ANN001, ANN201
+    """``(law [V], acceptance, alpha*)`` of a rule that, on each drafted tuple ``omegas [T, n]`` (probabilities
+    ``probs [T]``), accepts draft k with ``slots[:, k]`` and otherwise (``slots[:, n]``) draws the class-chain
+    rule's residual, built by the reference from the one pair ``P1, Q1 [1, V]``."""
+    from otlp.optimal import chains as C
+
+    V = P1.shape[1]
+    ch = C.build(P1, Q1, n, newton_steps=None)
+    residual = np.zeros(V)
+    residual[ch.pre.order[0]] = ch.residual[0]
+    alpha = float(ch.pre.alpha[0])
+    residual = residual / (1.0 - alpha) if alpha < 1.0 - 1e-15 else residual * 0.0
+    law = np.zeros(V)
+    for k in range(n):
+        np.add.at(law, omegas[:, k], probs * slots[:, k])
+    law += probs @ slots[:, n] * residual
+    return law, float(probs @ slots[:, :n].sum(1)), alpha

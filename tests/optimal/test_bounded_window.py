@@ -26,7 +26,7 @@ from otlp.backend import native
 from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
 
-from .instances import draw
+from .instances import draw, slot_law
 
 torch = pytest.importorskip("torch")
 
@@ -90,16 +90,7 @@ def test_law_and_acceptance_by_enumeration(family: str, V: int, n: int) -> None:
     T = omegas.shape[0]
     P, Q = np.tile(np.asarray(p, dtype=np.float64), (T, 1)), np.tile(np.asarray(q, dtype=np.float64), (T, 1))
     slots, _ = _slot_probabilities(P, Q, omegas.astype(np.int64), n, BK.scheme(0))
-    ch = C.build(P[:1], Q[:1], n, newton_steps=None)
-    residual = np.zeros(V)
-    residual[ch.pre.order[0]] = ch.residual[0]
-    alpha = float(ch.pre.alpha[0])
-    residual = residual / (1.0 - alpha) if alpha < 1.0 - 1e-15 else residual * 0.0
-    law = np.zeros(V)
-    for k in range(n):
-        np.add.at(law, omegas[:, k], probs * slots[:, k])
-    law += probs @ slots[:, n] * residual
-    acceptance = float(probs @ slots[:, :n].sum(1))
+    law, acceptance, alpha = slot_law(P[:1], Q[:1], n, omegas, probs, slots)
     assert np.abs(law - p).sum() < TOL, f"law off by {np.abs(law - p).sum():.3g} in L1"
     assert abs(acceptance - alpha) < TOL, f"acceptance {acceptance} vs alpha* {alpha}"
 

@@ -24,7 +24,7 @@ import otlp
 from otlp.optimal import chains as C
 from otlp.optimal import sortfree as SF
 
-from .instances import draw
+from .instances import draw, slot_law
 
 torch = pytest.importorskip("torch")
 
@@ -82,16 +82,7 @@ def test_law_and_acceptance_by_enumeration(family: str, V: int, n: int, cell: in
     omegas, probs = otlp.IID(q, n).support()
     P, Q, w = _rows(p, q, omegas)
     slots = _slot_probabilities(P, Q, w, cell, rounds=0)  # [T, n + 1]
-    ch = C.build(P[:1].numpy(), Q[:1].numpy(), n, newton_steps=None)
-    residual = np.zeros(V)
-    residual[ch.pre.order[0]] = ch.residual[0]
-    alpha = float(ch.pre.alpha[0])
-    residual = residual / (1.0 - alpha) if alpha < 1.0 - 1e-15 else residual * 0.0
-    law = np.zeros(V)
-    for k in range(n):
-        np.add.at(law, omegas[:, k], probs * slots[:, k])
-    law += probs @ slots[:, n] * residual
-    acceptance = float(probs @ slots[:, :n].sum(1))
+    law, acceptance, alpha = slot_law(P[:1].numpy(), Q[:1].numpy(), n, omegas, probs, slots)
     assert np.abs(law - p).sum() < TOL, f"law off by {np.abs(law - p).sum():.3g} in L1"
     assert abs(acceptance - alpha) < TOL, f"acceptance {acceptance} vs alpha* {alpha}"
 

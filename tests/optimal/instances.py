@@ -134,3 +134,31 @@ def slot_law(P1, Q1, n: int, omegas, probs, slots):  # noqa: ANN001, ANN201
         np.add.at(law, omegas[:, k], probs * slots[:, k])
     law += probs @ slots[:, n] * residual
     return law, float(probs @ slots[:, :n].sum(1)), alpha
+
+
+def lm_rows(B: int, V: int, seed: int, draft: str, draws: int, dtype=None):  # noqa: ANN001, ANN201
+    """LM-like torch rows ``p, q [B, V]``, ``drafts [B, draws]`` from q and uniforms ``[B, 2]`` (float64): p =
+    softmax(3 z); q loose (``draft`` "loose": 3 z' + 0.5 log p, 1 - TV ~ 0.1), close (a number sigma: log p + sigma
+    z'), or tied ("ties": a close draft with p and q rounded to multiples of 1/64 of their maxima: runs of equal
+    ratios and of equal psi steps). Cast to ``dtype`` (default float32); float64 rows renormalised (float32 rows sum
+    to 1 within 1e-7 only)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(torch.randn(B, V, generator=g) * 3, 1)
+    if draft == "loose":
+        q = torch.softmax(torch.randn(B, V, generator=g) * 3 + 0.5 * torch.log(p), 1)
+    elif draft == "ties":
+        q = torch.softmax(torch.log(p) + torch.randn(B, V, generator=g), 1)
+        p = (p / p.amax(1, keepdim=True) * 64).round() + 1
+        q = (q / q.amax(1, keepdim=True) * 64).round() + (torch.rand(B, V, generator=g) < 0.5)
+        p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
+    else:
+        q = torch.softmax(torch.log(p) + float(draft) * torch.randn(B, V, generator=g), 1)
+    drafts = torch.multinomial(q, draws, replacement=True, generator=g)
+    u = torch.rand(B, 2, generator=g, dtype=torch.float64)
+    dtype = torch.float32 if dtype is None else dtype
+    p, q = p.to(dtype), q.to(dtype)
+    if dtype == torch.float64:
+        p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
+    return p, q, drafts, u

@@ -26,7 +26,7 @@ from otlp.backend import native
 from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
 
-from .instances import draw, slot_law
+from .instances import draw, lm_rows, slot_law
 
 torch = pytest.importorskip("torch")
 
@@ -113,30 +113,10 @@ def test_enumeration_rows_take_the_bounds(monkeypatch: pytest.MonkeyPatch) -> No
     assert gained > 0
 
 
-def _lm(B: int, V: int, seed: int, draft: str, n: int, dtype):  # noqa: ANN001, ANN202
-    """LM-like rows as torch tensors: p = softmax(3 z); q loose (3 z' + 0.5 log p, 1 - TV ~ 0.1), close (log p +
-    sigma z'), or tied (p and q rounded to multiples of 1/64 of their maxima: runs of equal ratios); drafts from q;
-    uniforms."""
-    g = torch.Generator().manual_seed(seed)
-    p = torch.softmax(torch.randn(B, V, generator=g) * 3, 1)
-    if draft == "loose":
-        q = torch.softmax(torch.randn(B, V, generator=g) * 3 + 0.5 * torch.log(p), 1)
-    elif draft == "ties":
-        q = torch.softmax(torch.log(p) + torch.randn(B, V, generator=g), 1)
-        p = (p / p.amax(1, keepdim=True) * 64).round() + 1
-        q = (q / q.amax(1, keepdim=True) * 64).round() + (torch.rand(B, V, generator=g) < 0.5)
-        p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
-    else:
-        q = torch.softmax(torch.log(p) + float(draft) * torch.randn(B, V, generator=g), 1)
-    drafts = torch.multinomial(q, n, replacement=True, generator=g)
-    u = torch.rand(B, 2, generator=g, dtype=torch.float64)
-    return p.to(dtype), q.to(dtype), drafts, u
-
-
 def _agree(B: int, V: int, draft: str, n: int, dtype, seed: int, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN001
     """The sampler with and without the bounds on the same rows and uniforms: same tokens and slots. Returns how
     many rows the bounds certified at once, and how many the route without them did."""
-    p, q, drafts, u = _lm(B, V, seed, draft, n, dtype)
+    p, q, drafts, u = lm_rows(B, V, seed, draft, n, dtype)
     monkeypatch.setattr(BK, "BOUND", True)
     got = verify(p, q, drafts, u)
     monkeypatch.setattr(BK, "BOUND", False)

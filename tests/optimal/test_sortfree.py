@@ -24,7 +24,7 @@ import otlp
 from otlp.optimal import chains as C
 from otlp.optimal import sortfree as SF
 
-from .instances import draw, slot_law
+from .instances import draw, lm_rows, slot_law
 
 torch = pytest.importorskip("torch")
 
@@ -112,29 +112,6 @@ def test_certified_slots_are_the_exact_rules(family: str, V: int, n: int) -> Non
             assert (got[certified] == exact[certified]).all(), (rounds, col)
 
 
-def _lm(B: int, V: int, seed: int, draft: str, dtype=torch.float32):  # noqa: ANN001, ANN202
-    """LM-like rows: p = softmax(3 z); q loose (3 z' + 0.5 log p, 1 - TV ~ 0.1), close (log p + sigma z'), or tied
-    (p and q rounded to multiples of 2^-16 of their maxima: runs of equal ratios and of equal psi steps)."""
-    g = torch.Generator().manual_seed(seed)
-    p = torch.softmax(torch.randn(B, V, generator=g) * 3, 1)
-    if draft == "loose":
-        q = torch.softmax(torch.randn(B, V, generator=g) * 3 + 0.5 * torch.log(p), 1)
-    elif draft == "ties":
-        q = torch.softmax(torch.log(p) + torch.randn(B, V, generator=g), 1)
-        p = (p / p.amax(1, keepdim=True) * 64).round() + 1
-        q = (q / q.amax(1, keepdim=True) * 64).round() + (torch.rand(B, V, generator=g) < 0.5)
-        p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
-    else:
-        q = torch.softmax(torch.log(p) + float(draft) * torch.randn(B, V, generator=g), 1)
-    n_max = 8
-    drafts = torch.multinomial(q, n_max, replacement=True, generator=g)
-    u = torch.rand(B, 2, generator=g, dtype=torch.float64)
-    p, q = p.to(dtype), q.to(dtype)
-    if dtype == torch.float64:  # float32 rows sum to 1 within 1e-7 only: float64 rows within float64's rounding
-        p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
-    return p, q, drafts, u
-
-
 #: rows per (draft, dtype, n) at V = 32k: 4 drafts (loose, sigma 1, sigma 0.5, ties) x 3 dtypes x 3 n x 8 = 288 rows
 ROWS_32K = 8
 
@@ -146,7 +123,7 @@ def test_same_tokens_as_the_optimal_sampler_at_32k(draft: str, dtype) -> None:  
     rows the certificate leaves take the fallback, here called on those rows only)."""
     rates = []
     for n in (2, 4, 8):
-        p, q, drafts, u = _lm(ROWS_32K, 32_000, 100 * n + len(draft), draft, dtype)
+        p, q, drafts, u = lm_rows(ROWS_32K, 32_000, 100 * n + len(draft), draft, 8, dtype)
         drafts = drafts[:, :n]
         want = get("optimal").sample(p, q, drafts, None, uniforms=u)
         from otlp.optimal.sampler import _normalised
@@ -170,7 +147,7 @@ def test_same_tokens_as_the_device_route(draft: str) -> None:
     from otlp.optimal.sampler import verify
 
     for n in (2, 4, 8):
-        p, q, drafts, u = _lm(8, 2000, n, draft)
+        p, q, drafts, u = lm_rows(8, 2000, n, draft, 8)
         want = verify(p, q, drafts[:, :n], u, backend="torch")
         got = SF.verify(p, q, drafts[:, :n], u)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (n, draft)
@@ -194,7 +171,7 @@ def test_cell_bounds_hold_on_lm_rows() -> None:
     count = 0
     for draft in ("loose", "1", "0.5", "ties"):
         for n in (2, 4, 8):
-            p, q, drafts, _ = _lm(4, 4000, n, draft, torch.float64)
+            p, q, drafts, _ = lm_rows(4, 4000, n, draft, 8, torch.float64)
             count += _bounded_cells_hold_their_exact_hazards(p, q, drafts[:, :n], 16)
     assert count > 1000  # the test reached bounded cells
 
@@ -209,7 +186,7 @@ def test_cell_bounds_hold_on_the_instance_families() -> None:
 
 @pytest.mark.parametrize("fallback_rows", [None, 2])
 def test_never_synchronises(fallback_rows: int | None) -> None:
-    p, q, drafts, u = _lm(6, 500, 3, "1")
+    p, q, drafts, u = lm_rows(6, 500, 3, "1", 8)
     with _Recorder() as rec:
         SF.verify(p, q, drafts[:, :4], u, fallback_rows=fallback_rows)
     assert not rec.ops & set(SYNC_OPS), sorted(rec.ops & set(SYNC_OPS))
@@ -218,7 +195,7 @@ def test_never_synchronises(fallback_rows: int | None) -> None:
 def test_fallback_capacity_and_rounds_are_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the certificate made to fail (a margin no decision clears), every row takes the fallback: all of them on
     the full route (the exact tokens), F of them when gathered (the rest counted as overflow)."""
-    p, q, drafts, u = _lm(6, 500, 4, "0.5", torch.float64)
+    p, q, drafts, u = lm_rows(6, 500, 4, "0.5", 8, torch.float64)
     from otlp.optimal.sampler import _normalised, verify
 
     P, Q, w = _normalised(p), _normalised(q), drafts[:, :4]

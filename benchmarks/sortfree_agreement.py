@@ -101,6 +101,14 @@ def host_point(V: int, n: int, noise: float | str | None, total: int, B: int, se
     return out
 
 
+def _rates(r: dict[str, int]) -> str:
+    """A grid point's rates: the host route's statuses, or the cell rule's rounds and fallback."""
+    if "first" in r:
+        return f"certified at once {r['first']}, on the retry {r['retry']}, full sort {r['full']}"
+    rounds = " ".join(f"round {i}: {r[f'round{i}']}" for i in range(SF.ROUNDS + 1))
+    return f"certified at {rounds}; fallback {r['fallback']}"
+
+
 def _draft(name: str) -> float | str | None:
     """A ``--noise`` value as :func:`rows` takes it."""
     return None if name == "loose" else name if name == "ties" else float(name)
@@ -118,35 +126,25 @@ def main(argv: list[str] | None = None) -> None:
                     help="cell: the cell rule (default); host: the CPU route's bounded window against the route "
                          "without it")
     args = ap.parse_args(argv)
-    total = {"rows": 0, "wrong": 0}
+    dtypes = [str(d)[6:] for d in DTYPES]
     if args.route == "host":
         torch.set_num_threads(1)
-        print("CPU route with its bounded window vs without (buckets.BOUND); dtypes cycled "
-              f"{[str(d)[6:] for d in DTYPES]}")
-        for V in args.V:
-            for noise in args.noise:
-                for n in args.n:
-                    t = time.perf_counter()
-                    r = host_point(V, n, _draft(noise), args.rows, args.B, args.seed)
-                    total["rows"] += r["rows"]
-                    total["wrong"] += r["wrong"]
-                    print(f"V {V:>7,} draft {noise:>5} n {n}: {r['rows']} rows, {r['wrong']} differ; certified at "
-                          f"once {r['first']}, on the retry {r['retry']}, full sort {r['full']}  "
-                          f"({time.perf_counter() - t:.0f} s)", flush=True)
-        print(f"total: {total['rows']} rows, {total['wrong']} differ")
-        sys.exit(1 if total["wrong"] else 0)
-    print(f"cell rule vs get('optimal').sample; rounds = {SF.ROUNDS}, refine = {SF.REFINE} cells, "
-          f"dtypes cycled {[str(d)[6:] for d in DTYPES]}")
+        run = host_point
+        print(f"CPU route with its bounded window vs without (buckets.BOUND); dtypes cycled {dtypes}")
+    else:
+        run = point
+        print(f"cell rule vs get('optimal').sample; rounds = {SF.ROUNDS}, refine = {SF.REFINE} cells, "
+              f"dtypes cycled {dtypes}")
+    total = {"rows": 0, "wrong": 0}
     for V in args.V:
         for noise in args.noise:
             for n in args.n:
                 t = time.perf_counter()
-                r = point(V, n, _draft(noise), args.rows, args.B, args.seed)
+                r = run(V, n, _draft(noise), args.rows, args.B, args.seed)
                 total["rows"] += r["rows"]
                 total["wrong"] += r["wrong"]
-                rounds = " ".join(f"round {i}: {r[f'round{i}']}" for i in range(SF.ROUNDS + 1))
-                print(f"V {V:>7,} draft {noise:>5} n {n}: {r['rows']} rows, {r['wrong']} differ; certified at "
-                      f"{rounds}; fallback {r['fallback']}  ({time.perf_counter() - t:.0f} s)", flush=True)
+                print(f"V {V:>7,} draft {noise:>5} n {n}: {r['rows']} rows, {r['wrong']} differ; {_rates(r)}  "
+                      f"({time.perf_counter() - t:.0f} s)", flush=True)
     print(f"total: {total['rows']} rows, {total['wrong']} differ")
     sys.exit(1 if total["wrong"] else 0)
 

@@ -14,7 +14,7 @@ from otlp.optimal import chains as C  # noqa: E402
 from otlp.optimal import sortfree as SF  # noqa: E402
 from otlp.optimal import triton_roots as TR  # noqa: E402
 
-from .test_sortfree import _lm  # noqa: E402
+from .instances import lm_rows  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +51,7 @@ def test_the_rule_with_the_kernel_decides_alike(draft: str) -> None:
     from otlp.optimal.sampler import _normalised
 
     for n in (2, 4, 8):
-        p, q, drafts, u = _lm(8, 2000, 50 + n, draft)
+        p, q, drafts, u = lm_rows(8, 2000, 50 + n, draft, 8)
         P, Q, w = _normalised(p), _normalised(q), drafts[:, :n]
         want = SF.decide(P, Q, w, u, fallback=False)
         got = SF.decide(P, Q, w, u, fallback=False, roots=TR.slot_mass)

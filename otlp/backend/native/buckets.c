@@ -33,7 +33,7 @@ static inline int64_t bucket_of(double P, double Q, int shift, int64_t top, doub
     r = r <= above ? r : above; /* +inf and 2^OCTAVES: the top bucket */
     int64_t pattern;
     memcpy(&pattern, &r, sizeof pattern);
-    return top - (pattern >> shift);
+    return top - (int64_t)((uint64_t)pattern >> shift); /* (r > 0: a logical shift, one vector op) */
 }
 
 /* One row: its tokens' buckets, and their P and Q added into work ([NB, 2]: a bucket's two sums share a cache line;
@@ -98,7 +98,7 @@ void otlp_bucket_sums(const void *p, const void *q, int is_double, int64_t B, in
  * a few such runs (m*, the served group's ends, the drafts' and the residual's buckets), so that a block of 16
  * tokens' buckets is tested against them with 16-lane compares instead of 16 table look-ups. Returns their number,
  * or -1 where there are more. */
-#define RANGES 8
+#define RANGES 16
 #if defined(__AVX2__) && SKIP == 16
 /* COMPRESS[m]: the set bits of the 8-bit mask m, lowest first, one per nibble (an AVX2 permutation's lanes). */
 static const uint32_t COMPRESS[256] = {

@@ -831,10 +831,31 @@ struct call {
     int64_t *tokens, *index;
     int8_t *status;
     int64_t B;
-    int whole;            /* a row that hardly compresses takes every bucket here (its full order) */
+    int64_t whole;        /* rows that may take every bucket here (their full order; take_whole) */
+    _Atomic int64_t wholes; /* rows that took it, or asked to */
     _Atomic int64_t next; /* rows are taken one at a time, by whichever thread is free */
     _Atomic int failed;   /* some thread's work arrays could not be allocated */
 };
+
+/* Whether row b may take its full order here: the first C->whole rows of a call that ask may (with a team, any
+ * thread's; which rows they are changes no answer, only whether the caller's full sort draws it). */
+static int take_whole(struct call *C) { return C->wholes++ < C->whole; }
+
+/* Row b's full order here (status attempts + 1): every bucket sorted and no run merged, so its compressed instance
+ * is the full order and the certificate, with no run to fail, holds. Returns 0, or -1 without memory. */
+static int row_whole(struct call *C, struct work *W, int64_t b, const char *pb, const char *qb, const int64_t *wb,
+                     const double *ub) {
+    const int64_t NB = C->S.NB;
+    memset(W->sel, 1, (size_t)NB);
+    W->np = 0;
+    const int64_t T = otlp_gather_selected(pb, qb, C->is_double, 1, C->V, C->inv_p + b, C->inv_q + b, W->bucket,
+                                           W->sel, NB, C->V, W->F, W->Pg, W->Qg);
+    int64_t K;
+    const int64_t R = row_instance(W, NB, T, C->S.bits, &K);
+    const int got = row_rule(W, &C->S, C->bound, T, R, K, wb, ub, C->n, C->steps, C->tokens + b, C->index + b);
+    if (got > 0) C->status[b] = (int8_t)(C->attempts + 1);
+    return got < 0 ? -1 : 0;
+}
 
 /* Row b of a call, in the work arrays W. Returns 0, or -1 where the chain's arrays could not be allocated. */
 static int row_run(struct call *C, struct work *W, int64_t b) {
@@ -861,15 +882,9 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
         if (attempt == 1) {
             int64_t chosen = 0;
             for (int64_t k = 0; k < NB; k++) chosen += W->sel[k];
-            if ((T + chosen) * C->share > V) { /* hardly compresses: the full sort at once */
-                if (!C->whole) {
-                    C->status[b] = 0;
-                    return 0;
-                }
-                memset(W->sel, 1, (size_t)NB); /* every bucket sorted, no run merged: the full order */
-                W->np = 0;
-                T = otlp_gather_selected(pb, qb, is_double, 1, V, C->inv_p + b, C->inv_q + b, W->bucket, W->sel, NB,
-                                         V, W->F, W->Pg, W->Qg);
+            if ((T + chosen) * C->share > V) { /* hardly compresses: the full order at once, here or by the caller */
+                C->status[b] = 0;
+                return take_whole(C) ? row_whole(C, W, b, pb, qb, wb, ub) : 0;
             }
         }
         int64_t K;
@@ -884,7 +899,7 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
             if (W->bad_run[r])
                 for (int64_t k = W->run_first[r]; k <= W->run_last[r]; k++) W->sel[k] = 1;
     }
-    return 0;
+    return take_whole(C) ? row_whole(C, W, b, pb, qb, wb, ub) : 0; /* every attempt failed: the full order */
 }
 
 #define MAX_THREADS 64
@@ -892,8 +907,11 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
 /* The default tuple rule and its draw on rows p, q [B, V] (float32, or float64 when is_double; row b at p + b ldp
  * and q + b ldq, ldp = ldq = V for contiguous rows) normalised by inv_p, inv_q [B], drafts w [B, n] and uniforms
  * u [B, 2], as buckets.verify_rows: tokens, index [B] and status [B], the attempt that certified the row
- * (1 .. attempts), or 0 for a row whose compressed instance would hold more than 1 / share of its tokens (not tried,
- * where one thread takes the rows; below), or -attempts (neither needs the full sort). forced [B, NB] (or NULL): the
+ * (1 .. attempts), attempts + 1 for a row that took its full order here (below), or 0 for a row whose compressed
+ * instance would hold more than 1 / share of its tokens (not tried), or -attempts (neither needs the full sort).
+ * whole: how many rows of the call may take their full order here instead of 0 or -attempts (every bucket sorted and
+ * no run merged: sorted bucket by bucket, 1.07-1.24x the caller's full sort a row of a close draft, but no call of
+ * its own). forced [B, NB] (or NULL): the
  * selection of the first attempt, instead of step 3's. The scheme: bits, top (buckets._top), NB, below, above and LO,
  * HI [NB] (buckets.Scheme; a run's key is not needed: step 4 places it by its bucket); margin:
  * buckets.BOUND_MARGIN; steps: the Newton steps of the chain's roots.
@@ -902,16 +920,14 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
  * work arrays (the rows are independent, so the results do not depend on which thread takes which). The team is the
  * OpenMP runtime's pool of the calling thread: where torch is loaded it shares libgomp with it (one copy per
  * process), so right after torch's own parallel work its waiting threads, still spinning, take rows at once, where a
- * thread of our own would have had to share a core with them. A row that hardly compresses then takes every bucket
- * here, not status 0: with no run merged its compressed instance is its full order (sorted bucket by bucket, which
- * cost 1.07-1.24x the caller's full sort of a row of a close draft, but runs on the team, where the caller's chunks
- * run on threads of their own). Built without OpenMP, the rows run one after the other here. Returns the number of
+ * thread of our own would have had to share a core with them. Built without OpenMP, the rows run one after the other
+ * here. Returns the number of
  * threads that took part, or -1 where work arrays could not be allocated. */
 int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int64_t V, int64_t ldp, int64_t ldq,
                      const double *inv_p, const double *inv_q, const int64_t *w, const double *u, int n,
                      int64_t steps, int bits, int64_t top, int64_t NB, double below, double above, const double *LO,
                      const double *HI, double margin, int64_t share, int attempts, int bound, const uint8_t *forced,
-                     int threads,
+                     int threads, int64_t whole,
                      int64_t *tokens, int64_t *index, int8_t *status) {
     int team = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads, used = 1;
     team = B < team ? (int)(B > 1 ? B : 1) : team;
@@ -919,7 +935,7 @@ int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int
     team = 1;
 #endif
     struct call C = {p, q, is_double, n, attempts, bound, V, ldp, ldq, steps, share, inv_p, inv_q, u, w, forced,
-                     {bits, top, NB, below, above, margin, LO, HI}, tokens, index, status, B, team > 1, 0, 0};
+                     {bits, top, NB, below, above, margin, LO, HI}, tokens, index, status, B, whole, 0, 0, 0};
 #ifdef _OPENMP
 #pragma omp parallel if (team > 1) num_threads(team)
 #endif

@@ -80,8 +80,12 @@ MIN_ENTRIES = 1 << 15
 ATTEMPTS = 2
 #: a row whose compressed instance holds more than 1 / FULL_SORT_SHARE of its tokens takes the full sort at once: a
 #: draft close to the target (ratios within a few octaves) selects most buckets, and its first attempt then fails
-#: and its second is a full sort with the buckets' work on top.
-FULL_SORT_SHARE = 5
+#: and its second is a full sort with the buckets' work on top. With the bounded window (``BOUND``) such rows
+#: mostly certify: at V = 2k a close draft's served window fills the few octaves' buckets (4 an octave), 20-41 of 64
+#: rows held more than a fifth of their tokens, and the caller's full sort of them took 1.6-2x the time of trying
+#: them (one thread, optimal call, 2 against 5: V = 2k, B = 64, sigma 0.5 n = 2 0.50-0.62x, sigma 1 n = 4
+#: 0.45-0.62x, n = 8 0.88x; B = 1-8 0.58-0.69x; V = 32k B = 64 0.96x; two threads, V = 2k B = 64 0.54-0.59x).
+FULL_SORT_SHARE = 2
 #: rows per chunk (:func:`verify_chunks`): at most this many entries of one [rows, V] array, and one chunk per host
 #: thread at least. On the numpy route each chunk also pays its bucket levels and selection (a few dozen numpy calls
 #: on [rows, NB] arrays), so there fewer chunks cost less (measured before the native route, whose rows take no

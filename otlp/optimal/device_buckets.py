@@ -1,0 +1,399 @@
+"""The optimal rule on the device without the ratio sort: the bucket rule on torch tensors (issue 41).
+
+The device route (:func:`.sampler._device`) sorts every row by ratio and runs the class chain with Newton steps at
+every position. Here the host's sort-free algorithm (:mod:`.buckets`, ``bucket_rule.c``) runs as torch operations on
+the tensors' device, with static shapes and no host synchronisation (design note ``sortfree-rule.md`` §2-§4):
+
+1. *Histogram* (pass 1 over ``[B, V]``): each token's ratio key q/p (:func:`otlp.core.psi.ratio_keys` on the rows
+   normalised as :func:`.sampler._normalised`) goes to a bucket of :class:`.buckets.Scheme`; per row and bucket the
+   count and the float64 sums of P and Q (:func:`histogram`: ``scatter_add_``, or one Triton kernel,
+   :mod:`.device_passes`).
+2. *Selection* on ``[B, NB]`` (:func:`select`): psi at every bucket edge and each bucket's interior lower bound
+   (:func:`.buckets.psi_interior_bound`), then ``bucket_rule.c``'s ``row_select`` with its bounded window: the
+   buckets that may hold m*, the served group's ends s and e (both hypotheses), the residual index M, the drafts'
+   buckets and the row's first nonempty bucket.
+3. *Compaction* (pass 2): the selected buckets' tokens into a static ``[B, K]`` buffer in token order
+   (:func:`compact`: mask, cumsum, scatter; or one Triton kernel). A row with more than K such tokens is *spilled*:
+   it takes the fallback.
+4. *Compressed instance* ``[B, K + NB + 1]``: the K token columns, then each run of unselected buckets as one entry
+   (its sums; its key the lowest edge of its first bucket, which lies between its neighbours' keys; its ratio r the
+   largest its tokens may have, 1 / the least lower edge of its nonempty buckets), sorted by key: psi on its prefixes
+   is psi of the full order at the matching prefixes. The rule on it is :mod:`.sortfree`'s cell rule
+   (:class:`.sortfree._Group`) with each merged run a position whose hazard is bounded, never exact (the run's
+   exclusive sums (Qa, Pa), mass qb, ratios from the previous entry's r to its own: the bound of note §3; the token
+   after it reads r_{j-1} = the run's largest ratio, and the part of its hazard over [r_b, r] that this moves is
+   inside the run's bound, since the point after the run lies between the same two fixed points). It is certified
+   as ``buckets._attempt`` / ``bucket_rule.c``'s ``row_rule`` certify with ``bound``: no merged run's interior may
+   hold m*, s, e or M (:func:`.buckets.psi_interior_bound` on its buckets), s and the residual's drawn position are
+   tokens, and the slot is certified by the cell rule's intervals with ``u[:, 0]``.
+5. *Refinement* (``rounds``, static: every row redoes 3-4): the failing runs' buckets, and on an uncertified slot
+   the runs inside the served window, are selected too. *Fallback*: a row still undecided or spilled takes the full
+   device route (:func:`.chains.prefix` with the sort, :func:`.chains.tuple_rule`, :func:`.chains.sample`) on every
+   row (``fallback_rows`` None: exact, and as costly as the old route) or on the first ``fallback_rows`` such rows
+   gathered into a ``[F, V]`` batch (rows past them are counted in ``Decision.overflow`` and keep a guess).
+
+One draft (n = 1) takes the closed form :func:`.chains.single_draft`, as the device route.
+Cost: passes 1 and 2 (2 reads of p and q with the Triton kernels, plus the row sums), then O(B (K + NB)) work: the
+sort of the compressed instance, psi, and the cell rule's roots on it. Bytes over the read floor:
+benchmarks/bytes_moved.py (``buckets_*`` rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from otlp.core import xp as X
+from otlp.core.psi import ratio_keys, sorted_psi
+from otlp.optimal import buckets as BK
+from otlp.optimal import chains as C
+from otlp.optimal import sortfree as SF
+
+#: refinement rounds (the failing runs' buckets selected) before the fallback.
+ROUNDS = 1
+#: a padding entry's sort key: below every token's (p = q = 0 tokens have -1), so padding sorts last.
+PAD_KEY = -2.0
+
+
+def capacity(V: int) -> int:
+    """The default compaction buffer K for V tokens: V / 8, at least 512 (and at most V)."""
+    return min(V, max(512, V // 8))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """:func:`decide`'s result: ``tokens, index int64 [B]`` (as :func:`.chains.sample`), ``rounds int64 [B]`` the round
+    that certified the row (0 .. ``rounds``; ``rounds + 1``: the fallback), ``spilled bool [B]`` the rows whose
+    selected tokens did not fit K (they take the fallback), ``overflow int64 []`` the undecided rows past
+    ``fallback_rows`` (0 when the fallback took every row), ``selected int64 [B]`` the tokens compacted per row in
+    the last round."""
+
+    tokens: object
+    index: object
+    rounds: object
+    spilled: object
+    overflow: object
+    selected: object
+
+
+# -- pass 1 and pass 2 on torch ops ----------------------------------------------------------------------------------
+
+
+def inverse_sums(p):  # noqa: ANN001, ANN201 - [B, V] any float dtype -> float64 [B, 1]
+    """The reciprocal of each row's float64 sum, as :func:`.sampler._normalised` forms it (a zero row: 1)."""
+    import torch
+
+    total = p.to(torch.float64).sum(-1, keepdim=True)
+    return 1.0 / total.where(total > 0, total.new_ones(()))
+
+
+def _normalised(p, inv):  # noqa: ANN001, ANN202
+    import torch
+
+    return p.to(torch.float64) * inv  # [B, V] float64, the values of sampler._normalised
+
+
+def token_buckets(P, Q, sc: BK.Scheme):  # noqa: ANN001, ANN201 - normalised float64 [B, V] -> (key, bucket) [B, V]
+    """Each token's ratio key (:func:`otlp.core.psi.ratio_keys`) and its bucket of ``sc`` (as
+    :meth:`.buckets.Scheme.bucket_of`: the key clamped to [just below 2^-OCTAVES, 2^OCTAVES], the leading bits of
+    its float64 pattern; p = q = 0 in the bottom bucket)."""
+    key = ratio_keys(P, Q)  # [B, V]
+    clamped = key.clamp(min=BK._BELOW, max=2.0**BK.OCTAVES)
+    return key, BK._top(sc.bits) - (clamped.view(_int64()) >> (52 - sc.bits))
+
+
+def _int64():  # noqa: ANN202
+    import torch
+
+    return torch.int64
+
+
+def histogram(p, q, inv_p, inv_q, sc: BK.Scheme):  # noqa: ANN001, ANN201
+    """Pass 1 on torch ops: ``(count int64, Pb, Qb float64)`` ``[B, NB]`` per bucket of ``sc``, for rows ``p, q
+    [B, V]`` (any float dtype) normalised by ``inv_p, inv_q [B, 1]``."""
+    import torch
+
+    P, Q = _normalised(p, inv_p), _normalised(q, inv_q)
+    _, bucket = token_buckets(P, Q, sc)
+    B = P.shape[0]
+    count = torch.zeros(B, sc.NB, dtype=torch.int64, device=P.device).scatter_add_(1, bucket, torch.ones_like(bucket))
+    Pb = torch.zeros(B, sc.NB, dtype=torch.float64, device=P.device).scatter_add_(1, bucket, P)
+    Qb = torch.zeros(B, sc.NB, dtype=torch.float64, device=P.device).scatter_add_(1, bucket, Q)
+    return count, Pb, Qb
+
+
+def compact(p, q, inv_p, inv_q, sel, sc: BK.Scheme, K: int):  # noqa: ANN001, ANN201
+    """Pass 2 on torch ops: the tokens of the buckets ``sel bool [B, NB]`` in token order, the first K of each row:
+    ``(ids int64, P, Q float64)`` ``[B, K]`` (columns past a row's count: id -1, P = Q = 0) and ``count int64 [B]``
+    (all of the row's selected tokens, K or more where it spilled)."""
+    import torch
+
+    P, Q = _normalised(p, inv_p), _normalised(q, inv_q)
+    _, bucket = token_buckets(P, Q, sc)
+    B, V = P.shape
+    keep = sel.gather(1, bucket)  # [B, V]
+    col = keep.cumsum(1)  # [B, V] 1 + the column of a kept token
+    count = col[:, -1]
+    dest = torch.where(keep & (col <= K), col - 1, K)  # [B, V] column K: discarded
+    ids = torch.full((B, K + 1), -1, dtype=torch.int64, device=P.device)
+    ids = ids.scatter_(1, dest, torch.arange(V, device=P.device).expand(B, V))[:, :K]
+    real = ids >= 0
+    at = ids.clamp(min=0)
+    zero = torch.zeros((), dtype=torch.float64, device=P.device)
+    return ids, torch.where(real, P.gather(1, at), zero), torch.where(real, Q.gather(1, at), zero), count
+
+
+@dataclass(frozen=True)
+class Passes:
+    """The two passes over ``[B, V]``: ``histogram(p, q, inv_p, inv_q, sc)`` and ``compact(p, q, inv_p, inv_q, sel,
+    sc, K)`` with the signatures and values of :func:`histogram` and :func:`compact`."""
+
+    histogram: object
+    compact: object
+
+
+TORCH = Passes(histogram, compact)
+
+
+# -- the selection on [B, NB] ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Level:
+    """psi at the bucket edges ``psi [B, NB + 1]``, each bucket's interior bound ``f`` and the bounds ``low`` (inside
+    and at both ends) and ``inner`` (inside and at its end) ``[B, NB]``: :class:`.buckets._Level` on tensors."""
+
+    Pb: object
+    Qb: object
+    psi: object
+    f: object
+    low: object
+    inner: object
+
+
+def level(Pb, Qb, n: int, sc: BK.Scheme) -> Level:  # noqa: ANN001
+    """:class:`Level` of the bucket sums ``Pb, Qb [B, NB]`` (in decreasing-ratio order)."""
+    NB = Pb.shape[1]
+    LO, HI = (Pb.new_tensor(x) for x in (sc.LO, sc.HI))
+    Pa, Qa, _, psi = sorted_psi(Pb, Qb, n)  # [B, NB + 1]
+    f = BK.psi_interior_bound(Pa[:, :NB], Qa[:, :NB], Pb, Qb, LO, HI, n) - BK.BOUND_MARGIN
+    low = X.minimum(X.minimum(psi[:, :-1], psi[:, 1:]), f)
+    return Level(Pb=Pb, Qb=Qb, psi=psi, f=f, low=low, inner=X.minimum(f, psi[:, 1:]))
+
+
+def select(lv: Level, draft_buckets, u1):  # noqa: ANN001, ANN201
+    """``bool [B, NB]``: the buckets to compact, ``bucket_rule.c``'s ``row_select`` with ``bound`` (and the drafts'
+    buckets selected) as ``[B, NB]`` operations, for the drafts' buckets ``[B, n]`` and the residual's uniforms
+    ``u1 [B]``. The certificate decides either way; the selection only makes it likely to pass."""
+    import torch
+
+    psi, f, low = lv.psi, lv.f, lv.low
+    B, NB = f.shape
+    inf = torch.tensor(float("inf"), dtype=psi.dtype, device=psi.device)
+    idx = X.arange_like(psi, NB + 1)[None, :]  # [1, NB + 1] edges
+    j = idx[:, :NB]  # [1, NB] buckets
+    best = psi.amin(-1, keepdim=True)  # [B, 1] >= psi*
+    cand = f <= best  # may hold m* (or tie it)
+    b_star = X.argmin_rows(psi)[:, None]
+    m_lo = torch.minimum(b_star, torch.where(cand, j, NB).amin(-1, keepdim=True))
+    m_hi = torch.maximum(b_star, torch.where(cand, j + 1, 0).amax(-1, keepdim=True))
+    lowest = torch.minimum(best, torch.where(cand, f, inf).amin(-1, keepdim=True))  # <= psi*
+    keep = (1.0 - u1)[:, None]
+    tau_lo, tau_hi = lowest * keep, best * keep  # tau = psi* (1 - u1) lies between
+    last = torch.where(psi <= tau_lo, idx, 0).amax(-1, keepdim=True)  # M >= last
+    sel = cand | ((j >= last) & (low <= tau_hi))
+    d = draft_buckets.amax(-1, keepdim=True)  # [B, 1] the top draw's bucket
+    psi_d = X.take(X.cummin(psi), d)  # the least psi at an edge up to d's start
+    after = torch.where(idx > d, psi, inf).amin(-1, keepdim=True)  # the least psi at an edge after d
+    inner, outer = d < m_lo, m_hi <= d
+    sel |= inner & (j < d) & (f <= psi_d)  # s, inner
+    sel |= outer & (j > d) & (f <= after)  # e, outer
+    # the other end: inner, e lies before the first edge after d below s_lo (<= psi_s), where the inside may fall
+    # below psi_d; outer, s lies at or after the last edge up to d at or below e_lo (<= psi_e)
+    s_lo = torch.minimum(psi_d, torch.where((j < d) & (f <= psi_d), f, inf).amin(-1, keepdim=True))
+    stop = X.first_true(X.pad_last((idx > d) & (psi < s_lo), True))[:, None]  # [B, 1]
+    sel |= inner & (j > d) & (j < stop) & (low < psi_d)
+    e_lo = torch.minimum(after, torch.where((j > d) & (f <= after), f, inf).amin(-1, keepdim=True))
+    i_s = torch.where((idx <= d) & (psi <= e_lo), idx, 0).amax(-1, keepdim=True)
+    sel |= outer & (j >= i_s) & (j < d) & (low <= after)
+    nonempty = (lv.Pb != 0) | (lv.Qb != 0)
+    first = X.first_true(X.pad_last(nonempty[:, :-1], True))[:, None]  # the row's first position (s = 0 reads it)
+    sel |= j == first
+    return sel.scatter(1, draft_buckets, True)
+
+
+# -- the compressed instance and the rule on it -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """One try on every row: ``slot [B]`` (0 .. n - 1 a draft, n the residual), ``token [B]``, ``ok [B]`` certified,
+    ``bad bool [B, NB]`` the unselected buckets to select for the next try, ``count [B]`` the row's selected
+    tokens."""
+
+    token: object
+    slot: object
+    ok: object
+    bad: object
+    count: object
+
+
+def _attempt(p, q, inv_p, inv_q, w, U, lv: Level, sel, draft_buckets, sc: BK.Scheme, K: int,  # noqa: ANN001
+             passes: Passes, cell: int | None, roots) -> _Attempt:  # noqa: ANN001
+    import torch
+
+    B, n = w.shape
+    NB = sc.NB
+    dev = lv.psi.device
+    ids, Pt, Qt, count = passes.compact(p, q, inv_p, inv_q, sel, sc, K)  # [B, K] x 3, [B]
+    real = ids >= 0
+    # runs: run r holds the unselected buckets after the r-th selected one ([B, NB + 1] by run)
+    un = ~sel
+    rid = sel.long().cumsum(1)  # [B, NB]
+    G = NB + 1
+    z = torch.zeros(B, G, dtype=torch.float64, device=dev)
+    run_p = z.scatter_add(1, rid, torch.where(un, lv.Pb, 0.0))
+    run_q = z.scatter_add(1, rid, torch.where(un, lv.Qb, 0.0))
+    nonempty = (lv.Pb != 0) | (lv.Qb != 0)
+    members = torch.zeros(B, G, dtype=torch.int64, device=dev).scatter_add(1, rid, (un & nonempty).long())
+    KEY, LO = lv.Pb.new_tensor(sc.KEY), lv.Pb.new_tensor(sc.LO)
+    inf = float("inf")
+    run_key = z.fill_(-inf).scatter_reduce(1, rid, torch.where(un, KEY, -inf).expand(B, -1), "amax")
+    lo_edge = torch.full_like(run_p, inf).scatter_reduce(1, rid, torch.where(un & nonempty, LO, inf), "amin")
+    nxt_un = X.pad_last(un[:, 1:], False)
+    run_low = torch.full_like(run_p, inf).scatter_reduce(
+        1, rid, torch.where(un, torch.where(nxt_un, lv.inner, lv.f), inf), "amin")
+    runs = members > 0  # [B, G]
+    # the compressed instance [B, K + G]: tokens, then runs (empty runs and padding: zeros, sorted last)
+    P2 = torch.cat([Pt, torch.where(runs, run_p, 0.0)], 1)
+    Q2 = torch.cat([Qt, torch.where(runs, run_q, 0.0)], 1)
+    key2 = torch.cat([torch.where(real, ratio_keys(Pt, Qt), PAD_KEY), torch.where(runs, run_key, PAD_KEY)], 1)
+    q_pos = Q2 > 0
+    r_tok = torch.where(q_pos, 1.0 / (torch.where(q_pos, Q2, 1.0) / P2), 0.0)  # as chains.group_terms
+    r_run = torch.where(runs, 1.0 / lo_edge, 0.0)  # the largest ratio a run's tokens may have
+    merged_col = torch.cat([torch.zeros_like(real), runs], 1)  # [B, K + G] by column
+    ratio_col = torch.cat([r_tok[:, :K], r_run], 1)
+    pre = C.prefix(P2, Q2, n, order=X.sort_descending(key2))
+    order = pre.order  # [B, W] column at each position
+    ratio, merged = X.take(ratio_col, order), X.take(merged_col, order)  # [B, W] by position
+    # the drafts' columns (the rank among the row's selected tokens; spilled rows are refused below)
+    w2 = torch.searchsorted(torch.where(real, ids, torch.iinfo(torch.int64).max), w.contiguous())
+    w2 = w2.clamp(max=K - 1)
+    spilled = count > K
+    g = SF._Group(pre, w2, cell or SF.cell_size(order.shape[1]), roots, ratio=ratio, merged=merged)
+    lo, hi, _ = g.cell_bounds()
+    slot, certified = g.certify(lo, hi, U[:, :1])
+    # the certificate (bucket_rule.c's row_rule with bound), by compressed position j
+    W = order.shape[1]
+    j = X.arange_like(order, W)[None, :]
+    psi = pre.psi
+    m = pre.m_star[:, None]
+    s, e, top = g.s, g.e, g.top
+    run_at = torch.where(merged, order - K, 0)  # [B, W] the run at each merged position
+    low = torch.where(merged, X.take(run_low, run_at), inf)
+    ends = X.minimum(psi[:, :-1], psi[:, 1:])
+
+    def below(thr):  # noqa: ANN001, ANN202 - some prefix inside a run may be < thr
+        return merged & (X.minimum(ends, low) < thr)
+
+    def at_or_below(thr):  # noqa: ANN001, ANN202 - some prefix inside a run may be <= thr
+        return merged & ((ends < thr) | (low <= thr))
+
+    psi_star, v = C.residual_threshold(pre, U[:, 1:])  # [B, 1]
+    bad = torch.where(j < m, at_or_below(psi_star), below(psi_star))
+    bad |= merged & (j == s)
+    inside = (j > s) & (j < top)
+    rest = (j > top) & (j < e)
+    psi_s, psi_e = g.psi_s, g.psi_e
+    inner = top < m
+    bad |= inner & ((at_or_below(psi_s) & (j < s)) | (below(psi_s) & (inside | rest)))
+    bad |= ~inner & ((at_or_below(psi_e) & (inside | rest)) | (below(psi_e) & (j >= e)))
+    rejected = slot == n
+    M = C.residual_index(pre, U[:, 1:])[:, None]  # [B, 1]
+    bad |= rejected[:, None] & merged & (j >= M) & ((ends - psi_star < v) | (low - psi_star <= v))
+    drawn = X.take(order, M.clamp(max=W - 1))[:, 0]  # [B] its column
+    drawn_real = drawn < K
+    drawn_id = X.take(ids, drawn.clamp(max=K - 1)[:, None])[:, 0]
+    drawn_real &= drawn_id >= 0
+    ok = certified & ~bad.any(1) & ~spilled & (~rejected | drawn_real)
+    token = torch.where(rejected, drawn_id, X.take(w, slot.clamp(max=n - 1)[:, None])[:, 0])
+    # what the next try selects: the failing runs' buckets; on an uncertified slot, the runs inside the window
+    fail = bad | (~certified[:, None] & merged & inside)
+    bad_run = torch.zeros(B, G, dtype=torch.int64, device=dev).scatter_add_(1, run_at, fail.long()) > 0
+    return _Attempt(token=token, slot=slot, ok=ok, bad=un & X.take(bad_run, rid), count=count)
+
+
+def verify(p, q, drafts, u, **options):  # noqa: ANN001, ANN003, ANN201 - tensors
+    """``(tokens int64 [B], accepted_index int64 [B])`` for ``p, q [B, V]`` (any float dtype, normalised as the device
+    route does), ``drafts int64 [B, n]``, ``u [B, 2]``: :func:`decide`."""
+    d = decide(p, q, drafts.long(), u.double(), **options)
+    return d.tokens, d.index
+
+
+def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds: int = ROUNDS,  # noqa: ANN001
+           fallback_rows: int | None = None, fallback: bool = True, passes: Passes = TORCH,
+           cell: int | None = None, roots=None, selection=None) -> Decision:  # noqa: ANN001
+    """The rule (module docstring) on rows ``p, q [B, V]`` (any float dtype), drafts ``w int64 [B, n]`` and uniforms
+    ``U float64 [B, 2]``. ``bits``: the buckets' bits per octave (default :func:`.buckets.bits_for`); ``K``: the
+    compaction buffer (default :func:`capacity`); ``passes``: :data:`TORCH` or the Triton kernels
+    (:data:`.device_passes.TRITON`); ``cell``, ``roots``: as :func:`.sortfree.decide` on the compressed instance;
+    ``fallback=False`` leaves undecided rows at the certificate's best guess (tests); ``selection``: the buckets of
+    the first try ``bool [B, NB]`` (tests: fewer buckets than :func:`select` takes, so that runs are bounded)."""
+    import torch
+
+    B, V = p.shape
+    n = w.shape[1]
+    inv_p, inv_q = inverse_sums(p), inverse_sums(q)  # [B, 1]
+    if n == 1:  # the closed form needs no order (chains.single_draft), as the device route
+        tokens, index = C.single_draft(_normalised(p, inv_p), _normalised(q, inv_q), w, U)
+        zero = torch.zeros(B, dtype=torch.int64, device=p.device)
+        return Decision(tokens.long(), index.long(), zero, zero.bool(), zero.sum(), zero)
+    sc = BK.scheme(BK.bits_for(V) if bits is None else bits)
+    K = min(capacity(V) if K is None else K, V)
+    roots = roots or C.slot_mass
+    count, Pb, Qb = passes.histogram(p, q, inv_p, inv_q, sc)  # [B, NB] x 3
+    lv = level(Pb, Qb, n, sc)
+    pw = _normalised(p.gather(1, w), inv_p)  # [B, n] the drafts' masses and buckets
+    qw = _normalised(q.gather(1, w), inv_q)
+    _, draft_buckets = token_buckets(pw, qw, sc)
+    sel = select(lv, draft_buckets, U[:, 1]) if selection is None else selection | (
+        torch.zeros_like(selection).scatter(1, draft_buckets, True))
+    got = _attempt(p, q, inv_p, inv_q, w, U, lv, sel, draft_buckets, sc, K, passes, cell, roots)
+    token, slot, ok = got.token, got.slot, got.ok
+    done = torch.zeros(B, dtype=torch.int64, device=p.device)
+    for r in range(1, rounds + 1):  # static: every row tries again, a certified row keeps its first answer
+        sel = sel | got.bad
+        got = _attempt(p, q, inv_p, inv_q, w, U, lv, sel, draft_buckets, sc, K, passes, cell, roots)
+        token, slot = torch.where(ok, token, got.token), torch.where(ok, slot, got.slot)
+        done = torch.where(ok | ~got.ok, done, r)
+        ok = ok | got.ok
+    done = torch.where(ok, done, rounds + 1)
+    index = torch.where(slot < n, slot, -1)
+    spilled = got.count > K
+    overflow = done.new_zeros(())
+    if fallback:
+        token, index, overflow = _fallback(p, q, inv_p, inv_q, w, U, ~ok, token, index, fallback_rows)
+    return Decision(token, index, done, spilled, overflow, got.count.clamp(max=K))
+
+
+def _fallback(p, q, inv_p, inv_q, w, U, todo, tokens, index, rows: int | None):  # noqa: ANN001, ANN202
+    """The full device route (:func:`.chains.prefix` with the ratio sort, :func:`.chains.tuple_rule`,
+    :func:`.chains.sample`) where ``todo [B]``: on every row (``rows`` None) or on the first ``rows`` rows of ``todo``
+    gathered into an ``[F, V]`` batch (static shapes either way)."""
+    import torch
+
+    def full(pick):  # noqa: ANN001, ANN202
+        pre = C.prefix(_normalised(p[pick], inv_p[pick]), _normalised(q[pick], inv_q[pick]), w.shape[1])
+        accept, reject = C.tuple_rule(pre, w[pick], steps=C.NEWTON_STEPS)
+        return C.sample(pre, accept, reject, w[pick], U[pick])
+
+    if rows is None:
+        t, i = full(slice(None))
+        return torch.where(todo, t, tokens), torch.where(todo, i, index), todo.new_zeros((), dtype=torch.int64)
+    F = min(rows, w.shape[0])
+    pick = torch.sort((~todo).to(torch.int8), stable=True).indices[:F]  # [F] the undecided rows first
+    t, i = full(pick)
+    take = todo[pick]
+    tokens, index = tokens.clone(), index.clone()
+    tokens[pick] = torch.where(take, t, tokens[pick])
+    index[pick] = torch.where(take, i, index[pick])
+    return tokens, index, (todo.sum() - take.sum()).clamp(min=0)

@@ -63,9 +63,9 @@ def capacity(V: int) -> int:
 class Decision:
     """:func:`decide`'s result: ``tokens, index int64 [B]`` (as :func:`.chains.sample`), ``rounds int64 [B]`` the round
     that certified the row (0 .. ``rounds``; ``rounds + 1``: the fallback), ``spilled bool [B]`` the rows whose
-    selected tokens did not fit K (they take the fallback), ``overflow int64 []`` the undecided rows past
+    first round's selected tokens did not fit K, ``overflow int64 []`` the undecided rows past
     ``fallback_rows`` (0 when the fallback took every row), ``selected int64 [B]`` the tokens compacted per row in
-    the last round."""
+    the first round (at most K)."""
 
     tokens: object
     index: object
@@ -83,6 +83,15 @@ def inverse_sums(p):  # noqa: ANN001, ANN201 - [B, V] any float dtype -> float64
     import torch
 
     total = p.to(torch.float64).sum(-1, keepdim=True)
+    return 1.0 / total.where(total > 0, total.new_ones(()))
+
+
+def inverse_sums_one_read(p):  # noqa: ANN001, ANN201 - [B, V] any float dtype -> float64 [B, 1]
+    """:func:`inverse_sums` reading p once in its dtype (float64 accumulation, no float64 copy of the rows; the same
+    sums on torch's CPU kernels, the same to rounding elsewhere)."""
+    import torch
+
+    total = p.sum(-1, keepdim=True, dtype=torch.float64)
     return 1.0 / total.where(total > 0, total.new_ones(()))
 
 
@@ -144,14 +153,16 @@ def compact(p, q, inv_p, inv_q, sel, sc: BK.Scheme, K: int):  # noqa: ANN001, AN
 
 @dataclass(frozen=True)
 class Passes:
-    """The two passes over ``[B, V]``: ``histogram(p, q, inv_p, inv_q, sc)`` and ``compact(p, q, inv_p, inv_q, sel,
-    sc, K)`` with the signatures and values of :func:`histogram` and :func:`compact`."""
+    """The passes over ``[B, V]``: ``inverse(p)`` the rows' normalisation (:func:`inverse_sums`),
+    ``histogram(p, q, inv_p, inv_q, sc)`` and ``compact(p, q, inv_p, inv_q, sel, sc, K)`` with the signatures and
+    values of :func:`histogram` and :func:`compact`."""
 
+    inverse: object
     histogram: object
     compact: object
 
 
-TORCH = Passes(histogram, compact)
+TORCH = Passes(inverse_sums, histogram, compact)
 
 
 # -- the selection on [B, NB] ------------------------------------------------------------------------------------------
@@ -330,19 +341,21 @@ def verify(p, q, drafts, u, **options):  # noqa: ANN001, ANN003, ANN201 - tensor
 
 
 def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds: int = ROUNDS,  # noqa: ANN001
-           fallback_rows: int | None = None, fallback: bool = True, passes: Passes = TORCH,
-           cell: int | None = None, roots=None, selection=None) -> Decision:  # noqa: ANN001
+           refine_rows: int | None = None, fallback_rows: int | None = None, fallback: bool = True,
+           passes: Passes = TORCH, cell: int | None = None, roots=None, selection=None) -> Decision:  # noqa: ANN001
     """The rule (module docstring) on rows ``p, q [B, V]`` (any float dtype), drafts ``w int64 [B, n]`` and uniforms
     ``U float64 [B, 2]``. ``bits``: the buckets' bits per octave (default :func:`.buckets.bits_for`); ``K``: the
-    compaction buffer (default :func:`capacity`); ``passes``: :data:`TORCH` or the Triton kernels
-    (:data:`.device_passes.TRITON`); ``cell``, ``roots``: as :func:`.sortfree.decide` on the compressed instance;
-    ``fallback=False`` leaves undecided rows at the certificate's best guess (tests); ``selection``: the buckets of
-    the first try ``bool [B, NB]`` (tests: fewer buckets than :func:`select` takes, so that runs are bounded)."""
+    compaction buffer (default :func:`capacity`); ``refine_rows``: the rows each refinement round takes (None: every
+    row; else the first ``refine_rows`` undecided rows, gathered; the others go on to the fallback); ``passes``:
+    :data:`TORCH` or the Triton kernels (:data:`.device_passes.TRITON`); ``cell``, ``roots``: as
+    :func:`.sortfree.decide` on the compressed instance; ``fallback=False`` leaves undecided rows at the certificate's
+    best guess (tests); ``selection``: the buckets of the first try ``bool [B, NB]`` (tests: fewer buckets than
+    :func:`select` takes, so that runs are bounded)."""
     import torch
 
     B, V = p.shape
     n = w.shape[1]
-    inv_p, inv_q = inverse_sums(p), inverse_sums(q)  # [B, 1]
+    inv_p, inv_q = passes.inverse(p), passes.inverse(q)  # [B, 1]
     if n == 1:  # the closed form needs no order (chains.single_draft), as the device route
         tokens, index = C.single_draft(_normalised(p, inv_p), _normalised(q, inv_q), w, U)
         zero = torch.zeros(B, dtype=torch.int64, device=p.device)
@@ -350,7 +363,7 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
     sc = BK.scheme(BK.bits_for(V) if bits is None else bits)
     K = min(capacity(V) if K is None else K, V)
     roots = roots or C.slot_mass
-    count, Pb, Qb = passes.histogram(p, q, inv_p, inv_q, sc)  # [B, NB] x 3
+    _, Pb, Qb = passes.histogram(p, q, inv_p, inv_q, sc)  # [B, NB] x 3 (the counts: unused here)
     lv = level(Pb, Qb, n, sc)
     pw = _normalised(p.gather(1, w), inv_p)  # [B, n] the drafts' masses and buckets
     qw = _normalised(q.gather(1, w), inv_q)
@@ -358,21 +371,32 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
     sel = select(lv, draft_buckets, U[:, 1]) if selection is None else selection | (
         torch.zeros_like(selection).scatter(1, draft_buckets, True))
     got = _attempt(p, q, inv_p, inv_q, w, U, lv, sel, draft_buckets, sc, K, passes, cell, roots)
-    token, slot, ok = got.token, got.slot, got.ok
+    token, slot, ok, bad, count = got.token, got.slot, got.ok, got.bad, got.count
     done = torch.zeros(B, dtype=torch.int64, device=p.device)
-    for r in range(1, rounds + 1):  # static: every row tries again, a certified row keeps its first answer
-        sel = sel | got.bad
-        got = _attempt(p, q, inv_p, inv_q, w, U, lv, sel, draft_buckets, sc, K, passes, cell, roots)
-        token, slot = torch.where(ok, token, got.token), torch.where(ok, slot, got.slot)
-        done = torch.where(ok | ~got.ok, done, r)
-        ok = ok | got.ok
+    for r in range(1, rounds + 1):  # static shapes: a certified row keeps its first answer
+        sel = sel | bad
+        if refine_rows is None:  # every row tries again (views, not copies)
+            pick = slice(None)
+        else:  # the first refine_rows undecided rows, gathered
+            pick = torch.sort(ok.to(torch.int8), stable=True).indices[:min(refine_rows, B)]
+        sub = Level(*(x[pick] for x in (lv.Pb, lv.Qb, lv.psi, lv.f, lv.low, lv.inner)))
+        got = _attempt(p[pick], q[pick], inv_p[pick], inv_q[pick], w[pick], U[pick], sub, sel[pick],
+                       draft_buckets[pick], sc, K, passes, cell, roots)
+        new = got.ok & ~ok[pick]  # [F] rows certified now
+        token, slot, done, bad = token.clone(), slot.clone(), done.clone(), torch.zeros_like(bad)
+        token[pick] = torch.where(new, got.token, token[pick])
+        slot[pick] = torch.where(new, got.slot, slot[pick])
+        done[pick] = torch.where(new, r, done[pick])
+        bad[pick] = got.bad
+        ok = ok.clone()
+        ok[pick] = ok[pick] | new
     done = torch.where(ok, done, rounds + 1)
     index = torch.where(slot < n, slot, -1)
-    spilled = got.count > K
+    spilled = count > K
     overflow = done.new_zeros(())
     if fallback:
         token, index, overflow = _fallback(p, q, inv_p, inv_q, w, U, ~ok, token, index, fallback_rows)
-    return Decision(token, index, done, spilled, overflow, got.count.clamp(max=K))
+    return Decision(token, index, done, spilled, overflow, count.clamp(max=K))
 
 
 def _fallback(p, q, inv_p, inv_q, w, U, todo, tokens, index, rows: int | None):  # noqa: ANN001, ANN202

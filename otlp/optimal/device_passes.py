@@ -8,9 +8,10 @@
 * :func:`compact`: one program per row, its tokens block by block in token order; a token of a selected bucket
   goes to the next column of the row's ``[K]`` buffer (a block's prefix sum), past K only counted.
 
-Each reads p and q once. The same values as the torch passes (:func:`.device_buckets.histogram`,
-:func:`.device_buckets.compact`), the sums to rounding (tests/optimal/test_device_buckets.py, under
-``TRITON_INTERPRET=1`` on the CPU). Kernels are made on first use (``TRITON_INTERPRET`` is read then).
+Each reads p and q once; the row sums (:func:`.device_buckets.inverse_sums_one_read`) a third time. The same
+values as the torch passes (:func:`.device_buckets.histogram`, :func:`.device_buckets.compact`), the sums to
+rounding (tests/optimal/test_device_buckets.py, under ``TRITON_INTERPRET=1`` on the CPU). Kernels are made on first
+use (``TRITON_INTERPRET`` is read then).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import functools
 
 from otlp.optimal import buckets as BK
-from otlp.optimal.device_buckets import Passes
+from otlp.optimal.device_buckets import Passes, inverse_sums_one_read
 
 BLOCK = 1024
 
@@ -117,4 +118,4 @@ def compact(p, q, inv_p, inv_q, sel, sc: BK.Scheme, K: int):  # noqa: ANN001, AN
 
 
 #: the Triton passes, for :func:`.device_buckets.decide` (``passes=TRITON``)
-TRITON = Passes(histogram, compact)
+TRITON = Passes(inverse_sums_one_read, histogram, compact)

@@ -15,27 +15,35 @@ the tensors' device, with static shapes and no host synchronisation (design note
 3. *Compaction* (pass 2): the selected buckets' tokens into a static ``[B, K]`` buffer in token order
    (:func:`compact`: mask, cumsum, scatter; or one Triton kernel). A row with more than K such tokens is *spilled*:
    it takes the fallback.
-4. *Compressed instance* ``[B, K + NB + 1]``: the K token columns, then each run of unselected buckets as one entry
-   (its sums; its key the lowest edge of its first bucket, which lies between its neighbours' keys; its ratio r the
-   largest its tokens may have, 1 / the least lower edge of its nonempty buckets), sorted by key: psi on its prefixes
-   is psi of the full order at the matching prefixes. The rule on it is :mod:`.sortfree`'s cell rule
-   (:class:`.sortfree._Group`) with each merged run a position whose hazard is bounded, never exact (the run's
-   exclusive sums (Qa, Pa), mass qb, ratios from the previous entry's r to its own: the bound of note §3; the token
-   after it reads r_{j-1} = the run's largest ratio, and the part of its hazard over [r_b, r] that this moves is
-   inside the run's bound, since the point after the run lies between the same two fixed points). It is certified
-   as ``buckets._attempt`` / ``bucket_rule.c``'s ``row_rule`` certify with ``bound``: no merged run's interior may
-   hold m*, s, e or M (:func:`.buckets.psi_interior_bound` on its buckets), s and the residual's drawn position are
-   tokens, and the slot is certified by the cell rule's intervals with ``u[:, 0]``.
-5. *Refinement* (``rounds``, static: every row redoes 3-4): the failing runs' buckets, and on an uncertified slot
-   the runs inside the served window, are selected too. *Fallback*: a row still undecided or spilled takes the full
-   device route (:func:`.chains.prefix` with the sort, :func:`.chains.tuple_rule`, :func:`.chains.sample`) on every
-   row (``fallback_rows`` None: exact, and as costly as the old route) or on the first ``fallback_rows`` such rows
-   gathered into a ``[F, V]`` batch (rows past them are counted in ``Decision.overflow`` and keep a guess).
+4. *Compressed instance* ``[B, K + NB]``: the K token columns, then each unselected nonempty bucket as one entry (its
+   sums; its key the lower edge of its ratio keys, which lies between its neighbours' keys; its ratio r the largest
+   its tokens may have, 1 / that edge), sorted by key: psi on its prefixes is psi of the full order at the matching
+   prefixes. The rule on it is :mod:`.sortfree`'s cell rule (:class:`.sortfree._Group`, with its refinement of the
+   widest cells) with each bucket entry a position whose hazard is bounded, never exact (the bucket's exclusive sums
+   (Qa, Pa), mass qb, ratios from the previous entry's r to its own: the bound of note §3; the token after it reads
+   r_{j-1} = the bucket's largest ratio, and the part of its hazard over [r_b, r] that this moves is inside the
+   bucket's bound, since the point after the bucket lies between the same two fixed points). It is certified as
+   ``buckets._attempt`` / ``bucket_rule.c``'s ``row_rule`` certify with ``bound``: no bucket entry's interior may
+   hold m*, s, e or M (:func:`.buckets.psi_interior_bound`), s and the residual's drawn position are tokens, and the
+   slot is certified by the cell rule's intervals with ``u[:, 0]``.
+5. *Refinement* (``rounds``; every row, or ``refine_rows`` gathered rows): the failing buckets, and on an
+   uncertified slot the ``REFINE`` widest bucket entries inside the served window, are selected too, and 3-4 run
+   again. *Fallback*: a row still undecided or spilled takes the full device route (:func:`.chains.prefix` with the
+   sort, :func:`.chains.tuple_rule`, :func:`.chains.sample`) on every row (``fallback_rows`` None: exact, and as
+   costly as the old route) or on the first ``fallback_rows`` such rows gathered into an ``[F, V]`` batch (rows past
+   them are counted in ``Decision.overflow`` and keep a guess: exact only while at most F rows a call need it).
+
+Rates (benchmarks/device_buckets_rates.py, B = 16 per point, n = 2, 4, 8, float32): at V = 32k and 128k every loose
+and close (sigma 1, 0.5) row certified at round 0 but one that spilled K (32k, sigma 0.5, n = 8); rows of tied
+ratios (``lm_rows`` "ties": a few ratio values, so a few buckets of thousands of tokens) all spill and take the
+fallback (a bucket of one ratio value would need no sort: not done). 0 of 384 rows differ from the CPU route.
 
 One draft (n = 1) takes the closed form :func:`.chains.single_draft`, as the device route.
 Cost: passes 1 and 2 (2 reads of p and q with the Triton kernels, plus the row sums), then O(B (K + NB)) work: the
-sort of the compressed instance, psi, and the cell rule's roots on it. Bytes over the read floor:
-benchmarks/bytes_moved.py (``buckets_*`` rows).
+sort of the compressed instance, psi, and the cell rule's roots on it. Bytes over the read floor at B = 64,
+V = 128k, n = 2 / 4 / 8 (benchmarks/bytes_moved.py): 40 / 51 / 59x with the Triton passes, fused roots, the
+refinement on 4 gathered rows and the fallback on 1 (34 / 36 / 39x without them), against the device route's
+285 / 828 / 1162x and rrs's 11 / 17 / 29x; with torch's passes 106 / 142 / 182x.
 """
 
 from __future__ import annotations
@@ -48,10 +56,20 @@ from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
 from otlp.optimal import sortfree as SF
 
-#: refinement rounds (the failing runs' buckets selected) before the fallback.
+#: refinement rounds (the failing buckets selected) before the fallback.
 ROUNDS = 1
+#: bucket entries inside the served window that a refinement round sorts where the slot was not certified.
+REFINE = 8
 #: a padding entry's sort key: below every token's (p = q = 0 tokens have -1), so padding sorts last.
 PAD_KEY = -2.0
+
+
+def bits_for(V: int) -> int:
+    """Bucket bits per octave for V tokens: one more than the host's (:func:`.buckets.bits_for`), at most 5 (2050
+    buckets, AIR top-p's histogram size): the compressed instance is static, so finer buckets, which select fewer
+    tokens on close drafts, keep more rows within K (at V = 32k and sigma = 0.5, 16 of 48 rows spilled K = V / 8 at 4
+    bits, 1 at 5 bits)."""
+    return min(BK.bits_for(V) + 1, 5)
 
 
 def capacity(V: int) -> int:
@@ -257,31 +275,19 @@ def _attempt(p, q, inv_p, inv_q, w, U, lv: Level, sel, draft_buckets, sc: BK.Sch
     dev = lv.psi.device
     ids, Pt, Qt, count = passes.compact(p, q, inv_p, inv_q, sel, sc, K)  # [B, K] x 3, [B]
     real = ids >= 0
-    # runs: run r holds the unselected buckets after the r-th selected one ([B, NB + 1] by run)
-    un = ~sel
-    rid = sel.long().cumsum(1)  # [B, NB]
-    G = NB + 1
-    z = torch.zeros(B, G, dtype=torch.float64, device=dev)
-    run_p = z.scatter_add(1, rid, torch.where(un, lv.Pb, 0.0))
-    run_q = z.scatter_add(1, rid, torch.where(un, lv.Qb, 0.0))
-    nonempty = (lv.Pb != 0) | (lv.Qb != 0)
-    members = torch.zeros(B, G, dtype=torch.int64, device=dev).scatter_add(1, rid, (un & nonempty).long())
+    # each unselected nonempty bucket one entry: its sums, its key the lower edge of its ratio key, its ratio the
+    # largest its tokens may have, its interior bound f (the psi at its two ends are the instance's own)
+    runs = ~sel & ((lv.Pb != 0) | (lv.Qb != 0))  # [B, NB]
     KEY, LO = lv.Pb.new_tensor(sc.KEY), lv.Pb.new_tensor(sc.LO)
     inf = float("inf")
-    run_key = z.fill_(-inf).scatter_reduce(1, rid, torch.where(un, KEY, -inf).expand(B, -1), "amax")
-    lo_edge = torch.full_like(run_p, inf).scatter_reduce(1, rid, torch.where(un & nonempty, LO, inf), "amin")
-    nxt_un = X.pad_last(un[:, 1:], False)
-    run_low = torch.full_like(run_p, inf).scatter_reduce(
-        1, rid, torch.where(un, torch.where(nxt_un, lv.inner, lv.f), inf), "amin")
-    runs = members > 0  # [B, G]
-    # the compressed instance [B, K + G]: tokens, then runs (empty runs and padding: zeros, sorted last)
-    P2 = torch.cat([Pt, torch.where(runs, run_p, 0.0)], 1)
-    Q2 = torch.cat([Qt, torch.where(runs, run_q, 0.0)], 1)
-    key2 = torch.cat([torch.where(real, ratio_keys(Pt, Qt), PAD_KEY), torch.where(runs, run_key, PAD_KEY)], 1)
+    # the compressed instance [B, K + NB]: tokens, then buckets (padding and other buckets: zeros, sorted last)
+    P2 = torch.cat([Pt, torch.where(runs, lv.Pb, 0.0)], 1)
+    Q2 = torch.cat([Qt, torch.where(runs, lv.Qb, 0.0)], 1)
+    key2 = torch.cat([torch.where(real, ratio_keys(Pt, Qt), PAD_KEY), torch.where(runs, KEY, PAD_KEY)], 1)
     q_pos = Q2 > 0
     r_tok = torch.where(q_pos, 1.0 / (torch.where(q_pos, Q2, 1.0) / P2), 0.0)  # as chains.group_terms
-    r_run = torch.where(runs, 1.0 / lo_edge, 0.0)  # the largest ratio a run's tokens may have
-    merged_col = torch.cat([torch.zeros_like(real), runs], 1)  # [B, K + G] by column
+    r_run = torch.where(runs, 1.0 / LO, 0.0)  # the largest ratio a bucket's tokens may have
+    merged_col = torch.cat([torch.zeros_like(real), runs], 1)  # [B, K + NB] by column
     ratio_col = torch.cat([r_tok[:, :K], r_run], 1)
     pre = C.prefix(P2, Q2, n, order=X.sort_descending(key2))
     order = pre.order  # [B, W] column at each position
@@ -291,22 +297,26 @@ def _attempt(p, q, inv_p, inv_q, w, U, lv: Level, sel, draft_buckets, sc: BK.Sch
     w2 = w2.clamp(max=K - 1)
     spilled = count > K
     g = SF._Group(pre, w2, cell or SF.cell_size(order.shape[1]), roots, ratio=ratio, merged=merged)
-    lo, hi, _ = g.cell_bounds()
+    lo, hi, exact = g.cell_bounds()
     slot, certified = g.certify(lo, hi, U[:, :1])
+    for _ in range(SF.ROUNDS):  # the cell rule's own refinement: its widest cells position by position
+        lo, hi, exact = g.refine(lo, hi, exact, SF.REFINE)
+        s2, ok2 = g.certify(lo, hi, U[:, :1])
+        slot, certified = torch.where(certified, slot, s2), certified | ok2
     # the certificate (bucket_rule.c's row_rule with bound), by compressed position j
     W = order.shape[1]
     j = X.arange_like(order, W)[None, :]
     psi = pre.psi
     m = pre.m_star[:, None]
     s, e, top = g.s, g.e, g.top
-    run_at = torch.where(merged, order - K, 0)  # [B, W] the run at each merged position
-    low = torch.where(merged, X.take(run_low, run_at), inf)
+    run_at = torch.where(merged, order - K, 0)  # [B, W] the bucket at each merged position
+    low = torch.where(merged, X.take(lv.f, run_at), inf)
     ends = X.minimum(psi[:, :-1], psi[:, 1:])
 
-    def below(thr):  # noqa: ANN001, ANN202 - some prefix inside a run may be < thr
+    def below(thr):  # noqa: ANN001, ANN202 - some prefix inside a bucket entry may be < thr
         return merged & (X.minimum(ends, low) < thr)
 
-    def at_or_below(thr):  # noqa: ANN001, ANN202 - some prefix inside a run may be <= thr
+    def at_or_below(thr):  # noqa: ANN001, ANN202 - some prefix inside a bucket entry may be <= thr
         return merged & ((ends < thr) | (low <= thr))
 
     psi_star, v = C.residual_threshold(pre, U[:, 1:])  # [B, 1]
@@ -327,10 +337,14 @@ def _attempt(p, q, inv_p, inv_q, w, U, lv: Level, sel, draft_buckets, sc: BK.Sch
     drawn_real &= drawn_id >= 0
     ok = certified & ~bad.any(1) & ~spilled & (~rejected | drawn_real)
     token = torch.where(rejected, drawn_id, X.take(w, slot.clamp(max=n - 1)[:, None])[:, 0])
-    # what the next try selects: the failing runs' buckets; on an uncertified slot, the runs inside the window
-    fail = bad | (~certified[:, None] & merged & inside)
-    bad_run = torch.zeros(B, G, dtype=torch.int64, device=dev).scatter_add_(1, run_at, fail.long()) > 0
-    return _Attempt(token=token, slot=slot, ok=ok, bad=un & X.take(bad_run, rid), count=count)
+    # what the next try selects: the failing buckets; on an uncertified slot, the REFINE bucket entries inside the
+    # window of widest bound (by its first-order width, the ratio span times the mass)
+    span = torch.where(merged & inside, X.take(Q2, order) * (ratio - X.pad_first(ratio[:, :-1], 0.0)), -1.0)
+    widest = span.topk(min(REFINE, W), dim=1)
+    wide = torch.zeros_like(merged).scatter_(1, widest.indices, widest.values >= 0)
+    fail = bad | (~certified[:, None] & wide)
+    bad = torch.zeros(B, NB, dtype=torch.int64, device=dev).scatter_add_(1, run_at, fail.long()) > 0
+    return _Attempt(token=token, slot=slot, ok=ok, bad=bad, count=count)
 
 
 def verify(p, q, drafts, u, **options):  # noqa: ANN001, ANN003, ANN201 - tensors
@@ -344,7 +358,7 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
            refine_rows: int | None = None, fallback_rows: int | None = None, fallback: bool = True,
            passes: Passes = TORCH, cell: int | None = None, roots=None, selection=None) -> Decision:  # noqa: ANN001
     """The rule (module docstring) on rows ``p, q [B, V]`` (any float dtype), drafts ``w int64 [B, n]`` and uniforms
-    ``U float64 [B, 2]``. ``bits``: the buckets' bits per octave (default :func:`.buckets.bits_for`); ``K``: the
+    ``U float64 [B, 2]``. ``bits``: the buckets' bits per octave (default :func:`bits_for`); ``K``: the
     compaction buffer (default :func:`capacity`); ``refine_rows``: the rows each refinement round takes (None: every
     row; else the first ``refine_rows`` undecided rows, gathered; the others go on to the fallback); ``passes``:
     :data:`TORCH` or the Triton kernels (:data:`.device_passes.TRITON`); ``cell``, ``roots``: as
@@ -360,7 +374,7 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
         tokens, index = C.single_draft(_normalised(p, inv_p), _normalised(q, inv_q), w, U)
         zero = torch.zeros(B, dtype=torch.int64, device=p.device)
         return Decision(tokens.long(), index.long(), zero, zero.bool(), zero.sum(), zero)
-    sc = BK.scheme(BK.bits_for(V) if bits is None else bits)
+    sc = BK.scheme(bits_for(V) if bits is None else bits)
     K = min(capacity(V) if K is None else K, V)
     roots = roots or C.slot_mass
     _, Pb, Qb = passes.histogram(p, q, inv_p, inv_q, sc)  # [B, NB] x 3 (the counts: unused here)

@@ -210,9 +210,10 @@ def level(Pb, Qb, n: int, sc: BK.Scheme) -> Level:  # noqa: ANN001
 
 
 def select(lv: Level, draft_buckets, u1):  # noqa: ANN001, ANN201
-    """``bool [B, NB]``: the buckets to compact, ``bucket_rule.c``'s ``row_select`` with ``bound`` (and the drafts'
-    buckets selected) as ``[B, NB]`` operations, for the drafts' buckets ``[B, n]`` and the residual's uniforms
-    ``u1 [B]``. The certificate decides either way; the selection only makes it likely to pass."""
+    """``bool [B, NB]``: the buckets to compact, ``bucket_rule.c``'s ``row_select`` with ``bound`` (the drafts'
+    buckets not selected: :func:`_attempt` adds them, or sums them by segment) as ``[B, NB]`` operations, for the
+    drafts' buckets ``[B, n]`` and the residual's uniforms ``u1 [B]``. The certificate decides either way; the
+    selection only makes it likely to pass."""
     import torch
 
     psi, f, low = lv.psi, lv.f, lv.low
@@ -247,7 +248,7 @@ def select(lv: Level, draft_buckets, u1):  # noqa: ANN001, ANN201
     nonempty = (lv.Pb != 0) | (lv.Qb != 0)
     first = X.first_true(X.pad_last(nonempty[:, :-1], True))[:, None]  # the row's first position (s = 0 reads it)
     sel |= j == first
-    return sel.scatter(1, draft_buckets, True)
+    return sel
 
 
 # -- the compressed instance and the rule on it -----------------------------------------------------------------------
@@ -266,37 +267,147 @@ class _Attempt:
     count: object
 
 
-def _attempt(p, q, inv_p, inv_q, w, U, lv: Level, sel, draft_buckets, sc: BK.Scheme, K: int,  # noqa: ANN001
-             passes: Passes, cell: int | None, roots) -> _Attempt:  # noqa: ANN001
+@dataclass(frozen=True)
+class Draws:
+    """The drafted tokens of each row as the compressed instance reads them (``[B, n]``): ``w`` ids, ``P, Q`` masses,
+    ``key`` ratio keys, ``bucket``; ``rank`` the place among the row's draws in the ratio order (by decreasing key,
+    then id), ``first`` the first occurrence of its token among the drafts."""
+
+    w: object
+    P: object
+    Q: object
+    key: object
+    bucket: object
+    rank: object
+    first: object
+
+
+def draws(p, q, inv_p, inv_q, w, sc: BK.Scheme) -> Draws:  # noqa: ANN001
+    """:class:`Draws` of drafts ``w [B, n]`` in rows ``p, q`` (normalised by ``inv_p, inv_q``)."""
+    P, Q = _normalised(p.gather(1, w), inv_p), _normalised(q.gather(1, w), inv_q)  # [B, n]
+    key, bucket = token_buckets(P, Q, sc)
+    ka, kb = key[:, :, None], key[:, None, :]
+    before = (ka > kb) | ((ka == kb) & (w[:, :, None] < w[:, None, :]))  # [B, n, n] draw a before draw b
+    same = w[:, :, None] == w[:, None, :]
+    ks = X.arange_like(w, w.shape[1])
+    first = X.first_true(same) == ks[None, :]
+    return Draws(w=w, P=P, Q=Q, key=key, bucket=bucket, rank=before.sum(1), first=first)
+
+
+def segments(p, q, inv_p, inv_q, part, sc: BK.Scheme, dr: Draws):  # noqa: ANN001, ANN201
+    """The drafts' unsorted buckets' other tokens summed by segment, on torch ops: ``(P, Q float64, count int64)``
+    ``[B, 2n]``. The buckets ``part bool [B, NB]`` each hold drafts (``dr``); entry k < n sums the tokens of draft k's
+    bucket after it and before the bucket's next draft in the ratio order, entry n + k those before draft k where it
+    is the first of its bucket (empty entries: 0). A token lies after draft d where key_d > key, or key_d = key and
+    d < its id (the order's stable ties)."""
     import torch
 
+    P, Q = _normalised(p, inv_p), _normalised(q, inv_q)
+    key, bucket = token_buckets(P, Q, sc)
+    B, V = P.shape
+    n = dr.w.shape[1]
+    tok = torch.arange(V, device=P.device)[None, :]
+    act = dr.first & part.gather(1, dr.bucket)  # [B, n] the drafts of unsorted buckets, once each
+    best = torch.full((B, V), -1, dtype=torch.int64, device=P.device)  # the rank of the last draft before
+    slot = torch.full((B, V), 2 * n, dtype=torch.int64, device=P.device)  # 2n: no segment
+    head = slot.clone()
+    is_draw = torch.zeros(B, V, dtype=torch.bool, device=P.device)
+    for k in range(n):  # the n drafts, not tokens
+        inb = act[:, k:k + 1] & (bucket == dr.bucket[:, k:k + 1])  # [B, V]
+        kd = dr.key[:, k:k + 1]
+        bef = inb & ((kd > key) | ((kd == key) & (dr.w[:, k:k + 1] < tok)))
+        later = bef & (dr.rank[:, k:k + 1] > best)
+        best = torch.where(later, dr.rank[:, k:k + 1], best)
+        slot = torch.where(later, k, slot)
+        head = torch.where(inb & ~bef & (head == 2 * n), n + k, head)  # (refined below to the bucket's first)
+        is_draw |= tok == dr.w[:, k:k + 1]
+    # a token before every draft of its bucket: the head of the bucket's first draft (its least rank)
+    first_k = _first_of_bucket(dr, act)  # [B, n] the bucket's first active draft, by draft
+    head = torch.where(head < 2 * n, n + first_k.gather(1, (head - n).clamp(0, n - 1)), head)
+    slot = torch.where(best >= 0, slot, head)
+    slot = torch.where(is_draw | ~part.gather(1, bucket), 2 * n, slot)
+    z = torch.zeros(B, 2 * n + 1, dtype=torch.float64, device=P.device)
+    count = torch.zeros(B, 2 * n + 1, dtype=torch.int64, device=P.device).scatter_add_(1, slot, torch.ones_like(slot))
+    return z.scatter_add(1, slot, P)[:, :-1], z.scatter_add(1, slot, Q)[:, :-1], count[:, :-1]
+
+
+def _first_of_bucket(dr: Draws, act):  # noqa: ANN001, ANN202 - [B, n] -> [B, n]
+    """For each draft, the index of the first active draft (least rank) of its bucket (itself where none)."""
+    import torch
+
+    n = dr.w.shape[1]
+    same = (dr.bucket[:, :, None] == dr.bucket[:, None, :]) & act[:, None, :]  # [B, k, j] j active in k's bucket
+    score = torch.where(same, dr.rank[:, None, :] * n + X.arange_like(dr.w, n)[None, None, :], n * n + n)
+    return torch.where(same.any(-1), score.argmin(-1), X.arange_like(dr.w, n)[None, :])
+
+
+def _attempt(p, q, inv_p, inv_q, dr: Draws, U, lv: Level, sel, sc: BK.Scheme, K: int,  # noqa: ANN001
+             passes: Passes, cell: int | None, roots, partial: bool) -> _Attempt:  # noqa: ANN001
+    import torch
+
+    w = dr.w
     B, n = w.shape
     NB = sc.NB
     dev = lv.psi.device
+    if not partial:
+        sel = sel.scatter(1, dr.bucket, True)
     ids, Pt, Qt, count = passes.compact(p, q, inv_p, inv_q, sel, sc, K)  # [B, K] x 3, [B]
     real = ids >= 0
-    # each unselected nonempty bucket one entry: its sums, its key the lower edge of its ratio key, its ratio the
-    # largest its tokens may have, its interior bound f (the psi at its two ends are the instance's own)
-    runs = ~sel & ((lv.Pb != 0) | (lv.Qb != 0))  # [B, NB]
-    KEY, LO = lv.Pb.new_tensor(sc.KEY), lv.Pb.new_tensor(sc.LO)
     inf = float("inf")
-    # the compressed instance [B, K + NB]: tokens, then buckets (padding and other buckets: zeros, sorted last)
-    P2 = torch.cat([Pt, torch.where(runs, lv.Pb, 0.0)], 1)
-    Q2 = torch.cat([Qt, torch.where(runs, lv.Qb, 0.0)], 1)
-    key2 = torch.cat([torch.where(real, ratio_keys(Pt, Qt), PAD_KEY), torch.where(runs, KEY, PAD_KEY)], 1)
-    q_pos = Q2 > 0
-    r_tok = torch.where(q_pos, 1.0 / (torch.where(q_pos, Q2, 1.0) / P2), 0.0)  # as chains.group_terms
-    r_run = torch.where(runs, 1.0 / LO, 0.0)  # the largest ratio a bucket's tokens may have
-    merged_col = torch.cat([torch.zeros_like(real), runs], 1)  # [B, K + NB] by column
-    ratio_col = torch.cat([r_tok[:, :K], r_run], 1)
-    pre = C.prefix(P2, Q2, n, order=X.sort_descending(key2))
-    order = pre.order  # [B, W] column at each position
-    ratio, merged = X.take(ratio_col, order), X.take(merged_col, order)  # [B, W] by position
-    # the drafts' columns (the rank among the row's selected tokens; spilled rows are refused below)
-    w2 = torch.searchsorted(torch.where(real, ids, torch.iinfo(torch.int64).max), w.contiguous())
-    w2 = w2.clamp(max=K - 1)
+    f64 = {"dtype": torch.float64, "device": dev}
+    KEY, LO, HI = (lv.Pb.new_tensor(x).expand(B, -1) for x in (sc.KEY, sc.LO, sc.HI))
+    bucket_ids = X.arange_like(ids, NB)[None, :].expand(B, -1)
+    # columns: the K tokens; each unselected nonempty bucket one entry (its sums, its key the lower edge of its
+    # keys, its ratio the largest its tokens may have, its keys' range for the interior bound); with ``partial``
+    # the drafts of unsorted buckets (once each) and their buckets' segments (:func:`segments`)
+    part = torch.zeros_like(sel).scatter(1, dr.bucket, True) & ~sel  # the drafts' buckets not sorted (partial)
+    runs = ~sel & ~part & ((lv.Pb != 0) | (lv.Qb != 0))  # [B, NB]
+    q_pos = Qt > 0
+    cols = {  # name -> [tokens, buckets, ...] pieces
+        "P": [Pt, torch.where(runs, lv.Pb, 0.0)], "Q": [Qt, torch.where(runs, lv.Qb, 0.0)],
+        "key": [torch.where(real, ratio_keys(Pt, Qt), PAD_KEY), torch.where(runs, KEY, PAD_KEY)],
+        "tie": [ids.double(), torch.zeros(B, NB, **f64)],
+        "r": [torch.where(q_pos, 1.0 / (torch.where(q_pos, Qt, 1.0) / Pt), 0.0), torch.where(runs, 1.0 / LO, 0.0)],
+        "merged": [torch.zeros_like(real), runs],
+        "lo": [torch.zeros(B, K, **f64), LO], "hi": [torch.zeros(B, K, **f64), HI],
+        "bucket": [torch.zeros_like(ids), bucket_ids], "id": [ids, torch.full_like(bucket_ids, -1)],
+    }
+    w2 = torch.searchsorted(torch.where(real, ids, torch.iinfo(torch.int64).max), w.contiguous()).clamp(max=K - 1)
+    if partial:
+        act = dr.first & part.gather(1, dr.bucket)  # [B, n]
+        Ps, Qs, cs = segments(p, q, inv_p, inv_q, part, sc, dr)  # [B, 2n]
+        seg = cs > 0
+        # the next active draft after each in its bucket: the largest key below it (else the bucket's lower edge)
+        same = (dr.bucket[:, :, None] == dr.bucket[:, None, :]) & act[:, None, :]
+        after = same & (dr.rank[:, None, :] > dr.rank[:, :, None])  # [B, k, j] j after k in k's bucket
+        lo_after = torch.maximum(LO.gather(1, dr.bucket), torch.where(after, dr.key[:, None, :], -inf).amax(-1))
+        hi_b = HI.gather(1, dr.bucket)
+        wd = w.double()
+        cols["P"] += [torch.where(act, dr.P, 0.0), torch.where(seg, Ps, 0.0)]
+        cols["Q"] += [torch.where(act, dr.Q, 0.0), torch.where(seg, Qs, 0.0)]
+        cols["key"] += [torch.where(act, dr.key, PAD_KEY), torch.where(seg, dr.key.repeat(1, 2), PAD_KEY)]
+        cols["tie"] += [wd, torch.cat([wd + 0.5, wd - 0.5], 1)]
+        rq = dr.Q > 0
+        cols["r"] += [torch.where(rq, 1.0 / (torch.where(rq, dr.Q, 1.0) / dr.P), 0.0),
+                      torch.where(seg, 1.0 / torch.cat([lo_after, dr.key], 1), 0.0)]
+        cols["merged"] += [torch.zeros_like(act), seg]
+        cols["lo"] += [torch.zeros(B, n, **f64), torch.cat([lo_after, dr.key], 1)]
+        cols["hi"] += [torch.zeros(B, n, **f64), torch.cat([torch.minimum(hi_b, dr.key), hi_b], 1)]
+        cols["bucket"] += [dr.bucket, dr.bucket.repeat(1, 2)]
+        cols["id"] += [torch.where(act, w, -1), torch.full((B, 2 * n), -1, dtype=torch.int64, device=dev)]
+        first_at = X.first_true(w[:, :, None] == w[:, None, :])  # [B, n] the first occurrence of each draft
+        w2 = torch.where(part.gather(1, dr.bucket), K + NB + first_at, w2)
+    col = {name: torch.cat(pieces, 1) for name, pieces in cols.items()}  # [B, W] each, by column
+    W = col["P"].shape[1]
+    # the ratio order of the compressed instance: by decreasing key, ties by the tie-break (token ids; a segment
+    # just after or before its draft)
+    by_tie = X.stable_descending(-col["tie"])
+    order = X.take(by_tie, X.stable_descending(X.take(col["key"], by_tie)))  # [B, W] column at each position
+    pre = C.prefix(col["P"], col["Q"], n, order=order)
+    at = {name: X.take(x, order) for name, x in col.items()}  # [B, W] each, by position
+    ratio, merged = at["r"], at["merged"]
     spilled = count > K
-    g = SF._Group(pre, w2, cell or SF.cell_size(order.shape[1]), roots, ratio=ratio, merged=merged)
+    g = SF._Group(pre, w2, cell or SF.cell_size(W), roots, ratio=ratio, merged=merged)
     lo, hi, exact = g.cell_bounds()
     slot, certified = g.certify(lo, hi, U[:, :1])
     for _ in range(SF.ROUNDS):  # the cell rule's own refinement: its widest cells position by position
@@ -304,19 +415,19 @@ def _attempt(p, q, inv_p, inv_q, w, U, lv: Level, sel, draft_buckets, sc: BK.Sch
         s2, ok2 = g.certify(lo, hi, U[:, :1])
         slot, certified = torch.where(certified, slot, s2), certified | ok2
     # the certificate (bucket_rule.c's row_rule with bound), by compressed position j
-    W = order.shape[1]
     j = X.arange_like(order, W)[None, :]
     psi = pre.psi
     m = pre.m_star[:, None]
     s, e, top = g.s, g.e, g.top
-    run_at = torch.where(merged, order - K, 0)  # [B, W] the bucket at each merged position
-    low = torch.where(merged, X.take(lv.f, run_at), inf)
+    Pa = X.padded_cumsum(pre.ps)[:, :W]
+    low = BK.psi_interior_bound(Pa, pre.prefix_q[:, :W], pre.ps, pre.qs, at["lo"], at["hi"], n) - BK.BOUND_MARGIN
+    low = torch.where(merged, low, inf)
     ends = X.minimum(psi[:, :-1], psi[:, 1:])
 
-    def below(thr):  # noqa: ANN001, ANN202 - some prefix inside a bucket entry may be < thr
+    def below(thr):  # noqa: ANN001, ANN202 - some prefix inside a merged entry may be < thr
         return merged & (X.minimum(ends, low) < thr)
 
-    def at_or_below(thr):  # noqa: ANN001, ANN202 - some prefix inside a bucket entry may be <= thr
+    def at_or_below(thr):  # noqa: ANN001, ANN202 - some prefix inside a merged entry may be <= thr
         return merged & ((ends < thr) | (low <= thr))
 
     psi_star, v = C.residual_threshold(pre, U[:, 1:])  # [B, 1]
@@ -331,19 +442,16 @@ def _attempt(p, q, inv_p, inv_q, w, U, lv: Level, sel, draft_buckets, sc: BK.Sch
     rejected = slot == n
     M = C.residual_index(pre, U[:, 1:])[:, None]  # [B, 1]
     bad |= rejected[:, None] & merged & (j >= M) & ((ends - psi_star < v) | (low - psi_star <= v))
-    drawn = X.take(order, M.clamp(max=W - 1))[:, 0]  # [B] its column
-    drawn_real = drawn < K
-    drawn_id = X.take(ids, drawn.clamp(max=K - 1)[:, None])[:, 0]
-    drawn_real &= drawn_id >= 0
-    ok = certified & ~bad.any(1) & ~spilled & (~rejected | drawn_real)
+    drawn_id = X.take(at["id"], M.clamp(max=W - 1))[:, 0]  # [B] the token at position M (-1: not a token)
+    ok = certified & ~bad.any(1) & ~spilled & (~rejected | (drawn_id >= 0))
     token = torch.where(rejected, drawn_id, X.take(w, slot.clamp(max=n - 1)[:, None])[:, 0])
-    # what the next try selects: the failing buckets; on an uncertified slot, the REFINE bucket entries inside the
-    # window of widest bound (by its first-order width, the ratio span times the mass)
-    span = torch.where(merged & inside, X.take(Q2, order) * (ratio - X.pad_first(ratio[:, :-1], 0.0)), -1.0)
+    # what the next try selects: the failing entries' buckets; on an uncertified slot, the buckets of the REFINE
+    # merged entries inside the window of widest bound (by its first-order width, the ratio span times the mass)
+    span = torch.where(merged & inside, pre.qs * (ratio - X.pad_first(ratio[:, :-1], 0.0)), -1.0)
     widest = span.topk(min(REFINE, W), dim=1)
     wide = torch.zeros_like(merged).scatter_(1, widest.indices, widest.values >= 0)
     fail = bad | (~certified[:, None] & wide)
-    bad = torch.zeros(B, NB, dtype=torch.int64, device=dev).scatter_add_(1, run_at, fail.long()) > 0
+    bad = torch.zeros(B, NB, dtype=torch.int64, device=dev).scatter_add_(1, at["bucket"], fail.long()) > 0
     return _Attempt(token=token, slot=slot, ok=ok, bad=bad, count=count)
 
 
@@ -356,7 +464,8 @@ def verify(p, q, drafts, u, **options):  # noqa: ANN001, ANN003, ANN201 - tensor
 
 def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds: int = ROUNDS,  # noqa: ANN001
            refine_rows: int | None = None, fallback_rows: int | None = None, fallback: bool = True,
-           passes: Passes = TORCH, cell: int | None = None, roots=None, selection=None) -> Decision:  # noqa: ANN001
+           passes: Passes = TORCH, cell: int | None = None, roots=None, selection=None,  # noqa: ANN001
+           partial: bool = True) -> Decision:
     """The rule (module docstring) on rows ``p, q [B, V]`` (any float dtype), drafts ``w int64 [B, n]`` and uniforms
     ``U float64 [B, 2]``. ``bits``: the buckets' bits per octave (default :func:`bits_for`); ``K``: the
     compaction buffer (default :func:`capacity`); ``refine_rows``: the rows each refinement round takes (None: every
@@ -379,12 +488,9 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
     roots = roots or C.slot_mass
     _, Pb, Qb = passes.histogram(p, q, inv_p, inv_q, sc)  # [B, NB] x 3 (the counts: unused here)
     lv = level(Pb, Qb, n, sc)
-    pw = _normalised(p.gather(1, w), inv_p)  # [B, n] the drafts' masses and buckets
-    qw = _normalised(q.gather(1, w), inv_q)
-    _, draft_buckets = token_buckets(pw, qw, sc)
-    sel = select(lv, draft_buckets, U[:, 1]) if selection is None else selection | (
-        torch.zeros_like(selection).scatter(1, draft_buckets, True))
-    got = _attempt(p, q, inv_p, inv_q, w, U, lv, sel, draft_buckets, sc, K, passes, cell, roots)
+    dr = draws(p, q, inv_p, inv_q, w, sc)  # [B, n] the drafts' masses, keys and buckets
+    sel = select(lv, dr.bucket, U[:, 1]) if selection is None else selection
+    got = _attempt(p, q, inv_p, inv_q, dr, U, lv, sel, sc, K, passes, cell, roots, partial)
     token, slot, ok, bad, count = got.token, got.slot, got.ok, got.bad, got.count
     done = torch.zeros(B, dtype=torch.int64, device=p.device)
     for r in range(1, rounds + 1):  # static shapes: a certified row keeps its first answer
@@ -394,8 +500,9 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
         else:  # the first refine_rows undecided rows, gathered
             pick = torch.sort(ok.to(torch.int8), stable=True).indices[:min(refine_rows, B)]
         sub = Level(*(x[pick] for x in (lv.Pb, lv.Qb, lv.psi, lv.f, lv.low, lv.inner)))
-        got = _attempt(p[pick], q[pick], inv_p[pick], inv_q[pick], w[pick], U[pick], sub, sel[pick],
-                       draft_buckets[pick], sc, K, passes, cell, roots)
+        sub_dr = Draws(*(x[pick] for x in (dr.w, dr.P, dr.Q, dr.key, dr.bucket, dr.rank, dr.first)))
+        got = _attempt(p[pick], q[pick], inv_p[pick], inv_q[pick], sub_dr, U[pick], sub, sel[pick], sc, K, passes,
+                       cell, roots, partial)
         new = got.ok & ~ok[pick]  # [F] rows certified now
         token, slot, done, bad = token.clone(), slot.clone(), done.clone(), torch.zeros_like(bad)
         token[pick] = torch.where(new, got.token, token[pick])

@@ -3,10 +3,11 @@
 * Enumeration at V <= 8 with coarse buckets (bits 0: one per octave, so buckets hold several tokens), on every
   instance family: for every drafted tuple and u[:, 0] at random and 1e-7 either side of every slot's end, the same
   token and slot as the reference (:func:`.chains.tuple_rule` + :func:`.chains.sample`, the device route) with the
-  default selection and the fallback; and with the least selection (only the drafts' buckets, so that merged runs
-  lie inside the served window and their hazard is bounded), wherever the certificate alone decides, the
-  reference's slot. The law (p) and the acceptance (alpha*) from the route's own slot probabilities (bisection of
-  its answers in u[:, 0]), with the least selection and the fallback.
+  default selection and the fallback; and with the least selection (no bucket sorted but the drafts', which are
+  summed by segment between the drafts, or with ``partial=False`` compacted; so that bucket entries lie inside the
+  served window and their hazard is bounded), wherever the certificate alone decides, the reference's slot. The
+  law (p) and the acceptance (alpha*) from the route's own slot probabilities (bisection of its answers in
+  u[:, 0]), with the least selection and the fallback.
 * LM-like rows at V = 2k and 32k (loose, close sigma 1 and 0.5, ties; float32 / float64; n = 2, 4, 8): the same tokens
   and slots as ``get("optimal").sample`` (the CPU route) for the same uniforms, the certificate's rows and the
   fallback's; the certification, refinement, fallback and spill rates printed (``pytest -s``).
@@ -77,13 +78,14 @@ def test_same_slot_as_the_reference_for_every_tuple(family: str, V: int, n: int)
         want = verify(P, Q, w, U, backend="torch")
         got = DB.decide(P, Q, w, U, bits=0)
         assert torch.equal(got.tokens, want[0]) and torch.equal(got.index, want[1]), col
-        d = DB.decide(P, Q, w, U, bits=0, rounds=0, fallback=False, selection=_least(T))
-        certified = d.rounds == 0
-        assert torch.equal(_slot((d.tokens, d.index), n)[certified], _slot(want, n)[certified]), col
-        assert torch.equal(d.tokens[certified], want[0][certified]), col
-        decided += int(certified.sum())
-        bounded += int((certified & (d.selected < V)).sum())
-    print(f"\n{family} V={V} n={n}: least selection certified {decided} of {T * points.shape[1]} "
+        for partial in (True, False):
+            d = DB.decide(P, Q, w, U, bits=0, rounds=0, fallback=False, selection=_least(T), partial=partial)
+            certified = d.rounds == 0
+            assert torch.equal(_slot((d.tokens, d.index), n)[certified], _slot(want, n)[certified]), col
+            assert torch.equal(d.tokens[certified], want[0][certified]), col
+            decided += int(certified.sum())
+            bounded += int((certified & (d.selected < V)).sum())
+    print(f"\n{family} V={V} n={n}: least selection certified {decided} of {2 * T * points.shape[1]} "
           f"({bounded} with merged runs)")
 
 
@@ -149,17 +151,20 @@ def test_same_tokens_as_the_optimal_sampler(draft: str, dtype) -> None:  # noqa:
 
 def test_verify_equals_the_device_route_with_the_fallback() -> None:
     """:func:`.device_buckets.verify` (the fallback on all rows) equals ``verify(backend="torch")``, also with a buffer
-    too small for close drafts (spilled rows take the fallback) and with the refinement on two gathered rows."""
+    too small for some rows (spilled rows take the fallback), with the refinement on two gathered rows, and with the
+    drafts' buckets compacted (``partial=False``)."""
     for draft in ("loose", "0.5"):
         p, q, drafts, u = lm_rows(8, 3000, 9, draft, 4)
         want = verify(p, q, drafts, u, backend="torch")
-        for K, refine_rows in ((None, None), (64, None), (None, 2), (64, 2)):
-            got = DB.verify(p, q, drafts, u, K=K, refine_rows=refine_rows)
-            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (draft, K, refine_rows)
-    d = DB.decide(p, q, drafts, u.double(), K=64)
-    assert d.spilled.all() and (d.rounds == DB.ROUNDS + 1).all()
-    d = DB.decide(p, q, drafts, u.double(), K=64, fallback_rows=3)
-    assert int(d.overflow) == 5
+        for K, refine_rows, partial in ((None, None, True), (8, None, True), (None, 2, True), (8, 2, True),
+                                        (None, None, False), (64, 2, False)):
+            got = DB.verify(p, q, drafts, u, K=K, refine_rows=refine_rows, partial=partial)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (draft, K, refine_rows, partial)
+    d = DB.decide(p, q, drafts, u.double(), K=8)
+    assert d.spilled.sum() >= 2 and (d.rounds[d.spilled] == DB.ROUNDS + 1).all()
+    left = int((d.rounds == DB.ROUNDS + 1).sum())
+    d = DB.decide(p, q, drafts, u.double(), K=8, fallback_rows=1)
+    assert int(d.overflow) == left - 1
 
 
 def test_one_draft_takes_the_closed_form() -> None:
@@ -169,11 +174,11 @@ def test_one_draft_takes_the_closed_form() -> None:
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
-@pytest.mark.parametrize("fallback_rows", [None, 2])
-def test_never_synchronises(fallback_rows: int | None) -> None:
+@pytest.mark.parametrize(("refine_rows", "fallback_rows"), [(None, None), (2, 2)])
+def test_never_synchronises(refine_rows: int | None, fallback_rows: int | None) -> None:
     p, q, drafts, u = lm_rows(6, 800, 3, "1", 4)
     with _Recorder() as rec:
-        DB.verify(p, q, drafts, u, fallback_rows=fallback_rows)
+        DB.verify(p, q, drafts, u, refine_rows=refine_rows, fallback_rows=fallback_rows)
     assert not rec.ops & set(SYNC_OPS), sorted(rec.ops & set(SYNC_OPS))
 
 

@@ -93,8 +93,16 @@ def _one_read_compact(p, q, inv_p, inv_q, sel, sc, K: int):  # noqa: ANN001, ANN
 REFINE_ROWS = 4
 
 
+def _one_read_segments(p, q, inv_p, inv_q, part, sc, dr):  # noqa: ANN001, ANN202, ARG001
+    """A stand-in for the Triton segments kernel on meta tensors: one read of p and of q, the [B, 2n] sums written."""
+    B, n = dr.w.shape
+    p.sum(-1), q.sum(-1)
+    z = torch.zeros(B, 2 * n, dtype=torch.float64, device=p.device)
+    return z, torch.zeros_like(z), torch.zeros(B, 2 * n, dtype=torch.int64, device=p.device)
+
+
 #: the Triton passes as counted on meta tensors (otlp/optimal/device_passes.py: each reads p and q once)
-ONE_READ = DB.Passes(DB.inverse_sums_one_read, _one_read_histogram, _one_read_compact)
+ONE_READ = DB.Passes(DB.inverse_sums_one_read, _one_read_histogram, _one_read_compact, _one_read_segments)
 
 
 def routes(n: int) -> dict[str, object]:

@@ -73,8 +73,8 @@ def bits_for(V: int) -> int:
 
 
 def capacity(V: int) -> int:
-    """The default compaction buffer K for V tokens: V / 8, at least 512 (and at most V)."""
-    return min(V, max(512, V // 8))
+    """The default compaction buffer K for V tokens: V / 16, at least 512 (and at most V)."""
+    return min(V, max(512, V // 16))
 
 
 @dataclass(frozen=True)
@@ -172,15 +172,21 @@ def compact(p, q, inv_p, inv_q, sel, sc: BK.Scheme, K: int):  # noqa: ANN001, AN
 @dataclass(frozen=True)
 class Passes:
     """The passes over ``[B, V]``: ``inverse(p)`` the rows' normalisation (:func:`inverse_sums`),
-    ``histogram(p, q, inv_p, inv_q, sc)`` and ``compact(p, q, inv_p, inv_q, sel, sc, K)`` with the signatures and
-    values of :func:`histogram` and :func:`compact`."""
+    ``histogram(p, q, inv_p, inv_q, sc)``, ``compact(p, q, inv_p, inv_q, sel, sc, K)`` and ``segments(p, q, inv_p,
+    inv_q, part, sc, dr)`` with the signatures and values of :func:`histogram`, :func:`compact` and :func:`segments`
+    (run only with ``partial``)."""
 
     inverse: object
     histogram: object
     compact: object
+    segments: object
 
 
-TORCH = Passes(inverse_sums, histogram, compact)
+def _torch_segments(*args):  # noqa: ANN002, ANN202
+    return segments(*args)
+
+
+TORCH = Passes(inverse_sums, histogram, compact, _torch_segments)
 
 
 # -- the selection on [B, NB] ------------------------------------------------------------------------------------------
@@ -375,7 +381,7 @@ def _attempt(p, q, inv_p, inv_q, dr: Draws, U, lv: Level, sel, sc: BK.Scheme, K:
     w2 = torch.searchsorted(torch.where(real, ids, torch.iinfo(torch.int64).max), w.contiguous()).clamp(max=K - 1)
     if partial:
         act = dr.first & part.gather(1, dr.bucket)  # [B, n]
-        Ps, Qs, cs = segments(p, q, inv_p, inv_q, part, sc, dr)  # [B, 2n]
+        Ps, Qs, cs = passes.segments(p, q, inv_p, inv_q, part, sc, dr)  # [B, 2n]
         seg = cs > 0
         # the next active draft after each in its bucket: the largest key below it (else the bucket's lower edge)
         same = (dr.bucket[:, :, None] == dr.bucket[:, None, :]) & act[:, None, :]

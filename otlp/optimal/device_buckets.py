@@ -10,21 +10,26 @@ the tensors' device, with static shapes and no host synchronisation (design note
    :mod:`.device_passes`).
 2. *Selection* on ``[B, NB]`` (:func:`select`): psi at every bucket edge and each bucket's interior lower bound
    (:func:`.buckets.psi_interior_bound`), then ``bucket_rule.c``'s ``row_select`` with its bounded window: the
-   buckets that may hold m*, the served group's ends s and e (both hypotheses), the residual index M, the drafts'
-   buckets and the row's first nonempty bucket.
+   buckets that may hold m*, the served group's ends s and e (both hypotheses), the residual index M and the row's
+   first nonempty bucket.
 3. *Compaction* (pass 2): the selected buckets' tokens into a static ``[B, K]`` buffer in token order
    (:func:`compact`: mask, cumsum, scatter; or one Triton kernel). A row with more than K such tokens is *spilled*:
-   it takes the fallback.
-4. *Compressed instance* ``[B, K + NB]``: the K token columns, then each unselected nonempty bucket as one entry (its
-   sums; its key the lower edge of its ratio keys, which lies between its neighbours' keys; its ratio r the largest
-   its tokens may have, 1 / that edge), sorted by key: psi on its prefixes is psi of the full order at the matching
-   prefixes. The rule on it is :mod:`.sortfree`'s cell rule (:class:`.sortfree._Group`, with its refinement of the
-   widest cells) with each bucket entry a position whose hazard is bounded, never exact (the bucket's exclusive sums
-   (Qa, Pa), mass qb, ratios from the previous entry's r to its own: the bound of note §3; the token after it reads
-   r_{j-1} = the bucket's largest ratio, and the part of its hazard over [r_b, r] that this moves is inside the
-   bucket's bound, since the point after the bucket lies between the same two fixed points). It is certified as
-   ``buckets._attempt`` / ``bucket_rule.c``'s ``row_rule`` certify with ``bound``: no bucket entry's interior may
-   hold m*, s, e or M (:func:`.buckets.psi_interior_bound`), s and the residual's drawn position are tokens, and the
+   it takes the fallback. *Segments* (pass 3, ``partial``; note §6 remedy (a), ``bucket_rule.c``'s partial
+   buckets): a draft's bucket not selected is not compacted; its drafts are tokens of their own and its other
+   tokens are summed by segment between consecutive drafts (:func:`segments`, or one Triton kernel): on close
+   drafts the drafts' buckets were nearly all of the compacted tokens (V = 128k, sigma 0.5, n = 8: 11,151 of 11,163).
+4. *Compressed instance* ``[B, K + NB + 3n]``: the K token columns, then each unselected nonempty bucket as one entry
+   (its sums; its key the lower edge of its ratio keys, which lies between its neighbours' keys; its ratio r the
+   largest its tokens may have, 1 / that edge) and, with ``partial``, the drafts and their segments (a segment's
+   keys lie between its two drafts' or its bucket's edge; ties by token id, a segment just after its draft), sorted
+   by key: psi on its prefixes is psi of the full order at the matching prefixes. The rule on it is
+   :mod:`.sortfree`'s cell rule (:class:`.sortfree._Group`, with its refinement of the widest cells) with each
+   merged entry (bucket or segment) a position whose hazard is bounded, never exact (its exclusive sums (Qa, Pa),
+   mass qb, ratios from the previous entry's r to its own: the bound of note §3; the token after it reads r_{j-1} =
+   the entry's largest ratio, and the part of its hazard over [r_b, r] that this moves is inside the entry's bound,
+   since the point after the entry lies between the same two fixed points). It is certified as ``buckets._attempt``
+   / ``bucket_rule.c``'s ``row_rule`` certify with ``bound``: no merged entry's interior may hold m*, s, e or M
+   (:func:`.buckets.psi_interior_bound` on its keys' range), s and the residual's drawn position are tokens, and the
    slot is certified by the cell rule's intervals with ``u[:, 0]``.
 5. *Refinement* (``rounds``; every row, or ``refine_rows`` gathered rows): the failing buckets, and on an
    uncertified slot the ``REFINE`` widest bucket entries inside the served window, are selected too, and 3-4 run
@@ -33,17 +38,19 @@ the tensors' device, with static shapes and no host synchronisation (design note
    costly as the old route) or on the first ``fallback_rows`` such rows gathered into an ``[F, V]`` batch (rows past
    them are counted in ``Decision.overflow`` and keep a guess: exact only while at most F rows a call need it).
 
-Rates (benchmarks/device_buckets_rates.py, B = 16 per point, n = 2, 4, 8, float32): at V = 32k and 128k every loose
-and close (sigma 1, 0.5) row certified at round 0 but one that spilled K (32k, sigma 0.5, n = 8); rows of tied
-ratios (``lm_rows`` "ties": a few ratio values, so a few buckets of thousands of tokens) all spill and take the
-fallback (a bucket of one ratio value would need no sort: not done). 0 of 384 rows differ from the CPU route.
+Rates (benchmarks/device_buckets_rates.py, B = 64 rows per point, n = 2, 4, 8, float32, K = V / 16): at V = 32k
+and 128k, 1,149 of 1,152 loose and close (sigma 1, 0.5) rows certified at round 0, 2 at round 1, 1 took the fallback,
+none spilled; rows of tied ratios (``lm_rows`` "ties": a few ratio values, so a few buckets of thousands of tokens)
+all spill and take the fallback (a bucket of one ratio value needs no sort, its hazard being exact: not done). 0 of
+1,536 rows differ from the CPU route (``get("optimal").sample``, same uniforms).
 
 One draft (n = 1) takes the closed form :func:`.chains.single_draft`, as the device route.
-Cost: passes 1 and 2 (2 reads of p and q with the Triton kernels, plus the row sums), then O(B (K + NB)) work: the
-sort of the compressed instance, psi, and the cell rule's roots on it. Bytes over the read floor at B = 64,
-V = 128k, n = 2 / 4 / 8 (benchmarks/bytes_moved.py): 40 / 51 / 59x with the Triton passes, fused roots, the
-refinement on 4 gathered rows and the fallback on 1 (34 / 36 / 39x without them), against the device route's
-285 / 828 / 1162x and rrs's 11 / 17 / 29x; with torch's passes 106 / 142 / 182x.
+Cost: 3 passes over p and q with the Triton kernels (histogram, compaction, segments) plus the row sums, then
+O(B (K + NB)) work: the sort of the compressed instance, psi, and the cell rule's roots on it. Bytes over the read
+floor at B = 64, V = 128k, n = 2 / 4 / 8 (benchmarks/bytes_moved.py, meta tensors): 36 / 46 / 55x with the Triton
+passes, fused roots, the refinement on 4 gathered rows and the fallback on 1 (30 / 32 / 34x without those rows),
+against the device route's 285 / 828 / 1162x and rrs's 11 / 17 / 29x; with torch's passes 190 / 258 / 363x (the
+segments' torch pass compares every token with each draft).
 """
 
 from __future__ import annotations
@@ -427,7 +434,10 @@ def _attempt(p, q, inv_p, inv_q, dr: Draws, U, lv: Level, sel, sc: BK.Scheme, K:
     s, e, top = g.s, g.e, g.top
     Pa = X.padded_cumsum(pre.ps)[:, :W]
     low = BK.psi_interior_bound(Pa, pre.prefix_q[:, :W], pre.ps, pre.qs, at["lo"], at["hi"], n) - BK.BOUND_MARGIN
-    low = torch.where(merged, low, inf)
+    # one ratio in the entry (its keys' range a point: a segment between drafts of equal keys): psi is concave along
+    # it, so at least its value at an end; a NaN bound (none computed) reads as no bound
+    low = torch.where(at["lo"] >= at["hi"], X.minimum(psi[:, :-1], psi[:, 1:]) - BK.BOUND_MARGIN, low)
+    low = torch.where(merged, low.nan_to_num(-inf), inf)
     ends = X.minimum(psi[:, :-1], psi[:, 1:])
 
     def below(thr):  # noqa: ANN001, ANN202 - some prefix inside a merged entry may be < thr

@@ -189,27 +189,19 @@ class Passes:
     segments: object
 
 
-def _torch_segments(*args):  # noqa: ANN002, ANN202
-    return segments(*args)
-
-
-TORCH = Passes(inverse_sums, histogram, compact, _torch_segments)
-
-
 # -- the selection on [B, NB] ------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Level:
-    """psi at the bucket edges ``psi [B, NB + 1]``, each bucket's interior bound ``f`` and the bounds ``low`` (inside
-    and at both ends) and ``inner`` (inside and at its end) ``[B, NB]``: :class:`.buckets._Level` on tensors."""
+    """psi at the bucket edges ``psi [B, NB + 1]``, each bucket's interior bound ``f`` and the bound ``low`` (inside
+    and at both ends) ``[B, NB]``: :class:`.buckets._Level` on tensors."""
 
     Pb: object
     Qb: object
     psi: object
     f: object
     low: object
-    inner: object
 
 
 def level(Pb, Qb, n: int, sc: BK.Scheme) -> Level:  # noqa: ANN001
@@ -219,7 +211,7 @@ def level(Pb, Qb, n: int, sc: BK.Scheme) -> Level:  # noqa: ANN001
     Pa, Qa, _, psi = sorted_psi(Pb, Qb, n)  # [B, NB + 1]
     f = BK.psi_interior_bound(Pa[:, :NB], Qa[:, :NB], Pb, Qb, LO, HI, n) - BK.BOUND_MARGIN
     low = X.minimum(X.minimum(psi[:, :-1], psi[:, 1:]), f)
-    return Level(Pb=Pb, Qb=Qb, psi=psi, f=f, low=low, inner=X.minimum(f, psi[:, 1:]))
+    return Level(Pb=Pb, Qb=Qb, psi=psi, f=f, low=low)
 
 
 def select(lv: Level, draft_buckets, u1):  # noqa: ANN001, ANN201
@@ -342,6 +334,10 @@ def segments(p, q, inv_p, inv_q, part, sc: BK.Scheme, dr: Draws):  # noqa: ANN00
     z = torch.zeros(B, 2 * n + 1, dtype=torch.float64, device=P.device)
     count = torch.zeros(B, 2 * n + 1, dtype=torch.int64, device=P.device).scatter_add_(1, slot, torch.ones_like(slot))
     return z.scatter_add(1, slot, P)[:, :-1], z.scatter_add(1, slot, Q)[:, :-1], count[:, :-1]
+
+
+#: the passes on torch ops (any device)
+TORCH = Passes(inverse_sums, histogram, compact, segments)
 
 
 def _first_of_bucket(dr: Draws, act):  # noqa: ANN001, ANN202 - [B, n] -> [B, n]
@@ -515,7 +511,7 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
             pick = slice(None)
         else:  # the first refine_rows undecided rows, gathered
             pick = torch.sort(ok.to(torch.int8), stable=True).indices[:min(refine_rows, B)]
-        sub = Level(*(x[pick] for x in (lv.Pb, lv.Qb, lv.psi, lv.f, lv.low, lv.inner)))
+        sub = Level(*(x[pick] for x in (lv.Pb, lv.Qb, lv.psi, lv.f, lv.low)))
         sub_dr = Draws(*(x[pick] for x in (dr.w, dr.P, dr.Q, dr.key, dr.bucket, dr.rank, dr.first)))
         got = _attempt(p[pick], q[pick], inv_p[pick], inv_q[pick], sub_dr, U[pick], sub, sel[pick], sc, K, passes,
                        cell, roots, partial)

@@ -8,16 +8,17 @@ of their dtype. On an H200 the ratio tracked the measured time (issue 41: 31.6x 
     python benchmarks/bytes_moved.py                      # B = 64, V = 128k, n = 2, 4, 8
     python benchmarks/bytes_moved.py --B 8 --V 32000 --n 4
 
+The bucket rule without the sort (otlp/optimal/device_buckets.py, its default buffer K and one refinement round;
+static shapes): ``buckets`` (torch passes, the refinement round on ``REFINE_ROWS`` gathered rows, the fallback on
+one), ``buckets_cert`` (every row refined, no fallback), ``buckets_r0`` (no refinement round, no fallback),
+``buckets_fused`` and ``buckets_fused_r0`` (as ``buckets`` and ``buckets_r0`` with the Triton passes of
+otlp/optimal/device_passes.py counted as one read of p and q each, the roots as ``sortfree_fused``'s).
+
 Routes: ``optimal`` (the device route, ``backend="torch"``), ``sortfree`` (otlp/optimal/sortfree.py with its
 full-chain fallback on every row, the exact static route), ``sortfree_F1`` (the fallback on one gathered row),
 ``sortfree_cert`` (the certificate alone, no fallback: the part that replaces the chain), ``sortfree_fused`` (the
 certificate with its roots in one kernel, otlp/optimal/triton_roots.py, which meta tensors cannot run: counted as one
-``addcmul`` over the root's arrays, 4 of the kernel's 5), ``rrs``; the bucket rule without the sort
-(otlp/optimal/device_buckets.py, its default buffer K = V / 8 and one refinement round, done on every row: static
-shapes): ``buckets`` (torch passes, the refinement round on ``REFINE_ROWS`` gathered rows, the fallback on one),
-``buckets_cert`` (every row refined, no fallback), ``buckets_r0`` (no refinement round, no fallback),
-``buckets_fused`` and ``buckets_fused_r0`` (as ``buckets`` and ``buckets_r0`` with the Triton passes of
-otlp/optimal/device_passes.py counted as one read of p and q each, the roots as ``sortfree_fused``'s).
+``addcmul`` over the root's arrays, 4 of the kernel's 5), ``rrs``.
 """
 
 from __future__ import annotations

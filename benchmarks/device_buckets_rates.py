@@ -4,11 +4,13 @@ refinement round, or needs the fallback, how often its selected tokens spill the
 
     python benchmarks/device_buckets_rates.py                       # V = 32k and 128k, B = 16, n = 2, 4, 8
     python benchmarks/device_buckets_rates.py --V 128000 --B 8 --K 8000 16000
+    python benchmarks/device_buckets_rates.py --device cuda --passes triton   # the kernels compiled (not yet run)
 
 Rows from tests/optimal/instances.lm_rows (loose drafts, close ones sigma 1 and 0.5, tied rows), float32. The route
-runs on the CPU with torch ops (otlp/optimal/device_buckets.py, every row refined, the fallback on every row, so the
-tokens are the route's exact ones); ``sel`` is the median and largest count of selected tokens a row compacts in the
-first round (at most K).
+runs on ``--device`` (default the CPU) with torch ops or the Triton passes (``--passes``), every row refined and the
+fallback on every row, so the tokens are the route's exact ones (otlp/optimal/device_buckets.py); the reference runs
+on the CPU. ``sel`` is the median and largest count of selected tokens a row compacts in the first round (at most
+K).
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--K", type=int, nargs="+", default=[0], help="buffer sizes (0: the default, V / 8)")
     ap.add_argument("--drafts", nargs="+", default=["loose", "1", "0.5", "ties"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--passes", choices=["torch", "triton"], default="torch")
     args = ap.parse_args(argv)
+    if args.passes == "triton":
+        from otlp.optimal.device_passes import TRITON as passes
+    else:
+        passes = DB.TORCH
     print(f"{'V':>7} {'K':>6} {'draft':>6} {'n':>2} {'round 0':>8} {'round 1':>8} {'fallback':>8} {'spilled':>8} "
           f"{'sel med':>8} {'sel max':>8} {'differ':>7}")
     total = wrong = 0
@@ -45,7 +53,10 @@ def main(argv: list[str] | None = None) -> None:
                 for n in args.n:
                     p, q, drafts, u = lm_rows(args.B, V, args.seed + 31 * n + V, draft, n)
                     want = get("optimal").sample(p, q, drafts, None, uniforms=u)
-                    d = DB.decide(p, q, drafts, u, K=K)
+                    on = [x.to(args.device) for x in (p, q, drafts, u)]
+                    d = DB.decide(*on, K=K, passes=passes)
+                    d = DB.Decision(*(x.cpu() for x in (d.tokens, d.index, d.rounds, d.spilled, d.overflow,
+                                                        d.selected)))
                     rates = torch.bincount(d.rounds, minlength=DB.ROUNDS + 2).double() / args.B
                     differ = int(((d.tokens != want[0]) | (d.index != want[1])).sum())
                     total, wrong = total + args.B, wrong + differ

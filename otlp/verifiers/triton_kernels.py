@@ -21,8 +21,11 @@ torch does), s_k rounded to p's dtype, the acceptance ratios in float64, the fir
 and p; the kernel accumulates s_k and the running sum in float64 (torch: s_k in p's dtype or float32, the CPU's
 running sum in float64, CUDA's in p's dtype). Tokens may therefore differ from the torch route where u0 ties a
 ratio or u1 u * total ties a running sum to within that rounding (float32: a relative 1e-7; none in the tests' rows),
-and on CUDA where the compiler fuses a multiply-subtract (both routes may). Inputs: p and q of one dtype (float16,
-bfloat16, float32, float64), rows contiguous; the drafts are clamped to [0, V - 1].
+and on CUDA where torch's compiled addcmul fuses a multiply-add (the kernel is built without FMA contraction, as the
+interpreter and torch's CPU ops round). sps's draw threshold u1 * total is in the promoted dtype of u and p, as the
+device route and the CPU's search below 8192 tokens form it (the CPU's blocked search rounds u1 to p's dtype first).
+Inputs: p and q of one dtype (float16, bfloat16, float32, float64), any row stride; the drafts are clamped to
+[0, V - 1]; on the tensors' CUDA device (or under ``TRITON_INTERPRET=1``).
 
     tokens, index = triton_kernels.rrs(p, q, drafts, u, widths)    # = rrs.verify_uniforms(..., backend="torch")
     tokens, index = triton_kernels.sps(p, q, drafts, u)            # = chains.single_draft(p, q, drafts[:, :1], u)
@@ -30,12 +33,15 @@ bfloat16, float32, float64), rows contiguous; the drafts are clamped to [0, V - 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from otlp.core.errors import InputError
 
-#: entries per block of a pass over a row (p and q, float64 sums in registers)
+#: entries per block of a pass over a row (p and q, float64 sums in registers), and the warps of a row's program
+#: (not yet tuned on a GPU: 16 KiB of float32 p and q in flight per block)
 BLOCK = 2048
+WARPS = 8
 
 #: dtypes the kernels read (p and q alike)
 DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -236,14 +242,16 @@ def _launch(p, q, drafts, u, widths, n: int, restore: bool, u1_in_p: bool):  # n
     index = torch.empty(B, dtype=torch.int64, device=p.device)
     if B == 0:
         return tokens, index
-    w = tokens if widths is None else widths  # (not read without widths)
+    drafts = drafts if drafts.stride(1) == 1 else drafts.contiguous()  # [B, n], a row's drafts side by side
+    w = tokens if widths is None else widths.contiguous()  # [B] (not read without widths)
     promoted = torch.promote_types(u.dtype, p.dtype)
-    _kernel()[(B,)](p, q, drafts, u, w, tokens, index, V, p.stride(0), q.stride(0), drafts.stride(0),
-                    u.stride(0), u.stride(1), N=n, NP=max(2, 1 << (n - 1).bit_length()), HAS_W=widths is not None,
-                    RESTORE=restore, WIDE=p.dtype == torch.float64, T0=_code(promoted),
-                    TX=_code(p.dtype if u1_in_p else promoted), U1P=u1_in_p,
-                    BLOCK=min(BLOCK, max(16, 1 << (V - 1).bit_length())),
-                    enable_fp_fusion=False)  # no fused multiply-add: the chain rounds as torch's CPU ops do
+    with torch.cuda.device(p.device) if p.is_cuda else contextlib.nullcontext():  # Triton launches on the current
+        _kernel()[(B,)](p, q, drafts, u, w, tokens, index, V, p.stride(0), q.stride(0), drafts.stride(0),
+                        u.stride(0), u.stride(1), N=n, NP=max(2, 1 << (n - 1).bit_length()),
+                        HAS_W=widths is not None, RESTORE=restore, WIDE=p.dtype == torch.float64, T0=_code(promoted),
+                        TX=_code(p.dtype if u1_in_p else promoted), U1P=u1_in_p,
+                        BLOCK=min(BLOCK, max(16, 1 << (V - 1).bit_length())), num_warps=WARPS,
+                        enable_fp_fusion=False)  # no fused multiply-add: the chain rounds as torch's CPU ops do
     return tokens, index
 
 

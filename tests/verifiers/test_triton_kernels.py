@@ -110,13 +110,16 @@ def test_slots_at_the_chain_thresholds() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_rrs_widths_and_blocks(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
     """``widths`` 0..n (0: the draw from p) as the torch route masks them, over rows of several blocks (BLOCK = 64:
-    the running sum carried across blocks, the draw's early stop)."""
+    the running sum carried across blocks, the draw's early stop), and on strided rows and drafts."""
     monkeypatch.setattr(TK, "BLOCK", 64)
     n, V = 5, 300
     p, q, drafts, u = edge_rows(7, 16, V, n, dtype)
     widths = torch.arange(16, device=DEVICE) % (n + 1)
     assert_same(TK.rrs(p, q, drafts, u, widths), verify_uniforms(p, q, drafts, u, widths, backend="torch"), "widths")
     assert_same(TK.rrs(p, q, drafts, u), verify_uniforms(p, q, drafts, u, backend="torch"), "blocks")
+    strided = (torch.cat([p, p], 1)[:, :V], torch.cat([q, q], 1)[:, :V], drafts.repeat_interleave(2, 1)[:, ::2])
+    assert strided[0].stride(0) == 2 * V and strided[2].stride(1) == 2
+    assert_same(TK.rrs(*strided, u, widths), verify_uniforms(p, q, drafts, u, widths, backend="torch"), "strides")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -204,7 +207,7 @@ def test_law_chi_square() -> None:
     assert abs(z) < 4.4, (z, alpha)
 
 
-@pytest.mark.parametrize("dtype, n, restore", [("*fp32", 4, True), ("*bf16", 1, False)])
+@pytest.mark.parametrize("dtype, n, restore", [("*fp32", 4, True), ("*bf16", 1, False), ("*fp64", 8, True)])
 def test_the_kernel_compiles_for_sm90(dtype: str, n: int, restore: bool, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     """The compiled route, which the interpreter does not exercise (types of loop-carried values, constexpr
     branches): Triton lowers the kernel to PTX and a cubin for sm_90 without a GPU."""
@@ -215,12 +218,13 @@ def test_the_kernel_compiles_for_sm90(dtype: str, n: int, restore: bool, tmp_pat
     fn = TK._kernel()
     sig = {"p_ptr": dtype, "q_ptr": dtype, "d_ptr": "*i64", "u_ptr": "*fp64", "w_ptr": "*i64", "tok_ptr": "*i64",
            "idx_ptr": "*i64", "V": "i32", "sp": "i32", "sq": "i32", "sd": "i32", "su": "i32", "suc": "i32"}
-    const = dict(N=n, NP=max(2, 1 << (n - 1).bit_length()), HAS_W=restore, RESTORE=restore, WIDE=False, T0=1,
+    const = dict(N=n, NP=max(2, 1 << (n - 1).bit_length()), HAS_W=restore, RESTORE=restore, WIDE=dtype == "*fp64", T0=1,
                  TX=2, U1P=restore, BLOCK=TK.BLOCK)
     sig.update(dict.fromkeys(const, "constexpr"))
     src = compiler.ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()})
     try:
-        kernel = compiler.compile(src, target=backends.GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False})
+        options = {"enable_fp_fusion": False, "num_warps": TK.WARPS}
+        kernel = compiler.compile(src, target=backends.GPUTarget("cuda", 90, 32), options=options)
     except RuntimeError as exc:  # no CUDA toolchain in this Triton build (ptxas): not a kernel error
         if "ptxas" in str(exc).lower():
             pytest.skip(f"Triton cannot assemble for sm_90 here: {str(exc).splitlines()[0]}")

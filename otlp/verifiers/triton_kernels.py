@@ -75,12 +75,14 @@ def _kernel():  # noqa: ANN202 - made on first use: TRITON_INTERPRET is read whe
 
     @triton.jit
     def _to(x, dt: tl.constexpr):  # noqa: ANN001, ANN202
-        """``x`` rounded to ``dt``, to nearest even (bfloat16 through float32 by its bits, as torch rounds its float32
-        results: the interpreter's own cast truncates)."""
+        """``x`` rounded to ``dt``, to nearest even; the 16-bit dtypes through float32, as torch rounds its float32
+        results (bfloat16 by its bits: the interpreter's own cast truncates)."""
         if dt.is_bf16():
             b = x.to(tl.float32).to(tl.uint32, bitcast=True)
             b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
             y = b.to(tl.float32, bitcast=True).to(dt)
+        elif dt.is_fp16():
+            y = x.to(tl.float32).to(dt)
         else:
             y = x.to(dt)
         return y

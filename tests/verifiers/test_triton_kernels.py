@@ -1,10 +1,10 @@
 """The fused Triton kernels of the baselines (otlp/verifiers/triton_kernels.py) pinned to their torch references:
 the same tokens and accepted indices as :func:`otlp.verifiers.rrs.verify_uniforms` (rrs, with its ``widths``) and
 :func:`otlp.optimal.chains.single_draft` (sps) for the same uniforms, on rows with zeros, ties p = q, drafts of
-q = 0 and point masses, float32 and float64 (and bfloat16 once); the routes of ``get("rrs")`` / ``get("sps")``; the
-law by a seeded chi-square; and the kernel compiled for an H100/H200 (sm_90) where no GPU runs it. Without CUDA the
-kernels run under ``TRITON_INTERPRET=1`` (slow: small V and B); without Triton installed these tests are skipped
-(by name: "triton")."""
+q = 0 and point masses, float32 and float64 (and the 16-bit dtypes once); the coin at the thresholds of the numpy
+residual chain; the routes of ``get("rrs")`` / ``get("sps")``; the law by a seeded chi-square; and the kernel
+compiled for an H100/H200 (sm_90) where no GPU runs it. Without CUDA the kernels run under ``TRITON_INTERPRET=1``
+(slow: small V and B); without Triton installed these tests are skipped (by name: "triton")."""
 
 from __future__ import annotations
 
@@ -133,11 +133,15 @@ def test_sps_equals_the_torch_route(dtype: torch.dtype) -> None:
                 sps.sample(p, q, drafts, uniforms=u, backend="torch"), "sample")
 
 
-def test_bfloat16_rows() -> None:
-    """bfloat16 rows: the chain rounded to bfloat16 after each float32 link, as torch's ops round."""
-    p, q, drafts, u = edge_rows(5, 12, 400, 4, torch.bfloat16)
-    assert_same(TK.rrs(p, q, drafts, u), verify_uniforms(p, q, drafts, u, backend="torch"), "rrs")
-    assert_same(TK.sps(p, q, drafts, u), single_draft(p, q, drafts[:, :1], u), "sps")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_rows(dtype: torch.dtype) -> None:
+    """bfloat16 and float16 rows: the chain rounded to the dtype after each float32 link, as torch's ops round;
+    float64, float32 and the rows' own dtype of uniforms (the first test and sps's threshold in their promoted
+    dtype)."""
+    p, q, drafts, u = edge_rows(5, 12, 400, 4, dtype)
+    for uu in (u, u.float(), u.to(dtype)):
+        assert_same(TK.rrs(p, q, drafts, uu), verify_uniforms(p, q, drafts, uu, backend="torch"), ("rrs", uu.dtype))
+        assert_same(TK.sps(p, q, drafts, uu), single_draft(p, q, drafts[:, :1], uu), ("sps", uu.dtype))
 
 
 def test_emptied_residual() -> None:

@@ -58,12 +58,26 @@ def edge_rows(seed: int, B: int, V: int, n: int, dtype: torch.dtype):  # noqa: A
     drafts = torch.where(anywhere, torch.tensor(rng.integers(0, V, (B, n))), drafts)
     u = torch.tensor(rng.random((B, 2)))
     u[:2, 0] = 0.0  # a coin of 0 (u q < p: accepts wherever p > 0)
-    return p.to(DEVICE), q.to(DEVICE), drafts.to(DEVICE), u.to(DEVICE)
+    return p, q, drafts, u
+
+
+def kernel(fn, *args):  # noqa: ANN001, ANN201
+    """``fn`` (``TK.rrs`` or ``TK.sps``) on copies of the CPU tensors ``args`` on ``DEVICE``, its outputs back on
+    the CPU: on a GPU the compiled kernel against the CPU's torch route, whose roundings it follows (torch's CUDA
+    running sums are float32)."""
+    out = fn(*(a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args))
+    return tuple(x.cpu() for x in out)
 
 
 def assert_same(got, want, where) -> None:  # noqa: ANN001
-    assert torch.equal(got[0].cpu(), want[0].cpu()), (where, got[0], want[0])
-    assert torch.equal(got[1].cpu(), want[1].cpu()), (where, got[1], want[1])
+    assert torch.equal(got[0], want[0]), (where, got[0], want[0])
+    assert torch.equal(got[1], want[1]), (where, got[1], want[1])
+
+
+def check_rrs(p, q, drafts, u, widths=None, where=None, rows=None) -> None:  # noqa: ANN001
+    """The kernel on ``rows`` (default ``p, q, drafts``) equals the torch route on ``p, q, drafts``."""
+    want = verify_uniforms(p, q, drafts, u, widths, backend="torch")
+    assert_same(kernel(TK.rrs, *(rows or (p, q, drafts)), u, widths), want, where)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -73,7 +87,7 @@ def test_rrs_equals_the_torch_route(dtype: torch.dtype, n: int, V: int) -> None:
     dtype)."""
     p, q, drafts, u = edge_rows(n * 1000 + V, 16, V, n, dtype)
     for uu in (u, u.float()):
-        assert_same(TK.rrs(p, q, drafts, uu), verify_uniforms(p, q, drafts, uu, backend="torch"), (n, V, uu.dtype))
+        check_rrs(p, q, drafts, uu, where=(n, V, uu.dtype))
 
 
 def test_slots_at_the_chain_thresholds() -> None:
@@ -102,9 +116,9 @@ def test_slots_at_the_chain_thresholds() -> None:
             us.append(u0)
             later = np.flatnonzero(T > u0)
             want.append(int(later[0]) if later.size else -1)
-    p, q, x = (torch.tensor(np.stack(c)).to(DEVICE) for c in zip(*rows, strict=True))
-    u = torch.tensor(np.stack([us, np.full(len(us), 0.5)], axis=1)).to(DEVICE)
-    assert TK.rrs(p, q, x, u)[1].tolist() == want
+    p, q, x = (torch.tensor(np.stack(c)) for c in zip(*rows, strict=True))
+    u = torch.tensor(np.stack([us, np.full(len(us), 0.5)], axis=1))
+    assert kernel(TK.rrs, p, q, x, u)[1].tolist() == want
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -114,12 +128,12 @@ def test_rrs_widths_and_blocks(dtype: torch.dtype, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(TK, "BLOCK", 64)
     n, V = 5, 300
     p, q, drafts, u = edge_rows(7, 16, V, n, dtype)
-    widths = torch.arange(16, device=DEVICE) % (n + 1)
-    assert_same(TK.rrs(p, q, drafts, u, widths), verify_uniforms(p, q, drafts, u, widths, backend="torch"), "widths")
-    assert_same(TK.rrs(p, q, drafts, u), verify_uniforms(p, q, drafts, u, backend="torch"), "blocks")
+    widths = torch.arange(16) % (n + 1)
+    check_rrs(p, q, drafts, u, widths, "widths")
+    check_rrs(p, q, drafts, u, where="blocks")
     strided = (torch.cat([p, p], 1)[:, :V], torch.cat([q, q], 1)[:, :V], drafts.repeat_interleave(2, 1)[:, ::2])
     assert strided[0].stride(0) == 2 * V and strided[2].stride(1) == 2
-    assert_same(TK.rrs(*strided, u, widths), verify_uniforms(p, q, drafts, u, widths, backend="torch"), "strides")
+    check_rrs(p, q, drafts, u, widths, "strides", rows=strided)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -127,9 +141,9 @@ def test_sps_equals_the_torch_route(dtype: torch.dtype) -> None:
     """sps on the first draft, float64 and float32 uniforms, and through ``get("sps").sample``."""
     p, q, drafts, u = edge_rows(11, 16, 500, 3, dtype)
     for uu in (u, u.float()):
-        assert_same(TK.sps(p, q, drafts, uu), single_draft(p, q, drafts[:, :1], uu), uu.dtype)
+        assert_same(kernel(TK.sps, p, q, drafts, uu), single_draft(p, q, drafts[:, :1], uu), uu.dtype)
     sps = get("sps")
-    assert_same(sps.sample(p, q, drafts, uniforms=u, backend="triton"),
+    assert_same(kernel(lambda *a: sps.sample(*a, uniforms=u.to(DEVICE), backend="triton"), p, q, drafts),
                 sps.sample(p, q, drafts, uniforms=u, backend="torch"), "sample")
 
 
@@ -140,8 +154,8 @@ def test_half_rows(dtype: torch.dtype) -> None:
     dtype)."""
     p, q, drafts, u = edge_rows(5, 12, 400, 4, dtype)
     for uu in (u, u.float(), u.to(dtype)):
-        assert_same(TK.rrs(p, q, drafts, uu), verify_uniforms(p, q, drafts, uu, backend="torch"), ("rrs", uu.dtype))
-        assert_same(TK.sps(p, q, drafts, uu), single_draft(p, q, drafts[:, :1], uu), ("sps", uu.dtype))
+        check_rrs(p, q, drafts, uu, where=("rrs", uu.dtype))
+        assert_same(kernel(TK.sps, p, q, drafts, uu), single_draft(p, q, drafts[:, :1], uu), ("sps", uu.dtype))
 
 
 def test_emptied_residual() -> None:
@@ -149,31 +163,32 @@ def test_emptied_residual() -> None:
     the next draft is taken surely, or after all rejections the token is drawn from q; sps draws token 0 from the
     empty residual, as its torch route does."""
     base = torch.tensor([0.0, 0.25, 0.0, 0.5, 0.125, 0.0, 0.125, 0.0], dtype=torch.float64)
-    p = base.expand(4, 8).contiguous().to(DEVICE)
-    drafts = torch.tensor([[0, 3], [2, 5], [7, 1], [1, 0]], device=DEVICE)  # q(0) = q(2) = q(5) = q(7) = 0
-    u = torch.tensor([[0.3, 0.7], [0.9, 0.55], [0.0, 0.99], [0.5, 0.2]], dtype=torch.float64, device=DEVICE)
-    got, want = TK.rrs(p, p, drafts, u), verify_uniforms(p, p, drafts, u, backend="torch")
+    p = base.expand(4, 8).contiguous()
+    drafts = torch.tensor([[0, 3], [2, 5], [7, 1], [1, 0]])  # q(0) = q(2) = q(5) = q(7) = 0
+    u = torch.tensor([[0.3, 0.7], [0.9, 0.55], [0.0, 0.99], [0.5, 0.2]], dtype=torch.float64)
+    got, want = kernel(TK.rrs, p, p, drafts, u), verify_uniforms(p, p, drafts, u, backend="torch")
     assert_same(got, want, "rrs")
     assert got[1].tolist() == [1, -1, 1, 0] and p[0, got[0][1]] > 0
-    assert_same(TK.sps(p, p, drafts, u), single_draft(p, p, drafts[:, :1], u), "sps")
+    assert_same(kernel(TK.sps, p, p, drafts, u), single_draft(p, p, drafts[:, :1], u), "sps")
 
 
 def test_routes() -> None:
     """``get("rrs").sample(..., uniforms=, backend=)``: "triton" equals "torch"; "auto" takes the kernel only on CUDA
-    (the CPU keeps the torch route, which the kernel's stand-in here would fail); rrs_wor has no kernel; a bad
-    backend is one InputError."""
+    (on CPU tensors it keeps the torch route, which the kernel's stand-in here would fail); rrs_wor has no kernel; a
+    bad backend is one InputError."""
     p, q, drafts, u = edge_rows(3, 8, 128, 3, torch.float32)
-    rrs = get("rrs")
-    assert_same(rrs.sample(p, q, drafts, uniforms=u, backend="triton"),
-                rrs.sample(p, q, drafts, uniforms=u, backend="torch"), "sample")
-    assert TK.takes(p, q) == (DEVICE == "cuda")
-    assert not TK.takes(p, q.double())
-    if DEVICE == "cpu":
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(TK, "rrs", None)  # "auto" on the CPU never calls it
-            mp.setattr(TK, "sps", None)
-            rrs.sample(p, q, drafts, uniforms=u)
-            get("sps").sample(p, q, drafts, uniforms=u)
+    rrs, sps = get("rrs"), get("sps")
+    want = rrs.sample(p, q, drafts, uniforms=u, backend="torch")
+    for backend in ("triton", "auto"):
+        assert_same(kernel(lambda *a, b=backend: rrs.sample(*a, uniforms=u.to(DEVICE), backend=b), p, q, drafts),
+                    want, backend)
+    assert TK.takes(p.to(DEVICE), q.to(DEVICE)) == (DEVICE == "cuda")
+    assert not TK.takes(p, q) and not TK.takes(p.to(DEVICE), q.double().to(DEVICE))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TK, "rrs", None)  # "auto" on CPU tensors never calls it
+        mp.setattr(TK, "sps", None)
+        assert_same(rrs.sample(p, q, drafts, uniforms=u), want, "auto on the CPU")
+        sps.sample(p, q, drafts, uniforms=u)
     with pytest.raises(InputError, match="with replacement only"):
         get("rrs_wor").sample(p, q, drafts, uniforms=u, backend="triton")
     with pytest.raises(InputError, match="backend must be one of"):
@@ -197,11 +212,11 @@ def test_law_chi_square() -> None:
     qv = np.array([0.1, 0.25, 0.25, 0.2, 0.2])
     M, n = 2000, 3
     g = torch.Generator().manual_seed(41)
-    p = torch.tensor(pv).expand(M, 5).contiguous().to(DEVICE)
-    q = torch.tensor(qv).expand(M, 5).contiguous().to(DEVICE)
-    drafts = torch.multinomial(q.cpu(), n, replacement=True, generator=g).to(DEVICE)
-    u = torch.rand(M, 2, generator=g, dtype=torch.float64).to(DEVICE)
-    tokens, index = (x.cpu() for x in TK.rrs(p, q, drafts, u))
+    p = torch.tensor(pv).expand(M, 5).contiguous()
+    q = torch.tensor(qv).expand(M, 5).contiguous()
+    drafts = torch.multinomial(q, n, replacement=True, generator=g)
+    u = torch.rand(M, 2, generator=g, dtype=torch.float64)
+    tokens, index = kernel(TK.rrs, p, q, drafts, u)
     counts = torch.bincount(tokens, minlength=5).numpy()
     assert counts[4] == 0
     chi2 = float(((counts[:4] - M * pv[:4]) ** 2 / (M * pv[:4])).sum())

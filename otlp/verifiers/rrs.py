@@ -54,6 +54,7 @@ class RecursiveRejection(Verifier):
         B, n, V = check_tensors(p, q, drafts)
         if uniforms is not None:
             return verify_uniforms(p, q, drafts, check_uniforms(uniforms, B, p), backend=backend)
+        check_backend(backend)  # (the coins' path has no kernel: every backend takes the torch operations)
         u = coins(B, n, p, generator)  # [B, n]
         accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
         weights = scratch.like("residual", p)  # [B, V] the final residuals
@@ -103,6 +104,7 @@ class RecursiveRejectionWithoutReplacement(Verifier):
         if uniforms is not None:
             return verify_uniforms(p, q, drafts, check_uniforms(uniforms, B, p), without_replacement=True,
                                    backend=backend)
+        check_backend(backend)
         u = coins(B, n, p, generator)  # [B, n]
         accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
         weights, draft = scratch.like("residual", p), scratch.like("draft", q)  # [B, V] residuals, q_cur
@@ -184,13 +186,18 @@ def _chain_without_replacement(p, q, drafts, u, accept, out, draft) -> None:  # 
 BACKENDS = ("auto", "torch", "triton")
 
 
+def check_backend(backend: str) -> None:
+    """A one-line InputError unless ``backend`` is one of :data:`BACKENDS`."""
+    if backend not in BACKENDS:
+        raise InputError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+
+
 def route(backend: str, p, q) -> bool:  # noqa: ANN001 - torch tensors
     """Whether ``backend`` (:data:`BACKENDS`) sends rows ``p, q`` to the fused kernel of
     :mod:`otlp.verifiers.triton_kernels`, as :func:`verify_uniforms` and sps's ``sample`` choose."""
     from otlp.verifiers import triton_kernels
 
-    if backend not in BACKENDS:
-        raise InputError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+    check_backend(backend)
     if backend == "triton" and not triton_kernels.available():
         raise InputError("backend='triton' needs Triton (pip install triton; torch's CUDA builds ship it)")
     return backend == "triton" or (backend == "auto" and triton_kernels.takes(p, q))

@@ -191,8 +191,10 @@ def test_routes() -> None:
         sps.sample(p, q, drafts, uniforms=u)
     with pytest.raises(InputError, match="with replacement only"):
         get("rrs_wor").sample(p, q, drafts, uniforms=u, backend="triton")
-    with pytest.raises(InputError, match="backend must be one of"):
-        rrs.sample(p, q, drafts, uniforms=u, backend="cuda")
+    for call in (lambda: rrs.sample(p, q, drafts, uniforms=u, backend="cuda"),
+                 lambda: rrs.sample(p, q, drafts, backend="cuda"), lambda: sps.sample(p, q, drafts, backend="cuda")):
+        with pytest.raises(InputError, match="backend must be one of"):
+            call()
     with pytest.raises(InputError, match="one dtype"):
         TK.rrs(p, q.double(), drafts, u)
 

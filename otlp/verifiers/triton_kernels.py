@@ -109,8 +109,7 @@ def _kernel():  # noqa: ANN202 - made on first use: TRITON_INTERPRET is read whe
         else:
             t = q.to(tl.float32) * s.to(tl.float32)
             r = r.to(tl.float32)
-        both = _to(tl.join(tl.maximum(r - t, 0.0), t), q.dtype)
-        return tl.split(both)
+        return _to(tl.maximum(r - t, 0.0), q.dtype), _to(t, q.dtype)
 
     @triton.jit
     def _residual(r, q, svec, evec, lanes, k, WIDE: tl.constexpr):  # noqa: ANN001, ANN202

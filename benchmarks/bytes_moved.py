@@ -18,7 +18,12 @@ Routes: ``optimal`` (the device route, ``backend="torch"``), ``sortfree`` (otlp/
 full-chain fallback on every row, the exact static route), ``sortfree_F1`` (the fallback on one gathered row),
 ``sortfree_cert`` (the certificate alone, no fallback: the part that replaces the chain), ``sortfree_fused`` (the
 certificate with its roots in one kernel, otlp/optimal/triton_roots.py, which meta tensors cannot run: counted as one
-``addcmul`` over the root's arrays, 4 of the kernel's 5), ``rrs``.
+``addcmul`` over the root's arrays, 4 of the kernel's 5), ``rrs`` (its coins), ``rrs_uniforms`` and ``sps`` (the
+caller-uniforms torch routes that the fused kernels of otlp/verifiers/triton_kernels.py replace on CUDA),
+``rrs_wor``, ``kseq``.
+
+The fused kernels cannot run on meta tensors either; their reads depend on the outcomes: :func:`fused_reads` counts
+them from the accepted indices of the same rows (the torch route's, which the kernels equal).
 """
 
 from __future__ import annotations
@@ -122,7 +127,22 @@ def routes(n: int) -> dict[str, object]:
         "sortfree_cert": lambda p, q, d, u: SF.verify(p, q, d, u, fallback=False),
         "sortfree_fused": lambda p, q, d, u: SF.verify(p, q, d, u, fallback=False, roots=_one_pass_roots),
         "rrs": lambda p, q, d, u: get("rrs").sample(p, q, d),
+        "rrs_uniforms": lambda p, q, d, u: get("rrs").sample(p, q, d, uniforms=u, backend="torch"),
+        "sps": lambda p, q, d, u: get("sps").sample(p, q, d, uniforms=u, backend="torch"),
+        "rrs_wor": lambda p, q, d, u: get("rrs_wor").sample(p, q, d),
+        "kseq": lambda p, q, d, u: get("kseq").sample(p, q, d),
     }
+
+
+def fused_reads(index, n: int) -> tuple[float, float]:  # noqa: ANN001 - a tensor [B] of accepted indices
+    """``(mean, max)`` over the rows of the reads of p and q, over the read floor, that the fused kernels of
+    otlp/verifiers/triton_kernels.py make for rows with these outcomes (``index [B]``: the accepted draft, -1 for
+    the residual, as ``sample`` returns it): a row that takes draft k made k passes (one sum per rejected draft), a
+    row that rejects all n drafts n + 1 (the draw's pass counted whole, an upper bound: it stops at the draw's
+    block); the drafts' entries and the uniforms are not counted. ``n = 1`` is sps (0 or 2 passes). On a GPU with
+    one program per row the slowest row (``max``) sets the time while B is at most the number of SMs."""
+    passes = torch.where(index >= 0, index, n + 1).double()  # [B]
+    return float(passes.mean()), float(passes.max())
 
 
 def measure(B: int, V: int, n: int, dtype=torch.float32, raw: bool = False) -> dict[str, float]:  # noqa: ANN001

@@ -19,6 +19,10 @@ the CPU with one thread and with torch's default threads, and on CUDA when a GPU
     python benchmarks/verifiers.py --device cuda --reps 10            # the CUDA table
     python benchmarks/verifiers.py --device cuda --compile --V 128000 --B 64   # and compile=True (a compile per shape)
     python benchmarks/verifiers.py --device cuda --graph --reps 10    # every rule captured in a CUDA graph
+    python benchmarks/verifiers.py --device cuda --rules sps rrs --V 128000 --B 64 --n 4 --bytes
+                                                        # with the fused Triton kernels of rrs and sps beside the
+                                                        # torch routes for the same uniforms (on CUDA with Triton;
+                                                        # --no-fused leaves them out) and their reads / floor
     python benchmarks/verifiers.py --device cpu --threads 1 --drafts 1 0.5 --bytes --rates --V 32000 --B 64
                                                         # and each torch route's bytes moved / read floor
                                                         # (benchmarks/bytes_moved.py, meta tensors), and the
@@ -39,7 +43,7 @@ import time
 import torch
 
 from otlp.backend import native
-from otlp.verifiers import get
+from otlp.verifiers import get, triton_kernels
 from otlp.verifiers.base import validation
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -105,14 +109,18 @@ def _graphed(fn):  # noqa: ANN001, ANN202
 
 
 def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int,
-                compiled: bool = False, noise: float | None = None, graphs: bool = False) -> dict[str, object]:
+                compiled: bool = False, noise: float | None = None, graphs: bool = False,
+                fused: bool = False) -> dict[str, object]:
     """One grid point. ``compiled``: also the optimal rule with ``compile=True`` (``optimal_compiled``; its first
     call, which compiles, is the warm-up), and how many of its tokens / slots differ from the eager call's for the
     same uniforms (``optimal_compiled_mismatches``, out of 2 B); ``noise``: the close draft of :func:`_inputs`
     (recorded with the rows' mean 1 - TV(p, q), ``draft_acceptance``); ``graphs`` (CUDA): every call captured in a
     CUDA graph and timed as a replay, as a serving engine that graphs its decode step runs it (value checks off,
     since they synchronise; randomness from the device's default generator, which graphs capture; a call that
-    cannot be captured gets ``<name>_graph_error`` instead of a time)."""
+    cannot be captured gets ``<name>_graph_error`` instead of a time); ``fused`` (CUDA with Triton): for rrs and sps
+    in ``rules`` also ``<rule>_fused`` (the Triton kernel of otlp/verifiers/triton_kernels.py) and
+    ``<rule>_uniforms`` (the torch route it replaces) with the same caller uniforms, and how many of their tokens /
+    indices differ (``<rule>_fused_mismatches``, out of 2 B)."""
     p, q, drafts = _inputs(B, V, n, device, noise=noise)
     gen = torch.Generator(device=device).manual_seed(0)
     fns = {"read_floor": lambda: p.sum() + q.sum()}
@@ -120,6 +128,13 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
     for rule in rules:
         verifier = get(rule)
         fns[rule] = lambda v=verifier: v.sample(p, q, drafts, None if graphs else gen)
+    kernels = [rule for rule in ("rrs", "sps") if fused and rule in rules]
+    if kernels:  # the fused kernels beside the torch routes they replace, for the same uniforms
+        u = torch.rand((B, 2), generator=gen, device=device, dtype=torch.float64)
+        for rule in kernels:
+            verifier = get(rule)
+            for name, backend in (("uniforms", "torch"), ("fused", "triton")):
+                fns[f"{rule}_{name}"] = lambda v=verifier, b=backend: v.sample(p, q, drafts, uniforms=u, backend=b)
     optimal = get("optimal")
     if compiled:
         fns["optimal_compiled"] = lambda: optimal.sample(p, q, drafts, None if graphs else gen, compile=True)
@@ -144,6 +159,22 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
         u = torch.rand((B, 2), generator=gen, device=device, dtype=torch.float64)
         a, b = optimal.sample(p, q, drafts, uniforms=u, compile=True), optimal.sample(p, q, drafts, uniforms=u)
         out["optimal_compiled_mismatches"] = int((a[0] != b[0]).sum()) + int((a[1] != b[1]).sum())
+    for rule in kernels:
+        a, b = (get(rule).sample(p, q, drafts, uniforms=u, backend=x) for x in ("triton", "torch"))
+        out[f"{rule}_fused_mismatches"] = int((a[0] != b[0]).sum()) + int((a[1] != b[1]).sum())
+    return out
+
+
+def fused_reads(B: int, V: int, n: int, noise: float | None) -> dict[str, float]:
+    """The fused kernels' reads of p and q over the read floor on the point's rows with seeded uniforms
+    (:func:`bytes_moved.fused_reads` from the torch routes' outcomes, which the kernels equal; any device):
+    ``<rule>_fused_reads`` the mean over the rows, ``<rule>_fused_reads_max`` the slowest row's."""
+    p, q, drafts = _inputs(B, V, n, "cpu", noise=noise)
+    u = torch.rand((B, 2), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    out = {}
+    for rule, m in (("rrs", n), ("sps", 1)):
+        index = get(rule).sample(p, q, drafts, uniforms=u, backend="torch")[1]
+        out[f"{rule}_fused_reads"], out[f"{rule}_fused_reads_max"] = bytes_moved.fused_reads(index, m)
     return out
 
 
@@ -251,6 +282,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--graph", action="store_true",
                     help="on CUDA, time each call captured in a CUDA graph (replays; value checks off) instead of "
                          "eagerly: the CUDA-graph table of docs/COST.md")
+    ap.add_argument("--no-fused", action="store_true",
+                    help="on CUDA, leave out the fused Triton kernels of rrs and sps (otlp/verifiers/triton_kernels.py)"
+                         " and the torch routes they replace, which run by default beside the rules where Triton is"
+                         " installed")
     ap.add_argument("--bytes", action="store_true",
                     help="also each torch route's bytes moved / read floor on meta tensors (benchmarks/bytes_moved.py;"
                          " optimal: its device route; sortfree: the cell rule, exact, and its certificate alone)")
@@ -300,7 +335,9 @@ def main(argv: list[str] | None = None) -> None:
         print("-" * len(head))
         for noise, V, n, B in ((_noise(d), V, n, B) for d in args.drafts for V in sizes for n in ns for B in batches):
             compiled = args.compile and device == "cuda"
-            r = bench_point(args.rules, B, V, n, device, args.reps, compiled, noise, args.graph and device == "cuda")
+            fused = device == "cuda" and not args.no_fused and triton_kernels.available()
+            r = bench_point(args.rules, B, V, n, device, args.reps, compiled, noise, args.graph and device == "cuda",
+                            fused)
             rows.append(r)
             line = f"{V:>7} {n:>2} {B:>3} {_ms(r, 'read_floor', 3):>8} "
             line += " ".join(f"{_ms(r, x):>9}" for x in args.rules)
@@ -310,6 +347,9 @@ def main(argv: list[str] | None = None) -> None:
                 line += (f"  compiled {r['optimal_compiled_ms']:.2f} ms"
                          f" ({r['optimal_compiled_mismatches']} outputs differ from eager)")
             line += f"  draft {_draft_name(r)} (1 - TV {r['draft_acceptance']:.2f})"
+            line += "".join(f"  {x} fused {_ms(r, x + '_fused', 3)} ms (torch, same uniforms: "
+                            f"{_ms(r, x + '_uniforms', 3)} ms; {r[f'{x}_fused_mismatches']} outputs differ)"
+                            for x in ("rrs", "sps") if f"{x}_fused_mismatches" in r)
             line += "".join(f"  {k}: {v}" for k, v in r.items() if k.endswith("_graph_error"))
             if args.bytes:
                 key = (B, V, n)
@@ -317,6 +357,9 @@ def main(argv: list[str] | None = None) -> None:
                     moved[key] = bytes_moved.measure(B, V, n)
                 r.update({f"{name}_bytes_over_floor": x for name, x in moved[key].items()})
                 line += "  bytes/floor: " + ", ".join(f"{name} {x:.0f}" for name, x in moved[key].items())
+                r.update(fused_reads(B, V, n, noise))
+                line += "".join(f", {x}_fused {r[f'{x}_fused_reads']:.2f} (slowest row {r[f'{x}_fused_reads_max']:.0f})"
+                                for x in ("rrs", "sps"))
             if args.rates:
                 r.update(cell_rule_rates(B, V, n, noise))
                 line += "  cell rule: " + ", ".join(f"{k[5:]} {v}" for k, v in r.items() if k.startswith("cell_"))

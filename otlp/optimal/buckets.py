@@ -159,7 +159,7 @@ def scheme(bits: int) -> Scheme:
                   KEY=np.concatenate([edges, [-1.0]]))
 
 
-def psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n: int):  # noqa: ANN001, ANN201 - numpy arrays
+def psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n: int):  # noqa: ANN001, ANN201 - numpy arrays or tensors
     """A lower bound of psi over the prefixes that end inside a bucket (GR Lemma 6.3's psi = P - Q^n).
 
     The bucket holds tokens of ratio q/p in [lo, hi) and masses (pb, qb); the buckets above it hold (Pa, Qa). A prefix
@@ -168,9 +168,11 @@ def psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n: int):  # noqa: ANN001, ANN201 
     first line minus (Qa + x)^n up to the crossing x_c = (qb / lo - pb) / (1 / lo - 1 / hi), the second after it;
     each piece is concave, so f >= min(f(0), f(x_c), f(qb)) with f(0) = psi at the bucket's start and f(qb) = psi at
     its end. Returns f(x_c) (lo = 0: only the first line, x_c = qb)."""
+    tensors = not isinstance(Pa, (np.ndarray, np.generic, float))  # torch (otlp/optimal/device_buckets.py)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        x_c = np.where(lo > 0, (qb / lo - pb) / (1.0 / lo - 1.0 / hi), qb)
-        x_c = np.minimum(np.maximum(x_c, 0.0), qb)  # (finite: hi > lo, and lo = 0 takes qb)
+        x_c = (X.namespace(Pa) if tensors else np).where(lo > 0, (qb / lo - pb) / (1.0 / lo - 1.0 / hi), qb)
+        # (finite: hi > lo, and lo = 0 takes qb)
+        x_c = x_c.clamp(min=0.0).minimum(qb) if tensors else np.minimum(np.maximum(x_c, 0.0), qb)
         return psi_head(Pa + x_c / hi, Qa + x_c, n)  # (products, not pow: otlp.core.psi.int_power)
 
 

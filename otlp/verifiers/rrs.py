@@ -20,6 +20,7 @@ import numpy as np
 from otlp.backend import scratch
 from otlp.core import xp as X
 from otlp.core.drafts import IID, DraftScheme, WithoutReplacement
+from otlp.core.errors import InputError
 from otlp.verifiers.base import (
     Verifier,
     accept_probability,
@@ -43,15 +44,17 @@ class RecursiveRejection(Verifier):
     def make_draft(self, q: object, n: int) -> DraftScheme:
         return IID(q, n)
 
-    def sample(self, p, q, drafts, generator=None, *, uniforms=None):  # noqa: ANN001, ANN201
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None, backend: str = "auto"):  # noqa: ANN001, ANN201
         """``p, q [B, V]``, ``drafts [B, n]`` -> ``(tokens [B], accepted_index [B])``: n coins and one residual
         uniform per row from ``generator``, or the caller's ``uniforms [B, 2]`` (one coin per node and one final
-        uniform, as engines pass them: :func:`verify_uniforms`, the same law)."""
+        uniform, as engines pass them: :func:`verify_uniforms`, the same law; ``backend`` as there: on CUDA the
+        fused Triton kernel)."""
         import torch
 
         B, n, V = check_tensors(p, q, drafts)
         if uniforms is not None:
-            return verify_uniforms(p, q, drafts, check_uniforms(uniforms, B, p))
+            return verify_uniforms(p, q, drafts, check_uniforms(uniforms, B, p), backend=backend)
+        check_backend(backend)  # (the coins' path has no kernel: every backend takes the torch operations)
         u = coins(B, n, p, generator)  # [B, n]
         accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
         weights = scratch.like("residual", p)  # [B, V] the final residuals
@@ -92,13 +95,16 @@ class RecursiveRejectionWithoutReplacement(Verifier):
     def make_draft(self, q: object, n: int) -> DraftScheme:
         return WithoutReplacement(q, n)
 
-    def sample(self, p, q, drafts, generator=None, *, uniforms=None):  # noqa: ANN001, ANN201
-        """As :meth:`RecursiveRejection.sample` (``uniforms [B, 2]``: :func:`verify_uniforms` without replacement)."""
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None, backend: str = "auto"):  # noqa: ANN001, ANN201
+        """As :meth:`RecursiveRejection.sample` (``uniforms [B, 2]``: :func:`verify_uniforms` without replacement,
+        which has no fused kernel: ``backend="triton"`` is refused)."""
         import torch
 
         B, n, V = check_tensors(p, q, drafts)
         if uniforms is not None:
-            return verify_uniforms(p, q, drafts, check_uniforms(uniforms, B, p), without_replacement=True)
+            return verify_uniforms(p, q, drafts, check_uniforms(uniforms, B, p), without_replacement=True,
+                                   backend=backend)
+        check_backend(backend)
         u = coins(B, n, p, generator)  # [B, n]
         accept = torch.empty((B, n), dtype=torch.bool, device=p.device)
         weights, draft = scratch.like("residual", p), scratch.like("draft", q)  # [B, V] residuals, q_cur
@@ -174,7 +180,31 @@ def _chain_without_replacement(p, q, drafts, u, accept, out, draft) -> None:  # 
     r.addcmul_(qc, frozen.to(p.dtype))
 
 
-def verify_uniforms(p, q, drafts, u, widths=None, *, without_replacement: bool = False):  # noqa: ANN001, ANN201
+#: :func:`verify_uniforms`' routes: ``"auto"`` the fused Triton kernel on CUDA rows it takes
+#: (:func:`otlp.verifiers.triton_kernels.takes`; with replacement), else torch; ``"torch"`` the torch operations
+#: below (the reference); ``"triton"`` the kernel on any device (on the CPU under ``TRITON_INTERPRET=1``)
+BACKENDS = ("auto", "torch", "triton")
+
+
+def check_backend(backend: str) -> None:
+    """A one-line InputError unless ``backend`` is one of :data:`BACKENDS`."""
+    if backend not in BACKENDS:
+        raise InputError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+
+
+def route(backend: str, p, q) -> bool:  # noqa: ANN001 - torch tensors
+    """Whether ``backend`` (:data:`BACKENDS`) sends rows ``p, q`` to the fused kernel of
+    :mod:`otlp.verifiers.triton_kernels`, as :func:`verify_uniforms` and sps's ``sample`` choose."""
+    from otlp.verifiers import triton_kernels
+
+    check_backend(backend)
+    if backend == "triton" and not triton_kernels.available():
+        raise InputError("backend='triton' needs Triton (pip install triton; torch's CUDA builds ship it)")
+    return backend == "triton" or (backend == "auto" and triton_kernels.takes(p, q))
+
+
+def verify_uniforms(p, q, drafts, u, widths=None, *, without_replacement: bool = False,  # noqa: ANN001, ANN201
+                    backend: str = "auto"):
     """RRS (with or without replacement) driven by one coin per node and one final uniform, as serving engines
     supply randomness: ``p, q [B, V]`` (q the law the drafts were drawn from), ``drafts [B, n]``, ``u [B, 2]``
     (``u[:, 0]`` picks the outcome, ``u[:, 1]`` the residual token), ``widths [B]`` (optional, 0..n: row b has only
@@ -190,9 +220,19 @@ def verify_uniforms(p, q, drafts, u, widths=None, *, without_replacement: bool =
     kernels form u * total) from the unnormalised r_m (r_0 = p, r_{k+1} = (r_k - (s_k / z_k) qc_k)^+ in p's dtype,
     s, z the sums of r, qc), so a one-child node draws from (p - q)^+ exactly as SGLang's and FlashInfer's kernels
     do. A request rejects at most once per node, so the two
-    uniforms suffice; the law equals the generator path's (:meth:`RecursiveRejection.sample`)."""
+    uniforms suffice; the law equals the generator path's (:meth:`RecursiveRejection.sample`).
+
+    ``backend`` (:data:`BACKENDS`, :func:`route`): with replacement, ``"auto"`` runs CUDA rows through the fused
+    kernel :func:`otlp.verifiers.triton_kernels.rrs` (the same tokens up to the rounding its docstring states; one
+    program per row, no host sync); the torch operations below are the reference."""
     import torch
 
+    if route(backend, p, q) and not without_replacement:
+        from otlp.verifiers import triton_kernels
+
+        return triton_kernels.rrs(p, q, drafts, u, widths)
+    if backend == "triton":
+        raise InputError("backend='triton' has a kernel for rrs with replacement only (rrs_wor: backend='torch')")
     B, n = drafts.shape
     x = drafts.long()  # [B, n]
     W = None if widths is None else widths.long()

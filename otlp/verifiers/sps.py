@@ -30,19 +30,26 @@ class SingleDraft(Verifier):
     def make_draft(self, q: object, n: int = 1) -> DraftScheme:
         return IID(q, n)
 
-    def sample(self, p, q, drafts, generator=None, *, uniforms=None):  # noqa: ANN001, ANN201
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None, backend: str = "auto"):  # noqa: ANN001, ANN201
         """The rule of the optimal sampler at n = 1 (:func:`otlp.optimal.chains.single_draft`) on the first draft:
         accept if u0 q(x) < p(x), else the inverse CDF of (p - q)^+ at u1 (the two uniforms drawn one after the
-        other from ``generator``, in p's dtype, or the caller's ``uniforms [B, 2]``: one coin, one final uniform)."""
+        other from ``generator``, in p's dtype, or the caller's ``uniforms [B, 2]``: one coin, one final uniform).
+        ``backend`` as :func:`otlp.verifiers.rrs.verify_uniforms`' (:func:`otlp.verifiers.rrs.route`): ``"auto"``
+        takes the fused kernel :func:`otlp.verifiers.triton_kernels.sps` on CUDA, ``"torch"`` the reference."""
         import torch
 
         from otlp.optimal.chains import single_draft
+        from otlp.verifiers.rrs import route
 
         B, n, V = check_tensors(p, q, drafts)
         if uniforms is not None:
             u = check_uniforms(uniforms, B, p)
         else:
             u = torch.cat([coins(B, 1, p, generator), coins(B, 1, p, generator)], dim=1)  # [B, 2]
+        if route(backend, p, q):
+            from otlp.verifiers import triton_kernels
+
+            return triton_kernels.sps(p, q, drafts, u)
         tokens, index = single_draft(p, q, drafts[:, :1], u)
         return tokens.long(), index.long()
 

@@ -136,12 +136,15 @@ def slot_law(P1, Q1, n: int, omegas, probs, slots):  # noqa: ANN001, ANN201
     return law, float(probs @ slots[:, :n].sum(1)), alpha
 
 
-def lm_rows(B: int, V: int, seed: int, draft: str, draws: int, dtype=None):  # noqa: ANN001, ANN201
+def lm_rows(B: int, V: int, seed: int, draft: str, draws: int, dtype=None, topk: float | None = None):  # noqa: ANN001, ANN201
     """LM-like torch rows ``p, q [B, V]``, ``drafts [B, draws]`` from q and uniforms ``[B, 2]`` (float64): p =
     softmax(3 z); q loose (``draft`` "loose": 3 z' + 0.5 log p, 1 - TV ~ 0.1), close (a number sigma: log p + sigma
     z'), or tied ("ties": a close draft with p and q rounded to multiples of 1/64 of their maxima: runs of equal
     ratios and of equal psi steps). Cast to ``dtype`` (default float32); float64 rows renormalised (float32 rows sum
-    to 1 within 1e-7 only)."""
+    to 1 within 1e-7 only). ``topk``: the target filtered as engines do before verification (issue 41), after q
+    and the drafts are drawn: an int k keeps p's k largest entries (top-k), a float in (0, 1) the fewest largest
+    entries whose mass reaches it (top-p), the rest set to 0 and p renormalised, so that p = 0 < q on most
+    tokens and drafts land there."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -157,6 +160,11 @@ def lm_rows(B: int, V: int, seed: int, draft: str, draws: int, dtype=None):  # n
         q = torch.softmax(torch.log(p) + float(draft) * torch.randn(B, V, generator=g), 1)
     drafts = torch.multinomial(q, draws, replacement=True, generator=g)
     u = torch.rand(B, 2, generator=g, dtype=torch.float64)
+    if topk is not None:
+        ranked, idx = torch.sort(p, 1, descending=True)  # [B, V]
+        keep = (torch.arange(V) < topk)[None, :] if isinstance(topk, int) else ranked.cumsum(1) - ranked < topk
+        p = torch.zeros_like(p).scatter_(1, idx, torch.where(keep, ranked, 0.0))
+        p = p / p.sum(1, keepdim=True)
     dtype = torch.float32 if dtype is None else dtype
     p, q = p.to(dtype), q.to(dtype)
     if dtype == torch.float64:

@@ -149,6 +149,7 @@ struct work {
     double *seg_lo, *seg_hi, *cuml, *cumcl, *rH, *rL, *rr, *rg, *ry;
     struct part parts[MAX_N + 1];
     int np;
+    int inf_ok; /* the top bucket is a run of p = 0 < q tokens with the strict bound (inf_run) */
     void *block, *block2;
 };
 
@@ -232,6 +233,42 @@ static double interior_bound(double Pa, double Qa, double pb, double qb, double 
     return (Pa + x_c / hi) - int_power(Qa + x_c, n);
 }
 
+#define TINY_Q 1e-9 /* see inf_run: the strict bound only where the run's last token's q is above rounding */
+
+/* A run of p = 0 < q tokens (ratio +inf: the top bucket's tokens where its p mass is 0, issue 41). Engines filter
+ * the target by top-k / top-p before verification, so such a run holds most of a row, and the interior bound of
+ * buckets.psi_interior_bound is only its infimum, psi at the run's end, which kept the run a candidate for m* (and
+ * s) and sorted it whole. But the run needs no token of its inside. In the reference (chains.py) the run is the
+ * first positions of the order (ratio +inf first, ties by token id) and along it P is constant and each step adds
+ * q > 0 to Q, so psi_i = P - Q_i^n falls strictly: every prefix strictly inside the run lies strictly above psi at
+ * the run's end. Hence none of the reference's answers lies strictly inside it: m* and an inner group's s (first
+ * argmins, over ranges that hold the run's end whenever they hold a point inside it), an outer group's s and the
+ * residual's M (last prefixes at or below a threshold: the run's end qualifies whenever a point inside does), an
+ * outer group's e (a first argmin after a draw inside the run would be its end or after it). An inner group's e
+ * may lie inside (the first prefix after the top draw below psi_s), but only where the top draw is in the run, and
+ * then every draw is (all precede it) and has p = 0: the rule never accepts a token of p = 0 (its slots serve t = p
+ * mass), so the row rejects and draws the residual at M (row_rule's dead case). A draw inside the run below the top
+ * draw lies below s (s is at or after the run's end), outside the served group. So the run is one merged entry
+ * with exact sums and the strict bound: its inside is > psi at its end (W->run_low just above it), and a draft
+ * inside splits it into sub-runs (row_gather) each with the same strict bound.
+ *
+ * Rounding: in float64 Q_i is a running sum (fl is monotone) and psi non-increasing along the run, so a point
+ * inside may EQUAL psi at the run's end, where the q after it is lost to rounding. The reference's first argmin (m*,
+ * s) then sits on that point, its group holds p = 0 positions of q ~ 0, and its slots differ from the exact rule's
+ * (both give the law p and alpha*, tests/optimal/test_filtered_targets.py, p_zero_tiny_q: on one instance a tuple's
+ * acceptance 0.27 against 0.13). So the strict bound is taken only where the run's LAST token (by id, as the
+ * reference orders ties) has q >= TINY_Q times the run's q mass (W->inf_ok; one backward scan of the row's buckets,
+ * which stops at once where the run fills the row): then Q_end >= Q_i + q_last for every prefix i inside, so Q_end^n
+ * exceeds Q_i^n by a relative n 1e-9 in the head form (psi = -Q^n, P = 0 along the run), and by at least n 2^(1-n)
+ * 1e-9 Q_end absolutely in the suffix form or across the switch of forms at Q = 1/2: far above their rounding
+ * (~1e-15) up to n = 16, so psi at the run's end is strictly the least, in floats too. Elsewhere the run keeps the
+ * interior bound (sorted where needed, as before).
+ * A bucket of one finite ratio value (exact ties) would take the same strict bound only where its tokens' ratios
+ * are bitwise equal, which the buckets do not know without reading them; left out. */
+static int inf_run(const struct work *W, int64_t r) {
+    return W->inf_ok && W->run_first[r] == 0 && W->run_last[r] == 0 && W->run_p[r] == 0.0 && W->run_q[r] > 0.0;
+}
+
 /* Steps 1-2 on one row: the buckets, their sums, psi at their boundaries and the bounds. Returns b*, the first
  * argmin of psi over the boundaries. */
 static int64_t row_level(const void *p, const void *q, int is_double, int64_t V, const double *ip, const double *iq,
@@ -262,6 +299,15 @@ static int64_t row_level(const void *p, const void *q, int is_double, int64_t V,
         W->low[k] = np_min(np_min(W->psib[k], W->psib[k + 1]), W->f[k]);
         W->inner[k] = np_min(W->f[k], W->psib[k + 1]);
     }
+    W->inf_ok = 0; /* the top bucket holds only p = 0 < q tokens, its last by id not near rounding: strict (inf_run) */
+    if (W->Pb[0] == 0.0 && W->Qb[0] > 0.0) {
+        int64_t x = V - 1;
+        while (x > 0 && W->bucket[x] != 0) x--;
+        const double qx = (is_double ? ((const double *)q)[x] : (double)((const float *)q)[x]) * iq[0];
+        W->inf_ok = W->bucket[x] == 0 && qx >= TINY_Q * W->Qb[0];
+    }
+    if (W->inf_ok)
+        W->f[0] = nextafter(W->psib[1], INFINITY);
     return b_star;
 }
 
@@ -320,7 +366,9 @@ static void row_select(const struct work *W, int64_t NB, int64_t b_star, const i
         for (int64_t i = 0; i <= d; i++) i_s = psi[i] <= e_lo ? i : i_s;
         for (int64_t k = i_s; k < d; k++) sel[k] |= W->low[k] <= after;
     }
-    int64_t first = 0; /* the row's first position (s = 0 reads it), a token */
+    int64_t first = 0; /* the row's first position (s = 0 reads it), a token; after a run of p = 0 < q (inf_run),
+                        * which s never lies inside, the first position after it (s = the run's end reads it) */
+    if (W->inf_ok) first = 1;
     while (first < NB - 1 && W->Pb[first] == 0.0 && W->Qb[first] == 0.0) first++;
     sel[first] = 1;
 }
@@ -374,6 +422,12 @@ static int64_t row_gather(struct work *W, int64_t NB, const void *p, const void 
         for (int64_t v = 0; v <= parts[i].m; v++) parts[i].p[v] = parts[i].q[v] = 0.0, parts[i].cnt[v] = 0;
     W->np = np;
     for (int64_t k = 0; k < NB; k++) W->gather[k] = code[k] != 0;
+    /* a partial top bucket of p = 0 < q tokens (inf_run) is not gathered: its drafts enter first, by id, the rest one
+     * sub-run after them (its sums: the bucket's less the drafts'). Any order of the run's tokens serves: along it
+     * psi falls strictly, none of the rule's answers lies inside it, and a draft in it only needs a position below
+     * the run's end (below s, or the top draw's: the row rejects) */
+    const int inf = code[0] >= 2 && W->inf_ok;
+    W->gather[0] &= !inf;
     const int64_t all = otlp_gather_selected(p, q, is_double, 1, V, ip, iq, W->bucket, W->gather, NB, V, W->F, W->Pg,
                                              W->Qg);
     for (int64_t t = 0; t < all; t++) { /* (vectorised) */
@@ -439,6 +493,30 @@ static int64_t row_gather(struct work *W, int64_t NB, const void *p, const void 
         W->Pg[T] = W->Pg[t];
         W->Qg[T] = W->Qg[t];
         T += kept[t];
+    }
+    if (inf) {
+        struct part *D = parts + code[0] - 2;
+        int64_t count = 0;
+        for (int64_t x = 0; x < V; x++) count += W->bucket[x] == 0; /* (vectorised) */
+        double q_rest = W->Qb[0];
+        for (int64_t a = 0; a < D->m; a++) { /* (ids increasing: equal keys) merged into F's token order */
+            const int64_t x = D->id[a];
+            const double qx = (is_double ? ((const double *)q)[x] : (double)((const float *)q)[x]) * iq[0];
+            int64_t at = T;
+            for (; at > 0 && W->F[at - 1] > x; at--) {
+                W->F[at] = W->F[at - 1];
+                W->Pg[at] = W->Pg[at - 1];
+                W->Qg[at] = W->Qg[at - 1];
+            }
+            W->F[at] = x;
+            W->Pg[at] = 0.0;
+            W->Qg[at] = qx;
+            T++;
+            q_rest -= qx;
+        }
+        for (int64_t v = 0; v <= D->m; v++) D->p[v] = D->q[v] = 0.0, D->cnt[v] = 0;
+        D->cnt[D->m] = count - D->m;
+        D->q[D->m] = q_rest;
     }
     return T;
 }
@@ -766,6 +844,11 @@ static int row_rule(struct work *W, const struct scheme *S, int bound, int64_t T
                                                  W->run_q[r], lo, hi, n) - S->margin
                                 : np_min(psi[j], psi[j + 1]) - S->margin; /* one ratio: psi concave along it */
     }
+    for (int64_t j = 0; j < K; j++) /* a run of p = 0 < q: inside strictly above psi at its end (inf_run) */
+        if (W->order[j] >= T && inf_run(W, W->order[j] - T)) W->run_low[W->order[j] - T] = nextafter(psi[j + 1], INFINITY);
+    /* the top draw of p = 0 < q: every draw has p = 0 (all precede it), the row rejects (inf_run); no group to read */
+    const int64_t top_col = W->order[top];
+    const int dead = W->inf_ok && W->Pg[top_col] == 0.0 && W->Qg[top_col] > 0.0;
     int ok = 1, window = 0;
 #define BELOW(thr) (least < (thr))
 #define AT_OR_BELOW(thr) (ends < (thr) || low <= (thr))
@@ -774,6 +857,10 @@ static int row_rule(struct work *W, const struct scheme *S, int bound, int64_t T
         if (col < T) continue; /* only a merged run can fail */
         const double low = W->run_low[col - T], ends = np_min(psi[j], psi[j + 1]), least = np_min(ends, low);
         int bad = j < m ? AT_OR_BELOW(psi_star) : BELOW(psi_star);
+        if (dead) {
+            if (bad) W->bad_run[col - T] = 1, ok = 0;
+            continue;
+        }
         const int inside = j > s && j < top; /* bounded (window_bound), unless the row takes the exact chain */
         bad |= j == s || (inside && !bound);
         if (inner) bad |= (AT_OR_BELOW(psi_s) && j < s) || (BELOW(psi_s) && (inside || (j > top && j < e)));
@@ -785,7 +872,9 @@ static int row_rule(struct work *W, const struct scheme *S, int bound, int64_t T
         }
     }
     if (!ok) return 0;
-    if (window) {
+    if (dead) {
+        index = -1;
+    } else if (window) {
         const int got = window_bound(W, S, T, K, m, s, e, top, pos, w2, n, u[0], steps, &index);
         if (got <= 0) return got;
     } else {

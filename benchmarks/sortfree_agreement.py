@@ -1,17 +1,19 @@
 """The cell rule (otlp/optimal/sortfree.py) against ``get("optimal").sample`` at scale: tokens and slots for the same
-uniforms, and the refinement / fallback rates, per grid point (issue 41). ``--route host``: instead the CPU route's
-bounded window (``otlp/backend/native/bucket_rule.c``'s ``window_bound``, ``buckets.BOUND``) against the same route
-without it (its selection sorts the window, else the full sort), and its rates: rows certified at the first attempt, on
-the retry (the uncertain buckets sorted), and left to the full sort.
+uniforms, and the refinement / fallback rates, per grid point (issue 41). ``--route host``: instead the CPU route
+(its bounded window, ``otlp/backend/native/bucket_rule.c``'s ``window_bound``, ``buckets.BOUND``, and its run of p = 0
+< q tokens, ``inf_run``) against the same sampler's full sort (the bucket route off), and its rates: rows certified at
+the first attempt, on the retry (the uncertain buckets sorted), and left to the full sort.
 
 LM-like rows as benchmarks/verifiers.py makes them (float32, cast to the point's dtype): the grid's loose draft and
 close drafts (the target's logits plus sigma-scaled noise, sigma 1 and 0.5). The certificate runs without its
 fallback; the rows it leaves take the fallback in a second call on those rows only (the static route computes it on
-every row; the tokens are the same). Prints one line per (V, draft, n).
+every row; the tokens are the same). ``--topk``: the target also filtered as engines do before verification (k
+or a top-p mass; issue 41), after the drafts are drawn. Prints one line per (V, draft, n, filter).
 
     python benchmarks/sortfree_agreement.py --V 32000 --rows 1024 --B 64
     python benchmarks/sortfree_agreement.py --V 128000 --rows 128 --B 16 --n 4
     python benchmarks/sortfree_agreement.py --route host --V 32000 --rows 11200 --B 64
+    python benchmarks/sortfree_agreement.py --route host --V 2048 32000 --topk 1 50 1000 0.9 --rows 640
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ from otlp.verifiers import get
 DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 
 
-def rows(B: int, V: int, n: int, noise: float | str | None, seed: int, dtype):  # noqa: ANN001, ANN201
+def rows(B: int, V: int, n: int, noise: float | str | None, seed: int, dtype, topk: float | None = None):  # noqa: ANN001, ANN201
     """LM-like rows: the loose draft (``noise`` None), a close one (sigma ``noise``), or ``"ties"``: a close draft
     (sigma 1) with p and q rounded to multiples of 1/64 of their maxima (runs of equal ratios and of equal psi
-    steps)."""
+    steps). ``topk``: p filtered (an int: its k largest; a float: the fewest largest reaching that mass), the rest 0,
+    renormalised."""
     g = torch.Generator().manual_seed(seed)
     p = torch.softmax(torch.randn(B, V, generator=g) * 3, 1)
     if noise is None:
@@ -46,17 +49,23 @@ def rows(B: int, V: int, n: int, noise: float | str | None, seed: int, dtype):  
         q = torch.softmax(torch.log(p) + noise * torch.randn(B, V, generator=g), 1)
     drafts = torch.multinomial(q, n, replacement=True, generator=g)
     u = torch.rand(B, 2, generator=g, dtype=torch.float64)
+    if topk is not None:
+        ranked, idx = torch.sort(p, 1, descending=True)
+        keep = (torch.arange(V) < topk)[None, :] if isinstance(topk, int) else ranked.cumsum(1) - ranked < topk
+        p = torch.zeros_like(p).scatter_(1, idx, torch.where(keep, ranked, 0.0))
+        p = p / p.sum(1, keepdim=True)
     p, q = p.to(dtype), q.to(dtype)
     if dtype == torch.float64:
         p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
     return p, q, drafts, u
 
 
-def point(V: int, n: int, noise: float | str | None, total: int, B: int, seed: int = 0) -> dict[str, int]:
+def point(V: int, n: int, noise: float | str | None, total: int, B: int, seed: int = 0,
+          topk: float | None = None) -> dict[str, int]:
     out = {"rows": 0, "wrong": 0, **{f"round{r}": 0 for r in range(SF.ROUNDS + 1)}, "fallback": 0}
     for k in range(-(-total // B)):
         dtype = DTYPES[k % len(DTYPES)]
-        p, q, drafts, u = rows(B, V, n, noise, 1_000_000 * seed + 1000 * n + k, dtype)
+        p, q, drafts, u = rows(B, V, n, noise, 1_000_000 * seed + 1000 * n + k, dtype, topk)
         want = get("optimal").sample(p, q, drafts, None, uniforms=u)
         P, Q = _normalised(p), _normalised(q)
         d = SF.decide(P, Q, drafts, u, fallback=False)
@@ -73,8 +82,9 @@ def point(V: int, n: int, noise: float | str | None, total: int, B: int, seed: i
     return out
 
 
-def host_point(V: int, n: int, noise: float | str | None, total: int, B: int, seed: int = 0) -> dict[str, int]:
-    """The CPU route with and without its bounded window on ``total`` rows: how many differ (token or slot), and the
+def host_point(V: int, n: int, noise: float | str | None, total: int, B: int, seed: int = 0,
+               topk: float | None = None) -> dict[str, int]:
+    """The CPU route against its full sort on ``total`` rows: how many differ (token or slot), and the
     statuses of the bounded route's rows (``buckets._native_rows``: 1 certified at once, 2 on the retry, else the
     full sort, which some such rows take inside the call: ``buckets.whole_rows``)."""
 
@@ -84,12 +94,13 @@ def host_point(V: int, n: int, noise: float | str | None, total: int, B: int, se
     sc = BK.scheme(BK.bits_for(V))
     for k in range(-(-total // B)):
         dtype = DTYPES[k % len(DTYPES)]
-        p, q, drafts, u = rows(B, V, n, noise, 1_000_000 * seed + 1000 * n + k, dtype)
-        BK.BOUND = True
+        p, q, drafts, u = rows(B, V, n, noise, 1_000_000 * seed + 1000 * n + k, dtype, topk)
         got = get("optimal").sample(p, q, drafts, None, uniforms=u)
-        BK.BOUND = False
-        want = get("optimal").sample(p, q, drafts, None, uniforms=u)
-        BK.BOUND = True
+        takes, BK.takes = BK.takes, lambda B, V: False  # the full sort
+        try:
+            want = get("optimal").sample(p, q, drafts, None, uniforms=u)
+        finally:
+            BK.takes = takes
         ph, qh = (x.numpy() if x.dtype == torch.float64 else x.float().numpy() for x in (p, q))
         status = BK._native_rows(ph, qh, BK.inverse_sums(ph), BK.inverse_sums(qh), drafts.numpy(), u.numpy(), n,
                                  sc, whole=0)[2]  # (whole=0: the rows the buckets leave, in the call or not)
@@ -114,6 +125,11 @@ def _draft(name: str) -> float | str | None:
     return None if name == "loose" else name if name == "ties" else float(name)
 
 
+def _filter(name: str) -> float | None:
+    """A ``--topk`` value as :func:`rows` takes it."""
+    return None if name == "none" else float(name) if "." in name else int(name)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--V", type=int, nargs="+", default=[32_000])
@@ -121,6 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--noise", nargs="+", default=["loose", "1", "0.5"])
     ap.add_argument("--rows", type=int, default=256, help="rows per grid point")
     ap.add_argument("--B", type=int, default=64, help="rows per call")
+    ap.add_argument("--topk", nargs="+", default=["none"],
+                    help="target filters: none, k (an int) or a top-p mass (a float below 1)")
     ap.add_argument("--seed", type=int, default=0, help="another seed: other rows than an earlier run's")
     ap.add_argument("--route", choices=["cell", "host"], default="cell",
                     help="cell: the cell rule (default); host: the CPU route's bounded window against the route "
@@ -130,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.route == "host":
         torch.set_num_threads(1)
         run = host_point
-        print(f"CPU route with its bounded window vs without (buckets.BOUND); dtypes cycled {dtypes}")
+        print(f"CPU route (bounded window, p = 0 runs) vs its full sort; dtypes cycled {dtypes}")
     else:
         run = point
         print(f"cell rule vs get('optimal').sample; rounds = {SF.ROUNDS}, refine = {SF.REFINE} cells, "
@@ -139,12 +157,13 @@ def main(argv: list[str] | None = None) -> None:
     for V in args.V:
         for noise in args.noise:
             for n in args.n:
-                t = time.perf_counter()
-                r = run(V, n, _draft(noise), args.rows, args.B, args.seed)
-                total["rows"] += r["rows"]
-                total["wrong"] += r["wrong"]
-                print(f"V {V:>7,} draft {noise:>5} n {n}: {r['rows']} rows, {r['wrong']} differ; {_rates(r)}  "
-                      f"({time.perf_counter() - t:.0f} s)", flush=True)
+                for topk in args.topk:
+                    t = time.perf_counter()
+                    r = run(V, n, _draft(noise), args.rows, args.B, args.seed, _filter(topk))
+                    total["rows"] += r["rows"]
+                    total["wrong"] += r["wrong"]
+                    print(f"V {V:>7,} draft {noise:>5} n {n} top {topk:>4}: {r['rows']} rows, {r['wrong']} differ; "
+                          f"{_rates(r)}  ({time.perf_counter() - t:.0f} s)", flush=True)
     print(f"total: {total['rows']} rows, {total['wrong']} differ")
     sys.exit(1 if total["wrong"] else 0)
 

@@ -69,6 +69,11 @@ ROUNDS = 1
 REFINE = 8
 #: a padding entry's sort key: below every token's (p = q = 0 tokens have -1), so padding sorts last.
 PAD_KEY = -2.0
+#: a top bucket of p = 0 < q tokens takes the strict bound where its last token's q is at least TINY_Q 2^(n - 1) of
+#: its mass Q_end, and Q_end <= 1/2 or Q_end - 1/2 >= TINY_MIX 2^(n - 1) V (``bucket_rule.c``'s ``inf_run``, ``TINY_Q``
+#: and ``TINY_MIX``: then psi at the run's end is strictly its least, in floats too).
+TINY_Q = 1e-13
+TINY_MIX = 1e-15
 
 
 def bits_for(V: int) -> int:
@@ -195,23 +200,50 @@ class Passes:
 @dataclass(frozen=True)
 class Level:
     """psi at the bucket edges ``psi [B, NB + 1]``, each bucket's interior bound ``f`` and the bound ``low`` (inside
-    and at both ends) ``[B, NB]``: :class:`.buckets._Level` on tensors."""
+    and at both ends) ``[B, NB]``: :class:`.buckets._Level` on tensors; ``inf_ok bool [B, 1]`` the rows whose top
+    bucket is a run of p = 0 < q tokens with the strict bound (:func:`inf_runs`)."""
 
     Pb: object
     Qb: object
     psi: object
     f: object
     low: object
+    inf_ok: object
 
 
-def level(Pb, Qb, n: int, sc: BK.Scheme) -> Level:  # noqa: ANN001
-    """:class:`Level` of the bucket sums ``Pb, Qb [B, NB]`` (in decreasing-ratio order)."""
+def inf_runs(p, q, inv_q, Pb, Qb, n: int):  # noqa: ANN001, ANN201 - [B, V] rows, [B, 1], [B, NB] sums -> bool [B, 1]
+    """The rows whose top bucket holds only p = 0 < q tokens (ratio +inf; a target filtered by top-k / top-p) and
+    whose last such token by id has q above rounding (``TINY_Q``, ``TINY_MIX``): along that run psi falls strictly
+    (P constant, each step adds q > 0 to Q), and with the last step above rounding psi at the run's end is below every
+    prefix inside it in floats too, so none of m*, s, e, M lies inside it, a draft inside it is below s or is the
+    top draw (then every draw has p = 0 and the row rejects): the proof is ``bucket_rule.c``'s at ``inf_run``. One
+    read of p and q (the last p = 0 < q token of each row)."""
+    import torch
+
+    V = p.shape[1]
+    ids = torch.arange(V, device=p.device)[None, :]
+    last = torch.where((p == 0) & (q > 0), ids, -1).amax(-1, keepdim=True)  # [B, 1]
+    q_last = _normalised(q.gather(1, last.clamp(min=0)), inv_q)  # [B, 1]
+    scale, Qe = 2.0 ** (n - 1), Qb[:, :1]
+    return ((Pb[:, :1] == 0) & (Qe > 0) & (last >= 0) & (q_last >= TINY_Q * scale * Qe)
+            & ((Qe <= 0.5) | (Qe - 0.5 >= TINY_MIX * scale * V)))
+
+
+def level(Pb, Qb, n: int, sc: BK.Scheme, inf_ok=None) -> Level:  # noqa: ANN001
+    """:class:`Level` of the bucket sums ``Pb, Qb [B, NB]`` (in decreasing-ratio order); ``inf_ok [B, 1]``
+    (:func:`inf_runs`, default none): those rows' top bucket bounded strictly, just above psi at its end."""
+    import torch
+
     NB = Pb.shape[1]
     LO, HI = (Pb.new_tensor(x) for x in (sc.LO, sc.HI))
     Pa, Qa, _, psi = sorted_psi(Pb, Qb, n)  # [B, NB + 1]
     f = BK.psi_interior_bound(Pa[:, :NB], Qa[:, :NB], Pb, Qb, LO, HI, n) - BK.BOUND_MARGIN
+    if inf_ok is None:
+        inf_ok = torch.zeros_like(Pb[:, :1], dtype=torch.bool)
+    strict = torch.nextafter(psi[:, 1:2], psi.new_tensor(float("inf")))
+    f = torch.cat([torch.where(inf_ok, strict, f[:, :1]), f[:, 1:]], 1)
     low = X.minimum(X.minimum(psi[:, :-1], psi[:, 1:]), f)
-    return Level(Pb=Pb, Qb=Qb, psi=psi, f=f, low=low)
+    return Level(Pb=Pb, Qb=Qb, psi=psi, f=f, low=low, inf_ok=inf_ok)
 
 
 def select(lv: Level, draft_buckets, u1):  # noqa: ANN001, ANN201
@@ -250,7 +282,7 @@ def select(lv: Level, draft_buckets, u1):  # noqa: ANN001, ANN201
     e_lo = torch.minimum(after, torch.where((j > d) & (f <= after), f, inf).amin(-1, keepdim=True))
     i_s = torch.where((idx <= d) & (psi <= e_lo), idx, 0).amax(-1, keepdim=True)
     sel |= outer & (j >= i_s) & (j < d) & (low <= after)
-    nonempty = (lv.Pb != 0) | (lv.Qb != 0)
+    nonempty = ((lv.Pb != 0) | (lv.Qb != 0)) & ~(lv.inf_ok & (j == 0))  # (after a p = 0 run: s = its end reads it)
     first = X.first_true(X.pad_last(nonempty[:, :-1], True))[:, None]  # the row's first position (s = 0 reads it)
     sel |= j == first
     return sel
@@ -433,8 +465,15 @@ def _attempt(p, q, inv_p, inv_q, dr: Draws, U, lv: Level, sel, sc: BK.Scheme, K:
     # one ratio in the entry (its keys' range a point: a segment between drafts of equal keys): psi is concave along
     # it, so at least its value at an end; a NaN bound (none computed) reads as no bound
     low = torch.where(at["lo"] >= at["hi"], X.minimum(psi[:, :-1], psi[:, 1:]) - BK.BOUND_MARGIN, low)
+    # a run of p = 0 < q tokens (the top bucket where lv.inf_ok, or a segment of it): inside strictly above its end
+    zero_run = merged & lv.inf_ok & (at["bucket"] == 0) & (at["P"] == 0) & (at["Q"] > 0)
+    low = torch.where(zero_run, torch.nextafter(psi[:, 1:], psi.new_tensor(inf)), low)
     low = torch.where(merged, low.nan_to_num(-inf), inf)
     ends = X.minimum(psi[:, :-1], psi[:, 1:])
+    # the top draw of p = 0 < q: every draw has p = 0 (all precede it), the row rejects; no group to read (where u0
+    # >= SF.MARGIN: the reference's float chain may leave those draws weights of rounding that a u0 below them picks)
+    dead = (lv.inf_ok & (X.take(at["P"], top) == 0) & (X.take(at["Q"], top) > 0) & (U[:, :1] >= SF.MARGIN))[:, 0]
+    slot, certified = torch.where(dead, n, slot), certified | dead
 
     def below(thr):  # noqa: ANN001, ANN202 - some prefix inside a merged entry may be < thr
         return merged & (X.minimum(ends, low) < thr)
@@ -444,13 +483,14 @@ def _attempt(p, q, inv_p, inv_q, dr: Draws, U, lv: Level, sel, sc: BK.Scheme, K:
 
     psi_star, v = C.residual_threshold(pre, U[:, 1:])  # [B, 1]
     bad = torch.where(j < m, at_or_below(psi_star), below(psi_star))
-    bad |= merged & (j == s)
+    live = ~dead[:, None]
+    bad |= live & merged & (j == s)
     inside = (j > s) & (j < top)
     rest = (j > top) & (j < e)
     psi_s, psi_e = g.psi_s, g.psi_e
     inner = top < m
-    bad |= inner & ((at_or_below(psi_s) & (j < s)) | (below(psi_s) & (inside | rest)))
-    bad |= ~inner & ((at_or_below(psi_e) & (inside | rest)) | (below(psi_e) & (j >= e)))
+    bad |= live & inner & ((at_or_below(psi_s) & (j < s)) | (below(psi_s) & (inside | rest)))
+    bad |= live & ~inner & ((at_or_below(psi_e) & (inside | rest)) | (below(psi_e) & (j >= e)))
     rejected = slot == n
     M = C.residual_index(pre, U[:, 1:])[:, None]  # [B, 1]
     bad |= rejected[:, None] & merged & (j >= M) & ((ends - psi_star < v) | (low - psi_star <= v))
@@ -462,7 +502,7 @@ def _attempt(p, q, inv_p, inv_q, dr: Draws, U, lv: Level, sel, sc: BK.Scheme, K:
     span = torch.where(merged & inside, pre.qs * (ratio - X.pad_first(ratio[:, :-1], 0.0)), -1.0)
     widest = span.topk(min(REFINE, W), dim=1)
     wide = torch.zeros_like(merged).scatter_(1, widest.indices, widest.values >= 0)
-    fail = bad | (~certified[:, None] & wide)
+    fail = bad | (~certified[:, None] & wide & live)
     bad = torch.zeros(B, NB, dtype=torch.int64, device=dev).scatter_add_(1, at["bucket"], fail.long()) > 0
     return _Attempt(token=token, slot=slot, ok=ok, bad=bad, count=count)
 
@@ -499,7 +539,7 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
     K = min(capacity(V) if K is None else K, V)
     roots = roots or C.slot_mass
     _, Pb, Qb = passes.histogram(p, q, inv_p, inv_q, sc)  # [B, NB] x 3 (the counts: unused here)
-    lv = level(Pb, Qb, n, sc)
+    lv = level(Pb, Qb, n, sc, inf_runs(p, q, inv_q, Pb, Qb, n))
     dr = draws(p, q, inv_p, inv_q, w, sc)  # [B, n] the drafts' masses, keys and buckets
     sel = select(lv, dr.bucket, U[:, 1]) if selection is None else selection
     got = _attempt(p, q, inv_p, inv_q, dr, U, lv, sel, sc, K, passes, cell, roots, partial)
@@ -511,7 +551,7 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
             pick = slice(None)
         else:  # the first refine_rows undecided rows, gathered
             pick = torch.sort(ok.to(torch.int8), stable=True).indices[:min(refine_rows, B)]
-        sub = Level(*(x[pick] for x in (lv.Pb, lv.Qb, lv.psi, lv.f, lv.low)))
+        sub = Level(*(x[pick] for x in (lv.Pb, lv.Qb, lv.psi, lv.f, lv.low, lv.inf_ok)))
         sub_dr = Draws(*(x[pick] for x in (dr.w, dr.P, dr.Q, dr.key, dr.bucket, dr.rank, dr.first)))
         got = _attempt(p[pick], q[pick], inv_p[pick], inv_q[pick], sub_dr, U[pick], sub, sel[pick], sc, K, passes,
                        cell, roots, partial)

@@ -76,6 +76,14 @@ FAMILIES = {f.__name__: f for f in (p_zero_most, p_zero_but_one, p_zero_but_two,
 CASES = [(family, V, n) for family in FAMILIES for V, n in ((6, 2), (5, 3), (4, 4), (8, 2))]
 
 
+def _sane(q: np.ndarray, omegas: np.ndarray) -> np.ndarray:
+    """``bool [T]``: the tuples whose drafts all have q >= 1e-12. On a tuple drafting a token of q below rounding
+    (p_zero_tiny_q: q ~ 1e-20 to 1e-30, psi steps ~1e-40 to 1e-50) the reference's float chain may give a p = 0
+    draw a weight of rounding (seen: 1e-7 on a tuple of probability 1e-40; the law is unmoved) that the exact rule,
+    and the route, never give; the law tests above cover those tuples."""
+    return (q[omegas] >= 1e-12).all(1)
+
+
 def _route(P: np.ndarray, Q: np.ndarray, W: np.ndarray, U: np.ndarray, n: int, sc: BK.Scheme):
     one = np.ones(P.shape[0])
     return native.bucket_rule(P, Q, one, one, W, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=BK._top(sc.bits),
@@ -106,9 +114,9 @@ def test_law_and_acceptance_by_enumeration(family: str, V: int, n: int) -> None:
 
 @pytest.mark.parametrize("bits", [0, 2])
 def test_enumeration_rows_agree_with_the_reference(bits: int) -> None:
-    """Every tuple of every case, 8 uniform pairs each: the route's certified answers are the reference's tokens and
-    slots, and the rows it certifies at the first attempt include rows with a draft in the p = 0 run and rows whose
-    top draw is in it (the row rejects)."""
+    """Every tuple of every case (drafts of q >= 1e-12: :func:`_sane`), 8 uniform pairs each: the route's certified
+    answers are the reference's tokens and slots, and the rows it certifies at the first attempt include rows with a
+    draft in the p = 0 run and rows whose top draw is in it (the row rejects)."""
     rng = np.random.default_rng([41, 1, bits])
     sc = BK.scheme(bits)
     inside = top_inside = 0
@@ -120,7 +128,7 @@ def test_enumeration_rows_agree_with_the_reference(bits: int) -> None:
         U = rng.random((W.shape[0], 2))
         tokens, index, status = _route(P, Q, W, U, n, sc)
         ref_tokens, ref_index = _reference(P, Q, W, U, n)
-        ok = status > 0
+        ok = (status > 0) & _sane(q, W)
         np.testing.assert_array_equal(tokens[ok], ref_tokens[ok], err_msg=family)
         np.testing.assert_array_equal(index[ok], ref_index[ok], err_msg=family)
         dead = (P[np.arange(W.shape[0])[:, None], W] == 0).all(1)
@@ -158,3 +166,69 @@ def test_lm_rows_with_filtered_targets(topk: float, V: int, B: int, dtype: torch
                                  BK.scheme(BK.bits_for(V)))[2]
         rows, first = rows + B, first + int((status == 1).sum())
     assert first >= 7 * rows // 8, f"{first} of {rows} rows certified at the first attempt"
+
+
+# -- the device route (otlp/optimal/device_buckets.py: inf_runs, the same strict bound and rejection) ------------------
+
+
+@pytest.mark.parametrize(("family", "V", "n"), [c for c in CASES if c[1:] in ((6, 2), (5, 3))])
+def test_device_route_same_slot_as_the_reference_for_every_tuple(family: str, V: int, n: int) -> None:
+    """Every tuple (drafts of q >= 1e-12: :func:`_sane`), uniforms around the reference's slot ends and at random:
+    the device route's certified
+    rows (the least selection, no refinement, no fallback: the p = 0 run merged) give the reference's slot and
+    token, and with its fallback every row does; some rows are certified through the p = 0 run."""
+    from otlp.optimal import device_buckets as DB
+    from otlp.optimal.sampler import verify
+
+    rng = np.random.default_rng([41, 2, CASES.index((family, V, n))])
+    p, q = FAMILIES[family](rng, V)
+    omegas, _ = otlp.IID(q, n).support()
+    T = omegas.shape[0]
+    P = torch.from_numpy(p)[None, :].expand(T, -1).contiguous()
+    Q = torch.from_numpy(q)[None, :].expand(T, -1).contiguous()
+    w = torch.from_numpy(omegas).long()
+    pre = C.prefix(P, Q, n)
+    accept, reject = C.tuple_rule(pre, w, steps=C.NEWTON_STEPS)
+    cw = torch.cat([accept, torch.where(pre.alpha < 1.0, reject, 0.0)[:, None]], 1).cumsum(1)  # [T, n + 1]
+    points = torch.cat([cw[:, :2] - 1e-7, cw[:, :1] + 1e-7, torch.rand(T, 2, dtype=torch.float64,
+                                                                        generator=torch.Generator().manual_seed(V))], 1)
+    # (u0 from 1e-9: where every draw has p = 0 the reference's draws get rounding-level weights, ~1e-15, that a
+    # u0 below them accepts; the route rejects those rows outright, the exact rule's answer)
+    points = points.clamp(1e-9, 1.0 - 1e-12)
+    least = torch.zeros(T, BK.scheme(0).NB, dtype=torch.bool)
+    sane = torch.from_numpy(_sane(q, omegas))
+    decided = 0
+    for col in range(points.shape[1]):
+        U = torch.stack([points[:, col], torch.rand(T, dtype=torch.float64)], 1)
+        want = verify(P, Q, w, U, backend="torch")
+        got = DB.decide(P, Q, w, U, bits=0)
+        assert torch.equal(got.tokens[sane], want[0][sane]) and torch.equal(got.index[sane], want[1][sane]), col
+        d = DB.decide(P, Q, w, U, bits=0, rounds=0, fallback=False, selection=least)
+        ok = (d.rounds == 0) & sane
+        assert torch.equal(d.tokens[ok], want[0][ok]) and torch.equal(d.index[ok], want[1][ok]), col
+        decided += int(ok.sum())
+    if family != "p_zero_tiny_q":
+        assert decided > 0
+
+
+@pytest.mark.parametrize("topk", TOPK)
+@pytest.mark.parametrize("V", [2048, 32_000])
+def test_device_route_on_lm_rows_with_filtered_targets(topk: float, V: int) -> None:
+    """LM rows with filtered targets (float32; n = 2, 4, 8): the device route's tokens and slots are the CPU
+    sampler's (``get("optimal").sample``), certified rows checked without the fallback, and at most 1 row in 8 that
+    fits K takes the fallback (every row did before: the p = 0 run filled its top bucket, which spilled K)."""
+    from otlp.optimal import device_buckets as DB
+    from otlp.verifiers import get
+
+    B = 16 if V > 4096 else 32
+    rows = fallback = spilled = 0
+    for n, draft in ((2, "1"), (4, "loose"), (8, "0.5")):
+        p, q, w, u = lm_rows(B, V, 5 + n + TOPK.index(topk), draft, n, topk=topk)
+        want = get("optimal").sample(p, q, w, None, uniforms=u)
+        d = DB.decide(p, q, w, u, fallback=False)
+        ok = d.rounds <= DB.ROUNDS
+        assert torch.equal(d.tokens[ok], want[0][ok]) and torch.equal(d.index[ok], want[1][ok]), n
+        # (a close draft's kept tokens may fill K at V = 2k, sigma 0.5, k = 1000: the close-draft spill, not the run)
+        rows, fallback, spilled = rows + B, fallback + int((~ok & ~d.spilled).sum()), spilled + int(d.spilled.sum())
+    assert fallback <= rows // 8, f"{fallback} of {rows} rows took the fallback without spilling"
+    assert spilled <= rows // 3

@@ -233,7 +233,8 @@ static double interior_bound(double Pa, double Qa, double pb, double qb, double 
     return (Pa + x_c / hi) - int_power(Qa + x_c, n);
 }
 
-#define TINY_Q 1e-9 /* see inf_run: the strict bound only where the run's last token's q is above rounding */
+#define TINY_Q 1e-13 /* inf_run: the strict bound where the run's last q is >= TINY_Q 2^(n-1) of its mass */
+#define TINY_MIX 1e-15 /* and its mass is <= 1/2 or above 1/2 by >= TINY_MIX 2^(n-1) V (the forms' switch) */
 
 /* A run of p = 0 < q tokens (ratio +inf: the top bucket's tokens where its p mass is 0, issue 41). Engines filter
  * the target by top-k / top-p before verification, so such a run holds most of a row, and the interior bound of
@@ -247,7 +248,8 @@ static double interior_bound(double Pa, double Qa, double pb, double qb, double 
  * outer group's e (a first argmin after a draw inside the run would be its end or after it). An inner group's e
  * may lie inside (the first prefix after the top draw below psi_s), but only where the top draw is in the run, and
  * then every draw is (all precede it) and has p = 0: the rule never accepts a token of p = 0 (its slots serve t = p
- * mass), so the row rejects and draws the residual at M (row_rule's dead case). A draw inside the run below the top
+ * mass), so the row rejects and draws the residual at M (row_rule's dead case; where u0 >= MARGIN_U, since the
+ * reference's float chain may leave those draws weights of rounding, ~1e-15, that a u0 below them would pick). A draw inside the run below the top
  * draw lies below s (s is at or after the run's end), outside the served group. So the run is one merged entry
  * with exact sums and the strict bound: its inside is > psi at its end (W->run_low just above it), and a draft
  * inside splits it into sub-runs (row_gather) each with the same strict bound.
@@ -257,12 +259,17 @@ static double interior_bound(double Pa, double Qa, double pb, double qb, double 
  * s) then sits on that point, its group holds p = 0 positions of q ~ 0, and its slots differ from the exact rule's
  * (both give the law p and alpha*, tests/optimal/test_filtered_targets.py, p_zero_tiny_q: on one instance a tuple's
  * acceptance 0.27 against 0.13). So the strict bound is taken only where the run's LAST token (by id, as the
- * reference orders ties) has q >= TINY_Q times the run's q mass (W->inf_ok; one backward scan of the row's buckets,
- * which stops at once where the run fills the row): then Q_end >= Q_i + q_last for every prefix i inside, so Q_end^n
- * exceeds Q_i^n by a relative n 1e-9 in the head form (psi = -Q^n, P = 0 along the run), and by at least n 2^(1-n)
- * 1e-9 Q_end absolutely in the suffix form or across the switch of forms at Q = 1/2: far above their rounding
- * (~1e-15) up to n = 16, so psi at the run's end is strictly the least, in floats too. Elsewhere the run keeps the
- * interior bound (sorted where needed, as before).
+ * reference orders ties) has q_last >= TINY_Q 2^(n-1) Q_end (Q_end = the run's q mass; W->inf_ok, one backward scan
+ * of the row's buckets, which stops at once where the run fills the row). Then for every prefix i inside, the
+ * running sums (one add a step, monotone) give Q_end >= Q_i + q_last (1 - u), u = 2^-53: in the head form (psi =
+ * -Q^n, P = 0 along the run; Q_end <= 1/2) Q_end^n exceeds Q_i^n by a relative >= n (q_last / Q_end - u), above the
+ * power's rounding (~n u) once q_last / Q_end > 3u = 3.3e-16; in the suffix form (1 - (1 - Qbar)^n - Pbar, the
+ * suffix sums one add a step too) the gap is >= n 2^(1-n) (q_last - 2u) against ~(2n + 6) u of rounding, which
+ * needs q_last > ~3 2^(n-1) u: TINY_Q = 1e-13 ~ 900 u leaves a margin of 100 or more. A prefix inside in the head
+ * form while the end is in the suffix form (Q_i <= 1/2 < Q_end) compares sums of two scans (each off by up to ~V u):
+ * taken only where Q_end - 1/2 >= TINY_MIX 2^(n-1) V, whose psi gap n 2^(1-n) (Q_end - 1/2) exceeds that. So psi
+ * at the run's end is strictly the least along it in floats too. Elsewhere (large n, tiny last q) the run keeps the
+ * interior bound (its buckets sorted where needed, as before).
  * A bucket of one finite ratio value (exact ties) would take the same strict bound only where its tokens' ratios
  * are bitwise equal, which the buckets do not know without reading them; left out. */
 static int inf_run(const struct work *W, int64_t r) {
@@ -304,7 +311,8 @@ static int64_t row_level(const void *p, const void *q, int is_double, int64_t V,
         int64_t x = V - 1;
         while (x > 0 && W->bucket[x] != 0) x--;
         const double qx = (is_double ? ((const double *)q)[x] : (double)((const float *)q)[x]) * iq[0];
-        W->inf_ok = W->bucket[x] == 0 && qx >= TINY_Q * W->Qb[0];
+        const double scale = ldexp(1.0, n - 1), Qe = W->Qb[0];
+        W->inf_ok = W->bucket[x] == 0 && qx >= TINY_Q * scale * Qe && (Qe <= 0.5 || Qe - 0.5 >= TINY_MIX * scale * V);
     }
     if (W->inf_ok)
         W->f[0] = nextafter(W->psib[1], INFINITY);
@@ -848,7 +856,8 @@ static int row_rule(struct work *W, const struct scheme *S, int bound, int64_t T
         if (W->order[j] >= T && inf_run(W, W->order[j] - T)) W->run_low[W->order[j] - T] = nextafter(psi[j + 1], INFINITY);
     /* the top draw of p = 0 < q: every draw has p = 0 (all precede it), the row rejects (inf_run); no group to read */
     const int64_t top_col = W->order[top];
-    const int dead = W->inf_ok && W->Pg[top_col] == 0.0 && W->Qg[top_col] > 0.0;
+    /* (u0 >= MARGIN_U: the reference's chain gives the p = 0 draws weights of rounding, which a u0 below them picks) */
+    const int dead = W->inf_ok && W->Pg[top_col] == 0.0 && W->Qg[top_col] > 0.0 && u[0] >= MARGIN_U;
     int ok = 1, window = 0;
 #define BELOW(thr) (least < (thr))
 #define AT_OR_BELOW(thr) (ends < (thr) || low <= (thr))

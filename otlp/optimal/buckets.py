@@ -45,6 +45,15 @@ with those runs sorted (``bucket_rule.c``'s ``window_bound``). The same tokens a
 (tests/optimal/test_bounded_window.py; benchmarks/sortfree_agreement.py ``--route host``: 0 of 105,408 LM rows
 differ).
 
+*Runs of p = 0 < q* (the native route and :mod:`.device_buckets`; issue 41). A target filtered by top-k / top-p
+before verification has p = 0 < q on most tokens: ratio +inf, the top bucket, whose interior bound above is only
+psi at its end (its infimum, not attained), so the run stayed a candidate for m* and s and was sorted whole (top-k
+50 at V = 32k, B = 64, n = 4, one thread: 40 ms against RRS's 3.9). Along the run psi falls strictly (P constant,
+each step adds q > 0), so none of m*, s, e, M lies inside it; where its last token's q is above rounding the run
+takes a strict bound (just above psi at its end), drafts in it enter first with one run of the rest, and a top draw
+in it rejects (the proof and the rounding conditions: ``bucket_rule.c``'s ``inf_run``;
+tests/optimal/test_filtered_targets.py). The numpy route below keeps the interior bound (it sorts such runs).
+
 Where :mod:`otlp.backend.native`'s kernels are built, a row takes all five steps at once in ``otlp_bucket_rule``
 (``otlp/backend/native/bucket_rule.c``: the same operations, one row at a time, its arrays in cache; from
 ``THREADS_MIN`` entries a call's rows taken one at a time by an OpenMP team of torch's thread count). Without them (the

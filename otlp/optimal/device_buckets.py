@@ -44,6 +44,11 @@ none spilled; rows of tied ratios (``lm_rows`` "ties": a few ratio values, so a 
 all spill and take the fallback (a bucket of one ratio value needs no sort, its hazard being exact: not done). 0 of
 1,536 rows differ from the CPU route (``get("optimal").sample``, same uniforms).
 
+Targets filtered by top-k / top-p (p = 0 < q on most tokens, ratio +inf: the top bucket) take the host's strict
+bound on that run (:func:`inf_runs`, ``bucket_rule.c``'s ``inf_run``): before it every such row spilled K and took
+the fallback; on top-k 50, 1000 and top-p 0.9 rows at V = 32k, B = 64, n = 4 (CPU tensors) 189 of 192 rows are
+certified at round 0 and 3 at round 1, none spilled (tests/optimal/test_filtered_targets.py).
+
 One draft (n = 1) takes the closed form :func:`.chains.single_draft`, as the device route.
 Cost: 3 passes over p and q with the Triton kernels (histogram, compaction, segments) plus the row sums, then
 O(B (K + NB)) work: the sort of the compressed instance, psi, and the cell rule's roots on it. Bytes over the read

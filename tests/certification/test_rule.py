@@ -88,14 +88,16 @@ def test_large_vocabulary_uses_the_seeded_statistical_test() -> None:
     assert r.preserves_target and "chi-square" in r.target_check and r.certificate is None
     assert r.method["acceptance"] == "closed form"
     assert r.acceptance <= r.optimum + 1e-12
-    r2 = certify("rrs_wor", p, q=q, n=2, samples=4000)  # no closed form: Monte Carlo acceptance
-    assert r2.method["acceptance"].startswith("Monte Carlo") and r2.preserves_target
-    # alpha* without enumeration (otlp.core.psi_wor), above the Monte Carlo acceptance up to 5 standard errors
+    r2 = certify("rrs_wor", p, q=q, n=2, samples=4000)  # exact over rejected histories (rrs_wor_acceptance)
+    assert r2.method["acceptance"].startswith("exact (histories)") and r2.preserves_target
+    # alpha* without enumeration (otlp.core.psi_wor), and the exact gap to it, an interval of the acceptance's width
     from otlp.core.psi_wor import wor_optimal_acceptance
 
+    iv = get("rrs_wor").acceptance_interval(p, get("rrs_wor").make_draft(q, 2))
     assert r2.optimum == wor_optimal_acceptance(p, q, 2) and r2.gap == r2.optimum - r2.acceptance
-    se = float(r2.method["acceptance"].split("s.e.")[1])
-    assert r2.gap >= -5 * se
+    assert r2.acceptance == r2.verifier_acceptance == iv.value and iv.width <= 1e-12
+    assert r2.gap >= -1e-12 and f"[{r2.optimum - iv.hi!r}, {r2.optimum - iv.lo!r}]" in r2.method["gap"]
+    assert "exact: alpha* minus" in str(r2)
 
 
 def test_long_certify_reports_each_stage_to_its_progress_line() -> None:

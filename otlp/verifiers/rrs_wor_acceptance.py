@@ -1,0 +1,267 @@
+"""rrs_wor's exact acceptance at vocabulary scale: a sum over rejected histories, as an interval [lo, hi].
+
+**The rule** (SpecHub Alg. 1; :mod:`otlp.verifiers.rrs`'s module docstring): p_1 = p, q_1 = q. At step k a draft
+x_k ~ q_k is accepted with probability min(1, p_k(x_k) / q_k(x_k)), so it is drawn *and* rejected with probability
+
+    w_k(x) = (q_k(x) - p_k(x))^+;                                                                            (1)
+
+then p_{k+1} = norm((p_k - q_k)^+) and q_{k+1} = q_k without x_k, renormalised. A rejected draft has p = 0 from then
+on, so the residual never returns it: acceptance = verifier acceptance = 1 - P(all n rejected), and
+
+    P(all n rejected) = sum over distinct (x_1, ..., x_n) of prod_k w_k(x_k).                               (2)
+
+**One scalar carries the residual chain.** Let z_k = the q-mass left after k rejections (z_0 = 1: the first draw is
+from q as given; z_k = sum of q over the undrawn tokens), so q_k = q / z_{k-1} off the drawn tokens, and
+S(b) = sum_y (p(y) - b q(y))^+. Then p_k = (p - b_k q)^+ / S_k with S_k = S(b_k) and
+
+    b_1 = 0,   b_{k+1} = b_k + S_k / z_{k-1}                                                                   (3)
+
+(induction: ((p - b q)^+ / S - q / z)^+ = (p - (b + S / z) q)^+ / S because (a^+ - t)^+ = (a - t)^+ for t >= 0;
+a drawn token has p_k = 0, so dropping it from q_k changes nothing). This is the with-replacement chain of
+:class:`~otlp.verifiers.rrs.RecursiveRejection` (c_i = c_{i-1} + 1 - A(c_{i-1}), z = 1), except that z_k depends
+on the masses of the drafts rejected so far. In these terms (1) is, for an undrawn x,
+
+    w_k(x) = ((b_{k+1} q(x) - p(x))^+ - (b_k q(x) - p(x))^+) / S_k
+           = clip(b_{k+1} q(x) - p(x), 0, S_k q(x) / z_{k-1}) / S_k,
+
+and the probability of rejecting step k from a given history is, since p_k and q_k are both laws (k >= 2) and
+sum (q_k - p_k)^+ = sum (p_k - q_k)^+,
+
+    R_k = S(b_{k+1}) / S_k.                                                                                  (4)
+
+(4) needs only the scalar b_{k+1}, which depends on the history through z_{k-1} alone: with the tokens sorted by
+p / q once, S(b) = P_out(b) - b Q_out(b) over the suffix {p / q > b} (suffix sums of p and q, and a searchsorted), so
+(4) for all V candidates x of one step, b = b_{k+1}(x) = b_k + S_k / (z_{k-2} - q(x)), costs O(V log V). That is
+the brief's "f(c) piecewise linear in c": for n = 2, P(both rejected) = sum_x w_1(x) S(b_2 + S_2 / (1 - q(x))) / S_2
+with w_1 = (q - p)^+, b_2 = 1, S_2 = sum (p - q)^+, exactly, in O(V log V).
+
+**n >= 3: a depth-first walk over the rejected histories (x_1, ..., x_{n-2})**, each node expanded in O(V log V):
+its children x carry P(history, x) = P(history) w_k(x), and the last two steps of a history of length n - 2 are
+summed exactly by (4). A child whose bound P(history, x) R_{k+1}(x) (the probability of also rejecting the next
+step, an upper bound of all its descendants' mass, computed by (4)) is below a threshold tau is pruned: its mass lies
+in [0, bound], so the walk returns P(all rejected) in [lo, lo + pruned]. The walk repeats with tau shrunk until the
+width is at most ``width`` or the node / time limit stops it (a stopped walk prunes every child it had not reached:
+the interval stays valid).
+
+**Rounding.** S at a node is summed directly (non-negative terms, relative error <= (log2 V + 2) u, u = 2^-53); the
+suffix sums behind (4) are long-double cumulative sums (error <= gamma = V u_ld + 2 u of the total, u_ld = 2^-64 on
+x86-64), and S(b) = P_out - b Q_out subtracts two numbers in [0, 1] (b Q_out <= P_out), so its absolute error is at
+most 2 gamma: no catastrophic cancellation as S(b) -> 0 beyond that absolute bound. z_k - q(x) cancels only for the
+one token heavier than half the mass left, whose z is summed afresh. To first order in u, a node of probability P,
+scalar b_{k+1} and S_k adds at most P [((4 b_{k+1} + 4 n + 2) u + 2 gamma) / S_k + (n + log2 V + 8) u] to the
+error of (2) (the sum over x of w_k is S_{k+1} / S_k <= 1 / S_k, each w_k has error <= u (4 b_{k+1} q + 2 p) / S_k, and
+(4) has error <= 2 gamma / S_{k+1}); :func:`rejection_interval` adds this bound, summed over the nodes, to both ends
+of the interval (``rounding``: about 1e-13 at V = 128k). The tests check the interval against enumeration
+(``conditional``) and exact rationals at small V.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from otlp.core.distributions import check_distribution, check_int
+from otlp.core.errors import InputError
+
+if TYPE_CHECKING:
+    from otlp.cli.util import Progress
+
+#: default target width of the acceptance interval
+WIDTH = 1e-9
+#: default node limit (expansions and exact last-two-step sums) of one call
+MAX_NODES = 1_000_000
+#: default time limit of one call, seconds
+TIME_LIMIT = 30.0
+#: the first pruning threshold; each later pass divides it by 8 to 64
+FIRST_TAU = 1e-3
+
+_U = 2.0**-53
+_U_LD = float(np.finfo(np.longdouble).epsneg)
+
+
+@dataclass
+class AcceptanceInterval:
+    """rrs_wor's acceptance lies in ``[lo, hi]`` (pruned mass and the rounding bound included).
+
+    ``nodes``: histories expanded or summed; ``pruned``: the probability mass bounded rather than summed;
+    ``rounding``: the rounding bound added to both ends; ``passes``: walks run (each with a smaller threshold);
+    ``stopped``: why the last walk stopped short of ``width`` ("" when it reached it)."""
+
+    lo: float
+    hi: float
+    nodes: int
+    pruned: float
+    rounding: float
+    passes: int
+    seconds: float
+    stopped: str = ""
+
+    @property
+    def value(self) -> float:
+        """The interval's midpoint (the exact acceptance up to ``width / 2``)."""
+        return 0.5 * (self.lo + self.hi)
+
+    @property
+    def width(self) -> float:
+        return self.hi - self.lo
+
+    def describe(self) -> str:
+        """One line for reports: ``exact (histories), width 3.1e-13: [lo, hi], N nodes``."""
+        out = (f"exact (histories), width {self.width:.2g}: [{self.lo!r}, {self.hi!r}], {self.nodes:,} nodes, "
+               f"{self.seconds:.2g} s")
+        return out + (f", stopped at its {self.stopped}" if self.stopped else "")
+
+
+class _Stop(Exception):
+    """The walk ran out of nodes or time."""
+
+
+class _Walk:
+    """One problem's data: p, q in ascending-q order (so the needles of (4) arrive sorted), the p / q order's
+    suffix sums in long double, and the running sums of one walk."""
+
+    def __init__(self, p: np.ndarray, q: np.ndarray, n: int):
+        order = np.argsort(q, kind="stable")
+        self.p, self.q, self.n, self.V = p[order], q[order], n, p.size  # [V] each
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(self.q > 0, self.p / np.where(self.q > 0, self.q, 1.0), np.where(self.p > 0, np.inf, 0.0))
+        by_ratio = np.argsort(ratio, kind="stable")
+        self.ratio = ratio[by_ratio]  # [V] ascending
+        ld = np.longdouble
+        zero = np.zeros(1, dtype=ld)
+        self.p_out = np.concatenate([np.cumsum(self.p[by_ratio][::-1].astype(ld))[::-1], zero])  # [V + 1]
+        self.q_out = np.concatenate([np.cumsum(self.q[by_ratio][::-1].astype(ld))[::-1], zero])  # [V + 1]
+        self.gamma = (self.V + 2) * _U_LD + 2 * _U
+        self.log_v = math.log2(max(self.V, 2))
+        self.mass = math.fsum(self.q.tolist())
+
+    # -- the scalars of (3), (4) ---------------------------------------------------------------------------------------
+    def s_direct(self, b: float) -> float:
+        """S(b) = sum_y (p(y) - b q(y))^+, summed directly (non-negative terms)."""
+        return float(np.maximum(self.p - b * self.q, 0.0).sum())
+
+    def s_many(self, b: np.ndarray) -> np.ndarray:
+        """S(b) for an array of b >= 0 through the suffix sums: P_out(b) - b Q_out(b) over {p / q > b}."""
+        idx = np.searchsorted(self.ratio, b, side="right")  # [m]
+        s = self.p_out[idx] - b.astype(np.longdouble) * self.q_out[idx]
+        return np.maximum(s, 0).astype(np.float64)
+
+    # -- one node ------------------------------------------------------------------------------------------------------
+    def step(self, drawn: tuple[int, ...], z: float, mass: float, b: float, s: float
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, float]:
+        """Step k = len(drawn) + 1 from a history with scalars z_{k-1} = ``z``, the q-mass left ``mass``, b_k = ``b``,
+        S_k = ``s``: the candidates x (w_k(x) > 0) as ``(x, w_k(x), z_k(x), R_{k+1}(x), b_{k+1}, S_{k+1})``, with
+        R_{k+1}(x) = S(b_{k+2}(x)) / S_{k+1} by (4) (0 where S_{k+1} = 0: step k then rejects with probability 0)."""
+        b1 = b + s / z
+        delta = np.clip(b1 * self.q - self.p, 0.0, (s / z) * self.q)  # [V]
+        if drawn:
+            delta[list(drawn)] = 0.0
+        x = np.flatnonzero(delta > 0)  # [m]
+        w = delta[x] / s  # [m]
+        s1 = self.s_direct(b1)
+        z1 = mass - self.q[x]  # [m]; cancels only for a token heavier than half the mass left: summed afresh
+        if x.size and self.q[x[-1]] > 0.5 * mass:
+            keep = np.ones(self.V, dtype=bool)
+            keep[list(drawn) + [int(x[-1])]] = False
+            z1[-1] = math.fsum(self.q[keep].tolist())
+        if s1 <= 0 or self.n == len(drawn) + 1:
+            return x, w, z1, np.zeros_like(w), b1, s1
+        with np.errstate(divide="ignore"):
+            b2 = b1 + s1 / z1  # [m]; z1 = 0 only when q is spent: inf, and S(inf) = 0
+        r = np.where(z1 > 0, self.s_many(np.where(z1 > 0, b2, 0.0)) / s1, 0.0)
+        return x, w, z1, np.minimum(r, 1.0), b1, s1
+
+    def rounding(self, prob: float, b1: float, s: float) -> float:
+        """The first-order rounding bound of one node (module docstring)."""
+        return prob * (((4 * b1 + 4 * self.n + 2) * _U + 2 * self.gamma) / s + (self.n + self.log_v + 8) * _U)
+
+
+def rejection_interval(p: np.ndarray, q: np.ndarray, n: int, *, width: float = WIDTH, max_nodes: int = MAX_NODES,
+                       time_limit: float = TIME_LIMIT, progress: Progress | None = None) -> AcceptanceInterval:
+    """rrs_wor's acceptance for target ``p [V]`` and ``n`` drafts from ``q [V]`` without replacement, as an interval
+    (module docstring: (2) summed over rejected histories by (3)-(4)).
+
+    n <= 2: exact in O(V log V) (the width is the rounding bound). n >= 3: depth-first walks over the histories of
+    n - 2 rejections, pruning histories whose mass bound is below a threshold, repeated with smaller thresholds until
+    the width is at most ``width``, or ``max_nodes`` nodes or ``time_limit`` seconds are spent (the interval is
+    valid whenever it stops). ``progress`` (an ``otlp.cli.util.Progress``) is told each pass's width and nodes.
+    """
+    p = check_distribution(p, "p")
+    q = check_distribution(q, "q", size=p.size)
+    n = check_int(n, "n", 1)
+    if np.count_nonzero(q) < n:
+        raise InputError(f"rrs_wor's acceptance needs at least n = {n} tokens with q > 0, q has {np.count_nonzero(q)}")
+    if not (isinstance(width, (int, float)) and width > 0):
+        raise InputError(f"width must be a number > 0, got {width!r}")
+    max_nodes = check_int(max_nodes, "max_nodes", 1)
+    if not (isinstance(time_limit, (int, float)) and time_limit > 0):
+        raise InputError(f"time_limit must be a number of seconds > 0, got {time_limit!r}")
+    began = time.perf_counter()
+    walk = _Walk(p, q, n)
+    best: AcceptanceInterval | None = None
+    tau, nodes, passes = FIRST_TAU, 0, 0
+    while True:
+        passes += 1
+        lo, pruned, err, used, stopped = _walk(walk, tau, max_nodes - nodes, began + time_limit)
+        nodes += used
+        stopped = stopped and ("node limit" if nodes >= max_nodes else "time limit")
+        rej_lo, rej_hi = max(lo - err, 0.0), min(lo + pruned + err, 1.0)
+        out = AcceptanceInterval(1.0 - rej_hi, 1.0 - rej_lo, nodes, pruned, err, passes,
+                                 time.perf_counter() - began, stopped or "")
+        if best is None or out.width < best.width:
+            best = out
+        best.nodes, best.passes, best.seconds = nodes, passes, out.seconds
+        if progress is not None:
+            progress.set_note(f"rrs_wor exact acceptance: pass {passes}, width {best.width:.2g}, {nodes:,} nodes")
+        if best.width <= width or pruned == 0:
+            best.stopped = ""
+            return best
+        if stopped:
+            best.stopped = stopped
+            return best
+        tau *= min(0.125, max(1 / 64, 0.5 * width / pruned))
+
+
+def _walk(walk: _Walk, tau: float, budget: int, deadline: float) -> tuple[float, float, float, int, bool]:
+    """One depth-first pass with pruning threshold ``tau``: ``(lo, pruned, rounding, nodes, stopped)`` where
+    P(all rejected) lies in [lo, lo + pruned] up to ``rounding``."""
+    n = walk.n
+    total = {"lo": 0.0, "pruned": 0.0, "err": 0.0, "nodes": 0}
+    stack: list[list] = []  # per level: [bounds of the kept children, the child in progress, started]
+
+    def visit(drawn: tuple[int, ...], z: float, mass: float, b: float, s: float, prob: float) -> None:
+        total["nodes"] += 1
+        x, w, z1, r, b1, s1 = walk.step(drawn, z, mass, b, s)
+        total["err"] += walk.rounding(prob, b1, s)
+        if len(drawn) + 2 >= n:  # the last two steps (or the only one), summed exactly by (4)
+            total["lo"] += prob * float((w * r).sum()) if n > 1 else prob * float(w.sum())
+            return
+        child = prob * w  # [m]
+        bound = child * r  # [m]
+        small = bound < tau
+        total["pruned"] += float(bound[small].sum())
+        big = np.flatnonzero(~small)
+        big = big[np.argsort(-bound[big], kind="stable")]
+        entry = [bound[big], 0, False]
+        stack.append(entry)
+        for i, j in enumerate(big):
+            entry[1], entry[2] = i, False
+            if total["nodes"] >= budget or time.perf_counter() > deadline:
+                raise _Stop
+            entry[2] = True
+            visit((*drawn, int(x[j])), float(z1[j]), float(z1[j]), b1, s1, float(child[j]))
+        stack.pop()
+
+    try:
+        visit((), 1.0, walk.mass, 0.0, 1.0, 1.0)
+        stopped = False
+    except _Stop:
+        # every child not reached is pruned: the children after the one in progress, and at the level where the
+        # walk stopped the child about to start too
+        total["pruned"] += sum(float(bounds[i + 1 if started else i:].sum()) for bounds, i, started in stack)
+        stopped = True
+    return total["lo"], total["pruned"], total["err"], total["nodes"], stopped

@@ -175,13 +175,63 @@ class _Walk:
         r = np.where(z1 > 0, self.s_many(np.where(z1 > 0, b2, 0.0)) / s1, 0.0)
         return x, w, z1, np.minimum(r, 1.0), b1, s1
 
+    def tops(self, drawn: tuple[int, ...], m: int) -> np.ndarray:
+        """The ``m`` largest q among the undrawn tokens, descending (fewer when fewer are left), and their indices."""
+        out, idx, seen = [], [], set(drawn)
+        for i in range(self.V - 1, -1, -1):
+            if len(out) == m:
+                break
+            if i not in seen:
+                out.append(self.q[i])
+                idx.append(i)
+        return np.array(out), np.array(idx, dtype=np.int64)
+
+    def bounds(self, drawn: tuple[int, ...], x: np.ndarray, z1: np.ndarray, r: np.ndarray, b1: float, s1: float
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds ``(lo, hi) [m]`` of P(every step after k rejects | history + x) for the candidates of
+        :meth:`step` at step k = len(drawn) + 1 (``r`` their R_{k+1}, exact).
+
+        Step j > k + 1 rejects with probability S(b_{j+1}) / S(b_j) by (4), where the q-mass left z_{j-1} lies in
+        [z_k - T_{j-k-1}, z_k] (T_m: the m largest q left after x) and b_j in [lo_j, hi_j], propagated from the exact
+        b_{k+2} = b_{k+1} + S_{k+1} / z_k by b_{j+1} in [lo_j + S(hi_j) / z_max, hi_j + S(lo_j) / z_min] (S decreasing):
+        so it lies in [S(hi_{j+1}) / S(lo_j), S(lo_{j+1}) / S(hi_j)] for every reachable history, and the probability
+        of rejecting them all in the products of those bounds, times R_{k+1}."""
+        k = len(drawn) + 1
+        lo, hi = r.copy(), r.copy()
+        if k + 1 >= self.n or s1 <= 0:
+            return lo, hi
+        left = self.n - k - 1  # the uncertain steps k + 2 .. n
+        eps = 2 * self.gamma  # the absolute rounding of S(b) through the suffix sums (module docstring)
+        top, top_idx = self.tops(drawn, left + 1)
+        cum = np.concatenate([[0.0], np.cumsum(top)])  # [left + 2]
+        rank = np.full(x.size, left + 1)
+        for j, t in enumerate(top_idx):  # x among the largest: T_m skips it
+            rank[x == t] = j
+        with np.errstate(divide="ignore", invalid="ignore"):
+            b_lo = b1 + s1 / np.where(z1 > 0, z1, np.inf)  # [m] b_{k+2}, exact
+            b_hi = b_lo.copy()
+            for m in range(1, left + 1):
+                t_m = np.where(rank >= m, cum[m], cum[min(m + 1, cum.size - 1)] - self.q[x])  # [m]
+                # rounding on the safe side: z_min less 4 u (z + T) of cancellation, S(b) -/+ its 2 gamma
+                z_min = np.maximum(z1 - t_m - 4 * _U * (z1 + t_m), 0.0)
+                s_lo, s_hi = self.s_many(b_lo) + eps, np.maximum(self.s_many(b_hi) - eps, 0.0)  # S(lo_j) >= S(hi_j)
+                nb_lo = b_lo + s_hi / (z1 * (1 + 4 * _U))
+                nb_hi = np.where(z_min > 0, b_hi + s_lo / np.where(z_min > 0, z_min, 1.0), np.inf)
+                top_s = np.maximum(self.s_many(np.where(np.isfinite(nb_hi), nb_hi, 0.0)) - eps, 0.0)
+                f_lo = np.where(np.isfinite(nb_hi), top_s / s_lo, 0.0)
+                f_hi = np.where(s_hi > 0, (self.s_many(nb_lo) + eps) / np.where(s_hi > 0, s_hi, 1.0), 1.0)
+                lo, hi = lo * np.minimum(f_lo, 1.0), hi * np.minimum(f_hi, 1.0)
+                b_lo, b_hi = nb_lo, nb_hi
+        return lo, hi
+
     def rounding(self, prob: float, b1: float, s: float) -> float:
         """The first-order rounding bound of one node (module docstring)."""
         return prob * (((4 * b1 + 4 * self.n + 2) * _U + 2 * self.gamma) / s + (self.n + self.log_v + 8) * _U)
 
 
 def rejection_interval(p: np.ndarray, q: np.ndarray, n: int, *, width: float = WIDTH, max_nodes: int = MAX_NODES,
-                       time_limit: float = TIME_LIMIT, progress: Progress | None = None) -> AcceptanceInterval:
+                       time_limit: float = TIME_LIMIT, progress: Progress | None = None,
+                       first_tau: float = FIRST_TAU) -> AcceptanceInterval:
     """rrs_wor's acceptance for target ``p [V]`` and ``n`` drafts from ``q [V]`` without replacement, as an interval
     (module docstring: (2) summed over rejected histories by (3)-(4)).
 
@@ -189,6 +239,7 @@ def rejection_interval(p: np.ndarray, q: np.ndarray, n: int, *, width: float = W
     n - 2 rejections, pruning histories whose mass bound is below a threshold, repeated with smaller thresholds until
     the width is at most ``width``, or ``max_nodes`` nodes or ``time_limit`` seconds are spent (the interval is
     valid whenever it stops). ``progress`` (an ``otlp.cli.util.Progress``) is told each pass's width and nodes.
+    ``first_tau``: the first pass's threshold (a child is pruned when its mass's bounds differ by less).
     """
     p = check_distribution(p, "p")
     q = check_distribution(q, "q", size=p.size)
@@ -203,7 +254,9 @@ def rejection_interval(p: np.ndarray, q: np.ndarray, n: int, *, width: float = W
     began = time.perf_counter()
     walk = _Walk(p, q, n)
     best: AcceptanceInterval | None = None
-    tau, nodes, passes = FIRST_TAU, 0, 0
+    if not (isinstance(first_tau, (int, float)) and first_tau > 0):
+        raise InputError(f"first_tau must be a number > 0, got {first_tau!r}")
+    tau, nodes, passes = float(first_tau), 0, 0
     while True:
         passes += 1
         lo, pruned, err, used, stopped = _walk(walk, tau, max_nodes - nodes, began + time_limit)
@@ -241,12 +294,14 @@ def _walk(walk: _Walk, tau: float, budget: int, deadline: float) -> tuple[float,
             total["lo"] += prob * float((w * r).sum()) if n > 1 else prob * float(w.sum())
             return
         child = prob * w  # [m]
-        bound = child * r  # [m]
+        c_lo, c_hi = walk.bounds(drawn, x, z1, r, b1, s1)  # [m] each
+        bound_lo, bound = child * c_lo, child * (c_hi - c_lo)  # [m]: a child's mass lies in [lo, lo + bound]
         small = bound < tau
+        total["lo"] += float(bound_lo[small].sum())
         total["pruned"] += float(bound[small].sum())
         big = np.flatnonzero(~small)
         big = big[np.argsort(-bound[big], kind="stable")]
-        entry = [bound[big], 0, False]
+        entry = [child[big] * c_hi[big], 0, False]  # a child not reached is bounded by [0, hi]
         stack.append(entry)
         for i, j in enumerate(big):
             entry[1], entry[2] = i, False

@@ -224,6 +224,45 @@ class _Walk:
                 b_lo, b_hi = nb_lo, nb_hi
         return lo, hi
 
+    def last_two(self, drawn: tuple[int, ...], z_lo: float, z_hi: float, b1: float, s1: float
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """For every history that adds one token x to ``drawn`` (k = len(drawn) + 1 = n - 2 rejections so far) with
+        q-mass left z_k in [``z_lo``, ``z_hi``], b_{k+1} = ``b1`` and S_{k+1} = ``s1``: per candidate y of step
+        n - 1, bounds ``(lo, hi) [V]`` of w_{n-1}(y) R_n(y) (zero on ``drawn``); summed over y != x they bound the
+        probability of rejecting the last two steps.
+
+        b_{n-1+1} = b1 + s1 / z_k lies in [bl, bh] (z_k's ends); w_{n-1}(y) grows with b and with 1 / z_k, so it lies
+        between its values at the ends; S_n in [S(bh), S(bl)]; b_{n+1}(y) = b_n + S_n / (z_k - q(y)) in
+        [bl + S(bh) / (z_hi - q(y)), bh + S(bl) / (z_lo - q(y))], and R_n(y) = S(b_{n+1}) / S_n by (4) between the
+        matching quotients. Rounding on the safe side: S -/+ 2 gamma, the z's -/+ 4 u."""
+        eps = 2 * self.gamma
+        z_lo, z_hi = z_lo * (1 - 4 * _U), z_hi * (1 + 4 * _U)
+        bl, bh = b1 + s1 / z_hi, b1 + s1 / z_lo
+        d_lo = np.clip(bl * self.q - self.p, 0.0, (s1 / z_hi) * self.q) / s1  # [V]
+        d_hi = np.clip(bh * self.q - self.p, 0.0, (s1 / z_lo) * self.q) / s1  # [V]
+        if drawn:
+            d_lo[list(drawn)] = d_hi[list(drawn)] = 0.0
+        lo, hi = np.zeros(self.V), np.zeros(self.V)
+        sl, sh = self.s_direct(bh), self.s_direct(bl)  # S_n in [sl, sh] (each summed directly, error << eps)
+        y = np.flatnonzero(d_hi > 0)
+        if y.size == 0 or sh <= 0:
+            return lo, hi
+        qy = self.q[y]
+        gap_hi = z_hi - qy  # [m]
+        gap_lo = (z_lo - qy) - 4 * _U * (z_lo + qy)  # [m]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            nb_lo = bl + max(sl - eps, 0.0) / np.where(gap_hi > 0, gap_hi, np.nan)  # [m]
+            nb_hi = bh + (sh + eps) / np.where(gap_lo > 0, gap_lo, np.nan)
+        ok_lo, ok_hi = np.isfinite(nb_hi), np.isfinite(nb_lo)
+        top = np.maximum(self.s_many(np.where(ok_lo, nb_hi, 0.0)) - eps, 0.0)
+        lo[y] = d_lo[y] * np.where(ok_lo, top / (sh + eps), 0.0)
+        if sl - eps > 0:
+            r_hi = np.minimum((self.s_many(np.where(ok_hi, nb_lo, 0.0)) + eps) / (sl - eps), 1.0)
+            hi[y] = d_hi[y] * np.where(ok_hi, r_hi, 1.0)
+        else:
+            hi[y] = d_hi[y]
+        return lo, hi
+
     def rounding(self, prob: float, b1: float, s: float) -> float:
         """The first-order rounding bound of one node (module docstring)."""
         return prob * (((4 * b1 + 4 * self.n + 2) * _U + 2 * self.gamma) / s + (self.n + self.log_v + 8) * _U)
@@ -294,6 +333,9 @@ def _walk(walk: _Walk, tau: float, budget: int, deadline: float) -> tuple[float,
             total["lo"] += prob * float((w * r).sum()) if n > 1 else prob * float(w.sum())
             return
         child = prob * w  # [m]
+        if len(drawn) + 3 == n:  # the children's last two steps, bounded in groups of nearby z (module docstring)
+            groups(drawn, x, z1, child, b1, s1)
+            return
         c_lo, c_hi = walk.bounds(drawn, x, z1, r, b1, s1)  # [m] each
         bound_lo, bound = child * c_lo, child * (c_hi - c_lo)  # [m]: a child's mass lies in [lo, lo + bound]
         small = bound < tau
@@ -310,6 +352,38 @@ def _walk(walk: _Walk, tau: float, budget: int, deadline: float) -> tuple[float,
             entry[2] = True
             visit((*drawn, int(x[j])), float(z1[j]), float(z1[j]), b1, s1, float(child[j]))
         stack.pop()
+
+    def groups(drawn: tuple[int, ...], x: np.ndarray, z1: np.ndarray, child: np.ndarray, b1: float, s1: float
+               ) -> None:
+        """Bisect the children (sorted by z) until each group's bounds differ by less than tau; one child alone
+        is summed exactly."""
+        order = np.argsort(z1, kind="stable")
+        x, z1, child = x[order], z1[order], child[order]
+        todo = [(0, x.size)] if x.size else []
+        try:
+            while todo:
+                a, e = todo.pop()
+                if total["nodes"] >= budget or time.perf_counter() > deadline:
+                    todo.append((a, e))
+                    raise _Stop
+                if e - a == 1:
+                    visit((*drawn, int(x[a])), float(z1[a]), float(z1[a]), b1, s1, float(child[a]))
+                    continue
+                total["nodes"] += 1
+                lo, hi = walk.last_two(drawn, float(z1[a]), float(z1[e - 1]), b1, s1)  # [V] each
+                own = x[a:e]
+                g_lo = child[a:e] * np.maximum(lo.sum() - lo[own], 0.0)  # [e - a]
+                g_hi = child[a:e] * np.minimum(hi.sum() - hi[own], 1.0)
+                total["err"] += walk.rounding(float(child[a:e].sum()), b1 + s1 / float(z1[a]), s1)
+                if float((g_hi - g_lo).sum()) < tau:
+                    total["lo"] += float(g_lo.sum())
+                    total["pruned"] += float((g_hi - g_lo).sum())
+                else:
+                    mid = (a + e) // 2
+                    todo += [(mid, e), (a, mid)]
+        except _Stop:
+            total["pruned"] += sum(float(child[a:e].sum()) for a, e in todo)  # a child's mass is at most its P
+            raise
 
     try:
         visit((), 1.0, walk.mass, 0.0, 1.0, 1.0)

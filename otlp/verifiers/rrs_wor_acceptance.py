@@ -45,7 +45,8 @@ the interval stays valid).
 
 **Rounding.** S at a node is summed directly (non-negative terms, relative error <= (log2 V + 2) u, u = 2^-53); the
 suffix sums behind (4) are long-double cumulative sums (error <= gamma = V u_ld + 2 u of the total, u_ld = 2^-64 on
-x86-64), and S(b) = P_out - b Q_out subtracts two numbers in [0, 1] (b Q_out <= P_out), so its absolute error is at
+x86-64; each kept as two doubles hi + lo, and gamma takes 4 u more for (P_hi - b Q_hi) + (P_lo - b Q_lo) in
+float64), and S(b) = P_out - b Q_out subtracts two numbers in [0, 1] (b Q_out <= P_out), so its absolute error is at
 most 2 gamma: no catastrophic cancellation as S(b) -> 0 beyond that absolute bound. z_k - q(x) cancels only for the
 one token heavier than half the mass left, whose z is summed afresh. To first order in u, a node of probability P,
 scalar b_{k+1} and S_k adds at most P [((4 b_{k+1} + 4 n + 2) u + 2 gamma) / S_k + (n + log2 V + 8) u] to the
@@ -133,9 +134,13 @@ class _Walk:
         self.ratio = ratio[by_ratio]  # [V] ascending
         ld = np.longdouble
         zero = np.zeros(1, dtype=ld)
-        self.p_out = np.concatenate([np.cumsum(self.p[by_ratio][::-1].astype(ld))[::-1], zero])  # [V + 1]
-        self.q_out = np.concatenate([np.cumsum(self.q[by_ratio][::-1].astype(ld))[::-1], zero])  # [V + 1]
-        self.gamma = (self.V + 2) * _U_LD + 2 * _U
+        p_out = np.concatenate([np.cumsum(self.p[by_ratio][::-1].astype(ld))[::-1], zero])  # [V + 1]
+        q_out = np.concatenate([np.cumsum(self.q[by_ratio][::-1].astype(ld))[::-1], zero])  # [V + 1]
+        # each long-double sum as two doubles, hi + lo, so (4) runs in float64 arithmetic
+        self.p_hi, self.q_hi = p_out.astype(np.float64), q_out.astype(np.float64)
+        self.p_lo = (p_out - self.p_hi.astype(ld)).astype(np.float64)
+        self.q_lo = (q_out - self.q_hi.astype(ld)).astype(np.float64)
+        self.gamma = (self.V + 2) * _U_LD + 6 * _U
         self.log_v = math.log2(max(self.V, 2))
         self.mass = math.fsum(self.q.tolist())
 
@@ -147,8 +152,8 @@ class _Walk:
     def s_many(self, b: np.ndarray) -> np.ndarray:
         """S(b) for an array of b >= 0 through the suffix sums: P_out(b) - b Q_out(b) over {p / q > b}."""
         idx = np.searchsorted(self.ratio, b, side="right")  # [m]
-        s = self.p_out[idx] - b.astype(np.longdouble) * self.q_out[idx]
-        return np.maximum(s, 0).astype(np.float64)
+        s = (self.p_hi[idx] - b * self.q_hi[idx]) + (self.p_lo[idx] - b * self.q_lo[idx])
+        return np.maximum(s, 0.0)
 
     # -- one node ------------------------------------------------------------------------------------------------------
     def step(self, drawn: tuple[int, ...], z: float, mass: float, b: float, s: float

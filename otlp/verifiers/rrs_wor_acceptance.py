@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -303,7 +304,10 @@ def rejection_interval(p: np.ndarray, q: np.ndarray, n: int, *, width: float = W
     tau, nodes, passes = float(first_tau), 0, 0
     while True:
         passes += 1
-        lo, pruned, err, used, stopped = _walk(walk, tau, max_nodes - nodes, began + time_limit)
+        note = f"rrs_wor exact acceptance: pass {passes} (threshold {tau:.1e})"
+        lo, pruned, err, used, stopped = _walk(walk, tau, max_nodes - nodes, began + time_limit,
+                                               None if progress is None else lambda k, t=note: progress.update(
+                                                   0, f"{t}, {k:,} nodes"))
         nodes += used
         stopped = stopped and ("node limit" if nodes >= max_nodes else "time limit")
         rej_lo, rej_hi = max(lo - err, 0.0), min(lo + pruned + err, 1.0)
@@ -323,15 +327,21 @@ def rejection_interval(p: np.ndarray, q: np.ndarray, n: int, *, width: float = W
         tau *= min(0.125, max(1 / 64, 0.5 * width / pruned))
 
 
-def _walk(walk: _Walk, tau: float, budget: int, deadline: float) -> tuple[float, float, float, int, bool]:
+def _walk(walk: _Walk, tau: float, budget: int, deadline: float, tick: Callable[[int], None] | None = None
+          ) -> tuple[float, float, float, int, bool]:
     """One depth-first pass with pruning threshold ``tau``: ``(lo, pruned, rounding, nodes, stopped)`` where
-    P(all rejected) lies in [lo, lo + pruned] up to ``rounding``."""
+    P(all rejected) lies in [lo, lo + pruned] up to ``rounding``. ``tick(nodes)`` is called every 64 nodes."""
     n = walk.n
     total = {"lo": 0.0, "pruned": 0.0, "err": 0.0, "nodes": 0}
-    stack: list[list] = []  # per level: [bounds of the kept children, the child in progress, started]
+    stack: list[list] = []  # per level: [lower and upper bounds of the kept children, the child in progress, started]
+
+    def count() -> None:
+        total["nodes"] += 1
+        if tick is not None and total["nodes"] % 64 == 0:
+            tick(total["nodes"])
 
     def visit(drawn: tuple[int, ...], z: float, mass: float, b: float, s: float, prob: float) -> None:
-        total["nodes"] += 1
+        count()
         x, w, z1, r, b1, s1 = walk.step(drawn, z, mass, b, s)
         total["err"] += walk.rounding(prob, b1, s)
         if len(drawn) + 2 >= n:  # the last two steps (or the only one), summed exactly by (4)
@@ -348,13 +358,13 @@ def _walk(walk: _Walk, tau: float, budget: int, deadline: float) -> tuple[float,
         total["pruned"] += float(bound[small].sum())
         big = np.flatnonzero(~small)
         big = big[np.argsort(-bound[big], kind="stable")]
-        entry = [child[big] * c_hi[big], 0, False]  # a child not reached is bounded by [0, hi]
+        entry = [bound_lo[big], child[big] * c_hi[big], 0, False]  # a child not reached lies in [lo, hi]
         stack.append(entry)
         for i, j in enumerate(big):
-            entry[1], entry[2] = i, False
+            entry[2], entry[3] = i, False
             if total["nodes"] >= budget or time.perf_counter() > deadline:
                 raise _Stop
-            entry[2] = True
+            entry[3] = True
             visit((*drawn, int(x[j])), float(z1[j]), float(z1[j]), b1, s1, float(child[j]))
         stack.pop()
 
@@ -364,17 +374,17 @@ def _walk(walk: _Walk, tau: float, budget: int, deadline: float) -> tuple[float,
         is summed exactly."""
         order = np.argsort(z1, kind="stable")
         x, z1, child = x[order], z1[order], child[order]
-        todo = [(0, x.size)] if x.size else []
+        todo = [(0, x.size, 0.0, float(child.sum()))] if x.size else []  # (start, end, bounds of their mass)
         try:
             while todo:
-                a, e = todo.pop()
+                a, e, _, _ = item = todo.pop()
                 if total["nodes"] >= budget or time.perf_counter() > deadline:
-                    todo.append((a, e))
+                    todo.append(item)
                     raise _Stop
                 if e - a == 1:
                     visit((*drawn, int(x[a])), float(z1[a]), float(z1[a]), b1, s1, float(child[a]))
                     continue
-                total["nodes"] += 1
+                count()
                 lo, hi = walk.last_two(drawn, float(z1[a]), float(z1[e - 1]), b1, s1)  # [V] each
                 own = x[a:e]
                 g_lo = child[a:e] * np.maximum(lo.sum() - lo[own], 0.0)  # [e - a]
@@ -385,9 +395,12 @@ def _walk(walk: _Walk, tau: float, budget: int, deadline: float) -> tuple[float,
                     total["pruned"] += float((g_hi - g_lo).sum())
                 else:
                     mid = (a + e) // 2
-                    todo += [(mid, e), (a, mid)]
+                    h = mid - a
+                    todo += [(mid, e, float(g_lo[h:].sum()), float(g_hi[h:].sum())),
+                             (a, mid, float(g_lo[:h].sum()), float(g_hi[:h].sum()))]
         except _Stop:
-            total["pruned"] += sum(float(child[a:e].sum()) for a, e in todo)  # a child's mass is at most its P
+            total["lo"] += sum(lo for _, _, lo, _ in todo)  # the groups not reached, by their last bounds
+            total["pruned"] += sum(hi - lo for _, _, lo, hi in todo)
             raise
 
     try:
@@ -396,6 +409,8 @@ def _walk(walk: _Walk, tau: float, budget: int, deadline: float) -> tuple[float,
     except _Stop:
         # every child not reached is pruned: the children after the one in progress, and at the level where the
         # walk stopped the child about to start too
-        total["pruned"] += sum(float(bounds[i + 1 if started else i:].sum()) for bounds, i, started in stack)
+        for lo, hi, i, started in stack:
+            total["lo"] += float(lo[i + 1 if started else i:].sum())
+            total["pruned"] += float((hi - lo)[i + 1 if started else i:].sum())
         stopped = True
     return total["lo"], total["pruned"], total["err"], total["nodes"], stopped

@@ -8,6 +8,11 @@ anytime-valid TV interval); what follows is the registered-name path.
 
 - ``acceptance``: P(output token in set(omega)), the OTLP objective (a residual sample equal to a draft counts);
 - ``verifier_acceptance``: P(the rule itself accepts a draft), what the papers report for RRS / K-SEQ;
+  for large V^n, a rule's closed form where it has one, else the sampler test's Monte Carlo estimate; a rule with
+  ``acceptance_interval`` (rrs_wor: :mod:`otlp.verifiers.rrs_wor_acceptance`, a sum over rejected histories)
+  reports that exact value instead when the interval is at most ``EXACT_ACCEPTANCE_WIDTH`` wide or narrower than
+  the sample's standard error (``method["acceptance"]`` "exact (histories), width ...", and ``method["gap"]`` the
+  gap's interval), else the Monte Carlo value with the interval as a note;
 - ``optimum``: alpha* = 1 + min_H psi(H) for the same draft scheme (``otlp.optimal_acceptance``, GR Thm 3.1);
 - ``gap = optimum - acceptance``;
 - ``preserves_target``: exact enumeration of the induced coupling for small V^n; otherwise a seeded chi-square test of

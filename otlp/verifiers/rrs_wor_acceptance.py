@@ -37,11 +37,16 @@ with w_1 = (q - p)^+, b_2 = 1, S_2 = sum (p - q)^+, exactly, in O(V log V).
 
 **n >= 3: a depth-first walk over the rejected histories (x_1, ..., x_{n-2})**, each node expanded in O(V log V):
 its children x carry P(history, x) = P(history) w_k(x), and the last two steps of a history of length n - 2 are
-summed exactly by (4). A child whose bound P(history, x) R_{k+1}(x) (the probability of also rejecting the next
-step, an upper bound of all its descendants' mass, computed by (4)) is below a threshold tau is pruned: its mass lies
-in [0, bound], so the walk returns P(all rejected) in [lo, lo + pruned]. The walk repeats with tau shrunk until the
-width is at most ``width`` or the node / time limit stops it (a stopped walk prunes every child it had not reached:
-the interval stays valid).
+summed exactly by (4). A child's future depends on x only through its mass left z_k = z_{k-1} - q(x) (and x leaving
+the later draws), so the children, sorted by z_k, are bounded in groups: for every z_k in a group's range
+[z_a, z_b], b_{k+2} = b_{k+1} + S_{k+1} / z_k and every w_{k+1}(y) lie between their values at the ends, step k + 2
+rejects with probability between the quotients (4) at the ends, and each later step's between the quotients at the
+ends of the b and z ranges every history can reach (z falls by at most the largest masses left;
+:meth:`_Walk.tail_bounds`); x's own term is subtracted. One O(V log V) pass bounds a whole group; a group whose
+bounds differ by less than a threshold tau is taken as the interval, else it is halved, down to single children,
+which are expanded (or summed exactly). The walk returns P(all rejected) in [lo, lo + pruned] and repeats with tau
+shrunk until the width is at most ``width`` or the node / time limit stops it (a stopped walk takes every group it
+had not reached by its last bounds: the interval stays valid).
 
 **Rounding.** S at a node is summed directly (non-negative terms, relative error <= (log2 V + 2) u, u = 2^-53); the
 suffix sums behind (4) are long-double cumulative sums (error <= gamma = V u_ld + 2 u of the total, u_ld = 2^-64 on
@@ -192,55 +197,23 @@ class _Walk:
                 idx.append(i)
         return np.array(out), np.array(idx, dtype=np.int64)
 
-    def bounds(self, drawn: tuple[int, ...], x: np.ndarray, z1: np.ndarray, r: np.ndarray, b1: float, s1: float
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Bounds ``(lo, hi) [m]`` of P(every step after k rejects | history + x) for the candidates of
-        :meth:`step` at step k = len(drawn) + 1 (``r`` their R_{k+1}, exact).
+    def tail_bounds(self, drawn: tuple[int, ...], z_lo: float, z_hi: float, b1: float, s1: float
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """For every history that adds one token x to ``drawn`` at step k = len(drawn) + 1 <= n - 1, with q-mass
+        left z_k in [``z_lo``, ``z_hi``], b_{k+1} = ``b1`` and S_{k+1} = ``s1``: per candidate y of step k + 1,
+        bounds ``(lo, hi) [V]`` of w_{k+1}(y) P(steps k + 2 .. n reject | y) (zero on ``drawn``); summed over
+        y != x they bound the probability of rejecting every step after k.
 
-        Step j > k + 1 rejects with probability S(b_{j+1}) / S(b_j) by (4), where the q-mass left z_{j-1} lies in
-        [z_k - T_{j-k-1}, z_k] (T_m: the m largest q left after x) and b_j in [lo_j, hi_j], propagated from the exact
-        b_{k+2} = b_{k+1} + S_{k+1} / z_k by b_{j+1} in [lo_j + S(hi_j) / z_max, hi_j + S(lo_j) / z_min] (S decreasing):
-        so it lies in [S(hi_{j+1}) / S(lo_j), S(lo_{j+1}) / S(hi_j)] for every reachable history, and the probability
-        of rejecting them all in the products of those bounds, times R_{k+1}."""
+        b_{k+2} = b1 + s1 / z_k lies in [bl, bh] (z_k's ends); w_{k+1}(y) grows with b and with 1 / z_k, so it lies
+        between its values at the ends; S_{k+2} in [S(bh), S(bl)]; b_{k+3}(y) = b_{k+2} + S_{k+2} / (z_k - q(y)) in
+        [bl + S(bh) / (z_hi - q(y)), bh + S(bl) / (z_lo - q(y))], and step k + 2 rejects with probability
+        S(b_{k+3}) / S_{k+2} by (4), between the matching quotients. Each later step j rejects with probability
+        S(b_{j+1}) / S(b_j), where the mass left z_{j-1} lies in [z_{k+1} - T, z_{k+1}] (T: the j - k - 2 largest q
+        not in ``drawn``) and b_j in [lo_j, hi_j]: b_{j+1} in [lo_j + S(hi_j) / z_max, hi_j + S(lo_j) / z_min]
+        (S decreasing), so it lies in [S(hi_{j+1}) / S(lo_j), S(lo_{j+1}) / S(hi_j)] whatever the history, and the
+        probability of rejecting them all between the products. Rounding on the safe side: S -/+ 2 gamma, the z's
+        -/+ 4 u."""
         k = len(drawn) + 1
-        lo, hi = r.copy(), r.copy()
-        if k + 1 >= self.n or s1 <= 0:
-            return lo, hi
-        left = self.n - k - 1  # the uncertain steps k + 2 .. n
-        eps = 2 * self.gamma  # the absolute rounding of S(b) through the suffix sums (module docstring)
-        top, top_idx = self.tops(drawn, left + 1)
-        cum = np.concatenate([[0.0], np.cumsum(top)])  # [left + 2]
-        rank = np.full(x.size, left + 1)
-        for j, t in enumerate(top_idx):  # x among the largest: T_m skips it
-            rank[x == t] = j
-        with np.errstate(divide="ignore", invalid="ignore"):
-            b_lo = b1 + s1 / np.where(z1 > 0, z1, np.inf)  # [m] b_{k+2}, exact
-            b_hi = b_lo.copy()
-            for m in range(1, left + 1):
-                t_m = np.where(rank >= m, cum[m], cum[min(m + 1, cum.size - 1)] - self.q[x])  # [m]
-                # rounding on the safe side: z_min less 4 u (z + T) of cancellation, S(b) -/+ its 2 gamma
-                z_min = np.maximum(z1 - t_m - 4 * _U * (z1 + t_m), 0.0)
-                s_lo, s_hi = self.s_many(b_lo) + eps, np.maximum(self.s_many(b_hi) - eps, 0.0)  # S(lo_j) >= S(hi_j)
-                nb_lo = b_lo + s_hi / (z1 * (1 + 4 * _U))
-                nb_hi = np.where(z_min > 0, b_hi + s_lo / np.where(z_min > 0, z_min, 1.0), np.inf)
-                top_s = np.maximum(self.s_many(np.where(np.isfinite(nb_hi), nb_hi, 0.0)) - eps, 0.0)
-                f_lo = np.where(np.isfinite(nb_hi), top_s / s_lo, 0.0)
-                f_hi = np.where(s_hi > 0, (self.s_many(nb_lo) + eps) / np.where(s_hi > 0, s_hi, 1.0), 1.0)
-                lo, hi = lo * np.minimum(f_lo, 1.0), hi * np.minimum(f_hi, 1.0)
-                b_lo, b_hi = nb_lo, nb_hi
-        return lo, hi
-
-    def last_two(self, drawn: tuple[int, ...], z_lo: float, z_hi: float, b1: float, s1: float
-                 ) -> tuple[np.ndarray, np.ndarray]:
-        """For every history that adds one token x to ``drawn`` (k = len(drawn) + 1 = n - 2 rejections so far) with
-        q-mass left z_k in [``z_lo``, ``z_hi``], b_{k+1} = ``b1`` and S_{k+1} = ``s1``: per candidate y of step
-        n - 1, bounds ``(lo, hi) [V]`` of w_{n-1}(y) R_n(y) (zero on ``drawn``); summed over y != x they bound the
-        probability of rejecting the last two steps.
-
-        b_{n-1+1} = b1 + s1 / z_k lies in [bl, bh] (z_k's ends); w_{n-1}(y) grows with b and with 1 / z_k, so it lies
-        between its values at the ends; S_n in [S(bh), S(bl)]; b_{n+1}(y) = b_n + S_n / (z_k - q(y)) in
-        [bl + S(bh) / (z_hi - q(y)), bh + S(bl) / (z_lo - q(y))], and R_n(y) = S(b_{n+1}) / S_n by (4) between the
-        matching quotients. Rounding on the safe side: S -/+ 2 gamma, the z's -/+ 4 u."""
         eps = 2 * self.gamma
         z_lo, z_hi = z_lo * (1 - 4 * _U), z_hi * (1 + 4 * _U)
         bl, bh = b1 + s1 / z_hi, b1 + s1 / z_lo
@@ -249,24 +222,47 @@ class _Walk:
         if drawn:
             d_lo[list(drawn)] = d_hi[list(drawn)] = 0.0
         lo, hi = np.zeros(self.V), np.zeros(self.V)
-        sl, sh = self.s_direct(bh), self.s_direct(bl)  # S_n in [sl, sh] (each summed directly, error << eps)
+        sl, sh = self.s_direct(bh), self.s_direct(bl)  # S_{k+2} in [sl, sh] (each summed directly, error << eps)
         y = np.flatnonzero(d_hi > 0)
         if y.size == 0 or sh <= 0:
             return lo, hi
         qy = self.q[y]
-        gap_hi = z_hi - qy  # [m]
+        gap_hi = z_hi - qy  # [m] the mass left after y, z_{k+1}
         gap_lo = (z_lo - qy) - 4 * _U * (z_lo + qy)  # [m]
         with np.errstate(divide="ignore", invalid="ignore"):
-            nb_lo = bl + max(sl - eps, 0.0) / np.where(gap_hi > 0, gap_hi, np.nan)  # [m]
+            nb_lo = bl + max(sl - eps, 0.0) / np.where(gap_hi > 0, gap_hi, np.nan)  # [m] b_{k+3}
             nb_hi = bh + (sh + eps) / np.where(gap_lo > 0, gap_lo, np.nan)
         ok_lo, ok_hi = np.isfinite(nb_hi), np.isfinite(nb_lo)
         top = np.maximum(self.s_many(np.where(ok_lo, nb_hi, 0.0)) - eps, 0.0)
-        lo[y] = d_lo[y] * np.where(ok_lo, top / (sh + eps), 0.0)
+        f_lo = np.where(ok_lo, top / (sh + eps), 0.0)  # [m] step k + 2
         if sl - eps > 0:
-            r_hi = np.minimum((self.s_many(np.where(ok_hi, nb_lo, 0.0)) + eps) / (sl - eps), 1.0)
-            hi[y] = d_hi[y] * np.where(ok_hi, r_hi, 1.0)
+            f_hi = np.where(ok_hi, np.minimum((self.s_many(np.where(ok_hi, nb_lo, 0.0)) + eps) / (sl - eps), 1.0), 1.0)
         else:
-            hi[y] = d_hi[y]
+            f_hi = np.ones(y.size)
+        left = self.n - k - 2  # the steps k + 3 .. n
+        if left > 0:
+            cum = np.concatenate([[0.0], np.cumsum(self.tops(drawn, left)[0])])  # [left + 1]
+            b_lo, b_hi = np.where(ok_hi, nb_lo, np.inf), np.where(ok_lo, nb_hi, np.inf)  # [m]
+            z_max = np.where(gap_hi > 0, gap_hi, 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                for m in range(1, left + 1):
+                    t_m = cum[min(m, cum.size - 1)]
+                    z_min = np.maximum(gap_lo - t_m - 4 * _U * (z_lo + t_m), 0.0)
+                    fin_lo, fin_hi = np.isfinite(b_lo), np.isfinite(b_hi)
+                    s_lo = np.where(fin_lo, self.s_many(np.where(fin_lo, b_lo, 0.0)) + eps, 0.0)  # >= S(lo_j)
+                    s_hi = np.where(fin_hi, np.maximum(self.s_many(np.where(fin_hi, b_hi, 0.0)) - eps, 0.0), 0.0)
+                    nb_lo = np.where(z_max > 0, b_lo + s_hi / z_max, np.inf)
+                    nb_hi = np.where(z_min > 0, b_hi + s_lo / z_min, np.inf)
+                    fin_nlo, fin_nhi = np.isfinite(nb_lo), np.isfinite(nb_hi)
+                    top = np.maximum(self.s_many(np.where(fin_nhi, nb_hi, 0.0)) - eps, 0.0)
+                    step_lo = np.where(fin_nhi & (s_lo > 0), top / np.where(s_lo > 0, s_lo, 1.0), 0.0)
+                    bot = self.s_many(np.where(fin_nlo, nb_lo, 0.0)) + eps
+                    step_hi = np.where(fin_nlo & (s_hi > 0), bot / np.where(s_hi > 0, s_hi, 1.0), 1.0)
+                    f_lo = f_lo * np.minimum(step_lo, 1.0)
+                    f_hi = f_hi * np.minimum(step_hi, 1.0)
+                    b_lo, b_hi = nb_lo, nb_hi
+        lo[y] = d_lo[y] * f_lo
+        hi[y] = d_hi[y] * f_hi
         return lo, hi
 
     def rounding(self, prob: float, b1: float, s: float) -> float:
@@ -333,7 +329,6 @@ def _walk(walk: _Walk, tau: float, budget: int, deadline: float, tick: Callable[
     P(all rejected) lies in [lo, lo + pruned] up to ``rounding``. ``tick(nodes)`` is called every 64 nodes."""
     n = walk.n
     total = {"lo": 0.0, "pruned": 0.0, "err": 0.0, "nodes": 0}
-    stack: list[list] = []  # per level: [lower and upper bounds of the kept children, the child in progress, started]
 
     def count() -> None:
         total["nodes"] += 1
@@ -347,31 +342,12 @@ def _walk(walk: _Walk, tau: float, budget: int, deadline: float, tick: Callable[
         if len(drawn) + 2 >= n:  # the last two steps (or the only one), summed exactly by (4)
             total["lo"] += prob * float((w * r).sum()) if n > 1 else prob * float(w.sum())
             return
-        child = prob * w  # [m]
-        if len(drawn) + 3 == n:  # the children's last two steps, bounded in groups of nearby z (module docstring)
-            groups(drawn, x, z1, child, b1, s1)
-            return
-        c_lo, c_hi = walk.bounds(drawn, x, z1, r, b1, s1)  # [m] each
-        bound_lo, bound = child * c_lo, child * (c_hi - c_lo)  # [m]: a child's mass lies in [lo, lo + bound]
-        small = bound < tau
-        total["lo"] += float(bound_lo[small].sum())
-        total["pruned"] += float(bound[small].sum())
-        big = np.flatnonzero(~small)
-        big = big[np.argsort(-bound[big], kind="stable")]
-        entry = [bound_lo[big], child[big] * c_hi[big], 0, False]  # a child not reached lies in [lo, hi]
-        stack.append(entry)
-        for i, j in enumerate(big):
-            entry[2], entry[3] = i, False
-            if total["nodes"] >= budget or time.perf_counter() > deadline:
-                raise _Stop
-            entry[3] = True
-            visit((*drawn, int(x[j])), float(z1[j]), float(z1[j]), b1, s1, float(child[j]))
-        stack.pop()
+        groups(drawn, x, z1, prob * w, b1, s1)  # the children, bounded in groups of nearby z (module docstring)
 
     def groups(drawn: tuple[int, ...], x: np.ndarray, z1: np.ndarray, child: np.ndarray, b1: float, s1: float
                ) -> None:
-        """Bisect the children (sorted by z) until each group's bounds differ by less than tau; one child alone
-        is summed exactly."""
+        """Bisect the children (P [m], sorted by z) until each group's bounds (:meth:`_Walk.tail_bounds`) differ by
+        less than tau; a child alone that still needs it is visited (expanded, or summed exactly)."""
         order = np.argsort(z1, kind="stable")
         x, z1, child = x[order], z1[order], child[order]
         todo = [(0, x.size, 0.0, float(child.sum()))] if x.size else []  # (start, end, bounds of their mass)
@@ -385,7 +361,7 @@ def _walk(walk: _Walk, tau: float, budget: int, deadline: float, tick: Callable[
                     visit((*drawn, int(x[a])), float(z1[a]), float(z1[a]), b1, s1, float(child[a]))
                     continue
                 count()
-                lo, hi = walk.last_two(drawn, float(z1[a]), float(z1[e - 1]), b1, s1)  # [V] each
+                lo, hi = walk.tail_bounds(drawn, float(z1[a]), float(z1[e - 1]), b1, s1)  # [V] each
                 own = x[a:e]
                 g_lo = child[a:e] * np.maximum(lo.sum() - lo[own], 0.0)  # [e - a]
                 g_hi = child[a:e] * np.minimum(hi.sum() - hi[own], 1.0)
@@ -394,10 +370,14 @@ def _walk(walk: _Walk, tau: float, budget: int, deadline: float, tick: Callable[
                     total["lo"] += float(g_lo.sum())
                     total["pruned"] += float((g_hi - g_lo).sum())
                 else:
-                    mid = (a + e) // 2
-                    h = mid - a
-                    todo += [(mid, e, float(g_lo[h:].sum()), float(g_hi[h:].sum())),
-                             (a, mid, float(g_lo[:h].sum()), float(g_hi[:h].sum()))]
+                    h = (e - a) // 2
+                    for part in ((a + h, e, float(g_lo[h:].sum()), float(g_hi[h:].sum())),
+                                 (a, a + h, float(g_lo[:h].sum()), float(g_hi[:h].sum()))):
+                        if part[3] - part[2] < tau:  # this half's bounds already agree: no new pass
+                            total["lo"] += part[2]
+                            total["pruned"] += part[3] - part[2]
+                        else:
+                            todo.append(part)
         except _Stop:
             total["lo"] += sum(lo for _, _, lo, _ in todo)  # the groups not reached, by their last bounds
             total["pruned"] += sum(hi - lo for _, _, lo, hi in todo)
@@ -406,11 +386,6 @@ def _walk(walk: _Walk, tau: float, budget: int, deadline: float, tick: Callable[
     try:
         visit((), 1.0, walk.mass, 0.0, 1.0, 1.0)
         stopped = False
-    except _Stop:
-        # every child not reached is pruned: the children after the one in progress, and at the level where the
-        # walk stopped the child about to start too
-        for lo, hi, i, started in stack:
-            total["lo"] += float(lo[i + 1 if started else i:].sum())
-            total["pruned"] += float((hi - lo)[i + 1 if started else i:].sum())
+    except _Stop:  # every level's groups not reached were added, by their last bounds, on the way up
         stopped = True
     return total["lo"], total["pruned"], total["err"], total["nodes"], stopped

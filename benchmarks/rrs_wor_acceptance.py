@@ -5,7 +5,7 @@ Per (V, row kind, n): the seconds ``rejection_interval`` took (n <= 2: exact in 
 interval's width, the nodes it summed or bounded, the time to read p and q once (one float64 sum of each: the
 floor) and the ratio, and alpha* (otlp.core.psi_wor) with the gap. Rows: p = softmax(2.5 z); close drafts
 q = softmax(log p + sigma z') with sigma 0.5 and 1, and loose drafts q = softmax(2.5 z'') (independent). One thread;
-about two minutes at the defaults; run under ``flock /tmp/otlp-heavy.lock``.
+about a minute at the defaults (2 s per n >= 3 case); run under ``flock /tmp/otlp-heavy.lock``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[32768, 131072])
     parser.add_argument("--ns", type=int, nargs="+", default=[2, 3, 4, 8])
     parser.add_argument("--width", type=float, default=1e-9)
-    parser.add_argument("--time-limit", type=float, default=4.0, help="seconds per n >= 3 case")
+    parser.add_argument("--time-limit", type=float, default=2.0, help="seconds per n >= 3 case")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)

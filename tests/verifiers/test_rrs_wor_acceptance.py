@@ -157,3 +157,18 @@ def test_progress_line_and_bad_input() -> None:
         rejection_interval(p, q[:10] / q[:10].sum(), 2)
     with pytest.raises(InputError, match="expects a 'without_replacement'"):
         RRS_WOR.acceptance_interval(p, get("rrs").make_draft(q, 2))
+
+
+def test_deeper_histories_bounded_by_groups_hold_the_exact_value() -> None:
+    """n = 5, 6 at V = 7 (histories of 3-4 rejections, where the later steps are bounded over reachable b and z
+    ranges): every pass's interval holds the enumerated value, and the default call narrows to 1e-9."""
+    rng = np.random.default_rng(12)
+    for n, kind in ((5, "dirichlet"), (6, "dirichlet"), (5, "sparse"), (6, "heavy"), (5, "ties")):
+        p, q = _heavy(rng, 7) if kind == "heavy" else make_pair(rng, 7, kind)
+        q = np.maximum(q, 0.01) / np.maximum(q, 0.01).sum()  # all 7 tokens draftable
+        exact = enumerated(RRS_WOR, p, RRS_WOR.make_draft(q, n))
+        for tau in (1.0, 0.1, 1e-3):
+            iv = rejection_interval(p, q, n, first_tau=tau, width=1.0)
+            assert iv.lo - SLACK <= exact <= iv.hi + SLACK, (n, kind, tau)
+        iv = rejection_interval(p, q, n)
+        assert iv.lo - SLACK <= exact <= iv.hi + SLACK and iv.width <= 1e-9

@@ -35,18 +35,18 @@ p / q once, S(b) = P_out(b) - b Q_out(b) over the suffix {p / q > b} (suffix sum
 the brief's "f(c) piecewise linear in c": for n = 2, P(both rejected) = sum_x w_1(x) S(b_2 + S_2 / (1 - q(x))) / S_2
 with w_1 = (q - p)^+, b_2 = 1, S_2 = sum (p - q)^+, exactly, in O(V log V).
 
-**n >= 3: a depth-first walk over the rejected histories (x_1, ..., x_{n-2})**, each node expanded in O(V log V):
+**n >= 3: a best-first refinement over the rejected histories (x_1, ..., x_{n-2})**, a node expanded in O(V log V):
 its children x carry P(history, x) = P(history) w_k(x), and the last two steps of a history of length n - 2 are
 summed exactly by (4). A child's future depends on x only through its mass left z_k = z_{k-1} - q(x) (and x leaving
 the later draws), so the children, sorted by z_k, are bounded in groups: for every z_k in a group's range
 [z_a, z_b], b_{k+2} = b_{k+1} + S_{k+1} / z_k and every w_{k+1}(y) lie between their values at the ends, step k + 2
 rejects with probability between the quotients (4) at the ends, and each later step's between the quotients at the
 ends of the b and z ranges every history can reach (z falls by at most the largest masses left;
-:meth:`_Walk.tail_bounds`); x's own term is subtracted. One O(V log V) pass bounds a whole group; a group whose
-bounds differ by less than a threshold tau is taken as the interval, else it is halved, down to single children,
-which are expanded (or summed exactly). The walk returns P(all rejected) in [lo, lo + pruned] and repeats with tau
-shrunk until the width is at most ``width`` or the node / time limit stops it (a stopped walk takes every group it
-had not reached by its last bounds: the interval stays valid).
+:meth:`_Walk.tail_bounds`); x's own term is subtracted. One O(V log V) pass bounds a whole group. The groups are
+refined widest first: the widest is bounded afresh and halved (each half keeping its children's new bounds), and a
+child alone is expanded (or summed exactly), until the sum of the groups' widths (plus the rounding bound) is at
+most ``width`` or the node / time limit stops it; P(all rejected) lies in [settled + sum lo, settled + sum hi]
+whenever it stops, and nothing is computed twice.
 
 **Rounding.** S at a node is summed directly (non-negative terms, relative error <= (log2 V + 2) u, u = 2^-53); the
 suffix sums behind (4) are long-double cumulative sums (error <= gamma = V u_ld + 2 u of the total, u_ld = 2^-64 on
@@ -63,6 +63,8 @@ of the interval (``rounding``: about 1e-13 at V = 128k). The tests check the int
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -83,8 +85,6 @@ WIDTH = 1e-9
 MAX_NODES = 1_000_000
 #: default time limit of one call, seconds
 TIME_LIMIT = 30.0
-#: the first pruning threshold; each later pass divides it by 8 to 64
-FIRST_TAU = 1e-3
 
 _U = 2.0**-53
 _U_LD = float(np.finfo(np.longdouble).epsneg)
@@ -95,15 +95,14 @@ class AcceptanceInterval:
     """rrs_wor's acceptance lies in ``[lo, hi]`` (pruned mass and the rounding bound included).
 
     ``nodes``: histories expanded or summed; ``pruned``: the probability mass bounded rather than summed;
-    ``rounding``: the rounding bound added to both ends; ``passes``: walks run (each with a smaller threshold);
-    ``stopped``: why the last walk stopped short of ``width`` ("" when it reached it)."""
+    ``rounding``: the rounding bound added to both ends; ``stopped``: the limit that stopped the refinement short of
+    its target width ("" when it reached it)."""
 
     lo: float
     hi: float
     nodes: int
     pruned: float
     rounding: float
-    passes: int
     seconds: float
     stopped: str = ""
 
@@ -121,10 +120,6 @@ class AcceptanceInterval:
         out = (f"exact (histories), width {self.width:.2g}: [{self.lo!r}, {self.hi!r}], {self.nodes:,} nodes, "
                f"{self.seconds:.2g} s")
         return out + (f", stopped at its {self.stopped}" if self.stopped else "")
-
-
-class _Stop(Exception):
-    """The walk ran out of nodes or time."""
 
 
 class _Walk:
@@ -271,16 +266,14 @@ class _Walk:
 
 
 def rejection_interval(p: np.ndarray, q: np.ndarray, n: int, *, width: float = WIDTH, max_nodes: int = MAX_NODES,
-                       time_limit: float = TIME_LIMIT, progress: Progress | None = None,
-                       first_tau: float = FIRST_TAU) -> AcceptanceInterval:
+                       time_limit: float = TIME_LIMIT, progress: Progress | None = None) -> AcceptanceInterval:
     """rrs_wor's acceptance for target ``p [V]`` and ``n`` drafts from ``q [V]`` without replacement, as an interval
     (module docstring: (2) summed over rejected histories by (3)-(4)).
 
-    n <= 2: exact in O(V log V) (the width is the rounding bound). n >= 3: depth-first walks over the histories of
-    n - 2 rejections, pruning histories whose mass bound is below a threshold, repeated with smaller thresholds until
-    the width is at most ``width``, or ``max_nodes`` nodes or ``time_limit`` seconds are spent (the interval is
-    valid whenever it stops). ``progress`` (an ``otlp.cli.util.Progress``) is told each pass's width and nodes.
-    ``first_tau``: the first pass's threshold (a child is pruned when its mass's bounds differ by less).
+    n <= 2: exact in O(V log V) (the width is the rounding bound). n >= 3: the groups of histories are refined widest
+    first (one O(V log V) pass each) until the width is at most ``width``, or ``max_nodes`` passes or ``time_limit``
+    seconds are spent (the interval is valid whenever it stops). ``progress`` (an ``otlp.cli.util.Progress``) is
+    told the width and the passes as it goes.
     """
     p = check_distribution(p, "p")
     q = check_distribution(q, "q", size=p.size)
@@ -293,99 +286,78 @@ def rejection_interval(p: np.ndarray, q: np.ndarray, n: int, *, width: float = W
     if not (isinstance(time_limit, (int, float)) and time_limit > 0):
         raise InputError(f"time_limit must be a number of seconds > 0, got {time_limit!r}")
     began = time.perf_counter()
-    walk = _Walk(p, q, n)
-    best: AcceptanceInterval | None = None
-    if not (isinstance(first_tau, (int, float)) and first_tau > 0):
-        raise InputError(f"first_tau must be a number > 0, got {first_tau!r}")
-    tau, nodes, passes = float(first_tau), 0, 0
-    while True:
-        passes += 1
-        note = f"rrs_wor exact acceptance: pass {passes} (threshold {tau:.1e})"
-        lo, pruned, err, used, stopped = _walk(walk, tau, max_nodes - nodes, began + time_limit,
-                                               None if progress is None else lambda k, t=note: progress.update(
-                                                   0, f"{t}, {k:,} nodes"))
-        nodes += used
-        stopped = stopped and ("node limit" if nodes >= max_nodes else "time limit")
-        rej_lo, rej_hi = max(lo - err, 0.0), min(lo + pruned + err, 1.0)
-        out = AcceptanceInterval(1.0 - rej_hi, 1.0 - rej_lo, nodes, pruned, err, passes,
-                                 time.perf_counter() - began, stopped or "")
-        if best is None or out.width < best.width:
-            best = out
-        best.nodes, best.passes, best.seconds = nodes, passes, out.seconds
-        if progress is not None:
-            progress.set_note(f"rrs_wor exact acceptance: pass {passes}, width {best.width:.2g}, {nodes:,} nodes")
-        if best.width <= width or pruned == 0:
-            best.stopped = ""
-            return best
-        if stopped:
-            best.stopped = stopped
-            return best
-        tau *= min(0.125, max(1 / 64, 0.5 * width / pruned))
+    tick = None
+    if progress is not None:
+        def tick(nodes: int, w: float) -> None:
+            progress.update(0, f"rrs_wor exact acceptance: width {w:.2g}, {nodes:,} nodes")
+    lo, pruned, err, nodes, stopped = _refine(_Walk(p, q, n), float(width), max_nodes, began + time_limit, tick)
+    rej_lo, rej_hi = max(lo - err, 0.0), min(lo + pruned + err, 1.0)
+    out = AcceptanceInterval(1.0 - rej_hi, 1.0 - rej_lo, nodes, pruned, err, time.perf_counter() - began, stopped)
+    if progress is not None:
+        progress.set_note(f"rrs_wor exact acceptance: width {out.width:.2g}, {nodes:,} nodes")
+    return out
 
 
-def _walk(walk: _Walk, tau: float, budget: int, deadline: float, tick: Callable[[int], None] | None = None
-          ) -> tuple[float, float, float, int, bool]:
-    """One depth-first pass with pruning threshold ``tau``: ``(lo, pruned, rounding, nodes, stopped)`` where
-    P(all rejected) lies in [lo, lo + pruned] up to ``rounding``. ``tick(nodes)`` is called every 64 nodes."""
+def _refine(walk: _Walk, width: float, budget: int, deadline: float,
+            tick: Callable[[int, float], None] | None = None) -> tuple[float, float, float, int, str]:
+    """Best-first refinement: ``(lo, pruned, rounding, nodes, stopped)`` with P(all rejected) in
+    [lo, lo + pruned] up to ``rounding``; ``stopped`` names the limit that ended it ("" if the width was reached).
+
+    A node (a history) is summed exactly when two steps are left, else its children, sorted by the mass left z,
+    form one group with bounds [0, their P]. The widest group is popped: one child alone is expanded as a node;
+    more are bounded by :meth:`_Walk.tail_bounds` over their z range (x's own term subtracted) and split in two
+    halves, each with its children's new bounds. ``tick(nodes, width)`` every 64 passes."""
     n = walk.n
-    total = {"lo": 0.0, "pruned": 0.0, "err": 0.0, "nodes": 0}
+    settled: list[float] = []  # exact sums and groups whose bounds agree
+    heap: list[tuple] = []  # (-(hi - lo), order, lo, hi, group, start, end)
+    order = itertools.count()
+    state = {"err": 0.0, "nodes": 0, "open": 0.0}
 
-    def count() -> None:
-        total["nodes"] += 1
-        if tick is not None and total["nodes"] % 64 == 0:
-            tick(total["nodes"])
-
-    def visit(drawn: tuple[int, ...], z: float, mass: float, b: float, s: float, prob: float) -> None:
-        count()
-        x, w, z1, r, b1, s1 = walk.step(drawn, z, mass, b, s)
-        total["err"] += walk.rounding(prob, b1, s)
-        if len(drawn) + 2 >= n:  # the last two steps (or the only one), summed exactly by (4)
-            total["lo"] += prob * float((w * r).sum()) if n > 1 else prob * float(w.sum())
+    def push(group: tuple, a: int, e: int, lo: float, hi: float) -> None:
+        if e <= a:
             return
-        groups(drawn, x, z1, prob * w, b1, s1)  # the children, bounded in groups of nearby z (module docstring)
+        if hi - lo <= 0:
+            settled.append(lo)
+            return
+        heapq.heappush(heap, (-(hi - lo), next(order), lo, hi, group, a, e))
+        state["open"] += hi - lo
 
-    def groups(drawn: tuple[int, ...], x: np.ndarray, z1: np.ndarray, child: np.ndarray, b1: float, s1: float
-               ) -> None:
-        """Bisect the children (P [m], sorted by z) until each group's bounds (:meth:`_Walk.tail_bounds`) differ by
-        less than tau; a child alone that still needs it is visited (expanded, or summed exactly)."""
-        order = np.argsort(z1, kind="stable")
-        x, z1, child = x[order], z1[order], child[order]
-        todo = [(0, x.size, 0.0, float(child.sum()))] if x.size else []  # (start, end, bounds of their mass)
-        try:
-            while todo:
-                a, e, _, _ = item = todo.pop()
-                if total["nodes"] >= budget or time.perf_counter() > deadline:
-                    todo.append(item)
-                    raise _Stop
-                if e - a == 1:
-                    visit((*drawn, int(x[a])), float(z1[a]), float(z1[a]), b1, s1, float(child[a]))
-                    continue
-                count()
-                lo, hi = walk.tail_bounds(drawn, float(z1[a]), float(z1[e - 1]), b1, s1)  # [V] each
-                own = x[a:e]
-                g_lo = child[a:e] * np.maximum(lo.sum() - lo[own], 0.0)  # [e - a]
-                g_hi = child[a:e] * np.minimum(hi.sum() - hi[own], 1.0)
-                total["err"] += walk.rounding(float(child[a:e].sum()), b1 + s1 / float(z1[a]), s1)
-                if float((g_hi - g_lo).sum()) < tau:
-                    total["lo"] += float(g_lo.sum())
-                    total["pruned"] += float((g_hi - g_lo).sum())
-                else:
-                    h = (e - a) // 2
-                    for part in ((a + h, e, float(g_lo[h:].sum()), float(g_hi[h:].sum())),
-                                 (a, a + h, float(g_lo[:h].sum()), float(g_hi[:h].sum()))):
-                        if part[3] - part[2] < tau:  # this half's bounds already agree: no new pass
-                            total["lo"] += part[2]
-                            total["pruned"] += part[3] - part[2]
-                        else:
-                            todo.append(part)
-        except _Stop:
-            total["lo"] += sum(lo for _, _, lo, _ in todo)  # the groups not reached, by their last bounds
-            total["pruned"] += sum(hi - lo for _, _, lo, hi in todo)
-            raise
+    def expand(drawn: tuple[int, ...], z: float, mass: float, b: float, s: float, prob: float) -> None:
+        state["nodes"] += 1
+        x, w, z1, r, b1, s1 = walk.step(drawn, z, mass, b, s)
+        state["err"] += walk.rounding(prob, b1, s)
+        if len(drawn) + 2 >= n:  # the last two steps (or the only one), summed exactly by (4)
+            settled.append(prob * float((w * r).sum()) if n > 1 else prob * float(w.sum()))
+            return
+        child = prob * w  # [m]
+        by_z = np.argsort(z1, kind="stable")
+        push((drawn, x[by_z], z1[by_z], child[by_z], b1, s1), 0, x.size, 0.0, float(child.sum()))
 
-    try:
-        visit((), 1.0, walk.mass, 0.0, 1.0, 1.0)
-        stopped = False
-    except _Stop:  # every level's groups not reached were added, by their last bounds, on the way up
-        stopped = True
-    return total["lo"], total["pruned"], total["err"], total["nodes"], stopped
+    expand((), 1.0, walk.mass, 0.0, 1.0, 1.0)
+    stopped = ""
+    while heap:
+        if state["open"] + 2 * state["err"] <= width:
+            break
+        if state["nodes"] >= budget or time.perf_counter() > deadline:
+            stopped = "node limit" if state["nodes"] >= budget else "time limit"
+            break
+        _, _, lo, hi, group, a, e = heapq.heappop(heap)
+        state["open"] -= hi - lo
+        drawn, x, z1, child, b1, s1 = group
+        if e - a == 1:
+            expand((*drawn, int(x[a])), float(z1[a]), float(z1[a]), b1, s1, float(child[a]))
+        else:
+            state["nodes"] += 1
+            t_lo, t_hi = walk.tail_bounds(drawn, float(z1[a]), float(z1[e - 1]), b1, s1)  # [V] each
+            own = x[a:e]
+            g_lo = child[a:e] * np.maximum(t_lo.sum() - t_lo[own], 0.0)  # [e - a]
+            g_hi = child[a:e] * np.minimum(t_hi.sum() - t_hi[own], 1.0)
+            state["err"] += walk.rounding(float(child[a:e].sum()), b1 + s1 / float(z1[a]), s1)
+            h = (e - a) // 2
+            push(group, a, a + h, float(g_lo[:h].sum()), float(g_hi[:h].sum()))
+            push(group, a + h, e, float(g_lo[h:].sum()), float(g_hi[h:].sum()))
+        if tick is not None and state["nodes"] % 64 == 0:
+            tick(state["nodes"], state["open"])
+    lo = math.fsum(settled) + math.fsum(item[2] for item in heap)
+    pruned = math.fsum(item[3] - item[2] for item in heap)
+    return lo, pruned, state["err"], state["nodes"], stopped

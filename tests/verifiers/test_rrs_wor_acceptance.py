@@ -62,20 +62,20 @@ def test_the_interval_is_the_enumerated_acceptance() -> None:
 
 
 def test_pruned_intervals_still_hold_the_exact_value() -> None:
-    """A coarse first threshold (and width 1: one pass) prunes histories whose mass is bounded, not summed; the
-    interval is wider and still holds the enumerated value. A node limit of 1 stops the walk: still valid."""
+    """Node limits of 1 to 8 stop the refinement early, with groups of histories bounded, not summed: the interval
+    is wider and still holds the enumerated value; so does a coarse target width."""
     widened = 0
     for p, q, n in CASES:
         if n < 3:
             continue
         exact = enumerated(RRS_WOR, p, RRS_WOR.make_draft(q, n))
-        for tau in (1.0, 0.1, 0.01):
-            iv = rejection_interval(p, q, n, first_tau=tau, width=1.0)
-            assert iv.lo - SLACK <= exact <= iv.hi + SLACK, (p, q, n, tau)
+        for nodes in (1, 2, 4, 8):
+            iv = rejection_interval(p, q, n, max_nodes=nodes)
+            assert iv.lo - SLACK <= exact <= iv.hi + SLACK, (p, q, n, nodes)
+            assert iv.stopped in ("", "node limit") and iv.nodes <= nodes + 1
             widened += iv.pruned > 0
-        stopped = rejection_interval(p, q, n, max_nodes=1)
-        assert stopped.lo - SLACK <= exact <= stopped.hi + SLACK
-        assert stopped.stopped in ("", "node limit")
+        coarse = rejection_interval(p, q, n, width=0.05)
+        assert coarse.lo - SLACK <= exact <= coarse.hi + SLACK and coarse.width <= 0.05
     assert widened > 10  # the bounds were exercised
 
 
@@ -144,9 +144,9 @@ def test_progress_line_and_bad_input() -> None:
     stream = io.StringIO()
     with Progress("certify", stream=stream, force=True) as bar:
         rejection_interval(p, q, 3, progress=bar)
-    assert "rrs_wor exact acceptance: pass 1" in stream.getvalue()
+    assert "rrs_wor exact acceptance: width" in stream.getvalue()
     for kwargs, message in (({"width": 0.0}, "width must be"), ({"time_limit": -1.0}, "time_limit must be"),
-                            ({"max_nodes": 0}, "max_nodes"), ({"first_tau": float("nan")}, "first_tau must be")):
+                            ({"max_nodes": 0}, "max_nodes"), ({"width": float("nan")}, "width must be")):
         with pytest.raises(InputError, match=message):
             rejection_interval(p, q, 3, **kwargs)
     with pytest.raises(InputError, match="n must be"):
@@ -161,14 +161,14 @@ def test_progress_line_and_bad_input() -> None:
 
 def test_deeper_histories_bounded_by_groups_hold_the_exact_value() -> None:
     """n = 5, 6 at V = 7 (histories of 3-4 rejections, where the later steps are bounded over reachable b and z
-    ranges): every pass's interval holds the enumerated value, and the default call narrows to 1e-9."""
+    ranges): every early-stopped interval holds the enumerated value, and the default call narrows to 1e-9."""
     rng = np.random.default_rng(12)
     for n, kind in ((5, "dirichlet"), (6, "dirichlet"), (5, "sparse"), (6, "heavy"), (5, "ties")):
         p, q = _heavy(rng, 7) if kind == "heavy" else make_pair(rng, 7, kind)
         q = np.maximum(q, 0.01) / np.maximum(q, 0.01).sum()  # all 7 tokens draftable
         exact = enumerated(RRS_WOR, p, RRS_WOR.make_draft(q, n))
-        for tau in (1.0, 0.1, 1e-3):
-            iv = rejection_interval(p, q, n, first_tau=tau, width=1.0)
-            assert iv.lo - SLACK <= exact <= iv.hi + SLACK, (n, kind, tau)
+        for nodes in (1, 3, 10, 30):
+            iv = rejection_interval(p, q, n, max_nodes=nodes)
+            assert iv.lo - SLACK <= exact <= iv.hi + SLACK, (n, kind, nodes)
         iv = rejection_interval(p, q, n)
         assert iv.lo - SLACK <= exact <= iv.hi + SLACK and iv.width <= 1e-9

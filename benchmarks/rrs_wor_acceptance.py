@@ -1,7 +1,7 @@
 """rrs_wor's exact acceptance at vocabulary scale (otlp.verifiers.rrs_wor_acceptance): time and interval width.
 
 Per (V, row kind, n): the seconds ``rejection_interval`` took (n <= 2: exact in O(V log V), the median of
-``--repeats``; n >= 3: one call, stopped at the width target ``--width`` or at ``--time-limit`` seconds), the
+``--repeats``; n >= 3: one call, refined until the width target ``--width`` or at ``--time-limit`` seconds), the
 interval's width, the nodes it summed or bounded, the time to read p and q once (one float64 sum of each: the
 floor) and the ratio, and alpha* (otlp.core.psi_wor) with the gap. Rows: p = softmax(2.5 z); close drafts
 q = softmax(log p + sigma z') with sigma 0.5 and 1, and loose drafts q = softmax(2.5 z'') (independent). One thread;

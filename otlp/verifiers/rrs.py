@@ -13,7 +13,7 @@ Closed form with replacement (SpecHub note §4, derived): A(c) = sum_x min(p(x),
 c_i = c_{i-1} + 1 - A(c_{i-1}); acceptance = A(c_n); for n = 2 it is sum_x min(p(x), (2 - alpha) q(x)).
 Without replacement the same scalar chain holds with c's step divided by the q-mass left, which depends on the drafts
 rejected so far: :mod:`otlp.verifiers.rrs_wor_acceptance` sums it over the rejected histories (exact in O(V log V) at
-n <= 2, an interval from a pruned walk at n >= 3).
+n <= 2, an interval from a best-first refinement at n >= 3).
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ class RecursiveRejectionWithoutReplacement(Verifier):
                             progress: Progress | None = None) -> AcceptanceInterval:
         """The exact acceptance (= verifier acceptance) as an interval ``[lo, hi]``, without enumerating V^n tuples:
         :func:`otlp.verifiers.rrs_wor_acceptance.rejection_interval` (n <= 2 in O(V log V), width the rounding bound;
-        n >= 3 a pruned walk over rejected histories, down to ``width`` or the node / time limit)."""
+        n >= 3 a best-first refinement over rejected histories, down to ``width`` or the node / time limit)."""
         p, draft = self.check_draft(p, draft)
         return rejection_interval(p, draft.q, draft.n, width=width, max_nodes=max_nodes, time_limit=time_limit,
                                   progress=progress)

@@ -25,7 +25,7 @@ import numpy as np
 from otlp.backend import scratch
 from otlp.core import xp as X
 from otlp.core.drafts import IID, DraftScheme, WithoutReplacement
-from otlp.core.errors import InputError
+from otlp.core.errors import InputError, ModelTooLargeError
 from otlp.verifiers.base import (
     Verifier,
     accept_probability,
@@ -152,8 +152,16 @@ class RecursiveRejectionWithoutReplacement(Verifier):
                                   progress=progress)
 
     def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
-        """The midpoint of :meth:`acceptance_interval` when its width is at most 1e-9 (always at n <= 2); an
-        InputError when the walk's limits stop it wider (``acceptance_interval`` then still bounds it)."""
+        """n <= 2: :meth:`acceptance_interval`'s exact value (O(V log V)). n >= 3: the enumeration of the draft tuples
+        while it fits (:mod:`otlp.verifiers.exact`, as before), else the midpoint of :meth:`acceptance_interval` when
+        its width is at most 1e-9; an InputError when its limits stop it wider (``acceptance_interval`` then still
+        bounds it)."""
+        p, draft = self.check_draft(p, draft)
+        if draft.n >= 3:
+            try:
+                return super().verifier_acceptance(p, draft)
+            except ModelTooLargeError:
+                pass
         iv = self.acceptance_interval(p, draft)
         if iv.width > WIDTH:
             raise InputError(f"rrs_wor's exact acceptance reached only width {iv.width:.2g} > {WIDTH:g} within its "

@@ -152,17 +152,18 @@ class RecursiveRejectionWithoutReplacement(Verifier):
                                   progress=progress)
 
     def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
-        """n <= 2: :meth:`acceptance_interval`'s exact value (O(V log V)). n >= 3: the enumeration of the draft tuples
-        while it fits (:mod:`otlp.verifiers.exact`, as before), else the midpoint of :meth:`acceptance_interval` when
-        its width is at most 1e-9; an InputError when its limits stop it wider (``acceptance_interval`` then still
-        bounds it)."""
+        """The midpoint of :meth:`acceptance_interval` when its width is at most 1e-9 (always at n <= 2, in
+        O(V log V)). At n >= 3 the interval gets one second first; if still wider, the enumeration of the draft tuples
+        while it fits (:mod:`otlp.verifiers.exact`), else the interval with its full time; an InputError when its
+        limits stop it wider (``acceptance_interval`` then still bounds it)."""
         p, draft = self.check_draft(p, draft)
-        if draft.n >= 3:
-            try:
-                return super().verifier_acceptance(p, draft)
-            except ModelTooLargeError:
-                pass
-        iv = self.acceptance_interval(p, draft)
+        iv = self.acceptance_interval(p, draft, time_limit=TIME_LIMIT if draft.n <= 2 else 1.0)
+        if iv.width <= WIDTH:
+            return iv.value
+        try:
+            return super().verifier_acceptance(p, draft)
+        except ModelTooLargeError:
+            iv = self.acceptance_interval(p, draft)
         if iv.width > WIDTH:
             raise InputError(f"rrs_wor's exact acceptance reached only width {iv.width:.2g} > {WIDTH:g} within its "
                              f"limits ({iv.stopped}); acceptance_interval(..., time_limit=...) gives the interval")

@@ -25,7 +25,7 @@ import numpy as np
 from otlp.backend import scratch
 from otlp.core import xp as X
 from otlp.core.drafts import IID, DraftScheme, WithoutReplacement
-from otlp.core.errors import InputError, ModelTooLargeError
+from otlp.core.errors import InputError
 from otlp.verifiers.base import (
     Verifier,
     accept_probability,
@@ -146,28 +146,14 @@ class RecursiveRejectionWithoutReplacement(Verifier):
                             progress: Progress | None = None) -> AcceptanceInterval:
         """The exact acceptance (= verifier acceptance) as an interval ``[lo, hi]``, without enumerating V^n tuples:
         :func:`otlp.verifiers.rrs_wor_acceptance.rejection_interval` (n <= 2 in O(V log V), width the rounding bound;
-        n >= 3 a best-first refinement over rejected histories, down to ``width`` or the node / time limit)."""
+        n >= 3 a best-first refinement over rejected histories, down to ``width`` or the node / time limit).
+
+        :meth:`verifier_acceptance` stays the base class's enumeration on purpose: ``otlp.sweep.compute`` reads an
+        override of it as a closed form at any size, and this interval is not one at n >= 3 (certify calls this
+        method itself)."""
         p, draft = self.check_draft(p, draft)
         return rejection_interval(p, draft.q, draft.n, width=width, max_nodes=max_nodes, time_limit=time_limit,
                                   progress=progress)
-
-    def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
-        """The midpoint of :meth:`acceptance_interval` when its width is at most 1e-9 (always at n <= 2, in
-        O(V log V)). At n >= 3 the interval gets one second first; if still wider, the enumeration of the draft tuples
-        while it fits (:mod:`otlp.verifiers.exact`), else the interval with its full time; an InputError when its
-        limits stop it wider (``acceptance_interval`` then still bounds it)."""
-        p, draft = self.check_draft(p, draft)
-        iv = self.acceptance_interval(p, draft, time_limit=TIME_LIMIT if draft.n <= 2 else 1.0)
-        if iv.width <= WIDTH:
-            return iv.value
-        try:
-            return super().verifier_acceptance(p, draft)
-        except ModelTooLargeError:
-            iv = self.acceptance_interval(p, draft)
-        if iv.width > WIDTH:
-            raise InputError(f"rrs_wor's exact acceptance reached only width {iv.width:.2g} > {WIDTH:g} within its "
-                             f"limits ({iv.stopped}); acceptance_interval(..., time_limit=...) gives the interval")
-        return iv.value
 
     def acceptance(self, p: object, draft: DraftScheme) -> float:
         return self.verifier_acceptance(p, draft)  # residual never equals a rejected draft (module docstring)

@@ -58,7 +58,7 @@ def test_the_interval_is_the_enumerated_acceptance() -> None:
         iv = rejection_interval(p, q, n)
         assert iv.pruned <= 1e-12 and iv.width <= 1e-12 and not iv.stopped
         assert iv.lo - SLACK <= exact <= iv.hi + SLACK, (p, q, n)
-        assert abs(RRS_WOR.acceptance(p, RRS_WOR.make_draft(q, n)) - exact) <= 1e-12
+        assert abs(RRS_WOR.acceptance_interval(p, RRS_WOR.make_draft(q, n)).value - exact) <= 1e-12
 
 
 def test_pruned_intervals_still_hold_the_exact_value() -> None:

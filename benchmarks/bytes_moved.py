@@ -8,6 +8,12 @@ of their dtype. On an H200 the ratio tracked the measured time (issue 41: 31.6x 
     python benchmarks/bytes_moved.py                      # B = 64, V = 128k, n = 2, 4, 8
     python benchmarks/bytes_moved.py --B 8 --V 32000 --n 4
 
+The bucket rule without the sort (otlp/optimal/device_buckets.py, its default buffer K and one refinement round;
+static shapes): ``buckets`` (torch passes, the refinement round on ``REFINE_ROWS`` gathered rows, the fallback on
+one), ``buckets_cert`` (every row refined, no fallback), ``buckets_r0`` (no refinement round, no fallback),
+``buckets_fused`` and ``buckets_fused_r0`` (as ``buckets`` and ``buckets_r0`` with the Triton passes of
+otlp/optimal/device_passes.py counted as one read of p and q each, the roots as ``sortfree_fused``'s).
+
 Routes: ``optimal`` (the device route, ``backend="torch"``), ``sortfree`` (otlp/optimal/sortfree.py with its
 full-chain fallback on every row, the exact static route), ``sortfree_F1`` (the fallback on one gathered row),
 ``sortfree_cert`` (the certificate alone, no fallback: the part that replaces the chain), ``sortfree_fused`` (the
@@ -27,6 +33,7 @@ import argparse
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from otlp.optimal import device_buckets as DB
 from otlp.optimal import sortfree as SF
 from otlp.optimal.sampler import verify
 from otlp.verifiers import get
@@ -71,10 +78,50 @@ def _one_pass_roots(H, L, r, gap, n: int, steps: int):  # noqa: ANN001, ANN202, 
     return torch.addcmul(H, L, r)
 
 
+def _one_read_histogram(p, q, inv_p, inv_q, sc):  # noqa: ANN001, ANN202, ARG001
+    """A stand-in for the Triton histogram on meta tensors: one read of p and of q, the [B, NB] sums written."""
+    B = p.shape[0]
+    p.sum(-1), q.sum(-1)
+    z = torch.zeros(B, sc.NB, dtype=torch.float64, device=p.device)
+    return torch.zeros(B, sc.NB, dtype=torch.int64, device=p.device), z, torch.zeros_like(z)
+
+
+def _one_read_compact(p, q, inv_p, inv_q, sel, sc, K: int):  # noqa: ANN001, ANN202, ARG001
+    """A stand-in for the Triton compaction on meta tensors: one read of p and of q, the [B, K] buffers written."""
+    B = p.shape[0]
+    p.sum(-1), q.sum(-1)
+    z = torch.zeros(B, K, dtype=torch.float64, device=p.device)
+    return (torch.full((B, K), -1, dtype=torch.int64, device=p.device), z, torch.zeros_like(z),
+            torch.zeros(B, dtype=torch.int64, device=p.device))
+
+
+#: the rows of the bucket rule's refinement round (gathered) and of its fallback (one row)
+REFINE_ROWS = 4
+
+
+def _one_read_segments(p, q, inv_p, inv_q, part, sc, dr):  # noqa: ANN001, ANN202, ARG001
+    """A stand-in for the Triton segments kernel on meta tensors: one read of p and of q, the [B, 2n] sums written."""
+    B, n = dr.w.shape
+    p.sum(-1), q.sum(-1)
+    z = torch.zeros(B, 2 * n, dtype=torch.float64, device=p.device)
+    return z, torch.zeros_like(z), torch.zeros(B, 2 * n, dtype=torch.int64, device=p.device)
+
+
+#: the Triton passes as counted on meta tensors (otlp/optimal/device_passes.py: each reads p and q once)
+ONE_READ = DB.Passes(DB.inverse_sums_one_read, _one_read_histogram, _one_read_compact, _one_read_segments)
+
+
 def routes(n: int) -> dict[str, object]:
     """name -> fn(p, q, drafts, u) on meta tensors."""
     return {
         "optimal": lambda p, q, d, u: verify(p, q, d, u, backend="torch"),
+        "buckets": lambda p, q, d, u: DB.verify(p, q, d, u, refine_rows=REFINE_ROWS, fallback_rows=1),
+        "buckets_cert": lambda p, q, d, u: DB.verify(p, q, d, u, fallback=False),
+        "buckets_r0": lambda p, q, d, u: DB.verify(p, q, d, u, fallback=False, rounds=0),
+        "buckets_fused": lambda p, q, d, u: DB.verify(p, q, d, u, refine_rows=REFINE_ROWS, fallback_rows=1,
+                                                      passes=ONE_READ, roots=_one_pass_roots),
+        "buckets_fused_r0": lambda p, q, d, u: DB.verify(p, q, d, u, fallback=False, rounds=0, passes=ONE_READ,
+                                                         roots=_one_pass_roots),
         "sortfree": lambda p, q, d, u: SF.verify(p, q, d, u),
         "sortfree_F1": lambda p, q, d, u: SF.verify(p, q, d, u, fallback_rows=1),
         "sortfree_cert": lambda p, q, d, u: SF.verify(p, q, d, u, fallback=False),

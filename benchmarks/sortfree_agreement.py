@@ -76,7 +76,7 @@ def point(V: int, n: int, noise: float | str | None, total: int, B: int, seed: i
 def host_point(V: int, n: int, noise: float | str | None, total: int, B: int, seed: int = 0) -> dict[str, int]:
     """The CPU route with and without its bounded window on ``total`` rows: how many differ (token or slot), and the
     statuses of the bounded route's rows (``buckets._native_rows``: 1 certified at once, 2 on the retry, else the
-    full sort)."""
+    full sort, which some such rows take inside the call: ``buckets.whole_rows``)."""
 
     from otlp.optimal import buckets as BK
 
@@ -92,7 +92,7 @@ def host_point(V: int, n: int, noise: float | str | None, total: int, B: int, se
         BK.BOUND = True
         ph, qh = (x.numpy() if x.dtype == torch.float64 else x.float().numpy() for x in (p, q))
         status = BK._native_rows(ph, qh, BK.inverse_sums(ph), BK.inverse_sums(qh), drafts.numpy(), u.numpy(), n,
-                                 sc)[2]
+                                 sc, whole=0)[2]  # (whole=0: the rows the buckets leave, in the call or not)
         out["rows"] += B
         out["wrong"] += int(((got[0] != want[0]) | (got[1] != want[1])).sum())
         out["first"] += int((status == 1).sum())

@@ -205,7 +205,8 @@ def host_rates(B: int, V: int, n: int, noise: float | None) -> dict[str, int]:
     u = torch.rand((B, 2), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     ph, qh = p.numpy(), q.numpy()
     status = BK._native_rows(ph, qh, BK.inverse_sums(ph), BK.inverse_sums(qh), drafts.numpy(), u.numpy(), n,
-                             BK.scheme(BK.bits_for(V)))[2]
+                             BK.scheme(BK.bits_for(V)), whole=0)[2]  # (the rows it leaves: some then take the full
+    # order inside the call, buckets.whole_rows, the rest the caller's full sort)
     return {"host_first": int((status == 1).sum()), "host_retry": int((status > 1).sum()),
             "host_full": int(np.sum(status <= 0))}
 

@@ -28,8 +28,9 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    rejected tuple, no run's inside at or after M at or below tau, and position M a token. A row that fails gets the
    failing runs' buckets sorted too and is tried once more (``ATTEMPTS``); then the caller takes the full sort. A
    row whose compressed instance would hold more than 1 / ``FULL_SORT_SHARE`` of its tokens (a draft close to the
-   target: its ratios fill a few octaves' buckets) takes the full sort without a try (where the native route's rows
-   go to a team of threads, in the call: every bucket sorted and no run merged, which is its full order).
+   target: its ratios fill a few octaves' buckets) takes the full sort without a try (on the native route some such
+   rows, and rows that failed every try, take it in the call, :func:`whole_rows`: every bucket sorted and no run
+   merged, which is its full order).
 
 *Bounded window* (``BOUND``, the native route only; issue 41). On a draft close to its target the served window
 s .. top holds thousands of tokens, and requiring each to be a sorted token (5.) turned the row into a full sort
@@ -79,8 +80,12 @@ MIN_ENTRIES = 1 << 15
 ATTEMPTS = 2
 #: a row whose compressed instance holds more than 1 / FULL_SORT_SHARE of its tokens takes the full sort at once: a
 #: draft close to the target (ratios within a few octaves) selects most buckets, and its first attempt then fails
-#: and its second is a full sort with the buckets' work on top.
-FULL_SORT_SHARE = 5
+#: and its second is a full sort with the buckets' work on top. With the bounded window (``BOUND``) such rows
+#: mostly certify: at V = 2k a close draft's served window fills the few octaves' buckets (4 an octave), 20-41 of 64
+#: rows held more than a fifth of their tokens, and the caller's full sort of them took 1.6-2x the time of trying
+#: them (one thread, optimal call, 2 against 5: V = 2k, B = 64, sigma 0.5 n = 2 0.50-0.62x, sigma 1 n = 4
+#: 0.45-0.62x, n = 8 0.88x; B = 1-8 0.58-0.69x; V = 32k B = 64 0.96x; two threads, V = 2k B = 64 0.54-0.59x).
+FULL_SORT_SHARE = 2
 #: rows per chunk (:func:`verify_chunks`): at most this many entries of one [rows, V] array, and one chunk per host
 #: thread at least. On the numpy route each chunk also pays its bucket levels and selection (a few dozen numpy calls
 #: on [rows, NB] arrays), so there fewer chunks cost less (measured before the native route, whose rows take no
@@ -88,6 +93,11 @@ FULL_SORT_SHARE = 5
 #: time at B = 8 and 64, V = 32k-128k, one thread, and 0.85x at B = 64, V = 152k, two threads (B = 16, V = 32k, two
 #: threads: 1.05x, within noise).
 CHUNK = 1 << 21
+#: with one thread, where at most WHOLE_ROWS rows of a call are left by the buckets, they take their full order in a
+#: second native call (every bucket selected), not the caller's full sort, which costs about 0.3 ms a call before its
+#: first row and 0.8-0.95x the kernel's time a row after it (one thread, V = 2k, close drafts: B = 8 with one or two
+#: such rows 0.58-0.98x the optimal call's time, B = 64 with one 0.86x; with 13 to 41 of 64 rows in C, 1.07-1.10x).
+WHOLE_ROWS = 4
 #: the native route lets merged runs lie inside the served window and bounds their share of the chain's hazard
 #: (``bucket_rule.c``'s ``window_bound``, issue 41), deciding the slot where the bounds do; else it sorts them.
 BOUND = True
@@ -149,7 +159,7 @@ def scheme(bits: int) -> Scheme:
                   KEY=np.concatenate([edges, [-1.0]]))
 
 
-def psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n: int):  # noqa: ANN001, ANN201 - numpy arrays
+def psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n: int):  # noqa: ANN001, ANN201 - numpy arrays or tensors
     """A lower bound of psi over the prefixes that end inside a bucket (GR Lemma 6.3's psi = P - Q^n).
 
     The bucket holds tokens of ratio q/p in [lo, hi) and masses (pb, qb); the buckets above it hold (Pa, Qa). A prefix
@@ -158,9 +168,11 @@ def psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n: int):  # noqa: ANN001, ANN201 
     first line minus (Qa + x)^n up to the crossing x_c = (qb / lo - pb) / (1 / lo - 1 / hi), the second after it;
     each piece is concave, so f >= min(f(0), f(x_c), f(qb)) with f(0) = psi at the bucket's start and f(qb) = psi at
     its end. Returns f(x_c) (lo = 0: only the first line, x_c = qb)."""
+    tensors = not isinstance(Pa, (np.ndarray, np.generic, float))  # torch (otlp/optimal/device_buckets.py)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        x_c = np.where(lo > 0, (qb / lo - pb) / (1.0 / lo - 1.0 / hi), qb)
-        x_c = np.minimum(np.maximum(x_c, 0.0), qb)  # (finite: hi > lo, and lo = 0 takes qb)
+        x_c = (X.namespace(Pa) if tensors else np).where(lo > 0, (qb / lo - pb) / (1.0 / lo - 1.0 / hi), qb)
+        # (finite: hi > lo, and lo = 0 takes qb)
+        x_c = x_c.clamp(min=0.0).minimum(qb) if tensors else np.minimum(np.maximum(x_c, 0.0), qb)
         return psi_head(Pa + x_c / hi, Qa + x_c, n)  # (products, not pow: otlp.core.psi.int_power)
 
 
@@ -189,7 +201,13 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     team = threads.count() if B * V >= THREADS_MIN else 1
     got = _native_rows(*load(slice(0, B)), w, U, n, sc, threads=team) if native.library() else None
     if got is not None:  # every row start to end in C, on the host threads inside the call
-        return got[0], got[1], got[2] > 0
+        tokens, index, status = got
+        left = np.flatnonzero(status <= 0)  # (none with a team: it took their full order in the call)
+        if 0 < left.size <= WHOLE_ROWS:  # a few: their full order in C too, every bucket selected
+            forced = np.ones((left.size, sc.NB), dtype=bool)
+            tokens[left], index[left], status[left] = _native_rows(*load(left), w[left], U[left], n, sc,
+                                                                   forced=forced, whole=left.size)
+        return tokens, index, status > 0
     step = threads.chunk_rows(B, CHUNK // max(V, 1))
 
     def chunk(lo: int) -> _Found:
@@ -215,14 +233,25 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
 
 def _native_rows(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, U: np.ndarray,
                  n: int, sc: Scheme, forced: np.ndarray | None = None, threads: int = 1,
-                 bound: bool | None = None):  # noqa: ANN202
+                 bound: bool | None = None, whole: int | None = None):  # noqa: ANN202
     """:func:`otlp.backend.native.bucket_rule` with this module's scheme and constants: ``(tokens, index, status)`` of
     the rows ``p, q [b, V]`` (``forced bool [b, NB]``: the first attempt's selection; ``threads``: an OpenMP team of
-    that many takes the rows inside the call), or None without the kernels."""
+    that many takes the rows inside the call; ``whole``: how many rows the buckets do not certify may take their full
+    order in the call, status ``ATTEMPTS + 1``, default :func:`whole_rows`), or None without the kernels."""
+    b = p.shape[0]
     return native.bucket_rule(p, q, inv_p, inv_q, w, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=_top(sc.bits),
                               NB=sc.NB, below=_BELOW, above=2.0**OCTAVES, LO=sc.LO, HI=sc.HI, margin=BOUND_MARGIN,
                               share=FULL_SORT_SHARE, attempts=ATTEMPTS, bound=BOUND if bound is None else bound,
-                              forced=forced, threads=threads)
+                              forced=forced, threads=threads, whole=whole_rows(b, threads) if whole is None else whole)
+
+
+def whole_rows(B: int, threads: int) -> int:
+    """How many of a call's ``B`` rows that the buckets do not certify (a draft so close to its target that the row
+    hardly compresses, or every attempt failed) take their full order inside ``otlp_bucket_rule`` (every bucket
+    sorted, no run merged) rather than status 0 or -ATTEMPTS: all of them with a team of ``threads`` > 1 (the team
+    takes them side by side), else none (:func:`verify_chunks` then gives up to ``WHOLE_ROWS`` of them a second
+    native call, and more the caller's full sort)."""
+    return B if threads > 1 else 0
 
 
 def inverse_sums(x: np.ndarray, total: np.ndarray | None = None) -> np.ndarray:

@@ -153,10 +153,14 @@ def _fallback(pre: C.Prefix, w, U, todo, tokens, index, rows: int | None):  # no
 class _Group:
     """The served group of each row's drafted tuple on the ratio order, cut into cells of ``k`` positions."""
 
-    def __init__(self, pre: C.Prefix, w, k: int, roots=C.slot_mass) -> None:  # noqa: ANN001
+    def __init__(self, pre: C.Prefix, w, k: int, roots=C.slot_mass, ratio=None, merged=None) -> None:  # noqa: ANN001
+        """``ratio, merged [B, V]`` by position (both or neither; :mod:`.device_buckets`'s compressed instance): the
+        ratio r of each position (a merged run's: the largest its tokens may have) and which positions are merged
+        runs of tokens, whose hazard is never exact but the interval of one cell of that one position."""
         import torch
 
         self.pre, self.w, self.k, self.n, self.roots = pre, w, k, pre.n, roots
+        self.ratio, self.merged = ratio, merged
         n = pre.n
         V = pre.ps.shape[-1]
         self.V, self.NC = V, -(-V // k)
@@ -167,10 +171,11 @@ class _Group:
         self.cs, self.ct = self.s // k, self.top // k  # [B, 1] the cells of s and of the top draw
         # the exact cells: the draws' (slots 0 .. n-1) and s's (slot n); their per-position hazards [B, n + 1, k]
         self.ecell = torch.cat([self.pos // k, self.cs], dim=1)  # [B, n + 1]
-        self.elam = self._cell_hazards(self.ecell)
-        cum = self.elam.cumsum(-1)  # [B, n + 1, k]
+        self.elo, self.ehi = self.cell_intervals(self.ecell)
         off = (self.pos - self.ecell[:, :n] * k)[:, :, None]  # [B, n, 1] each draw's offset in its cell
-        self.partial = cum[:, :n].gather(-1, off)[..., 0]  # [B, n] hazard from the cell's start up to the draw
+        # [B, n] the hazard from the cell's start up to the draw, bounds (equal without merged runs)
+        self.partial_lo = self.elo.cumsum(-1)[:, :n].gather(-1, off)[..., 0]
+        self.partial_hi = self.ehi.cumsum(-1)[:, :n].gather(-1, off)[..., 0]
         self.in_group = self.pos >= self.s  # [B, n]
 
     # -- the chain's quantities at positions -------------------------------------------------------------------------
@@ -186,7 +191,8 @@ class _Group:
         q_div = torch.where(q_pos, qs, 1.0)
         t_first = X.maximum(ps - (self.psi_e - self.psi_s), 0.0)
         first = (j == self.s) & self.outer
-        return torch.where(q_pos, torch.where(first, t_first / q_div, 1.0 / (q_div / ps)), 0.0)
+        r = torch.where(q_pos, 1.0 / (q_div / ps), 0.0) if self.ratio is None else X.take(self.ratio, j)
+        return torch.where(q_pos & first, t_first / q_div, r)
 
     def _F(self, H, psi, r):  # noqa: ANN001, ANN202
         """F(H, psi, r) (module docstring): the largest root in [0, Qe - H], by :func:`.chains.slot_mass`."""
@@ -226,10 +232,22 @@ class _Group:
         s's and the top draw's, 0 elsewhere."""
         import torch
 
-        pre, k, n = self.pre, self.k, self.n
+        k = self.k
         c = torch.arange(self.NC, device=self.s.device)[None, :]  # [1, NC]
         a = (c * k).expand(self.s.shape[0], -1)  # [B, NC] first positions
-        b = (a + k).clamp(max=self.V)  # one past the last
+        lo, hi = self._interval(a, (a + k).clamp(max=self.V))
+        between = (c > self.cs) & (c < self.ct)
+        lo = torch.where(between, lo * (1.0 - TOL_REL) - TOL_ABS, 0.0).clamp(min=0.0)
+        hi = torch.where(between, hi * (1.0 + TOL_REL) + TOL_ABS, 0.0)
+        exact = torch.zeros_like(lo, dtype=torch.bool)
+        return self._set_exact(lo, hi, exact, self.ecell, self.elo, self.ehi)
+
+    def _interval(self, a, b):  # noqa: ANN001, ANN202 - first positions a, one past the last b [B, m] (a < b)
+        """``(lo, hi)`` ``[B, m]``: the interval of the module docstring on the hazard over positions a .. b - 1
+        (unwidened; [0, CAP] where the ratios do not increase)."""
+        import torch
+
+        pre, n = self.pre, self.n
         Qa, psi_a = X.take(pre.prefix_q, a), X.take(pre.psi, a)
         qb = X.take(pre.prefix_q, b) - Qa
         r0, r1 = self._ratio((a - 1).clamp(min=0)), self._ratio(b - 1)
@@ -239,19 +257,33 @@ class _Group:
         lo = lo.nan_to_num(0.0, posinf=CAP).clamp(0.0, CAP)
         hi = hi.nan_to_num(CAP, posinf=CAP).clamp(0.0, CAP)
         bad = r1 < r0  # ratios not increasing (q = 0 tokens after the top draw's): no bound
-        lo, hi = torch.where(bad, 0.0, lo), torch.where(bad, CAP, torch.maximum(hi, lo))
-        between = (c > self.cs) & (c < self.ct)
-        lo = torch.where(between, lo * (1.0 - TOL_REL) - TOL_ABS, 0.0).clamp(min=0.0)
-        hi = torch.where(between, hi * (1.0 + TOL_REL) + TOL_ABS, 0.0)
-        exact = torch.zeros_like(lo, dtype=torch.bool)
-        return self._set_exact(lo, hi, exact, self.ecell, self.elam)
+        return torch.where(bad, 0.0, lo), torch.where(bad, CAP, torch.maximum(hi, lo))
 
-    def _set_exact(self, lo, hi, exact, cells, lam):  # noqa: ANN001, ANN202
-        """``lo, hi, exact`` with the cells ``cells [B, m]`` set to their exact hazards ``lam [B, m, k]``."""
-        val = lam.sum(-1)  # [B, m]
-        tol = TOL_ABS + TOL_REL * val
-        return (lo.scatter(1, cells, val - tol), hi.scatter(1, cells, val + tol),
-                exact.scatter(1, cells, True))
+    def cell_intervals(self, cells):  # noqa: ANN001, ANN201 - [B, m] cell numbers -> ([B, m, k], [B, m, k])
+        """The hazards of the cells ``cells`` position by position, as bounds: exact (:meth:`_cell_hazards`) but at
+        merged runs (``merged``), which take the interval of a cell of their one position (widened by ``TOL_*``)."""
+        import torch
+
+        lam = self._cell_hazards(cells)
+        if self.merged is None:
+            return lam, lam
+        B, m = cells.shape
+        j = cells[:, :, None] * self.k + torch.arange(self.k, device=cells.device)  # [B, m, k]
+        a = j.reshape(B, -1).clamp(max=self.V - 1)
+        lo, hi = (x.reshape(B, m, self.k) for x in self._interval(a, a + 1))
+        live = (j > self.s[:, :, None]) & (j <= self.top[:, :, None])
+        run = X.take(self.merged, a).reshape(B, m, self.k) & live
+        lo = (lo * (1.0 - TOL_REL) - TOL_ABS).clamp(min=0.0)
+        hi = hi * (1.0 + TOL_REL) + TOL_ABS
+        return torch.where(run, lo, lam), torch.where(run, hi, lam)
+
+    def _set_exact(self, lo, hi, exact, cells, lam_lo, lam_hi=None):  # noqa: ANN001, ANN202
+        """``lo, hi, exact`` with the cells ``cells [B, m]`` set to their hazards ``lam_lo .. lam_hi [B, m, k]``
+        (position by position; ``lam_hi`` None: exact, ``lam_lo``)."""
+        val_lo = lam_lo.sum(-1)  # [B, m]
+        val_hi = val_lo if lam_hi is None else lam_hi.sum(-1)
+        return (lo.scatter(1, cells, val_lo - TOL_ABS - TOL_REL * val_lo),
+                hi.scatter(1, cells, val_hi + TOL_ABS + TOL_REL * val_hi), exact.scatter(1, cells, True))
 
     def refine(self, lo, hi, exact, m: int):  # noqa: ANN001, ANN201
         """The widest ``m`` bounded cells of every row made exact."""
@@ -259,7 +291,7 @@ class _Group:
 
         width = torch.where(exact, -1.0, hi - lo)
         cells = width.topk(min(m, self.NC), dim=1).indices  # [B, m]
-        return self._set_exact(lo, hi, exact, cells, self._cell_hazards(cells))
+        return self._set_exact(lo, hi, exact, cells, *self.cell_intervals(cells))
 
     # -- the certificate --------------------------------------------------------------------------------------------
 
@@ -272,8 +304,8 @@ class _Group:
         z = lo.new_zeros(lo.shape[0], 1)
         clo, chi = torch.cat([z, lo.cumsum(1)], 1), torch.cat([z, hi.cumsum(1)], 1)  # [B, NC + 1] exclusive sums
         cell = self.pos // k
-        L_lo = X.take(clo, cell) + self.partial  # [B, n] the hazard over s + 1 .. d, bounds
-        L_hi = X.take(chi, cell) + self.partial
+        L_lo = X.take(clo, cell) + self.partial_lo  # [B, n] the hazard over s + 1 .. d, bounds
+        L_hi = X.take(chi, cell) + self.partial_hi
         # the group's draws by position, descending (chains._pieces)
         key = torch.where(self.in_group, self.pos, -1)
         by_pos = X.stable_descending(key)  # [B, n]

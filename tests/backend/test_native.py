@@ -631,16 +631,18 @@ def test_the_kseq_first_stage_is_numpys(dtype) -> None:  # noqa: ANN001
 @pytest.mark.parametrize("bits", [2, 5])
 def test_a_selected_buckets_tokens_are_sorted_as_a_stable_argsort(bits: int) -> None:
     """``bucket_rule.c`` orders a selected bucket's tokens by decreasing key, ties in token order: by a counting sort
-    on the 12 pattern bits after the bucket's own, then within each group (or, for small and edge buckets, alone).
-    Keys of one bucket: spread over it, crowded into a few groups (keys equal in all but their last bits), with exact
-    ties, and small; the edge buckets with +inf, 0 and -1."""
+    on the pattern bits after the bucket's own (bit_length(m) + 1 of them for m tokens, at most 12), then within each
+    group (or, for small and edge buckets, alone). Keys of one bucket: spread over it, crowded into a few groups (keys
+    equal in all but their last bits), with exact ties, and small; sizes that take 8 to 12 bits; the edge buckets with
+    +inf, 0 and -1."""
     sc = BK.scheme(bits)
     rng = np.random.default_rng(bits)
     k = sc.NB // 3  # an inner bucket: keys in [LO, HI)
     lo, hi = sc.LO[k], sc.HI[k]
     spread = lo + (hi - lo) * rng.random(5000)
     crowded = lo * (1.0 + 1e-9 * rng.integers(0, 40, size=3000))  # a few 12-bit groups, many keys each, ties
-    for key in (spread, crowded, np.concatenate([crowded, spread]), spread[:40], crowded[:200]):
+    for key in (spread, crowded, np.concatenate([crowded, spread]), spread[:40], crowded[:200], spread[:100],
+                crowded[:100], spread[:700], np.concatenate([crowded[:300], spread[:300]])):
         assert (key >= lo).all() and (key < hi).all()
         np.testing.assert_array_equal(native.sort_bucket(key, bits), np.argsort(-key, kind="stable"))
     edge = np.concatenate([[np.inf, 2.0**40, np.inf], 2.0**32 * (1 + rng.random(300)), [0.0, -1.0, 0.0, -1.0]])

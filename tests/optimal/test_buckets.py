@@ -171,10 +171,11 @@ def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytes
     """A row whose compressed instance would hold more than 1 / FULL_SORT_SHARE of its tokens (here a draft close
     to the target: every ratio within a few octaves) is not tried on the buckets; the CPU sampler gives it the full
     sort, and every row draws what the full sort draws. (The native route with the window's bounds, ``BOUND``,
-    compresses such a row: off here.)"""
+    compresses such a row: off here; and none takes its full order in C, ``WHOLE_ROWS``: the next test.)"""
     import torch
 
     monkeypatch.setattr(BK, "BOUND", False)
+    monkeypatch.setattr(BK, "WHOLE_ROWS", 0)
 
     from otlp.backend import threads
     from otlp.optimal.sampler import verify
@@ -209,6 +210,44 @@ def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytes
     np.testing.assert_array_equal(i1.numpy(), i0)
 
 
+@pytest.mark.skipif(native.library() is None, reason="needs otlp's C kernels")
+def test_with_one_thread_a_few_rows_that_hardly_compress_take_their_full_order_in_c(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one thread, up to ``whole`` of a call's rows that the buckets leave (here two close drafts) take every
+    bucket in the call (status ATTEMPTS + 1), the first that ask; the others keep status 0 for the caller's full sort.
+    Either way each row draws the full sort's token and slot; :func:`BK.verify_rows` gives them a second native call
+    where they are at most ``WHOLE_ROWS``, and its answer is the full sort's either way. (``BOUND`` off: with the
+    window's bounds such rows compress.)"""
+    monkeypatch.setattr(BK, "BOUND", False)
+    rng = np.random.default_rng(16)
+    P, Q, W = _lm(rng, 8, 20_000, 4)
+    for b in (2, 5):
+        close = np.exp(np.log(P[b]) + 0.02 * rng.normal(size=20_000))  # all but a few percent of its tokens selected
+        Q[b] = close / close.sum()
+        W[b] = rng.choice(20_000, size=4, p=Q[b])
+    sc = BK.scheme(BK.bits_for(20_000))
+    one = np.ones(8)
+    U = rng.random((8, 2))
+    t0, i0 = _full(P, Q, W, U, 4)
+    for whole, want in ((0, [0, 0]), (1, [BK.ATTEMPTS + 1, 0]), (2, [BK.ATTEMPTS + 1] * 2)):
+        tokens, index, status = BK._native_rows(P, Q, one, one, W, U, 4, sc, threads=1, whole=whole)
+        np.testing.assert_array_equal(status[[2, 5]], want)
+        assert (status[[0, 1, 3, 4, 6, 7]] > 0).all() and (status[[0, 1, 3, 4, 6, 7]] <= BK.ATTEMPTS).all()
+        ok = status > 0
+        np.testing.assert_array_equal(tokens[ok], t0[ok])
+        np.testing.assert_array_equal(index[ok], i0[ok])
+    assert BK.whole_rows(8, 1) == 0 and BK.whole_rows(8, 2) == 8
+    from otlp.backend import threads
+
+    monkeypatch.setattr(threads, "count", lambda: 1)  # (a team would take every such row)
+    for most in (0, 1, 2, 4):
+        monkeypatch.setattr(BK, "WHOLE_ROWS", most)
+        tokens, index, done = BK.verify_rows(P, Q, W, U, 4)
+        assert done[[0, 1, 3, 4, 6, 7]].all() and done[[2, 5]].sum() == (2 if most >= 2 else 0)
+        np.testing.assert_array_equal(tokens[done], t0[done])
+        np.testing.assert_array_equal(index[done], i0[done])
+
+
 @needs_openmp
 def test_with_a_team_a_row_that_hardly_compresses_takes_its_full_order_in_the_call(
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -231,7 +270,7 @@ def test_with_a_team_a_row_that_hardly_compresses_takes_its_full_order_in_the_ca
     for _ in range(5):
         U = rng.random((6, 2))
         t0, i0 = _full(P, Q, W, U, 4)
-        _, _, alone = BK._native_rows(P, Q, one, one, W, U, 4, sc, threads=1)
+        _, _, alone = BK._native_rows(P, Q, one, one, W, U, 4, sc, threads=1, whole=0)
         tokens, index, status = BK._native_rows(P, Q, one, one, W, U, 4, sc, threads=3)
         assert (alone[[1, 4]] == 0).all() and (status > 0).all()  # one thread leaves them; the team answers
         np.testing.assert_array_equal(tokens, t0)
@@ -266,8 +305,10 @@ _SELECT = BK._Level.select
 
 def _with_selection(rule):  # noqa: ANN001, ANN202
     """``buckets._native_rows`` given the numpy route's selection (``_Level.select``, which a test may replace) as
-    its first attempt's."""
+    its first attempt's (unless the caller forces one: verify_chunks' second call, every bucket)."""
     def forced(p, q, inv_p, inv_q, w, u, n, sc, selected=None, **threading):  # noqa: ANN001, ANN202, ANN003
+        if "forced" in threading:
+            return rule(p, q, inv_p, inv_q, w, u, n, sc, **threading)
         return rule(p, q, inv_p, inv_q, w, u, n, sc, BK._gather(p, q, inv_p, inv_q, w, u, n, sc).selected,
                     **threading)
     return forced
@@ -403,13 +444,14 @@ def _counting(attempt, failed: list):  # noqa: ANN001, ANN202
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_the_routes_certify_the_same_rows(monkeypatch: pytest.MonkeyPatch, V: int, n: int) -> None:
     """The native route (a row at a time) selects and certifies as the numpy route (all rows at once) does: the same
-    rows are certified, with the same token and slot, on LM-shaped rows for several uniforms (one thread: a team
-    also answers the rows that hardly compress, below). ``BOUND`` off: the native route's window bounds and the
-    selection that goes with them are its own (test_a_run_inside_the_served_chain_is_bounded, tests/optimal/
-    test_bounded_window.py)."""
+    rows are certified, with the same token and slot, on LM-shaped rows for several uniforms (one thread, and no row
+    takes its full order in C, ``WHOLE_ROWS``: those rows would be answered too, above). ``BOUND``
+    off: the native route's window bounds and the selection that goes with them are its own
+    (test_a_run_inside_the_served_chain_is_bounded, tests/optimal/test_bounded_window.py)."""
     from otlp.backend import threads
 
     monkeypatch.setattr(threads, "count", lambda: 1)
+    monkeypatch.setattr(BK, "WHOLE_ROWS", 0)
     monkeypatch.setattr(BK, "BOUND", False)
     rng = np.random.default_rng([V, n])
     P, Q, W = _lm(rng, 12, V, n)

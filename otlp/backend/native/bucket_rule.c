@@ -68,35 +68,40 @@ static void sort_by_key(int64_t *cols, int64_t m, const double *key, int64_t *tm
     memcpy(cols, tmp, sizeof(int64_t) * (size_t)m);
 }
 
-#define DIGIT_BITS 12 /* a large bucket's tokens are first spread by the 12 pattern bits after its own */
+#define DIGIT_BITS 12 /* a large bucket's tokens are first spread by at most the 12 pattern bits after its own */
 #define DIGITS (1 << DIGIT_BITS)
 #define RADIX_MIN 64  /* from this many tokens in a bucket */
 
 /* A selected bucket's tokens cols [m] (in token order) by decreasing key, stable: keys in [lo, hi) of one bucket
- * share their pattern's leading bits down to `shift`, so the next DIGIT_BITS bits spread them into DIGITS ordered
- * groups (a counting sort, stable), each then sorted by sort_by_key; the top and bottom buckets (unbounded ratio
- * ranges, keys 0 and -1) and small buckets by sort_by_key alone. tmp: m places; count: DIGITS + 1. */
+ * share their pattern's leading bits down to `shift`, so the next d bits spread them into 2^d ordered groups (a
+ * counting sort, stable), each then sorted by sort_by_key; the top and bottom buckets (unbounded ratio ranges, keys
+ * 0 and -1) and small buckets by sort_by_key alone. d grows with m, about 4 tokens a group (2^d counts to clear and
+ * add up: at a fixed 12 bits, 4,096 of them for a bucket of 100 tokens cost more than its sort), from 4 bits up to
+ * DIGIT_BITS. tmp: m places; count: DIGITS + 1. */
 static void sort_bucket(int64_t *cols, int64_t m, const double *key, int64_t *tmp, int64_t *count, int shift,
                         int edge) {
-    if (m <= RADIX_MIN || edge || shift < DIGIT_BITS) {
+    const int width = 64 - __builtin_clzll((unsigned long long)m) + 1; /* bit_length(m) + 1 */
+    const int bits = width < 4 ? 4 : width > DIGIT_BITS ? DIGIT_BITS : width;
+    if (m <= RADIX_MIN || edge || shift < bits) {
         sort_by_key(cols, m, key, tmp);
         return;
     }
-    const int low = shift - DIGIT_BITS;
-    memset(count, 0, sizeof(int64_t) * (DIGITS + 1));
+    const int low = shift - bits;
+    const int64_t groups = (int64_t)1 << bits, mask = groups - 1;
+    memset(count, 0, sizeof(int64_t) * (size_t)(groups + 1));
     for (int64_t i = 0; i < m; i++) {
         int64_t pattern;
         memcpy(&pattern, &key[cols[i]], sizeof pattern);
-        count[(DIGITS - 1 - ((pattern >> low) & (DIGITS - 1))) + 1]++; /* larger keys first */
+        count[(mask - ((pattern >> low) & mask)) + 1]++; /* larger keys first */
     }
-    for (int d = 0; d < DIGITS; d++) count[d + 1] += count[d];
+    for (int64_t d = 0; d < groups; d++) count[d + 1] += count[d];
     for (int64_t i = 0; i < m; i++) {
         int64_t pattern;
         memcpy(&pattern, &key[cols[i]], sizeof pattern);
-        tmp[count[DIGITS - 1 - ((pattern >> low) & (DIGITS - 1))]++] = cols[i];
+        tmp[count[mask - ((pattern >> low) & mask)]++] = cols[i];
     }
     int64_t at = 0; /* count[d] is now where group d ends */
-    for (int d = 0; d < DIGITS; d++) {
+    for (int64_t d = 0; d < groups; d++) {
         if (count[d] - at > 1) sort_by_key(tmp + at, count[d] - at, key, cols);
         at = count[d];
     }
@@ -115,6 +120,8 @@ int otlp_sort_bucket(const double *key, int64_t m, int shift, int edge, int64_t 
 }
 
 #define SEGS(NB) ((NB) + 2 * MAX_N + 2) /* runs of a compressed instance, at most */
+#define SPLIT_WAYS 4 /* row_gather's interleaved copies of the sub-run sums (MERGE adds four) */
+#define SPLIT_SLOTS ((MAX_N + 1) * (MAX_N + 1)) /* sub-runs of a row's partial buckets, at most */
 
 /* A partial bucket k (a draft's, not sorted: row_gather): its m distinct drafted tokens (ids, keys, and their
  * columns among the gathered tokens) by decreasing key, ties by id, and the sums of its other tokens between them
@@ -132,7 +139,9 @@ struct work {
     int64_t *ident, *start, *run_first, *run_last;    /* [NB + 1] */
     int64_t *count;                                   /* [DIGITS + 1] */
     double *run_p, *run_q, *run_low;                  /* [NB] */
-    int64_t *F, *order, *tmp;                         /* [V + NB + 1] */
+    int64_t *F, *order, *tmp, *slot;                  /* [V + NB + 1] */
+    double *acc;                                      /* [2 SPLIT_WAYS SPLIT_SLOTS]: row_gather's sub-run sums */
+    int64_t *acc_n;                                   /* [SPLIT_WAYS SPLIT_SLOTS] */
     double *Pg, *Qg, *key, *ps, *qs, *pq, *sq, *psi, *pwork;
     /* the served window's bounded segments (window_bound): [SEGS(NB)] each, the chain's positions [n + 2 SEGS(NB)],
      * the roots' arguments and values [4 SEGS(NB)] */
@@ -150,14 +159,15 @@ static int work_alloc(struct work *W, int64_t V, int64_t NB) {
                       &W->run_p, &W->run_q, &W->run_low, &W->lwork};
     double **com[] = {&W->Pg, &W->Qg, &W->key, &W->ps, &W->qs, &W->pq, &W->sq, &W->psi, &W->pwork};
     const size_t n_lev = sizeof lev / sizeof *lev, n_com = sizeof com / sizeof *com;
-    const size_t doubles = 2 * nb + n_lev * nb + n_com * K;
-    const size_t ints = 4 * nb + 3 * K + DIGITS + 1;
+    const size_t doubles = 2 * nb + n_lev * nb + n_com * K + 2 * SPLIT_WAYS * SPLIT_SLOTS;
+    const size_t ints = 4 * nb + 4 * K + DIGITS + 1 + SPLIT_WAYS * SPLIT_SLOTS;
     W->block = malloc(sizeof(double) * doubles + sizeof(int64_t) * ints + (size_t)V * 2 + 6 * nb + 64);
     if (!W->block) return -1;
     double *d = W->block;
     W->hist = d, d += 2 * nb;
     for (size_t i = 0; i < n_lev; i++) *lev[i] = d, d += nb;
     for (size_t i = 0; i < n_com; i++) *com[i] = d, d += K;
+    W->acc = d, d += 2 * SPLIT_WAYS * SPLIT_SLOTS;
     int64_t *x = (int64_t *)d;
     W->ident = x, x += nb;
     W->start = x, x += nb;
@@ -166,6 +176,8 @@ static int work_alloc(struct work *W, int64_t V, int64_t NB) {
     W->F = x, x += K;
     W->order = x, x += K;
     W->tmp = x, x += K;
+    W->slot = x, x += K;
+    W->acc_n = x, x += SPLIT_WAYS * SPLIT_SLOTS;
     W->count = x, x += DIGITS + 1;
     W->bucket = (uint16_t *)x;
     W->sel = (uint8_t *)(W->bucket + V);
@@ -369,31 +381,58 @@ static int64_t row_gather(struct work *W, int64_t NB, const void *p, const void 
         W->key[t] = r == r ? r : -1.0;
     }
     /* without a branch on a token's kind (selected and partial tokens interleave at random): the kept tokens (a
-     * selected bucket's, or a draft) flagged (W->order) and the partial buckets' others listed (W->tmp); those added
-     * into their sub-runs in token order, each part's drafts padded to the most any part holds with entries before
-     * no token (key -inf, id -1); then the kept ones compacted in token order */
-    int64_t L = 0, MM = 0, *list = W->tmp, *kept = W->order;
+     * selected bucket's, or a draft: found by bisection in F) flagged (W->order) and the partial buckets' others
+     * listed (W->tmp), each with its sub-run (W->slot: part i's sub-run v at i (MM + 1) + v, v the number of the
+     * part's drafts before it in the ratio order, its drafts padded to the most any part holds with entries before
+     * no token, key -inf and id -1); those added into their sub-runs in SPLIT_WAYS interleaved copies (token l of
+     * the list into copy l mod SPLIT_WAYS: consecutive tokens of one sub-run, the common case on a close draft, do
+     * not wait on each other's add), merged pairwise in a fixed order (the same sums whatever the thread); then the
+     * kept ones compacted in token order */
+    int64_t L = 0, MM = 0, *list = W->tmp, *kept = W->order, *slot = W->slot;
+    for (int64_t t = 0; t < all; t++) kept[t] = code[W->bucket[W->F[t]]] == 1;
+    for (int j = 0; j < n; j++) {
+        const int64_t c = column_of(W, all, w[j]);
+        if (c < all && W->F[c] == w[j]) kept[c] = 1;
+    }
     for (int64_t t = 0; t < all; t++) {
-        const int64_t x = W->F[t];
-        int64_t keep = code[W->bucket[x]] == 1;
-        for (int j = 0; j < n; j++) keep |= w[j] == x;
-        kept[t] = keep;
         list[L] = t;
-        L += !keep;
+        L += !kept[t];
     }
     for (int i = 0; i < np; i++) MM = parts[i].m > MM ? parts[i].m : MM;
     for (int i = 0; i < np; i++)
         for (int64_t a = parts[i].m; a < MM; a++) parts[i].id[a] = -1, parts[i].key[a] = -INFINITY;
+    const int64_t stride = MM + 1, used = np * stride;
     for (int64_t l = 0; l < L; l++) {
-        const int64_t t = list[l], x = W->F[t];
-        struct part *D = parts + code[W->bucket[x]] - 2;
+        const int64_t t = list[l], x = W->F[t], i = code[W->bucket[x]] - 2;
+        const struct part *D = parts + i;
         const double key = W->key[t];
         int64_t v = 0;
-        for (int64_t a = 0; a < MM; a++) v += D->key[a] > key || (D->key[a] == key && D->id[a] < x);
-        D->p[v] += W->Pg[t];
-        D->q[v] += W->Qg[t];
-        D->cnt[v]++;
+        for (int64_t a = 0; a < MM; a++) /* (no branch: the comparisons fall either way at random) */
+            v += (int64_t)((D->key[a] > key) | ((D->key[a] == key) & (D->id[a] < x)));
+        slot[l] = i * stride + v;
     }
+    double *acc_p = W->acc, *acc_q = W->acc + SPLIT_WAYS * SPLIT_SLOTS;
+    int64_t *acc_n = W->acc_n;
+    for (int c = 0; c < SPLIT_WAYS; c++)
+        for (int64_t k = 0; k < used; k++) {
+            acc_p[c * SPLIT_SLOTS + k] = acc_q[c * SPLIT_SLOTS + k] = 0.0;
+            acc_n[c * SPLIT_SLOTS + k] = 0;
+        }
+    for (int64_t l = 0; l < L; l++) {
+        const int64_t at = (l % SPLIT_WAYS) * SPLIT_SLOTS + slot[l], t = list[l];
+        acc_p[at] += W->Pg[t];
+        acc_q[at] += W->Qg[t];
+        acc_n[at]++;
+    }
+    for (int i = 0; i < np; i++)
+        for (int64_t v = 0; v <= parts[i].m; v++) {
+            const int64_t k = i * stride + v;
+#define MERGE(a) (((a)[k] + (a)[SPLIT_SLOTS + k]) + ((a)[2 * SPLIT_SLOTS + k] + (a)[3 * SPLIT_SLOTS + k]))
+            parts[i].p[v] = MERGE(acc_p);
+            parts[i].q[v] = MERGE(acc_q);
+            parts[i].cnt[v] = MERGE(acc_n);
+#undef MERGE
+        }
     int64_t T = 0;
     for (int64_t t = 0; t < all; t++) {
         W->F[T] = W->F[t];
@@ -792,10 +831,31 @@ struct call {
     int64_t *tokens, *index;
     int8_t *status;
     int64_t B;
-    int whole;            /* a row that hardly compresses takes every bucket here (its full order) */
+    int64_t whole;        /* rows that may take every bucket here (their full order; take_whole) */
+    _Atomic int64_t wholes; /* rows that took it, or asked to */
     _Atomic int64_t next; /* rows are taken one at a time, by whichever thread is free */
     _Atomic int failed;   /* some thread's work arrays could not be allocated */
 };
+
+/* Whether row b may take its full order here: the first C->whole rows of a call that ask may (with a team, any
+ * thread's; which rows they are changes no answer, only whether the caller's full sort draws it). */
+static int take_whole(struct call *C) { return C->wholes++ < C->whole; }
+
+/* Row b's full order here (status attempts + 1): every bucket sorted and no run merged, so its compressed instance
+ * is the full order and the certificate, with no run to fail, holds. Returns 0, or -1 without memory. */
+static int row_whole(struct call *C, struct work *W, int64_t b, const char *pb, const char *qb, const int64_t *wb,
+                     const double *ub) {
+    const int64_t NB = C->S.NB;
+    memset(W->sel, 1, (size_t)NB);
+    W->np = 0;
+    const int64_t T = otlp_gather_selected(pb, qb, C->is_double, 1, C->V, C->inv_p + b, C->inv_q + b, W->bucket,
+                                           W->sel, NB, C->V, W->F, W->Pg, W->Qg);
+    int64_t K;
+    const int64_t R = row_instance(W, NB, T, C->S.bits, &K);
+    const int got = row_rule(W, &C->S, C->bound, T, R, K, wb, ub, C->n, C->steps, C->tokens + b, C->index + b);
+    if (got > 0) C->status[b] = (int8_t)(C->attempts + 1);
+    return got < 0 ? -1 : 0;
+}
 
 /* Row b of a call, in the work arrays W. Returns 0, or -1 where the chain's arrays could not be allocated. */
 static int row_run(struct call *C, struct work *W, int64_t b) {
@@ -822,15 +882,9 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
         if (attempt == 1) {
             int64_t chosen = 0;
             for (int64_t k = 0; k < NB; k++) chosen += W->sel[k];
-            if ((T + chosen) * C->share > V) { /* hardly compresses: the full sort at once */
-                if (!C->whole) {
-                    C->status[b] = 0;
-                    return 0;
-                }
-                memset(W->sel, 1, (size_t)NB); /* every bucket sorted, no run merged: the full order */
-                W->np = 0;
-                T = otlp_gather_selected(pb, qb, is_double, 1, V, C->inv_p + b, C->inv_q + b, W->bucket, W->sel, NB,
-                                         V, W->F, W->Pg, W->Qg);
+            if ((T + chosen) * C->share > V) { /* hardly compresses: the full order at once, here or by the caller */
+                C->status[b] = 0;
+                return take_whole(C) ? row_whole(C, W, b, pb, qb, wb, ub) : 0;
             }
         }
         int64_t K;
@@ -845,7 +899,7 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
             if (W->bad_run[r])
                 for (int64_t k = W->run_first[r]; k <= W->run_last[r]; k++) W->sel[k] = 1;
     }
-    return 0;
+    return take_whole(C) ? row_whole(C, W, b, pb, qb, wb, ub) : 0; /* every attempt failed: the full order */
 }
 
 #define MAX_THREADS 64
@@ -853,8 +907,11 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
 /* The default tuple rule and its draw on rows p, q [B, V] (float32, or float64 when is_double; row b at p + b ldp
  * and q + b ldq, ldp = ldq = V for contiguous rows) normalised by inv_p, inv_q [B], drafts w [B, n] and uniforms
  * u [B, 2], as buckets.verify_rows: tokens, index [B] and status [B], the attempt that certified the row
- * (1 .. attempts), or 0 for a row whose compressed instance would hold more than 1 / share of its tokens (not tried,
- * where one thread takes the rows; below), or -attempts (neither needs the full sort). forced [B, NB] (or NULL): the
+ * (1 .. attempts), attempts + 1 for a row that took its full order here (below), or 0 for a row whose compressed
+ * instance would hold more than 1 / share of its tokens (not tried), or -attempts (neither needs the full sort).
+ * whole: how many rows of the call may take their full order here instead of 0 or -attempts (every bucket sorted and
+ * no run merged: sorted bucket by bucket, 1.07-1.24x the caller's full sort a row of a close draft, but no call of
+ * its own). forced [B, NB] (or NULL): the
  * selection of the first attempt, instead of step 3's. The scheme: bits, top (buckets._top), NB, below, above and LO,
  * HI [NB] (buckets.Scheme; a run's key is not needed: step 4 places it by its bucket); margin:
  * buckets.BOUND_MARGIN; steps: the Newton steps of the chain's roots.
@@ -863,16 +920,14 @@ static int row_run(struct call *C, struct work *W, int64_t b) {
  * work arrays (the rows are independent, so the results do not depend on which thread takes which). The team is the
  * OpenMP runtime's pool of the calling thread: where torch is loaded it shares libgomp with it (one copy per
  * process), so right after torch's own parallel work its waiting threads, still spinning, take rows at once, where a
- * thread of our own would have had to share a core with them. A row that hardly compresses then takes every bucket
- * here, not status 0: with no run merged its compressed instance is its full order (sorted bucket by bucket, which
- * cost 1.07-1.24x the caller's full sort of a row of a close draft, but runs on the team, where the caller's chunks
- * run on threads of their own). Built without OpenMP, the rows run one after the other here. Returns the number of
+ * thread of our own would have had to share a core with them. Built without OpenMP, the rows run one after the other
+ * here. Returns the number of
  * threads that took part, or -1 where work arrays could not be allocated. */
 int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int64_t V, int64_t ldp, int64_t ldq,
                      const double *inv_p, const double *inv_q, const int64_t *w, const double *u, int n,
                      int64_t steps, int bits, int64_t top, int64_t NB, double below, double above, const double *LO,
                      const double *HI, double margin, int64_t share, int attempts, int bound, const uint8_t *forced,
-                     int threads,
+                     int threads, int64_t whole,
                      int64_t *tokens, int64_t *index, int8_t *status) {
     int team = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads, used = 1;
     team = B < team ? (int)(B > 1 ? B : 1) : team;
@@ -880,7 +935,7 @@ int otlp_bucket_rule(const void *p, const void *q, int is_double, int64_t B, int
     team = 1;
 #endif
     struct call C = {p, q, is_double, n, attempts, bound, V, ldp, ldq, steps, share, inv_p, inv_q, u, w, forced,
-                     {bits, top, NB, below, above, margin, LO, HI}, tokens, index, status, B, team > 1, 0, 0};
+                     {bits, top, NB, below, above, margin, LO, HI}, tokens, index, status, B, whole, 0, 0, 0};
 #ifdef _OPENMP
 #pragma omp parallel if (team > 1) num_threads(team)
 #endif

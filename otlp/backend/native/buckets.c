@@ -33,15 +33,17 @@ static inline int64_t bucket_of(double P, double Q, int shift, int64_t top, doub
     r = r <= above ? r : above; /* +inf and 2^OCTAVES: the top bucket */
     int64_t pattern;
     memcpy(&pattern, &r, sizeof pattern);
-    return top - (pattern >> shift);
+    return top - (int64_t)((uint64_t)pattern >> shift); /* (r > 0: a logical shift, one vector op) */
 }
 
 /* One row: its tokens' buckets, and their P and Q added into work ([NB, 2]: a bucket's two sums share a cache line;
  * one histogram, in token order as numpy's bincount adds: at 2^11 buckets (V >= 128k) it fits the L1 cache, where
  * four interleaved copies, which spared tokens of one bucket in a row each other's add, did not, and took 1.08x the
- * time of a row's whole rule). With SSE2 a token's (P, Q) pair is added to its bucket's pair as one 128-bit load,
- * add and store (the same two additions, lane by lane: the same bits), half the memory operations of the scalar
- * update, which was the pass's larger part. */
+ * time of a row's whole rule; two copies at V = 32k on close drafts, whose consecutive tokens often share a bucket,
+ * changed nothing either: 29-34 us a row both ways, the vectorised loop before the adds being the larger part). With
+ * SSE2 a token's (P, Q) pair is added to its bucket's pair as one 128-bit load, add and store (the same two
+ * additions, lane by lane: the same bits), half the memory operations of the scalar update, which was the pass's
+ * larger part. */
 #ifdef __SSE2__
 #define ADD_PAIR(work, k, PQ, i) _mm_storeu_pd((work) + 2 * (k), _mm_add_pd(_mm_loadu_pd((work) + 2 * (k)), _mm_loadu_pd((PQ) + 2 * (i))))
 #else
@@ -98,7 +100,7 @@ void otlp_bucket_sums(const void *p, const void *q, int is_double, int64_t B, in
  * a few such runs (m*, the served group's ends, the drafts' and the residual's buckets), so that a block of 16
  * tokens' buckets is tested against them with 16-lane compares instead of 16 table look-ups. Returns their number,
  * or -1 where there are more. */
-#define RANGES 8
+#define RANGES 16
 #if defined(__AVX2__) && SKIP == 16
 /* COMPRESS[m]: the set bits of the 8-bit mask m, lowest first, one per nibble (an AVX2 permutation's lanes). */
 static const uint32_t COMPRESS[256] = {

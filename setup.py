@@ -47,8 +47,9 @@ LINUX_LINK = ["-Wl,-Bsymbolic-functions"] if sys.platform.startswith("linux") el
 
 def kernels(name: str) -> Extension:
     # libm linked by name: unlinked, exp and log would bind to glibc's oldest (slower, SVID-wrapped) versions
+    macros = [("OTLP_MODULE", name), ("OTLP_FINGERPRINT", f'"{FINGERPRINT}"')]
     return Extension(f"otlp.backend.native.{name}", SOURCES, depends=[f"{NATIVE}/kernels.h"], optional=True,
-                     define_macros=[("OTLP_MODULE", name), ("OTLP_FINGERPRINT", f'"{FINGERPRINT}"')], export_symbols=[f"PyInit_{name}", *SYMBOLS],
+                     define_macros=macros, export_symbols=[f"PyInit_{name}", *SYMBOLS],
                      libraries=[] if sys.platform == "win32" else ["m"])
 
 

@@ -12,19 +12,27 @@ route, which gives the same answers (tests/backend/test_native.py).
 
 from __future__ import annotations
 
+import importlib.util
 import platform
 import sys
+from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 NATIVE = "otlp/backend/native"
-SOURCES = [f"{NATIVE}/{name}" for name in ("buckets.c", "chains.c", "bucket_rule.c", "kseq.c", "wor.c", "module.c")]
+# otlp/backend/native/sources.py by its path: the package itself is not importable while it is being built
+_spec = importlib.util.spec_from_file_location("otlp_native_sources", f"{NATIVE}/sources.py")
+_sources = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_sources)
+SOURCES = [f"{NATIVE}/{name}" for name in _sources.SOURCES]
+#: compiled into the library (otlp_source_fingerprint), compared with the sources beside it when it is loaded
+FINGERPRINT = _sources.fingerprint(Path(NATIVE))
 #: the functions otlp.backend.native calls (exported by name where the linker needs a list: MSVC)
 SYMBOLS = ["otlp_bucket_sums", "otlp_gather_selected", "otlp_row_stats", "otlp_sort_runs", "otlp_normalised_keys",
            "otlp_slot_mass", "otlp_window_chain", "otlp_prefix", "otlp_served_group", "otlp_pieces", "otlp_sample",
            "otlp_single_draft", "otlp_bucket_rule", "otlp_kseq_first_stage", "otlp_sort_bucket", "otlp_openmp",
-           "otlp_wor_prefix"]
+           "otlp_wor_prefix", "otlp_source_fingerprint"]
 #: no -ffast-math (IEEE results: the numpy route's bits) and no contraction into fused multiply-adds;
 #: -fno-trapping-math lets the compiler compute both sides of a select in vector lanes (nothing reads FP flags);
 #: -fno-wrapv undoes the -fwrapv of Python's own CFLAGS (the loops' index arithmetic never overflows)
@@ -39,8 +47,9 @@ LINUX_LINK = ["-Wl,-Bsymbolic-functions"] if sys.platform.startswith("linux") el
 
 def kernels(name: str) -> Extension:
     # libm linked by name: unlinked, exp and log would bind to glibc's oldest (slower, SVID-wrapped) versions
+    macros = [("OTLP_MODULE", name), ("OTLP_FINGERPRINT", f'"{FINGERPRINT}"')]
     return Extension(f"otlp.backend.native.{name}", SOURCES, depends=[f"{NATIVE}/kernels.h"], optional=True,
-                     define_macros=[("OTLP_MODULE", name)], export_symbols=[f"PyInit_{name}", *SYMBOLS],
+                     define_macros=macros, export_symbols=[f"PyInit_{name}", *SYMBOLS],
                      libraries=[] if sys.platform == "win32" else ["m"])
 
 

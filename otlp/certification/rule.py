@@ -8,6 +8,11 @@ anytime-valid TV interval); what follows is the registered-name path.
 
 - ``acceptance``: P(output token in set(omega)), the OTLP objective (a residual sample equal to a draft counts);
 - ``verifier_acceptance``: P(the rule itself accepts a draft), what the papers report for RRS / K-SEQ;
+  for large V^n, a rule's closed form where it has one, else the sampler test's Monte Carlo estimate; a rule with
+  ``acceptance_interval`` (rrs_wor: :mod:`otlp.verifiers.rrs_wor_acceptance`, a sum over rejected histories)
+  reports that exact value instead when the interval is at most ``EXACT_ACCEPTANCE_WIDTH`` wide or narrower than
+  the sample's standard error (``method["acceptance"]`` "exact (histories), width ...", and ``method["gap"]`` the
+  gap's interval), else the Monte Carlo value with the interval as a note;
 - ``optimum``: alpha* = 1 + min_H psi(H) for the same draft scheme (``otlp.optimal_acceptance``, GR Thm 3.1);
 - ``gap = optimum - acceptance``;
 - ``preserves_target``: exact enumeration of the induced coupling for small V^n; otherwise a seeded chi-square test of
@@ -62,6 +67,10 @@ OPTIMUM_TUPLES = 2_000_000
 FALSE_ALARM = 1e-6
 #: Denominator bound when rationalising float inputs.
 MAX_DENOMINATOR = 10**9
+#: Time limit of an exact acceptance over rejected histories (rrs_wor's ``acceptance_interval``) at large V^n, s.
+EXACT_ACCEPTANCE_SECONDS = 10.0
+#: That interval replaces the Monte Carlo acceptance when it is at most this wide (or narrower than its s.e.).
+EXACT_ACCEPTANCE_WIDTH = 1e-9
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -433,7 +442,7 @@ class CertifyReport:
             f"acceptance          {fmt(self.acceptance)}   [{self.method.get('acceptance', '')}]",
             f"verifier acceptance {fmt(self.verifier_acceptance)}   [{self.method.get('verifier_acceptance', '')}]",
             f"optimum alpha*      {fmt(self.optimum)}",
-            f"gap                 {fmt(self.gap)}",
+            f"gap                 {fmt(self.gap)}" + (f"   [{self.method['gap']}]" if "gap" in self.method else ""),
             f"preserves target    {'yes' if self.preserves_target else 'NO'}   [{self.target_check}]",
         ]
         c = self.certificate
@@ -490,6 +499,7 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
     cells = draft.num_tuples() * draft.V
     test = None
     law_err = None
+    interval = None  # an exact acceptance interval (rrs_wor at large V^n)
 
     def stage(what: str) -> None:
         if progress is not None:
@@ -515,14 +525,26 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
                   f"(false-alarm rate {FALSE_ALARM:g}), {test.impossible_tokens} outputs on p = 0 tokens")
         estimates = {"acceptance": (verifier.acceptance, test.acceptance),
                      "verifier_acceptance": (verifier.verifier_acceptance, test.verifier_acceptance)}
+        if hasattr(verifier, "acceptance_interval"):  # rrs_wor: exact over rejected histories, as an interval
+            stage("exact acceptance over rejected histories")
+            interval = verifier.acceptance_interval(p, draft, time_limit=EXACT_ACCEPTANCE_SECONDS, progress=progress)
         values = {}
         for key, (closed_form, sampled) in estimates.items():  # the closed form where one exists, else the sample's
+            if interval is not None and interval.width <= max(test.acceptance_se, EXACT_ACCEPTANCE_WIDTH):
+                values[key] = interval.value  # acceptance = verifier acceptance for this rule
+                method[key] = interval.describe()
+                continue
             try:
+                if interval is not None:  # wider than the sample's s.e.: its closed form would only repeat the walk
+                    raise InputError(interval.describe())
                 values[key] = float(closed_form(p, draft))
                 method[key] = "closed form"
             except (ModelTooLargeError, InputError):
                 values[key] = sampled
                 method[key] = f"Monte Carlo, s.e. {test.acceptance_se:.2g}"
+        if interval is not None and method["acceptance"].startswith("Monte Carlo"):
+            notes.append(f"the exact acceptance lies in [{interval.lo!r}, {interval.hi!r}] ({interval.describe()}), "
+                         "wider than the Monte Carlo standard error")
         acc, vacc = values["acceptance"], values["verifier_acceptance"]
     stage("alpha*")
     try:
@@ -535,6 +557,9 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
         optimum = None
         notes.append(f"alpha* not computed: {exc}")
     gap = None if optimum is None else optimum - acc
+    if gap is not None and method["acceptance"].startswith("exact (histories)"):
+        method["gap"] = f"exact: alpha* minus the acceptance interval, [{optimum - interval.hi!r}, " \
+                        f"{optimum - interval.lo!r}]"
     cert = None
     if certificate:
         stage(f"exact rational certificate (at most {50 * CERTIFICATE_TUPLES:,} tuples enumerated, "

@@ -11,9 +11,14 @@ Each step is exact rejection sampling because x_i ~ q_cur given that step i is r
 p_cur(x_i) = 0 from then on, so a residual sample never equals a rejected draft: acceptance == verifier acceptance.
 Closed form with replacement (SpecHub note §4, derived): A(c) = sum_x min(p(x), c q(x)), c_0 = 0,
 c_i = c_{i-1} + 1 - A(c_{i-1}); acceptance = A(c_n); for n = 2 it is sum_x min(p(x), (2 - alpha) q(x)).
+Without replacement the same scalar chain holds with c's step divided by the q-mass left, which depends on the drafts
+rejected so far: :mod:`otlp.verifiers.rrs_wor_acceptance` sums it over the rejected histories (exact in O(V log V) at
+n <= 2, an interval from a best-first refinement at n >= 3).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +37,16 @@ from otlp.verifiers.base import (
     sample_categorical,
     sequential_law,
 )
+from otlp.verifiers.rrs_wor_acceptance import (
+    MAX_NODES,
+    TIME_LIMIT,
+    WIDTH,
+    AcceptanceInterval,
+    rejection_interval,
+)
+
+if TYPE_CHECKING:
+    from otlp.cli.util import Progress
 
 
 class RecursiveRejection(Verifier):
@@ -125,6 +140,20 @@ class RecursiveRejectionWithoutReplacement(Verifier):
             q_cur[rows, x] = 0.0
             q_cur = normalize_or(q_cur, q_cur)
         return sequential_law(omegas, accept, p_cur, p.size)
+
+    def acceptance_interval(self, p: object, draft: DraftScheme, *, width: float = WIDTH,
+                            max_nodes: int = MAX_NODES, time_limit: float = TIME_LIMIT,
+                            progress: Progress | None = None) -> AcceptanceInterval:
+        """The exact acceptance (= verifier acceptance) as an interval ``[lo, hi]``, without enumerating V^n tuples:
+        :func:`otlp.verifiers.rrs_wor_acceptance.rejection_interval` (n <= 2 in O(V log V), width the rounding bound;
+        n >= 3 a best-first refinement over rejected histories, down to ``width`` or the node / time limit).
+
+        :meth:`verifier_acceptance` stays the base class's enumeration on purpose: ``otlp.sweep.compute`` reads an
+        override of it as a closed form at any size, and this interval is not one at n >= 3 (certify calls this
+        method itself)."""
+        p, draft = self.check_draft(p, draft)
+        return rejection_interval(p, draft.q, draft.n, width=width, max_nodes=max_nodes, time_limit=time_limit,
+                                  progress=progress)
 
     def acceptance(self, p: object, draft: DraftScheme) -> float:
         return self.verifier_acceptance(p, draft)  # residual never equals a rejected draft (module docstring)

@@ -148,6 +148,27 @@ def test_a_library_that_does_not_load_leaves_the_numpy_route(monkeypatch: pytest
 
 
 @needs_kernels
+def test_a_library_built_from_other_sources_is_refused(tmp_path) -> None:  # noqa: ANN001
+    """A library beside C sources that changed since it was built (an in-place build not redone) is not loaded, since
+    its functions may take other arguments than declared; beside its own sources, or none (a wheel), it is."""
+    import shutil
+
+    from otlp.backend.native.sources import FINGERPRINTED
+
+    built = native._load()._name
+    folder = Path(native.__file__).parent
+    lib = tmp_path / Path(built).name
+    shutil.copy(built, lib)
+    assert native.load(lib) is not None  # no sources beside it: trusted
+    for name in FINGERPRINTED:
+        shutil.copy(folder / name, tmp_path / name)
+    assert native.load(lib) is not None  # its own sources
+    (tmp_path / "chains.c").write_text((folder / "chains.c").read_text() + "\n/* changed */\n")
+    with pytest.raises(OSError, match="other C sources"):
+        native.load(lib)
+
+
+@needs_kernels
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_row_stats_are_numpys(dtype) -> None:  # noqa: ANN001
     """The kernel's row sums equal numpy's float64 sums to rounding and its minima numpy's exactly, on rows that are
@@ -658,8 +679,9 @@ def test_setup_builds_every_source_and_exports_every_kernel() -> None:
     root = Path(__file__).resolve().parents[2]
     tree = ast.parse((root / "setup.py").read_text())
     values = {node.targets[0].id: node.value for node in tree.body if isinstance(node, ast.Assign)}
-    sources = {ast.literal_eval(e) for e in values["SOURCES"].generators[0].iter.elts}
-    assert sources == {p.name for p in (root / "otlp" / "backend" / "native").glob("*.c")}
+    from otlp.backend.native.sources import SOURCES  # setup.py reads the list from there
+
+    assert set(SOURCES) == {p.name for p in (root / "otlp" / "backend" / "native").glob("*.c")}
     loader = (root / "otlp" / "backend" / "native" / "__init__.py").read_text()
     declared = set(re.findall(r"lib\.(otlp_\w+)\.restype", loader))
     assert declared == set(ast.literal_eval(values["SYMBOLS"]))

@@ -88,14 +88,56 @@ def test_large_vocabulary_uses_the_seeded_statistical_test() -> None:
     assert r.preserves_target and "chi-square" in r.target_check and r.certificate is None
     assert r.method["acceptance"] == "closed form"
     assert r.acceptance <= r.optimum + 1e-12
-    r2 = certify("rrs_wor", p, q=q, n=2, samples=4000)  # no closed form: Monte Carlo acceptance
-    assert r2.method["acceptance"].startswith("Monte Carlo") and r2.preserves_target
-    # alpha* without enumeration (otlp.core.psi_wor), above the Monte Carlo acceptance up to 5 standard errors
+    r2 = certify("rrs_wor", p, q=q, n=2, samples=4000)  # exact over rejected histories (rrs_wor_acceptance)
+    assert r2.method["acceptance"].startswith("exact (histories)") and r2.preserves_target
+    # alpha* without enumeration (otlp.core.psi_wor), and the exact gap to it, an interval of the acceptance's width
     from otlp.core.psi_wor import wor_optimal_acceptance
 
+    iv = get("rrs_wor").acceptance_interval(p, get("rrs_wor").make_draft(q, 2))
     assert r2.optimum == wor_optimal_acceptance(p, q, 2) and r2.gap == r2.optimum - r2.acceptance
-    se = float(r2.method["acceptance"].split("s.e.")[1])
-    assert r2.gap >= -5 * se
+    assert r2.acceptance == r2.verifier_acceptance == iv.value and iv.width <= 1e-12
+    assert r2.gap >= -1e-12 and f"[{r2.optimum - iv.hi!r}, {r2.optimum - iv.lo!r}]" in r2.method["gap"]
+    assert "exact: alpha* minus" in str(r2)
+
+
+def test_rrs_wor_certify_at_n_3_reports_the_exact_acceptance_and_gap(capsys: pytest.CaptureFixture[str],
+                                                                     tmp_path) -> None:  # noqa: ANN001
+    """V = 2048, n = 3: the acceptance over rejected histories (width <= 1e-9) replaces the Monte Carlo one, and
+    the CLI prints it with the gap's interval (exit 0)."""
+    rng = np.random.default_rng(4)
+    z = rng.standard_normal(2048)
+    p = np.exp(2.5 * z - 2.5 * z.max())
+    p /= p.sum()
+    q = np.exp(np.log(p) + rng.standard_normal(2048))
+    q /= q.sum()
+    r = certify("rrs_wor", p, q=q, n=3, samples=2000, certificate=False)
+    iv = get("rrs_wor").acceptance_interval(p, get("rrs_wor").make_draft(q, 3))
+    assert r.method["acceptance"].startswith("exact (histories), width") and iv.width <= 1e-9
+    assert abs(r.acceptance - iv.value) <= 1e-9 and r.gap == r.optimum - r.acceptance and r.gap > 0
+    np.save(tmp_path / "p.npy", p)
+    np.save(tmp_path / "q.npy", q)
+    args = _cli("--verifier", "rrs_wor", "--p", str(tmp_path / "p.npy"), "--q", str(tmp_path / "q.npy"), "--n", "3",
+                "--samples", "2000", "--no-certificate", "--json")
+    assert run_certify_cli(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["method"]["acceptance"].startswith("exact (histories)") and out["method"]["gap"].startswith("exact")
+
+
+def test_rrs_wor_interval_wider_than_the_monte_carlo_error_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With almost no time for the walk (n = 6), the interval stays wider than the sample's standard error: the
+    acceptance is the Monte Carlo one and a note gives the exact interval, which holds it up to 5 s.e."""
+    import otlp.certification.rule as rule
+
+    monkeypatch.setattr(rule, "EXACT_ACCEPTANCE_SECONDS", 1e-3)
+    rng = np.random.default_rng(5)
+    z, y = 2.5 * rng.standard_normal(2048), 2.5 * rng.standard_normal(2048)  # loose drafts: q unrelated to p
+    p, q = np.exp(z - z.max()), np.exp(y - y.max())
+    r = certify("rrs_wor", p / p.sum(), q=q / q.sum(), n=6, samples=2000, certificate=False)
+    assert r.method["acceptance"].startswith("Monte Carlo") and "gap" not in r.method
+    note = next(x for x in r.notes if x.startswith("the exact acceptance lies in ["))
+    lo, hi = (float(v) for v in note.split("[", 1)[1].split("]", 1)[0].split(","))
+    se = float(r.method["acceptance"].split("s.e.")[1])
+    assert lo - 5 * se <= r.acceptance <= hi + 5 * se and hi - lo > se
 
 
 def test_long_certify_reports_each_stage_to_its_progress_line() -> None:

@@ -6,7 +6,8 @@ step, the rest of a served group's chain about 40, and psi on the prefixes with 
 compiles the sources into two libraries beside this file, ``_kernels`` (portable) and ``_kernels_avx2`` (x86-64 with
 AVX2, taken where the CPU has it), each with OpenMP where the compiler had it. They are loaded here with ctypes, which
 lets go of the GIL during a call (so the row chunks of :mod:`otlp.backend.threads` run side by side). Nothing is
-compiled at run time. Where the package was built without a compiler, or with ``OTLP_NATIVE=0``, :func:`library` returns
+compiled at run time. Where the package was built without a compiler, or with ``OTLP_NATIVE=0``, or the library was
+built from other sources than the C files beside it (:mod:`.sources`), :func:`library` returns
 None and the callers take their numpy route, which gives the same answers (tests/backend/test_native.py): bit for bit
 from the same row sums, or to rounding where a docstring below says so.
 
@@ -30,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from otlp.backend import scratch
+from otlp.backend.native.sources import fingerprint
 
 #: the libraries setup.py builds, in the order they are tried (the AVX2 one only where the CPU has AVX2)
 LIBRARIES = ("_kernels_avx2", "_kernels")
@@ -85,11 +87,18 @@ def library_path(name: str, folder: Path | None = None) -> Path | None:
 
 
 def load(path: Path) -> ctypes.CDLL:
-    """The kernels of the library at ``path``, with their signatures declared (OSError where it does not load)."""
+    """The kernels of the library at ``path``, with their signatures declared (OSError where it does not load, or
+    where it was built from other sources than the C files beside it: an in-place build not redone after they
+    changed, whose functions may take other arguments than declared here)."""
     try:
-        return _declare(ctypes.CDLL(str(path)))
+        lib = _declare(ctypes.CDLL(str(path)))
     except AttributeError as exc:  # a library without one of the kernels
         raise OSError(f"{path}: {exc}") from exc
+    here = fingerprint(path.parent)  # None beside an installed wheel's library, which carries no sources
+    if here is not None and lib.otlp_source_fingerprint().decode() != here:
+        raise OSError(f"{path.name} was built from other C sources than those beside it: rebuild it "
+                      "(pip install -e . or python setup.py build_ext --inplace)")
+    return lib
 
 
 @functools.cache
@@ -109,6 +118,8 @@ def _load() -> ctypes.CDLL | None:
 
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    lib.otlp_source_fingerprint.argtypes = []
+    lib.otlp_source_fingerprint.restype = ctypes.c_char_p
     lib.otlp_bucket_sums.argtypes = [_VOID, _VOID, _INT, _I64, _I64, _VOID, _VOID, _INT, _I64, _I64, _F64, _F64,
                                      _VOID, _VOID, _VOID, _VOID]
     lib.otlp_bucket_sums.restype = None

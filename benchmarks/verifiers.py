@@ -66,17 +66,27 @@ def _draft_name(row: dict) -> str:
     return "loose" if row.get("draft_noise") is None else f"sigma {row['draft_noise']:g}"
 
 
+#: ``--top-k K``: the target filtered to its K likeliest tokens (p = 0 elsewhere, renormalised), as engines pass it
+#: after top-k sampling; None: unfiltered (the grid and the published tables)
+TARGET_TOP_K: int | None = None
+
+
 def _inputs(B: int, V: int, n: int, device: str, seed: int = 0, noise: float | None = None):  # noqa: ANN202
     """float32 rows ``p, q [B, V]`` and drafts ``[B, n]`` from q. The grid's draft (``noise`` None) is loosely
     correlated with the target, q = softmax(3 z' + 0.5 log p) (1 - TV(p, q) about 0.1); with ``noise`` sigma it is the
     target's logits plus sigma-scaled Gaussian noise, q = softmax(log p + sigma z') (a close draft: 1 - TV about 0.64
-    at sigma = 1 and 0.81 at 0.5)."""
+    at sigma = 1 and 0.81 at 0.5). With :data:`TARGET_TOP_K` the target is then filtered to its top k (q is not)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     p = torch.softmax(torch.randn(B, V, generator=g) * 3, dim=1)
     if noise is None:
         q = torch.softmax(torch.randn(B, V, generator=g) * 3 + 0.5 * torch.log(p), dim=1)
     else:
         q = torch.softmax(torch.log(p) + noise * torch.randn(B, V, generator=g), dim=1)
+    if TARGET_TOP_K is not None:
+        top = torch.topk(p, min(TARGET_TOP_K, V), dim=1).indices  # [B, k]
+        kept = torch.zeros_like(p, dtype=torch.bool).scatter_(1, top, True)
+        p = torch.where(kept, p, 0.0)
+        p = p / p.sum(1, keepdim=True)
     drafts = torch.multinomial(q, n, replacement=True, generator=g)
     return p.to(device), q.to(device), drafts.to(device)
 
@@ -178,17 +188,19 @@ def fused_reads(B: int, V: int, n: int, noise: float | None) -> dict[str, float]
     return out
 
 
-def cell_rule_rates(B: int, V: int, n: int, noise: float | None) -> dict[str, int]:
-    """The cell rule (otlp/optimal/sortfree.py) on the point's rows with the call's uniforms: how many rows its
-    certificate decided at each round (``cell_round<r>``) and how many take the fallback (``cell_fallback``)."""
-    from otlp.optimal import sortfree as SF
+def device_rule_rates(B: int, V: int, n: int, noise: float | None) -> dict[str, int]:
+    """The sort-free rule on torch tensors (otlp/optimal/device_buckets.py, its torch passes, on the CPU) on the
+    point's rows with the call's uniforms: how many rows it certified at each round (``device_round<r>``), how many
+    take the fallback (``device_fallback``) and how many of those spilled its buffer K (``device_spilled``)."""
+    from otlp.optimal import device_buckets as DB
     from otlp.optimal.sampler import _normalised
 
     p, q, drafts = _inputs(B, V, n, "cpu", noise=noise)
     u = torch.rand((B, 2), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    d = SF.decide(_normalised(p), _normalised(q), drafts, u, fallback=False)
-    counts = torch.bincount(d.rounds, minlength=SF.ROUNDS + 2).tolist()
-    return {**{f"cell_round{r}": counts[r] for r in range(SF.ROUNDS + 1)}, "cell_fallback": counts[-1]}
+    d = DB.decide(_normalised(p), _normalised(q), drafts, u, fallback=False)
+    counts = torch.bincount(d.rounds, minlength=DB.ROUNDS + 2).tolist()
+    return {**{f"device_round{r}": counts[r] for r in range(DB.ROUNDS + 1)}, "device_fallback": counts[-1],
+            "device_spilled": int(d.spilled.sum())}
 
 
 def host_rates(B: int, V: int, n: int, noise: float | None) -> dict[str, int]:
@@ -290,11 +302,19 @@ def main(argv: list[str] | None = None) -> None:
                     help="also each torch route's bytes moved / read floor on meta tensors (benchmarks/bytes_moved.py;"
                          " optimal: its device route; sortfree: the cell rule, exact, and its certificate alone)")
     ap.add_argument("--rates", action="store_true",
-                    help="also the cell rule's refinement / fallback rates on each point's rows, and the CPU "
-                         "route's: rows certified at the first attempt, on the retry, and left to the full sort")
+                    help="also the device bucket rule's (otlp/optimal/device_buckets.py) rates per round, fallback "
+                         "and spill on each point's rows, and the CPU route's: certified at the first attempt, on the "
+                         "retry, and left to the full sort")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "verifiers.json"))
     ap.add_argument("--from-json", metavar="PATH", help="publish the docs/COST.md tables of a finished run and exit")
+    ap.add_argument("--top-k", type=int, metavar="K",
+                    help="filter the target to its K likeliest tokens (p = 0 elsewhere), as engines pass it; such a "
+                         "run is printed and saved, never published")
     args = ap.parse_args(argv)
+    if args.top_k is not None and args.top_k < 1:
+        ap.error(f"--top-k: {args.top_k} is not a positive number of tokens")
+    global TARGET_TOP_K
+    TARGET_TOP_K = args.top_k
     for draft in args.drafts:
         if draft != "loose" and not _is_sigma(draft):
             ap.error(f"--drafts: {draft!r} is neither 'loose' nor a noise sigma (a number >= 0)")
@@ -361,8 +381,8 @@ def main(argv: list[str] | None = None) -> None:
                 line += "".join(f", {x}_fused {r[f'{x}_fused_reads']:.2f} (slowest row {r[f'{x}_fused_reads_max']:.0f})"
                                 for x in ("rrs", "sps"))
             if args.rates:
-                r.update(cell_rule_rates(B, V, n, noise))
-                line += "  cell rule: " + ", ".join(f"{k[5:]} {v}" for k, v in r.items() if k.startswith("cell_"))
+                r.update(device_rule_rates(B, V, n, noise))
+                line += "  device rule: " + ", ".join(f"{k[7:]} {v}" for k, v in r.items() if k.startswith("device_"))
                 r.update(host_rates(B, V, n, noise))
                 line += "  host: " + ", ".join(f"{k[5:]} {v}" for k, v in r.items() if k.startswith("host_"))
             print(line, flush=True)
@@ -374,7 +394,8 @@ def main(argv: list[str] | None = None) -> None:
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=2)
     print(f"wrote {args.out}")
-    publish(rows, meta)
+    if args.top_k is None:
+        publish(rows, meta)
 
 
 if __name__ == "__main__":

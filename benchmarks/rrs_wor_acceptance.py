@@ -11,12 +11,16 @@ about a minute at the defaults (2 s per n >= 3 case); run under ``flock /tmp/otl
 from __future__ import annotations
 
 import argparse
-import time
+import os
+import sys
 
 import numpy as np
 
 from otlp.core.psi_wor import wor_optimal_acceptance
 from otlp.verifiers.rrs_wor_acceptance import rejection_interval
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wor import _median_time  # noqa: E402 - benchmarks/wor.py, beside this script
 
 
 def _rows(rng: np.random.Generator, V: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
@@ -30,15 +34,6 @@ def _rows(rng: np.random.Generator, V: int) -> list[tuple[str, np.ndarray, np.nd
         q = np.exp(lq - lq.max())
         out.append((name, p, q / q.sum()))
     return out
-
-
-def _median_time(repeats: int, fn, *args: object) -> float:  # noqa: ANN001
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
 
 
 def main(argv: list[str] | None = None) -> int:

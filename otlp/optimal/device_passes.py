@@ -39,19 +39,27 @@ def _kernels():  # noqa: ANN202
         return a + b
 
     @triton.jit
+    def token_buckets(p_ptr, q_ptr, base, i, m, inv_p, inv_q, BELOW: tl.constexpr, ABOVE: tl.constexpr,  # noqa: ANN001, ANN202
+                      TOP: tl.constexpr, SHIFT: tl.constexpr):
+        """A block's normalised masses P, Q (float64), ratio keys and buckets in its row (as
+        :func:`.device_buckets.token_buckets`)."""
+        P = tl.load(p_ptr + base + i, mask=m, other=0.0).to(tl.float64) * inv_p
+        Q = tl.load(q_ptr + base + i, mask=m, other=0.0).to(tl.float64) * inv_q
+        key = Q / P
+        key = tl.where(key == key, key, -1.0)  # p = q = 0: -1 (ratio_keys), then the bottom bucket
+        b = TOP - (tl.minimum(tl.maximum(key, BELOW), ABOVE).to(tl.int64, bitcast=True) >> SHIFT)
+        return P, Q, key, b
+
+    @triton.jit
     def hist(p_ptr, q_ptr, ip_ptr, iq_ptr, count_ptr, Pb_ptr, Qb_ptr, V, NB,  # noqa: ANN001, ANN202
              BELOW: tl.constexpr, ABOVE: tl.constexpr, TOP: tl.constexpr, SHIFT: tl.constexpr,
-             BLOCK: tl.constexpr):
+             TB: tl.constexpr, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         m = i < V
-        base = row.to(tl.int64) * V
-        P = tl.load(p_ptr + base + i, mask=m, other=0.0).to(tl.float64) * tl.load(ip_ptr + row)
-        Q = tl.load(q_ptr + base + i, mask=m, other=0.0).to(tl.float64) * tl.load(iq_ptr + row)
-        key = Q / P
-        key = tl.where(key == key, key, -1.0)  # p = q = 0: -1 (ratio_keys), then the bottom bucket
-        key = tl.minimum(tl.maximum(key, BELOW), ABOVE)
-        b = row.to(tl.int64) * NB + TOP - (key.to(tl.int64, bitcast=True) >> SHIFT)  # (as token_buckets)
+        P, Q, _, b = TB(p_ptr, q_ptr, row.to(tl.int64) * V, i, m, tl.load(ip_ptr + row), tl.load(iq_ptr + row), BELOW,
+                        ABOVE, TOP, SHIFT)
+        b += row.to(tl.int64) * NB
         tl.atomic_add(count_ptr + b, tl.full([BLOCK], 1, tl.int64), mask=m)
         tl.atomic_add(Pb_ptr + b, P, mask=m)
         tl.atomic_add(Qb_ptr + b, Q, mask=m)
@@ -59,7 +67,7 @@ def _kernels():  # noqa: ANN202
     @triton.jit
     def gather(p_ptr, q_ptr, ip_ptr, iq_ptr, sel_ptr, ids_ptr, Pc_ptr, Qc_ptr, count_ptr, V, NB, K,  # noqa: ANN001, ANN202
                BELOW: tl.constexpr, ABOVE: tl.constexpr, TOP: tl.constexpr, SHIFT: tl.constexpr,
-               BLOCK: tl.constexpr, ADD: tl.constexpr):
+               TB: tl.constexpr, BLOCK: tl.constexpr, ADD: tl.constexpr):
         row = tl.program_id(0)
         base = row.to(tl.int64) * V
         out = row.to(tl.int64) * K
@@ -68,13 +76,8 @@ def _kernels():  # noqa: ANN202
         for start in range(0, V, BLOCK):
             i = start + tl.arange(0, BLOCK)
             m = i < V
-            P = tl.load(p_ptr + base + i, mask=m, other=0.0).to(tl.float64) * inv_p
-            Q = tl.load(q_ptr + base + i, mask=m, other=0.0).to(tl.float64) * inv_q
-            key = Q / P
-            key = tl.where(key == key, key, -1.0)  # p = q = 0: -1 (ratio_keys), then the bottom bucket
-            key = tl.minimum(tl.maximum(key, BELOW), ABOVE)
-            b = row.to(tl.int64) * NB + TOP - (key.to(tl.int64, bitcast=True) >> SHIFT)  # (as token_buckets)
-            keep = (tl.load(sel_ptr + b, mask=m, other=0) != 0) & m
+            P, Q, _, b = TB(p_ptr, q_ptr, base, i, m, inv_p, inv_q, BELOW, ABOVE, TOP, SHIFT)
+            keep = (tl.load(sel_ptr + row.to(tl.int64) * NB + b, mask=m, other=0) != 0) & m
             flag = keep.to(tl.int64)
             col = taken + tl.associative_scan(flag, 0, ADD) - flag  # [BLOCK] each kept token's column
             put = keep & (col < K)
@@ -87,18 +90,13 @@ def _kernels():  # noqa: ANN202
     @triton.jit
     def segs(p_ptr, q_ptr, ip_ptr, iq_ptr, part_ptr, act_ptr, dkey_ptr, did_ptr, dbucket_ptr, drank_ptr,  # noqa: ANN001, ANN202
              dfirst_ptr, Ps_ptr, Qs_ptr, cs_ptr, V, NB, BELOW: tl.constexpr, ABOVE: tl.constexpr,
-             TOP: tl.constexpr, SHIFT: tl.constexpr, BLOCK: tl.constexpr, N: tl.constexpr, S: tl.constexpr,
-             ADD: tl.constexpr):
+             TOP: tl.constexpr, SHIFT: tl.constexpr, TB: tl.constexpr, BLOCK: tl.constexpr, N: tl.constexpr,
+             S: tl.constexpr, ADD: tl.constexpr):
         row = tl.program_id(0)
         i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         m = i < V
-        base = row.to(tl.int64) * V
-        P = tl.load(p_ptr + base + i, mask=m, other=0.0).to(tl.float64) * tl.load(ip_ptr + row)
-        Q = tl.load(q_ptr + base + i, mask=m, other=0.0).to(tl.float64) * tl.load(iq_ptr + row)
-        key = Q / P
-        key = tl.where(key == key, key, -1.0)  # p = q = 0: -1 (ratio_keys), then the bottom bucket
-        ckey = tl.minimum(tl.maximum(key, BELOW), ABOVE)
-        b = TOP - (ckey.to(tl.int64, bitcast=True) >> SHIFT)  # (as token_buckets)
+        P, Q, key, b = TB(p_ptr, q_ptr, row.to(tl.int64) * V, i, m, tl.load(ip_ptr + row), tl.load(iq_ptr + row),
+                              BELOW, ABOVE, TOP, SHIFT)
         part = (tl.load(part_ptr + row.to(tl.int64) * NB + b, mask=m, other=0) != 0) & m
         ii = i.to(tl.int64)
         best = tl.full([BLOCK], -1, tl.int64)
@@ -127,11 +125,14 @@ def _kernels():  # noqa: ANN202
         tl.atomic_add(Qs_ptr + out, tl.reduce(tl.where(hit, Q[:, None], 0.0), 0, ADD), mask=put)
         tl.atomic_add(cs_ptr + out, tl.reduce(hit.to(tl.int64), 0, ADD), mask=put)
 
-    return hist, (gather, add), segs
+    return hist, (gather, add), segs, token_buckets
 
 
 def _constants(sc: BK.Scheme) -> dict:
-    return {"BELOW": BK._BELOW, "ABOVE": 2.0**BK.OCTAVES, "TOP": BK._top(sc.bits), "SHIFT": 52 - sc.bits}
+    """The bucket scheme's constants of every kernel, and ``TB`` their shared token-bucket function (a jit function
+    passed as a constexpr, as ``ADD``: a kernel sees only its module's globals, not this factory's locals)."""
+    return {"BELOW": BK._BELOW, "ABOVE": 2.0**BK.OCTAVES, "TOP": BK._top(sc.bits), "SHIFT": 52 - sc.bits,
+            "TB": _kernels()[3]}
 
 
 def histogram(p, q, inv_p, inv_q, sc: BK.Scheme):  # noqa: ANN001, ANN201
@@ -143,7 +144,7 @@ def histogram(p, q, inv_p, inv_q, sc: BK.Scheme):  # noqa: ANN001, ANN201
     count = torch.zeros(B, sc.NB, dtype=torch.int64, device=p.device)
     Pb = torch.zeros(B, sc.NB, dtype=torch.float64, device=p.device)
     Qb = torch.zeros_like(Pb)
-    hist, _, _ = _kernels()
+    hist = _kernels()[0]
     hist[(B, -(-V // BLOCK))](p, q, inv_p.contiguous(), inv_q.contiguous(), count, Pb, Qb, V, sc.NB,
                               BLOCK=BLOCK, **_constants(sc))
     return count, Pb, Qb
@@ -159,7 +160,7 @@ def compact(p, q, inv_p, inv_q, sel, sc: BK.Scheme, K: int):  # noqa: ANN001, AN
     Pc = torch.zeros(B, K, dtype=torch.float64, device=p.device)
     Qc = torch.zeros_like(Pc)
     count = torch.zeros(B, dtype=torch.int64, device=p.device)
-    _, (gather, add), _ = _kernels()
+    gather, add = _kernels()[1]
     gather[(B,)](p, q, inv_p.contiguous(), inv_q.contiguous(), sel.to(torch.uint8).contiguous(), ids, Pc, Qc, count,
                  V, sc.NB, K, BLOCK=BLOCK, ADD=add, **_constants(sc))
     return ids, Pc, Qc, count
@@ -179,7 +180,7 @@ def segments(p, q, inv_p, inv_q, part, sc: BK.Scheme, dr):  # noqa: ANN001, ANN2
     Ps = torch.zeros(B, 2 * n, dtype=torch.float64, device=p.device)
     Qs = torch.zeros_like(Ps)
     cs = torch.zeros(B, 2 * n, dtype=torch.int64, device=p.device)
-    _, (_, add), segs = _kernels()
+    (_, add), segs = _kernels()[1:3]
     S = max(2, 1 << (2 * n - 1).bit_length())  # the 2n segments' sums, padded to a power of two
     segs[(B, -(-V // SEG_BLOCK))](p, q, inv_p.contiguous(), inv_q.contiguous(), part.to(torch.uint8).contiguous(), act,
                                   dr.key.contiguous(), dr.w.contiguous(), dr.bucket.contiguous(),

@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--B", type=int, default=16)
     ap.add_argument("--V", type=int, nargs="+", default=[32_000, 128_000])
     ap.add_argument("--n", type=int, nargs="+", default=[2, 4, 8])
-    ap.add_argument("--K", type=int, nargs="+", default=[0], help="buffer sizes (0: the default, V / 8)")
+    ap.add_argument("--K", type=int, nargs="+", default=[0],
+                    help="buffer sizes (0: the route's default, V / 16 and at least 512)")
     ap.add_argument("--drafts", nargs="+", default=["loose", "1", "0.5", "ties"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")

@@ -109,11 +109,15 @@ def check_ns(ns: Sequence[object]) -> None:
                          f"{bad[0]!r}")
 
 
-def closed_form(rule: object) -> bool:
-    """Whether the rule's exact acceptance is a closed form (it overrides both acceptance routes of the base
-    class); otherwise ``acceptance`` enumerates the draft support (``otlp.verifiers.exact``)."""
+def closed_form(rule: object, n: int) -> bool:
+    """Whether the rule's exact acceptance at n drafts is a closed form: up to its ``closed_form_n`` where it has
+    one (rrs_wor: n <= 2), else where it overrides both acceptance routes of the base class; otherwise
+    ``acceptance`` enumerates the draft support (``otlp.verifiers.exact``)."""
     from otlp.verifiers.base import Verifier
 
+    limit = getattr(rule, "closed_form_n", None)
+    if limit is not None:
+        return n <= limit
     cls = type(rule)
     return cls.acceptance is not Verifier.acceptance and cls.verifier_acceptance is not Verifier.verifier_acceptance
 
@@ -126,7 +130,7 @@ def feasibility(name: str, n: int, W: int, max_enum_cells: int = MAX_ENUM_CELLS)
     fixed = getattr(rule, "fixed_n", None)
     if fixed is not None and n != fixed:
         return f"defined for n = {fixed} only"
-    if closed_form(rule):
+    if closed_form(rule, n):
         return None
     cells = float(W) ** n * W if n * math.log2(max(W, 2)) < 1000 else math.inf  # W^n beyond any float: inf
     if cells > max_enum_cells:

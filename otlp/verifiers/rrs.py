@@ -106,6 +106,9 @@ class RecursiveRejectionWithoutReplacement(Verifier):
 
     name = "rrs_wor"
     scheme = "without_replacement"
+    #: the exact acceptance is a closed form (O(V log V), :func:`.rrs_wor_acceptance.rejection_interval`) for n up
+    #: to here; above it, enumeration of the draft support (``otlp.sweep.compute.closed_form`` reads this)
+    closed_form_n = 2
 
     def make_draft(self, q: object, n: int) -> DraftScheme:
         return WithoutReplacement(q, n)
@@ -148,12 +151,20 @@ class RecursiveRejectionWithoutReplacement(Verifier):
         :func:`otlp.verifiers.rrs_wor_acceptance.rejection_interval` (n <= 2 in O(V log V), width the rounding bound;
         n >= 3 a best-first refinement over rejected histories, down to ``width`` or the node / time limit).
 
-        :meth:`verifier_acceptance` stays the base class's enumeration on purpose: ``otlp.sweep.compute`` reads an
-        override of it as a closed form at any size, and this interval is not one at n >= 3 (certify calls this
-        method itself)."""
+        :meth:`verifier_acceptance` takes it at n <= 2 only (:data:`closed_form_n`), where it is a closed form; at
+        n >= 3 it stays the enumeration, since this interval is not one (certify calls this method itself)."""
         p, draft = self.check_draft(p, draft)
         return rejection_interval(p, draft.q, draft.n, width=width, max_nodes=max_nodes, time_limit=time_limit,
                                   progress=progress)
+
+    def verifier_acceptance(self, p: object, draft: DraftScheme) -> float:
+        """At n <= :data:`closed_form_n` the closed form (the midpoint of :meth:`acceptance_interval`, whose width
+        there is the rounding bound, ~1e-14 at V = 32k); else the enumeration of the base class."""
+        p, draft = self.check_draft(p, draft)
+        if draft.n > self.closed_form_n:
+            return super().verifier_acceptance(p, draft)
+        got = self.acceptance_interval(p, draft)
+        return 0.5 * (got.lo + got.hi)
 
     def acceptance(self, p: object, draft: DraftScheme) -> float:
         return self.verifier_acceptance(p, draft)  # residual never equals a rejected draft (module docstring)

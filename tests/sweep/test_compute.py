@@ -97,5 +97,6 @@ def test_rule_feasibility_is_stated():
     assert {"optimal", "optimal_paths", "bv"}.isdisjoint(rules) and {"rrs", "kseq", "spechub"} <= set(rules)
     assert feasibility("rrs", 8, 152_000) is None  # closed form at any size
     assert feasibility("spechub", 4, 10) == "defined for n = 2 only"
-    assert "enumerates W^n" in feasibility("rrs_wor", 2, 2000)
-    assert feasibility("rrs_wor", 2, 100) is None
+    assert feasibility("rrs_wor", 2, 152_000) is None  # closed form at n <= 2 (otlp/verifiers/rrs_wor_acceptance.py)
+    assert "enumerates W^n" in feasibility("rrs_wor", 3, 2000)
+    assert feasibility("rrs_wor", 3, 20) is None

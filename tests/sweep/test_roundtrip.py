@@ -80,14 +80,19 @@ def test_sweep_matches_the_one_pair_apis(embedded_capture, tmp_path):  # noqa: A
             rule = get(name)
             assert abs(cols[f"acc_{name}"][r] - rule.acceptance(p[i], rule.make_draft(qk, n))) < 1e-12
         assert np.isnan(cols["acc_spechub"][r]) == (n != 2)
+        if n <= 2:  # rrs_wor's closed form (otlp/verifiers/rrs_wor_acceptance.py)
+            rule = get("rrs_wor")
+            assert abs(cols["acc_rrs_wor"][r] - rule.acceptance(p[i], rule.make_draft(qk, n))) < 1e-12
     # alpha* is the optimum for i.i.d. drafts: no i.i.d. rule beats it
     for name in ("sps", "rrs", "kseq"):
         assert np.nanmin(cols[f"gap_{name}"]) > -1e-12
     assert np.array_equal(cols["alpha_star"], cols["alpha_star_lower"])  # dense: no tail
-    # rrs_wor at W = V = 2000: enumeration (2000^n tuples x 2000 tokens > 2^20 cells) is skipped and said so
-    assert set(res.report["skipped"]["rrs_wor"]) == {"1", "2", "4"}
-    assert "enumerates W^n = 2000^1 tuples" in res.report["skipped"]["rrs_wor"]["1"]
-    assert np.isnan(cols["acc_rrs_wor"]).all()
+    # rrs_wor at W = V = 2000: a closed form at n <= 2; at n = 4 enumeration (2000^4 tuples x 2000 tokens > 2^20
+    # cells) is skipped and said so
+    assert set(res.report["skipped"]["rrs_wor"]) == {"4"}
+    assert "enumerates W^n = 2000^4 tuples" in res.report["skipped"]["rrs_wor"]["4"]
+    assert np.isnan(cols["acc_rrs_wor"]).any() and np.isnan(cols["acc_rrs_wor"][cols["n"] == 4]).all()
+    assert not np.isnan(cols["acc_rrs_wor"][cols["n"] <= 2]).any()
     # aggregates = means of the per-pair table
     by_n = {(r["q_top_k"], r["n"]): r for r in res.report["summary"]["by_n"]}
     for (k, n), row in by_n.items():

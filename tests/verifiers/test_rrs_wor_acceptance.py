@@ -172,3 +172,20 @@ def test_deeper_histories_bounded_by_groups_hold_the_exact_value() -> None:
             assert iv.lo - SLACK <= exact <= iv.hi + SLACK, (n, kind, nodes)
         iv = rejection_interval(p, q, n)
         assert iv.lo - SLACK <= exact <= iv.hi + SLACK and iv.width <= 1e-9
+
+
+def test_the_verifiers_acceptance_is_the_closed_form_up_to_two_drafts_and_the_enumeration_above() -> None:
+    """``get("rrs_wor").verifier_acceptance`` (what sweeps and certify read) takes the closed form at n <= 2 and the
+    enumeration at n >= 3: either way the enumeration's value, on every instance kind."""
+    from otlp.core.drafts import WithoutReplacement
+
+    rng = np.random.default_rng(7)
+    for V in (3, 6):
+        for kind in (*KINDS, "heavy"):
+            p, q = _heavy(rng, V) if kind == "heavy" else make_pair(rng, V, kind)
+            for n in (1, 2, 3):
+                if n > int((q > 0).sum()):  # (the scheme needs n tokens of q > 0)
+                    continue
+                draft = WithoutReplacement(q, n)
+                assert abs(RRS_WOR.verifier_acceptance(p, draft) - enumerated(RRS_WOR, p, draft)) <= SLACK, (kind, n)
+                assert RRS_WOR.acceptance(p, draft) == RRS_WOR.verifier_acceptance(p, draft)

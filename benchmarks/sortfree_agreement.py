@@ -4,8 +4,8 @@ uniforms, and the refinement / fallback rates, per grid point (issue 41). ``--ro
 < q tokens, ``inf_run``) against the same sampler's full sort (the bucket route off), and its rates: rows certified at
 the first attempt, on the retry (the uncertain buckets sorted), and left to the full sort.
 
-LM-like rows as benchmarks/verifiers.py makes them (float32, cast to the point's dtype): the grid's loose draft and
-close drafts (the target's logits plus sigma-scaled noise, sigma 1 and 0.5). The certificate runs without its
+LM-like rows from the tests' generator (``tests.optimal.instances.lm_rows``, cast to the point's dtype): the
+grid's loose draft and close drafts (the target's logits plus sigma-scaled noise, sigma 1 and 0.5). The certificate runs without its
 fallback; the rows it leaves take the fallback in a second call on those rows only (the static route computes it on
 every row; the tokens are the same). ``--topk``: the target also filtered as engines do before verification (k
 or a top-p mass; issue 41), after the drafts are drawn. Prints one line per (V, draft, n, filter).
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -28,36 +29,16 @@ from otlp.optimal import sortfree as SF
 from otlp.optimal.sampler import _normalised
 from otlp.verifiers import get
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.optimal.instances import lm_rows  # noqa: E402 - one row generator for the tests and this script
+
 DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 
 
 def rows(B: int, V: int, n: int, noise: float | str | None, seed: int, dtype, topk: float | None = None):  # noqa: ANN001, ANN201
-    """LM-like rows: the loose draft (``noise`` None), a close one (sigma ``noise``), or ``"ties"``: a close draft
-    (sigma 1) with p and q rounded to multiples of 1/64 of their maxima (runs of equal ratios and of equal psi
-    steps). ``topk``: p filtered (an int: its k largest; a float: the fewest largest reaching that mass), the rest 0,
-    renormalised."""
-    g = torch.Generator().manual_seed(seed)
-    p = torch.softmax(torch.randn(B, V, generator=g) * 3, 1)
-    if noise is None:
-        q = torch.softmax(torch.randn(B, V, generator=g) * 3 + 0.5 * torch.log(p), 1)
-    elif noise == "ties":
-        q = torch.softmax(torch.log(p) + torch.randn(B, V, generator=g), 1)
-        p = (p / p.amax(1, keepdim=True) * 64).round() + 1
-        q = (q / q.amax(1, keepdim=True) * 64).round() + (torch.rand(B, V, generator=g) < 0.5)
-        p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
-    else:
-        q = torch.softmax(torch.log(p) + noise * torch.randn(B, V, generator=g), 1)
-    drafts = torch.multinomial(q, n, replacement=True, generator=g)
-    u = torch.rand(B, 2, generator=g, dtype=torch.float64)
-    if topk is not None:
-        ranked, idx = torch.sort(p, 1, descending=True)
-        keep = (torch.arange(V) < topk)[None, :] if isinstance(topk, int) else ranked.cumsum(1) - ranked < topk
-        p = torch.zeros_like(p).scatter_(1, idx, torch.where(keep, ranked, 0.0))
-        p = p / p.sum(1, keepdim=True)
-    p, q = p.to(dtype), q.to(dtype)
-    if dtype == torch.float64:
-        p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
-    return p, q, drafts, u
+    """The tests' LM-like rows (``tests.optimal.instances.lm_rows``) for a point: the loose draft (``noise`` None), a
+    close one (sigma ``noise``) or ``"ties"``, ``n`` drafts, the target filtered by ``topk``."""
+    return lm_rows(B, V, seed, "loose" if noise is None else noise, n, dtype, topk)
 
 
 def point(V: int, n: int, noise: float | str | None, total: int, B: int, seed: int = 0,

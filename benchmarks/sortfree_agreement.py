@@ -6,9 +6,10 @@ the first attempt, on the retry (the uncertain buckets sorted), and left to the 
 
 LM-like rows from the tests' generator (``tests.optimal.instances.lm_rows``, cast to the point's dtype): the
 grid's loose draft and close drafts (the target's logits plus sigma-scaled noise, sigma 1 and 0.5). The
-certificate runs without its fallback; the rows it leaves take the fallback in a second call on those rows only (the static route computes it on
-every row; the tokens are the same). ``--topk``: the target also filtered as engines do before verification (k
-or a top-p mass; issue 41), after the drafts are drawn. Prints one line per (V, draft, n, filter).
+certificate runs without its fallback; the rows it leaves take the fallback in a second call on those rows only (the
+static route computes it on every row; the tokens are the same). ``--topk``: the target also filtered as engines do
+before verification (k or a top-p mass; issue 41), after the drafts are drawn. Prints one line per (V, draft, n,
+filter).
 
     python benchmarks/sortfree_agreement.py --V 32000 --rows 1024 --B 64
     python benchmarks/sortfree_agreement.py --V 128000 --rows 128 --B 16 --n 4

@@ -50,6 +50,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bytes_moved  # noqa: E402 - benchmarks/bytes_moved.py, beside this script
 import readme_tables  # noqa: E402 - benchmarks/readme_tables.py, beside this script
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.optimal.instances import filtered_target  # noqa: E402 - the tests' top-k filter, for --top-k
+
 RULES = ("sps", "rrs", "rrs_wor", "kseq", "optimal")
 SIZES = (2_000, 32_000, 128_000, 152_000)
 #: the grid's drafts: the loosely correlated one, then close drafts of noise sigma 1 and 0.5 (:func:`_inputs`)
@@ -83,10 +86,7 @@ def _inputs(B: int, V: int, n: int, device: str, seed: int = 0, noise: float | N
     else:
         q = torch.softmax(torch.log(p) + noise * torch.randn(B, V, generator=g), dim=1)
     if TARGET_TOP_K is not None:
-        top = torch.topk(p, min(TARGET_TOP_K, V), dim=1).indices  # [B, k]
-        kept = torch.zeros_like(p, dtype=torch.bool).scatter_(1, top, True)
-        p = torch.where(kept, p, 0.0)
-        p = p / p.sum(1, keepdim=True)
+        p = filtered_target(p, TARGET_TOP_K)
     drafts = torch.multinomial(q, n, replacement=True, generator=g)
     return p.to(device), q.to(device), drafts.to(device)
 

@@ -136,6 +136,17 @@ def slot_law(P1, Q1, n: int, omegas, probs, slots):  # noqa: ANN001, ANN201
     return law, float(probs @ slots[:, :n].sum(1)), alpha
 
 
+def filtered_target(p, topk: float):  # noqa: ANN001, ANN201 - torch [B, V]
+    """``p [B, V]`` as engines pass it after filtering: an int k keeps each row's k largest entries (top-k), a float
+    in (0, 1) the fewest largest entries whose mass reaches it (top-p); the rest 0, rows renormalised."""
+    import torch
+
+    ranked, idx = torch.sort(p, 1, descending=True)  # [B, V]
+    keep = (torch.arange(p.shape[1]) < topk)[None, :] if isinstance(topk, int) else ranked.cumsum(1) - ranked < topk
+    p = torch.zeros_like(p).scatter_(1, idx, torch.where(keep, ranked, 0.0))
+    return p / p.sum(1, keepdim=True)
+
+
 def lm_rows(B: int, V: int, seed: int, draft: str, draws: int, dtype=None, topk: float | None = None):  # noqa: ANN001, ANN201
     """LM-like torch rows ``p, q [B, V]``, ``drafts [B, draws]`` from q and uniforms ``[B, 2]`` (float64): p =
     softmax(3 z); q loose (``draft`` "loose": 3 z' + 0.5 log p, 1 - TV ~ 0.1), close (a number sigma: log p + sigma
@@ -161,10 +172,7 @@ def lm_rows(B: int, V: int, seed: int, draft: str, draws: int, dtype=None, topk:
     drafts = torch.multinomial(q, draws, replacement=True, generator=g)
     u = torch.rand(B, 2, generator=g, dtype=torch.float64)
     if topk is not None:
-        ranked, idx = torch.sort(p, 1, descending=True)  # [B, V]
-        keep = (torch.arange(V) < topk)[None, :] if isinstance(topk, int) else ranked.cumsum(1) - ranked < topk
-        p = torch.zeros_like(p).scatter_(1, idx, torch.where(keep, ranked, 0.0))
-        p = p / p.sum(1, keepdim=True)
+        p = filtered_target(p, topk)
     dtype = torch.float32 if dtype is None else dtype
     p, q = p.to(dtype), q.to(dtype)
     if dtype == torch.float64:

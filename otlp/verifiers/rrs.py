@@ -163,7 +163,7 @@ class RecursiveRejectionWithoutReplacement(Verifier):
         p, draft = self.check_draft(p, draft)
         if draft.n > self.closed_form_n:
             return super().verifier_acceptance(p, draft)
-        got = self.acceptance_interval(p, draft)
+        got = rejection_interval(p, draft.q, draft.n)  # (inputs checked above, not again by acceptance_interval)
         return 0.5 * (got.lo + got.hi)
 
     def acceptance(self, p: object, draft: DraftScheme) -> float:

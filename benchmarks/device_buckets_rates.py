@@ -121,11 +121,13 @@ def main(argv: list[str] | None = None) -> None:
                         print(f"{V:>7} {K:>6} {draft:>6} {dtype:>8} {n:>2} {r['rows']:>6} {rates[0]:>8.3f} "
                               f"{rates[1]:>8.3f} {rates[2]:>8.3f} {r['spilled'] / r['rows']:>8.3f} "
                               f"{float(sel.median()):>8.0f} {float(sel.max()):>8.0f} {r['differ']:>7}", flush=True)
-                        t = totals.setdefault((V, draft, dtype), [0, 0])
-                        t[0], t[1] = t[0] + r["rows"], t[1] + r["differ"]
+                        t = totals.setdefault((V, draft, dtype), [0] * (DB.ROUNDS + 5))
+                        for i, c in enumerate([r["rows"], r["differ"], *r["rounds"].tolist(), r["spilled"]]):
+                            t[i] += c
     print("totals per (V, draft, dtype):")
-    for (V, draft, dtype), (rows, differ) in totals.items():
-        print(f"  V {V:>7} draft {draft:>5} {dtype:>8}: {differ} of {rows} rows differ")
+    for (V, draft, dtype), (rows, differ, *rounds, spilled) in totals.items():
+        print(f"  V {V:>7} draft {draft:>5} {dtype:>8}: {differ} of {rows} rows differ; round 0 {rounds[0]}, "
+              f"round 1 {rounds[1]}, fallback {rounds[2]}, spilled {spilled}")
     rows, wrong = sum(t[0] for t in totals.values()), sum(t[1] for t in totals.values())
     print(f"{wrong} of {rows} rows differ from the CPU route ({time.perf_counter() - t0:.0f} s)")
     sys.exit(1 if wrong else 0)

@@ -61,6 +61,22 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
     import triton.language as tl
 
     @triton.jit
+    def rsum(x, axis: tl.constexpr):  # noqa: ANN001, ANN202 - tl.sum (see rule's first comment)
+        return tl.reduce(x, axis, tl.standard._sum_combine)
+
+    @triton.jit
+    def rmax(x, axis: tl.constexpr):  # noqa: ANN001, ANN202
+        return tl.reduce(x, axis, tl.standard._elementwise_max)
+
+    @triton.jit
+    def rmin(x, axis: tl.constexpr):  # noqa: ANN001, ANN202
+        return tl.reduce(x, axis, tl.standard._elementwise_min)
+
+    @triton.jit
+    def scan(x, axis: tl.constexpr, reverse: tl.constexpr):  # noqa: ANN001, ANN202 - tl.cumsum
+        return tl.associative_scan(x, axis, tl.standard._sum_combine, reverse=reverse)
+
+    @triton.jit
     def log1p(x):  # noqa: ANN001, ANN202 - Goldberg: log(u) x / (u - 1), u = 1 + x
         u = 1.0 + x
         return tl.where(u == 1.0, x, tl.log(u) * (x / tl.where(u == 1.0, 1.0, u - 1.0)))
@@ -124,8 +140,8 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
             u_b = tl.maximum(tl.exp(tl.log(2.0 * c) / N), tl.exp(tl.log(2.0 * tl.maximum(r, 0.0)) / (N - 1)))
             y = tl.maximum(tl.minimum(tl.minimum(y_a, u_b - H), L), 0.0)
             live = act
-            it = tl.zeros([], tl.int32)
-            while (it < LIMIT) & (tl.sum(live.to(tl.int32), 0) > 0):
+            it = 0
+            while (it < LIMIT) & (tl.reduce(live.to(tl.int32), 0, tl.standard._sum_combine) > 0):
                 D = y + N * H  # D(y) = sum_j C(n, j + 1) H^(n-1-j) y^j by Horner (chains._newton_step)
                 shift = (N - 1) * y + tl.load(dco_ptr + N - 2) * H
                 pw = H
@@ -146,19 +162,25 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
         return y
 
     @triton.jit
-    def ratio(ps, qs, first, outer_first, psi_e, psi_s):  # noqa: ANN001, ANN202 - group_terms' t and r
+    def ratio(ps, qs, first, outer_first, psi_e, psi_s):  # noqa: ANN001, ANN202 - group_terms' r = t / q
         t = tl.where(first & outer_first, tl.maximum(ps - (psi_e - psi_s), 0.0), ps)
         q_pos = qs > 0
         q_div = tl.where(q_pos, qs, 1.0)
-        return t, tl.where(q_pos, tl.where(first & outer_first, t / q_div, 1.0 / (q_div / ps)), 0.0)
+        return tl.where(q_pos, tl.where(first & outer_first, t / q_div, 1.0 / (q_div / ps)), 0.0)
 
     @triton.jit
     def rule(p_ptr, q_ptr, ip_ptr, iq_ptr, w_ptr, u_ptr, todo_ptr, tok_ptr, idx_ptr,  # noqa: ANN001, ANN202, PLR0915
              key_s, ord_s, ps_s, qs_s, pp_s, pq_s, psi_s, sq_s, pos_s, y_s, binom_ptr, dco_ptr,
              B, V, Vp, G, N: tl.constexpr, NP: tl.constexpr, BLOCK: tl.constexpr, LIMIT: tl.constexpr,
              LOG1P: tl.constexpr, EXPM1: tl.constexpr, IPOW: tl.constexpr, POWER_GAP: tl.constexpr,
-             SLOT_MASS: tl.constexpr, RATIO: tl.constexpr):
+             SLOT_MASS: tl.constexpr, RATIO: tl.constexpr, SUM: tl.constexpr, MAX: tl.constexpr,
+             MIN: tl.constexpr, CUMSUM: tl.constexpr):
         g = tl.program_id(0)
+        # no tl.zeros / tl.sum / tl.max / tl.min / tl.cumsum: jit functions of triton.language, which an interpreter
+        # set after Triton's import cannot call; SUM, MAX, MIN and CUMSUM are tl.reduce and tl.associative_scan with
+        # Triton's combines
+        zi = g * 0  # int32 and float64 scalars
+        zf = zi.to(tl.float64)
         ar = tl.arange(0, BLOCK)
         kv = tl.arange(0, NP)
         real = kv < N
@@ -166,7 +188,7 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
         INF = float("inf")
         for b in range(g, B, G):
             if tl.load(todo_ptr + b) != 0:
-                b64 = b + tl.zeros([], tl.int64)
+                b64 = b + zi.to(tl.int64)
                 rowp = b64 * V
                 inv_p = tl.load(ip_ptr + b)
                 inv_q = tl.load(iq_ptr + b)
@@ -204,8 +226,8 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
                         jj = jj // 2
                     kk = kk * 2
                 # 2. masses in order, running sums, psi on the prefixes, m*
-                cp = tl.zeros([], tl.float64)
-                cq = tl.zeros([], tl.float64)
+                cp = zf
+                cq = zf
                 tl.store(pp_s + sb, 0.0)
                 tl.store(pq_s + sb, 0.0)
                 for t0 in range(0, Vp, BLOCK):
@@ -217,24 +239,24 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
                     tl.store(ps_s + sb + i, P, mask=m)
                     tl.store(qs_s + sb + i, Q, mask=m)
                     tl.store(pos_s + sb + o, i.to(tl.int64), mask=m)  # the inverse permutation
-                    run_p = tl.cumsum(tl.where(ar == 0, P + cp, P), 0)
-                    run_q = tl.cumsum(tl.where(ar == 0, Q + cq, Q), 0)
+                    run_p = CUMSUM(tl.where(ar == 0, P + cp, P), 0, False)
+                    run_q = CUMSUM(tl.where(ar == 0, Q + cq, Q), 0, False)
                     tl.store(pp_s + sb + i + 1, run_p, mask=m)
                     tl.store(pq_s + sb + i + 1, run_q, mask=m)
-                    cp = tl.max(tl.where(ar == BLOCK - 1, run_p, -INF), 0)
-                    cq = tl.max(tl.where(ar == BLOCK - 1, run_q, -INF), 0)
+                    cp = MAX(tl.where(ar == BLOCK - 1, run_p, -INF), 0)
+                    cq = MAX(tl.where(ar == BLOCK - 1, run_q, -INF), 0)
                 tl.debug_barrier()
-                sp = tl.zeros([], tl.float64)
-                sq = tl.zeros([], tl.float64)
+                sp = zf
+                sq = zf
                 for tt in range(0, Vp, BLOCK):  # from the top: suffix sums and psi
                     i = Vp - BLOCK - tt + ar
                     m = i < V
                     P = tl.load(ps_s + sb + i, mask=m, other=0.0)
                     Q = tl.load(qs_s + sb + i, mask=m, other=0.0)
-                    run_p = tl.cumsum(tl.where(ar == BLOCK - 1, P + sp, P), 0, reverse=True)
-                    run_q = tl.cumsum(tl.where(ar == BLOCK - 1, Q + sq, Q), 0, reverse=True)
-                    sp = tl.max(tl.where(ar == 0, run_p, -INF), 0)
-                    sq = tl.max(tl.where(ar == 0, run_q, -INF), 0)
+                    run_p = CUMSUM(tl.where(ar == BLOCK - 1, P + sp, P), 0, True)
+                    run_q = CUMSUM(tl.where(ar == BLOCK - 1, Q + sq, Q), 0, True)
+                    sp = MAX(tl.where(ar == 0, run_p, -INF), 0)
+                    sq = MAX(tl.where(ar == 0, run_q, -INF), 0)
                     head_p = tl.load(pp_s + sb + i, mask=m, other=0.0)
                     head_q = tl.load(pq_s + sb + i, mask=m, other=0.0)
                     tail = 1.0 - IPOW(1.0 - tl.minimum(run_q, 1.0), N) - run_p
@@ -245,46 +267,46 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
                 tl.store(psi_s + sb + V, 0.0)
                 tl.store(sq_s + sb + V, 0.0)
                 tl.debug_barrier()
-                best = tl.full([], INF, tl.float64)
-                m_star = tl.zeros([], tl.int32)
+                best = (zf + INF)
+                m_star = zi
                 for t0 in range(0, V + 1, BLOCK):
                     i = t0 + ar
                     v = tl.load(psi_s + sb + i, mask=i <= V, other=INF)
-                    lo = tl.min(v, 0)
-                    at = tl.min(tl.where(v == lo, i, 2 * Vp + 2), 0)
+                    lo = MIN(v, 0)
+                    at = MIN(tl.where(v == lo, i, 2 * Vp + 2), 0)
                     m_star = tl.where(lo < best, at, m_star)
                     best = tl.minimum(lo, best)
                 psi_min = tl.load(psi_s + sb + m_star)
                 # 3. the drafts' positions, the top one, the served group (chains.served_group)
                 w = tl.load(w_ptr + b64 * N + kv, mask=real, other=0)
                 pos = tl.load(pos_s + sb + w, mask=real, other=-1)
-                top = tl.max(pos, 0)
-                s_in = tl.zeros([], tl.int32)
-                lo_in = tl.full([], INF, tl.float64)
-                e_out = tl.zeros([], tl.int32)
-                lo_out = tl.full([], INF, tl.float64)
+                top = MAX(pos, 0)
+                s_in = zi
+                lo_in = (zf + INF)
+                e_out = zi
+                lo_out = (zf + INF)
                 for t0 in range(0, V + 1, BLOCK):
                     i = t0 + ar
                     v = tl.load(psi_s + sb + i, mask=i <= V, other=INF)
                     a = tl.where(i <= top, v, INF)
-                    lo = tl.min(a, 0)
-                    at = tl.min(tl.where(a == lo, i, 2 * Vp + 2), 0)
+                    lo = MIN(a, 0)
+                    at = MIN(tl.where(a == lo, i, 2 * Vp + 2), 0)
                     s_in = tl.where(lo < lo_in, at, s_in)
                     lo_in = tl.minimum(lo, lo_in)
                     a = tl.where(i > top, v, INF)
-                    lo = tl.min(a, 0)
-                    at = tl.min(tl.where(a == lo, i, 2 * Vp + 2), 0)
+                    lo = MIN(a, 0)
+                    at = MIN(tl.where(a == lo, i, 2 * Vp + 2), 0)
                     e_out = tl.where(lo < lo_out, at, e_out)
                     lo_out = tl.minimum(lo, lo_out)
                 psi_sin = tl.load(psi_s + sb + s_in)
                 psi_eout = tl.load(psi_s + sb + e_out)
-                e_in = tl.zeros([], tl.int32) + 2 * Vp + 2
-                s_out = tl.zeros([], tl.int32)
+                e_in = zi + 2 * Vp + 2
+                s_out = zi
                 for t0 in range(0, V + 1, BLOCK):
                     i = t0 + ar
                     v = tl.load(psi_s + sb + i, mask=i <= V, other=INF)
-                    e_in = tl.minimum(e_in, tl.min(tl.where((i > top) & (i <= V) & (v < psi_sin), i, 2 * Vp + 2), 0))
-                    s_out = tl.maximum(s_out, tl.max(tl.where((i <= top) & (v <= psi_eout), i, 0), 0))
+                    e_in = tl.minimum(e_in, MIN(tl.where((i > top) & (i <= V) & (v < psi_sin), i, 2 * Vp + 2), 0))
+                    s_out = tl.maximum(s_out, MAX(tl.where((i <= top) & (v <= psi_eout), i, 0), 0))
                 inner = top < m_star
                 s = tl.where(inner, s_in, s_out)
                 e = tl.where(inner, e_in, e_out)
@@ -298,21 +320,19 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
                     i = t0 + ar
                     m = i <= wend
                     first = i == s
-                    ps = tl.load(ps_s + sb + i, mask=m, other=0.0)
-                    qs = tl.load(qs_s + sb + i, mask=m, other=0.0)
                     H = tl.load(pq_s + sb + i, mask=m, other=0.0)
                     L = tl.load(sq_s + sb + i, mask=m, other=0.0) - sq_e
                     gap = tl.where(first, tl.where(outer_first, 0.0, psi_gs - psi_ge),
                                    tl.load(psi_s + sb + i, mask=m, other=0.0) - psi_ge)
                     gap = tl.maximum(gap, 0.0)
                     one = m & (i - 1 >= s)
-                    _, r1 = RATIO(tl.load(ps_s + sb + i - 1, mask=one, other=0.0),
+                    r1 = RATIO(tl.load(ps_s + sb + i - 1, mask=one, other=0.0),
                                   tl.load(qs_s + sb + i - 1, mask=one, other=0.0), i - 1 == s, outer_first,
                                   psi_ge, psi_gs)
                     r_below = tl.where(one, r1, 0.0)
                     if N >= 3:
                         two = m & (i - 2 >= s)
-                        _, r2 = RATIO(tl.load(ps_s + sb + i - 2, mask=two, other=0.0),
+                        r2 = RATIO(tl.load(ps_s + sb + i - 2, mask=two, other=0.0),
                                       tl.load(qs_s + sb + i - 2, mask=two, other=0.0), i - 2 == s, outer_first,
                                       psi_ge, psi_gs)
                         q1 = tl.load(qs_s + sb + i - 1, mask=one, other=0.0)
@@ -325,23 +345,23 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
                     tl.store(y_s + sb + i, y, mask=m & ~tied)
                 tl.debug_barrier()
                 if N >= 3:  # tied runs: y_i = min((y_a - (H_i - H_a))^+, L_i) from the last solved position a
-                    solved_before = tl.zeros([], tl.int32)  # key_s is free after the sort
+                    solved_before = zi  # key_s is free after the sort
                     for t0 in range(s, wend + 1, BLOCK):
                         i = t0 + ar
                         m = i <= wend
                         two = m & (i - 2 >= s)
-                        _, r1 = RATIO(tl.load(ps_s + sb + i - 1, mask=two, other=0.0),
+                        r1 = RATIO(tl.load(ps_s + sb + i - 1, mask=two, other=0.0),
                                       tl.load(qs_s + sb + i - 1, mask=two, other=0.0), i - 1 == s, outer_first,
                                       psi_ge, psi_gs)
-                        _, r2 = RATIO(tl.load(ps_s + sb + i - 2, mask=two, other=0.0),
+                        r2 = RATIO(tl.load(ps_s + sb + i - 2, mask=two, other=0.0),
                                       tl.load(qs_s + sb + i - 2, mask=two, other=0.0), i - 2 == s, outer_first,
                                       psi_ge, psi_gs)
                         q1 = tl.load(qs_s + sb + i - 1, mask=two, other=0.0)
                         tied = two & (r1 == r2) & (q1 > 0)
                         solved = m & ~tied  # s is one: every tied entry has an anchor
-                        count = solved_before + tl.cumsum(solved.to(tl.int32), 0)  # [BLOCK] solved ones so far
+                        count = solved_before + CUMSUM(solved.to(tl.int32), 0, False)  # [BLOCK] solved ones so far
                         tl.store(key_s + sb + count - 1, i.to(tl.float64), mask=solved)  # their list, in order
-                        solved_before += tl.sum(solved.to(tl.int32), 0)
+                        solved_before += SUM(solved.to(tl.int32), 0)
                         tl.debug_barrier()
                         anchor = tl.load(key_s + sb + count - 1, mask=tied, other=0.0).to(tl.int32)
                         H = tl.load(pq_s + sb + i, mask=m, other=0.0)
@@ -351,9 +371,9 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
                         tl.store(y_s + sb + i, tl.minimum(tl.maximum(y_a - (H - H_a), 0.0), L), mask=tied)
                     tl.debug_barrier()
                 lim = s + tl.minimum(tl.maximum(pos - s, 0), top - s + 1)  # [NP] each draw's window end
-                cum = tl.zeros([NP], tl.float64)
-                cum_c = tl.zeros([NP], tl.float64)
-                before_s = tl.zeros([], tl.float64)
+                cum = kv.to(tl.float64) * 0.0
+                cum_c = kv.to(tl.float64) * 0.0
+                before_s = zf
                 for t0 in range(s, wend + 1, BLOCK):
                     i = t0 + ar
                     m = i <= wend
@@ -369,9 +389,9 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
                     lam = tl.where(certain | first, 0.0, -LOG1P(-tl.where(certain, 0.0, a)))
                     live = m & (i <= top) & (i < e)
                     hit = live[:, None] & (i[:, None] <= lim[None, :])  # [BLOCK, NP]
-                    cum += tl.sum(tl.where(hit, lam[:, None], 0.0), 0)
-                    cum_c += tl.sum(tl.where(hit & certain[:, None], 1.0, 0.0), 0)
-                    before_s += tl.sum(tl.where(first & m, before, 0.0), 0)
+                    cum += SUM(tl.where(hit, lam[:, None], 0.0), 0)
+                    cum_c += SUM(tl.where(hit & certain[:, None], 1.0, 0.0), 0)
+                    before_s += SUM(tl.where(first & m, before, 0.0), 0)
                 H_s = tl.load(pq_s + sb + s)
                 gap_s = tl.maximum(tl.where(outer_first, 0.0, psi_gs - psi_ge), 0.0)
                 capacity = POWER_GAP(H_s, before_s, binom_ptr, N)
@@ -382,49 +402,50 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
                 in_g = real & (pos >= s)
                 key = tl.where(in_g, pos, tl.where(real, -1, -2))
                 ahead = (key[None, :] > key[:, None]) | ((key[None, :] == key[:, None]) & (kv[None, :] < kv[:, None]))
-                rank = tl.sum(ahead.to(tl.int32), 1)  # [NP] each draw's place by decreasing position
-                c = tl.sum(in_g.to(tl.int32), 0)
+                rank = SUM(ahead.to(tl.int32), 1)  # [NP] each draw's place by decreasing position
+                c = SUM(in_g.to(tl.int32), 0)
                 succ = rank[None, :] == rank[:, None] + 1  # [NP, NP]: draw j comes right after draw k
                 more = rank + 1 < c
-                nxt = tl.where(more, tl.sum(tl.where(succ, cum[None, :], 0.0), 1), 0.0)
-                nxt_c = tl.where(more, tl.sum(tl.where(succ, cum_c[None, :], 0.0), 1), 0.0)
+                nxt = tl.where(more, SUM(tl.where(succ, cum[None, :], 0.0), 1), 0.0)
+                nxt_c = tl.where(more, SUM(tl.where(succ, cum_c[None, :], 0.0), 1), 0.0)
                 h = tl.where(in_g, tl.maximum(cum - nxt, 0.0), 0.0)
                 h = tl.where(in_g & (cum_c - nxt_c > 0), INF, h)
-                per = tl.zeros([NP], tl.float64)
-                log_reach = tl.zeros([], tl.float64)
+                per = kv.to(tl.float64) * 0.0
+                log_reach = zf
                 for k in tl.static_range(1, N + 1):
-                    hk = tl.sum(tl.where(rank == k - 1, h, 0.0), 0)
+                    hk = SUM(tl.where(rank == k - 1, h, 0.0), 0)
                     fired = tl.exp(log_reach) * -EXPM1(-k * hk)
                     per += tl.where(rank < k, fired / k, 0.0)
                     log_reach = log_reach - k * hk
                 left = tl.exp(log_reach)
                 per = tl.where(in_g, per + left * beta / tl.maximum(c, 1), 0.0)
                 same = (w[:, None] == w[None, :]) & real[:, None] & real[None, :]  # [NP, NP]
-                first_occ = tl.sum((same & (kv[None, :] < kv[:, None])).to(tl.int32), 1) == 0
-                accept = tl.where(first_occ & real, tl.sum(tl.where(same, per[None, :], 0.0), 1), 0.0)
+                first_occ = SUM((same & (kv[None, :] < kv[:, None])).to(tl.int32), 1) == 0
+                accept = tl.where(first_occ & real, SUM(tl.where(same, per[None, :], 0.0), 1), 0.0)
                 reject = left * (1.0 - beta)
                 total = tl.maximum(-psi_min, 0.0)
                 rej = tl.where(total > 0, reject, 0.0)
                 u0 = tl.load(u_ptr + 2 * b)
                 u1 = tl.load(u_ptr + 2 * b + 1)
-                cw = tl.cumsum(accept, 0)  # [NP] running slot weights (padding lanes add 0)
-                whole = tl.sum(tl.where(kv == N - 1, cw, 0.0), 0) + rej  # cw's last entry, then the reject
-                slot = tl.minimum(tl.sum(((cw <= u0 * whole) & real).to(tl.int32), 0)
+                cw = CUMSUM(accept, 0, False)  # [NP] running slot weights (padding lanes add 0)
+                whole = SUM(tl.where(kv == N - 1, cw, 0.0), 0) + rej  # cw's last entry, then the reject
+                slot = tl.minimum(SUM(((cw <= u0 * whole) & real).to(tl.int32), 0)
                                   + tl.where(whole <= u0 * whole, 1, 0), N)
                 slot = tl.where(whole > 0, slot, 0)
                 v = u1 * total
-                M = tl.zeros([], tl.int32)
+                M = zi
                 for t0 in range(0, V + 1, BLOCK):
                     i = t0 + ar
                     d = tl.load(psi_s + sb + i, mask=i <= V, other=INF) - psi_min
-                    M = tl.maximum(M, tl.max(tl.where((i <= V) & (d <= v), i, 0), 0))
+                    M = tl.maximum(M, MAX(tl.where((i <= V) & (d <= v), i, 0), 0))
                 drawn = tl.minimum(M, V - 1)
-                chosen = tl.sum(tl.where(kv == slot, w, 0), 0)
+                chosen = SUM(tl.where(kv == slot, w, 0), 0)
                 token = tl.where(slot < N, chosen, tl.load(ord_s + sb + drawn))
                 tl.store(tok_ptr + b, token)
                 tl.store(idx_ptr + b, tl.where(slot < N, slot, -1).to(tl.int64))
 
-    return rule, dict(LOG1P=log1p, EXPM1=expm1, IPOW=ipow, POWER_GAP=power_gap, SLOT_MASS=slot_mass, RATIO=ratio)
+    return rule, dict(LOG1P=log1p, EXPM1=expm1, IPOW=ipow, POWER_GAP=power_gap, SLOT_MASS=slot_mass, RATIO=ratio,
+                      SUM=rsum, MAX=rmax, MIN=rmin, CUMSUM=scan)
 
 
 def decide_rows(p, q, inv_p, inv_q, w, U, todo, tokens, index, *, programs: int = PROGRAMS):  # noqa: ANN001, ANN201

@@ -75,12 +75,12 @@ def _kernels():  # noqa: ANN202
             P, Q, _, b = TB(p_ptr, q_ptr, base, i, m, inv_p, inv_q, BELOW, ABOVE, TOP, SHIFT)
             keep = (tl.load(sel_ptr + row.to(tl.int64) * NB + b, mask=m, other=0) != 0) & m
             flag = keep.to(tl.int64)
-            col = taken + tl.cumsum(flag, 0) - flag  # [BLOCK] each kept token's column
+            col = taken + tl.associative_scan(flag, 0, tl.standard._sum_combine) - flag  # [BLOCK] kept tokens' columns
             put = keep & (col < K)
             tl.store(ids_ptr + out + col, i.to(tl.int64), mask=put)
             tl.store(Pc_ptr + out + col, P, mask=put)
             tl.store(Qc_ptr + out + col, Q, mask=put)
-            taken += tl.sum(flag, 0)
+            taken += tl.reduce(flag, 0, tl.standard._sum_combine)
         tl.store(count_ptr + row + tl.arange(0, 1), taken)
 
     @triton.jit
@@ -117,10 +117,12 @@ def _kernels():  # noqa: ANN202
         s = tl.arange(0, S)
         out = row.to(tl.int64) * (2 * N) + s
         put = s < 2 * N
-        tl.atomic_add(Ps_ptr + out, tl.sum(tl.where(hit, P[:, None], 0.0), 0), mask=put)
-        tl.atomic_add(Qs_ptr + out, tl.sum(tl.where(hit, Q[:, None], 0.0), 0), mask=put)
-        tl.atomic_add(cs_ptr + out, tl.sum(hit.to(tl.int64), 0), mask=put)
+        tl.atomic_add(Ps_ptr + out, tl.reduce(tl.where(hit, P[:, None], 0.0), 0, tl.standard._sum_combine), mask=put)
+        tl.atomic_add(Qs_ptr + out, tl.reduce(tl.where(hit, Q[:, None], 0.0), 0, tl.standard._sum_combine), mask=put)
+        tl.atomic_add(cs_ptr + out, tl.reduce(hit.to(tl.int64), 0, tl.standard._sum_combine), mask=put)
 
+    # (sums by tl.reduce / tl.associative_scan with Triton's own combine: tl.sum and tl.cumsum are jit functions, which
+    # an interpreter set after Triton's import cannot call; a combine passed as a constexpr compiles for no GPU)
     return hist, gather, segs, token_buckets
 
 

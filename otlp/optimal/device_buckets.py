@@ -36,7 +36,11 @@ the tensors' device, with static shapes and no host synchronisation (design note
    again. *Fallback*: a row still undecided or spilled takes the full device route (:func:`.chains.prefix` with the
    sort, :func:`.chains.tuple_rule`, :func:`.chains.sample`) on every row (``fallback_rows`` None: exact, and as
    costly as the old route) or on the first ``fallback_rows`` such rows gathered into an ``[F, V]`` batch (rows past
-   them are counted in ``Decision.overflow`` and keep a guess: exact only while at most F rows a call need it).
+   them are counted in ``Decision.overflow`` and keep a guess: exact only while at most F rows a call need it). With
+   ``fallback_rows="kernel"`` the undecided rows, however many, take the full-order rule inside one Triton kernel
+   that returns at once on the others (:mod:`.device_fallback`): exact, static shapes, no host synchronisation, and
+   its cost proportional to the rows that need it. This is ``get("optimal")``'s route on CUDA tensors
+   (:data:`ROUTE`, :func:`.sampler.verify`).
 
 Rates (benchmarks/device_buckets_rates.py, B = 64 rows per point, n = 2, 4, 8, float32, K = V / 16): at V = 32k
 and 128k, 1,149 of 1,152 loose and close (sigma 1, 0.5) rows certified at round 0, 2 at round 1, 1 took the fallback,
@@ -72,6 +76,10 @@ from otlp.optimal import sortfree as SF
 ROUNDS = 1
 #: bucket entries inside the served window that a refinement round sorts where the slot was not certified.
 REFINE = 8
+#: the options of the decode-loop route (:func:`.sampler.verify` on CUDA tensors where Triton imports, with the
+#: Triton passes): the refinement round on 4 gathered rows (about 1 LM row in 500 needs it), then every undecided row
+#: in the fallback kernel
+ROUTE = {"refine_rows": 4, "fallback_rows": "kernel"}
 #: a padding entry's sort key: below every token's (p = q = 0 tokens have -1), so padding sorts last.
 PAD_KEY = -2.0
 #: a top bucket of p = 0 < q tokens takes the strict bound where its last token's q is at least TINY_Q 2^(n - 1) of
@@ -520,13 +528,14 @@ def verify(p, q, drafts, u, **options):  # noqa: ANN001, ANN003, ANN201 - tensor
 
 
 def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds: int = ROUNDS,  # noqa: ANN001
-           refine_rows: int | None = None, fallback_rows: int | None = None, fallback: bool = True,
+           refine_rows: int | None = None, fallback_rows: int | str | None = None, fallback: bool = True,
            passes: Passes = TORCH, cell: int | None = None, roots=None, selection=None,  # noqa: ANN001
            partial: bool = True) -> Decision:
     """The rule (module docstring) on rows ``p, q [B, V]`` (any float dtype), drafts ``w int64 [B, n]`` and uniforms
     ``U float64 [B, 2]``. ``bits``: the buckets' bits per octave (default :func:`bits_for`); ``K``: the
     compaction buffer (default :func:`capacity`); ``refine_rows``: the rows each refinement round takes (None: every
-    row; else the first ``refine_rows`` undecided rows, gathered; the others go on to the fallback); ``passes``:
+    row; else the first ``refine_rows`` undecided rows, gathered; the others go on to the fallback);
+    ``fallback_rows``: None, a number of gathered rows, or ``"kernel"`` (module docstring, 5.); ``passes``:
     :data:`TORCH` or the Triton kernels (:data:`.device_passes.TRITON`); ``cell``, ``roots``: as
     :func:`.sortfree.decide` on the compressed instance; ``fallback=False`` leaves undecided rows at the certificate's
     best guess (tests); ``selection``: the buckets of the first try ``bool [B, NB]`` (tests: fewer buckets than
@@ -572,7 +581,11 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
     index = torch.where(slot < n, slot, -1)
     spilled = count > K
     overflow = done.new_zeros(())
-    if fallback:
+    if fallback and fallback_rows == "kernel":
+        from otlp.optimal import device_fallback
+
+        token, index = device_fallback.decide_rows(p, q, inv_p, inv_q, w, U, ~ok, token, index)
+    elif fallback:
         token, index, overflow = _fallback(p, q, inv_p, inv_q, w, U, ~ok, token, index, fallback_rows)
     return Decision(token, index, done, spilled, overflow, count.clamp(max=K))
 

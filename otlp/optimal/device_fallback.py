@@ -188,6 +188,7 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
         INF = float("inf")
         for b in range(g, B, G):
             if tl.load(todo_ptr + b) != 0:
+                tl.debug_barrier()  # the last row's reads of the scratch are done before this row writes it
                 b64 = b + zi.to(tl.int64)
                 rowp = b64 * V
                 inv_p = tl.load(ip_ptr + b)

@@ -522,7 +522,7 @@ def verify(p, q, drafts, u, **options):  # noqa: ANN001, ANN003, ANN201 - tensor
 
 
 def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds: int = ROUNDS,  # noqa: ANN001
-           refine_rows: int | None = None, fallback_rows: int | str | None = None, fallback: bool = True,
+           refine_rows: int | str | None = None, fallback_rows: int | str | None = None, fallback: bool = True,
            passes: Passes = TORCH, cell: int | None = None, roots=None, selection=None,  # noqa: ANN001
            partial: bool = True, inverse=None) -> Decision:  # noqa: ANN001
     """The rule (module docstring) on rows ``p, q [B, V]`` (any float dtype), drafts ``w int64 [B, n]`` and uniforms

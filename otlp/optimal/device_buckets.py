@@ -270,7 +270,7 @@ def select(lv: Level, draft_buckets, u1):  # noqa: ANN001, ANN201
 
     psi, f, low = lv.psi, lv.f, lv.low
     B, NB = f.shape
-    inf = torch.tensor(float("inf"), dtype=psi.dtype, device=psi.device)
+    inf = psi.new_full((), float("inf"))  # a fill, not a host-to-device copy (CUDA graphs capture no such copy)
     idx = X.arange_like(psi, NB + 1)[None, :]  # [1, NB + 1] edges
     j = idx[:, :NB]  # [1, NB] buckets
     best = psi.amin(-1, keepdim=True)  # [B, 1] >= psi*

@@ -449,6 +449,17 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
                       SUM=rsum, MAX=rmax, MIN=rmin, CUMSUM=scan)
 
 
+@functools.cache
+def _coefficients(n: int, device):  # noqa: ANN001, ANN202
+    """``(C(n, j) for j = 0..n, j C(n, j + 1) for j = 0..n-1)`` as float64 tensors on ``device``, made once (a host
+    copy, which a CUDA graph cannot capture: the graph cache's warm-up calls make them before its capture)."""
+    import torch
+
+    f64 = dict(dtype=torch.float64, device=device)
+    return (torch.tensor([float(comb(n, j)) for j in range(n + 1)], **f64),
+            torch.tensor([float(j * comb(n, j + 1)) for j in range(n)], **f64))
+
+
 def decide_rows(p, q, inv_p, inv_q, w, U, todo, tokens, index, *, programs: int = PROGRAMS):  # noqa: ANN001, ANN201
     """``(tokens, index)`` with the rows of ``todo bool [B]`` decided by the full-order rule (module docstring), the
     others as given: ``p, q [B, V]`` (any float dtype), ``inv_p, inv_q float64 [B, 1]`` the reciprocals of their
@@ -469,8 +480,7 @@ def decide_rows(p, q, inv_p, inv_q, w, U, todo, tokens, index, *, programs: int 
     key_s, ps_s, qs_s, pp_s, pq_s, psi_s, sq_s, y_s = scratch
     ord_s = torch.empty(G * (Vp + 1), dtype=torch.int64, device=dev)
     pos_s = torch.empty_like(ord_s)
-    binom = torch.tensor([float(comb(n, j)) for j in range(n + 1)], **f64)
-    dco = torch.tensor([float(j * comb(n, j + 1)) for j in range(n)], **f64)
+    binom, dco = _coefficients(n, dev)
     tokens, index = tokens.clone(), index.clone()
     rule, helpers = _kernel()
     rule[(G,)](p.contiguous(), q.contiguous(), inv_p.contiguous(), inv_q.contiguous(), w.contiguous(),

@@ -11,7 +11,8 @@ Without CUDA the kernels run under ``TRITON_INTERPRET=1``; without Triton instal
 * Some rows flagged: the others keep the values given, and no input is written.
 * Inside :func:`.device_buckets.decide` (``fallback_rows="kernel"``) with a selection the certificate cannot decide
   from: every row exact, nothing counted as overflow.
-* ``get("optimal").sample(..., backend="triton")``: the CPU route's tokens, with and without ``widths``; its errors.
+* ``get("optimal").sample(..., backend="triton")``: the CPU route's tokens, with and without ``widths``, and no
+  synchronising aten op (the torch operations around the kernels); its errors.
 * The kernels compile for sm_90 (PTX and a cubin) without a GPU: the compiled route, which the interpreter does not
   check (loop-carried types, constexpr branches, combine functions).
 """
@@ -142,6 +143,10 @@ def test_inside_the_bucket_rule(kernel) -> None:  # noqa: ANN001
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_the_triton_route_of_the_sampler(kernel) -> None:  # noqa: ANN001
+    from otlp.optimal.sampler import verify
+
+    from .test_sampler_device import SYNC_OPS, _Recorder
+
     opt = get("optimal")
     for V, draft, n in ((2000, "0.5", 4), (1100, "ties", 3), (900, "loose", 1)):
         p, q, w, U = lm_rows(10, V, 5, draft, n)
@@ -150,8 +155,10 @@ def test_the_triton_route_of_the_sampler(kernel) -> None:  # noqa: ANN001
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
         widths = torch.randint(1, n + 1, (10,), generator=torch.Generator().manual_seed(V))
         want = opt.sample(p, q, w, None, uniforms=U, widths=widths)
-        got = opt.sample(p, q, w, None, uniforms=U, widths=widths, backend="triton")
+        with _Recorder() as rec:  # no synchronising op (the tied rows take the kernel)
+            got = verify(p, q, w, U, widths=widths, backend="triton")
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert not rec.ops & set(SYNC_OPS), rec.ops & set(SYNC_OPS)
 
 
 def test_triton_route_errors(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -269,16 +269,17 @@ def _triton() -> bool:
 
 
 def _bucket_route(p, q, drafts, U, widths=None):  # noqa: ANN001, ANN202
-    """The Triton route of :func:`verify`: :func:`.device_buckets.decide` with the Triton passes and every row it
-    cannot certify decided in the fallback kernel (:data:`.device_buckets.ROUTE`); with ``widths``, every width on
-    every row, selected per row (static shapes)."""
+    """The Triton route of :func:`verify`: :func:`.device_buckets.decide` with the Triton passes, the cell rule's
+    roots in one kernel (:mod:`.triton_roots`) and every row it cannot certify decided in the fallback kernel
+    (:data:`.device_buckets.ROUTE`); with ``widths``, every width on every row, selected per row (static shapes)."""
     import torch
 
     from otlp.optimal import device_buckets as DB
+    from otlp.optimal import triton_roots
     from otlp.optimal.device_passes import TRITON
 
     def one(w):  # noqa: ANN001, ANN202
-        d = DB.decide(p, q, w, U, passes=TRITON, **DB.ROUTE)
+        d = DB.decide(p, q, w, U, passes=TRITON, roots=triton_roots.slot_mass, **DB.ROUTE)
         return d.tokens, d.index
 
     if widths is None:

@@ -40,14 +40,15 @@ def kernel(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     pytest.importorskip("triton", reason="triton is not installed (pip install triton; torch's CUDA builds ship it)")
     from otlp.optimal import device_fallback as DF
     from otlp.optimal import device_passes as DP
+    from otlp.optimal import triton_roots as TR
 
     if not torch.cuda.is_available():
         monkeypatch.setenv("TRITON_INTERPRET", "1")
-    DF._kernel.cache_clear()
-    DP._kernels.cache_clear()
+    for made in (DF._kernel, DP._kernels, TR._kernel):
+        made.cache_clear()
     yield DF
-    DF._kernel.cache_clear()
-    DP._kernels.cache_clear()
+    for made in (DF._kernel, DP._kernels, TR._kernel):
+        made.cache_clear()
 
 
 def _reference(p, q, w, U):  # noqa: ANN001, ANN202
@@ -199,11 +200,12 @@ def test_the_kernels_compile_for_sm90(dtype: str, n: int, tmp_path, monkeypatch)
     from otlp.optimal import buckets as BK
     from otlp.optimal import device_fallback as DF
     from otlp.optimal import device_passes as DP
+    from otlp.optimal import triton_roots as TR
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    DF._kernel.cache_clear()
-    DP._kernels.cache_clear()
+    for made in (DF._kernel, DP._kernels, TR._kernel):
+        made.cache_clear()
     try:
         rule, helpers = DF._kernel()
         ptr = dict.fromkeys(["p_ptr", "q_ptr"], dtype) | dict.fromkeys(["ip_ptr", "iq_ptr", "u_ptr"], "*fp64")
@@ -231,6 +233,10 @@ def test_the_kernels_compile_for_sm90(dtype: str, n: int, tmp_path, monkeypatch)
             compiled = _compile(fn, {k: types[k] for k in fn.arg_names if k not in const}, const, tmp_path,
                                 monkeypatch)
             assert "cubin" in compiled.asm
+        roots = TR._kernel()
+        const = {"n": n, "steps": C.NEWTON_STEPS, "BLOCK": TR.BLOCK}
+        types = dict.fromkeys(["H_ptr", "L_ptr", "r_ptr", "gap_ptr", "out_ptr"], "*fp64") | {"N": "i32"}
+        assert "cubin" in _compile(roots, types, const, tmp_path, monkeypatch).asm
     finally:
-        DF._kernel.cache_clear()
-        DP._kernels.cache_clear()
+        for made in (DF._kernel, DP._kernels, TR._kernel):
+            made.cache_clear()

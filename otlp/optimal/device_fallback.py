@@ -486,5 +486,6 @@ def decide_rows(p, q, inv_p, inv_q, w, U, todo, tokens, index, *, programs: int 
     rule[(G,)](p.contiguous(), q.contiguous(), inv_p.contiguous(), inv_q.contiguous(), w.contiguous(),
                     U.contiguous(), todo.to(torch.uint8).contiguous(), tokens, index, key_s, ord_s, ps_s, qs_s, pp_s,
                     pq_s, psi_s, sq_s, pos_s, y_s, binom, dco, B, V, Vp, G, N=n,
-                    NP=max(2, 1 << (n - 1).bit_length()), BLOCK=block, LIMIT=NEWTON_LIMIT, **helpers)
+                    NP=max(2, 1 << (n - 1).bit_length()), BLOCK=block, LIMIT=NEWTON_LIMIT,
+                    enable_fp_fusion=False, **helpers)  # no fused multiply-add: the reference's roundings
     return tokens, index

@@ -12,7 +12,11 @@ The bucket rule without the sort (otlp/optimal/device_buckets.py, its default bu
 static shapes): ``buckets`` (torch passes, the refinement round on ``REFINE_ROWS`` gathered rows, the fallback on
 one), ``buckets_cert`` (every row refined, no fallback), ``buckets_r0`` (no refinement round, no fallback),
 ``buckets_fused`` and ``buckets_fused_r0`` (as ``buckets`` and ``buckets_r0`` with the Triton passes of
-otlp/optimal/device_passes.py counted as one read of p and q each, the roots as ``sortfree_fused``'s).
+otlp/optimal/device_passes.py counted as one read of p and q each, the roots as ``sortfree_fused``'s),
+``buckets_route`` (``get("optimal")``'s route on CUDA where Triton imports: as ``buckets_fused`` with the undecided
+rows in the fallback kernel of otlp/optimal/device_fallback.py, which meta tensors cannot run: counted as its read of
+the B row flags when no row needs it; a row that does costs it log2(Vp) (log2(Vp) + 1) / 2 sort stages over the row's
+keys and ids, 32 Vp bytes each, and about ten passes over the row: ~640 MB at V = 128k, in one program).
 
 Routes: ``optimal`` (the device route, ``backend="torch"``), ``sortfree`` (otlp/optimal/sortfree.py with its
 full-chain fallback on every row, the exact static route), ``sortfree_F1`` (the fallback on one gathered row),
@@ -107,6 +111,12 @@ def _one_read_segments(p, q, inv_p, inv_q, part, sc, dr):  # noqa: ANN001, ANN20
     return z, torch.zeros_like(z), torch.zeros(B, 2 * n, dtype=torch.int64, device=p.device)
 
 
+def _kernel_flags(d: DB.Decision):  # noqa: ANN202
+    """A stand-in for the fallback kernel when no row needs it: the row flags read, the tokens kept."""
+    (d.rounds > DB.ROUNDS).to(torch.uint8).clone()
+    return d.tokens, d.index
+
+
 #: the Triton passes as counted on meta tensors (otlp/optimal/device_passes.py: each reads p and q once)
 ONE_READ = DB.Passes(DB.inverse_sums_one_read, _one_read_histogram, _one_read_compact, _one_read_segments)
 
@@ -122,6 +132,9 @@ def routes(n: int) -> dict[str, object]:
                                                       passes=ONE_READ, roots=_one_pass_roots),
         "buckets_fused_r0": lambda p, q, d, u: DB.verify(p, q, d, u, fallback=False, rounds=0, passes=ONE_READ,
                                                          roots=_one_pass_roots),
+        "buckets_route": lambda p, q, d, u: _kernel_flags(DB.decide(p, q, d, u, refine_rows=DB.ROUTE["refine_rows"],
+                                                                    fallback=False, passes=ONE_READ,
+                                                                    roots=_one_pass_roots)),
         "sortfree": lambda p, q, d, u: SF.verify(p, q, d, u),
         "sortfree_F1": lambda p, q, d, u: SF.verify(p, q, d, u, fallback_rows=1),
         "sortfree_cert": lambda p, q, d, u: SF.verify(p, q, d, u, fallback=False),

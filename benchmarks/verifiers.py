@@ -22,7 +22,8 @@ the CPU with one thread and with torch's default threads, and on CUDA when a GPU
     python benchmarks/verifiers.py --device cuda --rules sps rrs --V 128000 --B 64 --n 4 --bytes
                                                         # with the fused Triton kernels of rrs and sps beside the
                                                         # torch routes for the same uniforms (on CUDA with Triton;
-                                                        # --no-fused leaves them out) and their reads / floor
+                                                        # --no-fused leaves them out) and their reads / floor, and
+                                                        # optimal's Triton route beside its sorted torch route
     python benchmarks/verifiers.py --device cpu --threads 1 --drafts 1 0.5 --bytes --rates --V 32000 --B 64
                                                         # and each torch route's bytes moved / read floor
                                                         # (benchmarks/bytes_moved.py, meta tensors), and the
@@ -130,7 +131,10 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
     cannot be captured gets ``<name>_graph_error`` instead of a time); ``fused`` (CUDA with Triton): for rrs and sps
     in ``rules`` also ``<rule>_fused`` (the Triton kernel of otlp/verifiers/triton_kernels.py) and
     ``<rule>_uniforms`` (the torch route it replaces) with the same caller uniforms, and how many of their tokens /
-    indices differ (``<rule>_fused_mismatches``, out of 2 B)."""
+    indices differ (``<rule>_fused_mismatches``, out of 2 B); for optimal ``optimal_triton`` (its route on CUDA: the
+    bucket rule with the Triton passes and fallback kernel, what ``optimal`` times there) and ``optimal_torch`` (the
+    sorted torch route, ``backend="torch"``, which the CUDA tables of docs/COST.md measured), and
+    ``optimal_triton_mismatches``."""
     p, q, drafts = _inputs(B, V, n, device, noise=noise)
     gen = torch.Generator(device=device).manual_seed(0)
     fns = {"read_floor": lambda: p.sum() + q.sum()}
@@ -146,6 +150,10 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
             for name, backend in (("uniforms", "torch"), ("fused", "triton")):
                 fns[f"{rule}_{name}"] = lambda v=verifier, b=backend: v.sample(p, q, drafts, uniforms=u, backend=b)
     optimal = get("optimal")
+    if fused and "optimal" in rules:  # the Triton route (the default on CUDA) beside the sorted torch route
+        u = torch.rand((B, 2), generator=gen, device=device, dtype=torch.float64) if not kernels else u
+        for name, backend in (("torch", "torch"), ("triton", "triton")):
+            fns[f"optimal_{name}"] = lambda b=backend: optimal.sample(p, q, drafts, uniforms=u, backend=b)
     if compiled:
         fns["optimal_compiled"] = lambda: optimal.sample(p, q, drafts, None if graphs else gen, compile=True)
     if graphs:
@@ -172,6 +180,9 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
     for rule in kernels:
         a, b = (get(rule).sample(p, q, drafts, uniforms=u, backend=x) for x in ("triton", "torch"))
         out[f"{rule}_fused_mismatches"] = int((a[0] != b[0]).sum()) + int((a[1] != b[1]).sum())
+    if fused and "optimal" in rules:
+        a, b = (optimal.sample(p, q, drafts, uniforms=u, backend=x) for x in ("triton", "torch"))
+        out["optimal_triton_mismatches"] = int((a[0] != b[0]).sum()) + int((a[1] != b[1]).sum())
     return out
 
 
@@ -370,6 +381,9 @@ def main(argv: list[str] | None = None) -> None:
             line += "".join(f"  {x} fused {_ms(r, x + '_fused', 3)} ms (torch, same uniforms: "
                             f"{_ms(r, x + '_uniforms', 3)} ms; {r[f'{x}_fused_mismatches']} outputs differ)"
                             for x in ("rrs", "sps") if f"{x}_fused_mismatches" in r)
+            if "optimal_triton_mismatches" in r:
+                line += (f"  optimal triton {_ms(r, 'optimal_triton', 3)} ms (sorted torch route, same uniforms: "
+                         f"{_ms(r, 'optimal_torch', 3)} ms; {r['optimal_triton_mismatches']} outputs differ)")
             line += "".join(f"  {k}: {v}" for k, v in r.items() if k.endswith("_graph_error"))
             if args.bytes:
                 key = (B, V, n)

@@ -36,15 +36,22 @@ the tensors' device, with static shapes and no host synchronisation (design note
    again. *Fallback*: a row still undecided or spilled takes the full device route (:func:`.chains.prefix` with the
    sort, :func:`.chains.tuple_rule`, :func:`.chains.sample`) on every row (``fallback_rows`` None: exact, and as
    costly as the old route) or on the first ``fallback_rows`` such rows gathered into an ``[F, V]`` batch (rows past
-   them are counted in ``Decision.overflow`` and keep a guess: exact only while at most F rows a call need it).
+   them are counted in ``Decision.overflow`` and keep a guess: exact only while at most F rows a call need it). With
+   ``fallback_rows="kernel"`` the undecided rows, however many, take the full-order rule inside one Triton kernel
+   that returns at once on the others (:mod:`.device_fallback`): exact, static shapes, no host synchronisation, and
+   its cost proportional to the rows that need it. This is ``get("optimal")``'s route on CUDA tensors
+   (:data:`ROUTE`, :func:`.sampler.verify`). On host tensors ``refine_rows="gather"`` and ``fallback_rows="gather"``
+   take exactly the rows that need them (a data-dependent shape, so a host synchronisation:
+   :func:`_fallback_gathered`; tests pin the C route to this mode).
 
 Rates (benchmarks/device_buckets_rates.py, B = 64 rows per point, n = 2, 4, 8, float32, K = V / 16): at V = 32k
 and 128k, 1,149 of 1,152 loose and close (sigma 1, 0.5) rows certified at round 0, 2 at round 1, 1 took the fallback,
 none spilled; rows of tied ratios (``lm_rows`` "ties": a few ratio values, so a few buckets of thousands of tokens)
 all spill and take the fallback (a bucket of one ratio value needs no sort, its hazard being exact: not done). Against
 the CPU route (``get("optimal").sample``, same uniforms) on 114,432 rows (V = 32k and 128k, loose, sigma 1 and 0.5 and
-tied drafts, float32 / bfloat16 / float64; docs/OPTIMAL.md), 2 differ: tied float64 rows at n = 8 that took the
-fallback, where the full device route and the C route disagree; none of the 90,767 certified rows differs.
+tied drafts, float32 / bfloat16 / float64; docs/OPTIMAL.md), 2 differ: tied float64 rows whose row sums torch and
+numpy round an ulp apart, which reorders exact ratio ties (with the CPU route's row sums, ``inverse=``, they agree);
+none of the 90,767 certified rows differs.
 
 Targets filtered by top-k / top-p (p = 0 < q on most tokens, ratio +inf: the top bucket) take the host's strict
 bound on that run (:func:`inf_runs`, ``bucket_rule.c``'s ``inf_run``): before it every such row spilled K and took
@@ -74,6 +81,10 @@ from otlp.optimal import sortfree as SF
 ROUNDS = 1
 #: bucket entries inside the served window that a refinement round sorts where the slot was not certified.
 REFINE = 8
+#: the options of the decode-loop route (:func:`.sampler.verify` on CUDA tensors where Triton imports, with the
+#: Triton passes): the refinement round on 4 gathered rows (about 1 LM row in 500 needs it), then every undecided row
+#: in the fallback kernel
+ROUTE = {"refine_rows": 4, "fallback_rows": "kernel"}
 #: a padding entry's sort key: below every token's (p = q = 0 tokens have -1), so padding sorts last.
 PAD_KEY = -2.0
 #: a top bucket of p = 0 < q tokens takes the strict bound where its last token's q is at least TINY_Q 2^(n - 1) of
@@ -262,7 +273,7 @@ def select(lv: Level, draft_buckets, u1):  # noqa: ANN001, ANN201
 
     psi, f, low = lv.psi, lv.f, lv.low
     B, NB = f.shape
-    inf = torch.tensor(float("inf"), dtype=psi.dtype, device=psi.device)
+    inf = psi.new_full((), float("inf"))  # a fill, not a host-to-device copy (CUDA graphs capture no such copy)
     idx = X.arange_like(psi, NB + 1)[None, :]  # [1, NB + 1] edges
     j = idx[:, :NB]  # [1, NB] buckets
     best = psi.amin(-1, keepdim=True)  # [B, 1] >= psi*
@@ -522,22 +533,27 @@ def verify(p, q, drafts, u, **options):  # noqa: ANN001, ANN003, ANN201 - tensor
 
 
 def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds: int = ROUNDS,  # noqa: ANN001
-           refine_rows: int | None = None, fallback_rows: int | None = None, fallback: bool = True,
+           refine_rows: int | str | None = None, fallback_rows: int | str | None = None, fallback: bool = True,
            passes: Passes = TORCH, cell: int | None = None, roots=None, selection=None,  # noqa: ANN001
-           partial: bool = True) -> Decision:
+           partial: bool = True, inverse=None) -> Decision:  # noqa: ANN001
     """The rule (module docstring) on rows ``p, q [B, V]`` (any float dtype), drafts ``w int64 [B, n]`` and uniforms
     ``U float64 [B, 2]``. ``bits``: the buckets' bits per octave (default :func:`bits_for`); ``K``: the
     compaction buffer (default :func:`capacity`); ``refine_rows``: the rows each refinement round takes (None: every
-    row; else the first ``refine_rows`` undecided rows, gathered; the others go on to the fallback); ``passes``:
-    :data:`TORCH` or the Triton kernels (:data:`.device_passes.TRITON`); ``cell``, ``roots``: as
+    row; else the first ``refine_rows`` undecided rows, gathered; the others go on to the fallback);
+    ``fallback_rows``: None, a number of gathered rows, ``"kernel"`` or ``"gather"`` (module docstring, 5.);
+    ``passes``: :data:`TORCH` or the Triton kernels (:data:`.device_passes.TRITON`); ``cell``, ``roots``: as
     :func:`.sortfree.decide` on the compressed instance; ``fallback=False`` leaves undecided rows at the certificate's
     best guess (tests); ``selection``: the buckets of the first try ``bool [B, NB]`` (tests: fewer buckets than
-    :func:`select` takes, so that runs are bounded)."""
+    :func:`select` takes, so that runs are bounded). ``fallback_rows="gather"`` (host tensors: it reads how many rows
+    are undecided, a host synchronisation and a data-dependent shape) gives the fallback exactly the undecided rows,
+    gathered (:func:`_fallback_gathered`), and ``refine_rows="gather"`` likewise the refinement rounds (no round where
+    every row is certified). ``inverse``: the reciprocals of the rows' float64 sums ``(inv_p, inv_q)`` ``[B, 1]``
+    where the caller has them (the CPU sampler's, :func:`.buckets.inverse_sums`), else ``passes.inverse``."""
     import torch
 
     B, V = p.shape
     n = w.shape[1]
-    inv_p, inv_q = passes.inverse(p), passes.inverse(q)  # [B, 1]
+    inv_p, inv_q = (passes.inverse(p), passes.inverse(q)) if inverse is None else inverse  # [B, 1]
     if n == 1:  # the closed form needs no order (chains.single_draft), as the device route
         tokens, index = C.single_draft(_normalised(p, inv_p), _normalised(q, inv_q), w, U)
         zero = torch.zeros(B, dtype=torch.int64, device=p.device)
@@ -556,6 +572,10 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
         sel = sel | bad
         if refine_rows is None:  # every row tries again (views, not copies)
             pick = slice(None)
+        elif refine_rows == "gather":  # exactly the undecided rows (host: a data-dependent shape)
+            pick = (~ok).nonzero()[:, 0]
+            if pick.numel() == 0:
+                break
         else:  # the first refine_rows undecided rows, gathered
             pick = torch.sort(ok.to(torch.int8), stable=True).indices[:min(refine_rows, B)]
         sub = Level(*(x[pick] for x in (lv.Pb, lv.Qb, lv.psi, lv.f, lv.low, lv.inf_ok)))
@@ -574,7 +594,13 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
     index = torch.where(slot < n, slot, -1)
     spilled = count > K
     overflow = done.new_zeros(())
-    if fallback:
+    if fallback and fallback_rows == "kernel":
+        from otlp.optimal import device_fallback
+
+        token, index = device_fallback.decide_rows(p, q, inv_p, inv_q, w, U, ~ok, token, index)
+    elif fallback and fallback_rows == "gather":
+        token, index = _fallback_gathered(p, q, inv_p, inv_q, w, U, ~ok, token, index)
+    elif fallback:
         token, index, overflow = _fallback(p, q, inv_p, inv_q, w, U, ~ok, token, index, fallback_rows)
     return Decision(token, index, done, spilled, overflow, count.clamp(max=K))
 
@@ -601,3 +627,16 @@ def _fallback(p, q, inv_p, inv_q, w, U, todo, tokens, index, rows: int | None): 
     tokens[pick] = torch.where(take, t, tokens[pick])
     index[pick] = torch.where(take, i, index[pick])
     return tokens, index, (todo.sum() - take.sum()).clamp(min=0)
+
+
+def _fallback_gathered(p, q, inv_p, inv_q, w, U, todo, tokens, index):  # noqa: ANN001, ANN202
+    """The host mode of the fallback: :func:`_fallback` on exactly the rows of ``todo [B]``, gathered into an
+    ``[F, V]`` batch (F read on the host: a data-dependent shape, for CPU tensors), ``(tokens, index)`` new tensors."""
+    pick = todo.nonzero()[:, 0]  # [F]
+    if pick.numel() == 0:
+        return tokens, index
+    t, i, _ = _fallback(p[pick], q[pick], inv_p[pick], inv_q[pick], w[pick], U[pick], todo[pick], tokens[pick],
+                        index[pick], None)
+    tokens, index = tokens.clone(), index.clone()
+    tokens[pick], index[pick] = t, i
+    return tokens, index

@@ -35,10 +35,6 @@ def _kernels():  # noqa: ANN202
     import triton.language as tl
 
     @triton.jit
-    def add(a, b):  # noqa: ANN001, ANN202 - the scan's and the sum's combine (tl.cumsum, tl.sum: made at import)
-        return a + b
-
-    @triton.jit
     def token_buckets(p_ptr, q_ptr, base, i, m, inv_p, inv_q, BELOW: tl.constexpr, ABOVE: tl.constexpr,  # noqa: ANN001, ANN202
                       TOP: tl.constexpr, SHIFT: tl.constexpr):
         """A block's normalised masses P, Q (float64), ratio keys and buckets in its row (as
@@ -67,7 +63,7 @@ def _kernels():  # noqa: ANN202
     @triton.jit
     def gather(p_ptr, q_ptr, ip_ptr, iq_ptr, sel_ptr, ids_ptr, Pc_ptr, Qc_ptr, count_ptr, V, NB, K,  # noqa: ANN001, ANN202
                BELOW: tl.constexpr, ABOVE: tl.constexpr, TOP: tl.constexpr, SHIFT: tl.constexpr,
-               TB: tl.constexpr, BLOCK: tl.constexpr, ADD: tl.constexpr):
+               TB: tl.constexpr, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         base = row.to(tl.int64) * V
         out = row.to(tl.int64) * K
@@ -79,19 +75,19 @@ def _kernels():  # noqa: ANN202
             P, Q, _, b = TB(p_ptr, q_ptr, base, i, m, inv_p, inv_q, BELOW, ABOVE, TOP, SHIFT)
             keep = (tl.load(sel_ptr + row.to(tl.int64) * NB + b, mask=m, other=0) != 0) & m
             flag = keep.to(tl.int64)
-            col = taken + tl.associative_scan(flag, 0, ADD) - flag  # [BLOCK] each kept token's column
+            col = taken + tl.associative_scan(flag, 0, tl.standard._sum_combine) - flag  # [BLOCK] kept tokens' columns
             put = keep & (col < K)
             tl.store(ids_ptr + out + col, i.to(tl.int64), mask=put)
             tl.store(Pc_ptr + out + col, P, mask=put)
             tl.store(Qc_ptr + out + col, Q, mask=put)
-            taken += tl.reduce(flag, 0, ADD)
+            taken += tl.reduce(flag, 0, tl.standard._sum_combine)
         tl.store(count_ptr + row + tl.arange(0, 1), taken)
 
     @triton.jit
     def segs(p_ptr, q_ptr, ip_ptr, iq_ptr, part_ptr, act_ptr, dkey_ptr, did_ptr, dbucket_ptr, drank_ptr,  # noqa: ANN001, ANN202
              dfirst_ptr, Ps_ptr, Qs_ptr, cs_ptr, V, NB, BELOW: tl.constexpr, ABOVE: tl.constexpr,
              TOP: tl.constexpr, SHIFT: tl.constexpr, TB: tl.constexpr, BLOCK: tl.constexpr, N: tl.constexpr,
-             S: tl.constexpr, ADD: tl.constexpr):
+             S: tl.constexpr):
         row = tl.program_id(0)
         i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         m = i < V
@@ -121,16 +117,18 @@ def _kernels():  # noqa: ANN202
         s = tl.arange(0, S)
         out = row.to(tl.int64) * (2 * N) + s
         put = s < 2 * N
-        tl.atomic_add(Ps_ptr + out, tl.reduce(tl.where(hit, P[:, None], 0.0), 0, ADD), mask=put)
-        tl.atomic_add(Qs_ptr + out, tl.reduce(tl.where(hit, Q[:, None], 0.0), 0, ADD), mask=put)
-        tl.atomic_add(cs_ptr + out, tl.reduce(hit.to(tl.int64), 0, ADD), mask=put)
+        tl.atomic_add(Ps_ptr + out, tl.reduce(tl.where(hit, P[:, None], 0.0), 0, tl.standard._sum_combine), mask=put)
+        tl.atomic_add(Qs_ptr + out, tl.reduce(tl.where(hit, Q[:, None], 0.0), 0, tl.standard._sum_combine), mask=put)
+        tl.atomic_add(cs_ptr + out, tl.reduce(hit.to(tl.int64), 0, tl.standard._sum_combine), mask=put)
 
-    return hist, (gather, add), segs, token_buckets
+    # (sums by tl.reduce / tl.associative_scan with Triton's own combine: tl.sum and tl.cumsum are jit functions, which
+    # an interpreter set after Triton's import cannot call; a combine passed as a constexpr compiles for no GPU)
+    return hist, gather, segs, token_buckets
 
 
 def _constants(sc: BK.Scheme) -> dict:
     """The bucket scheme's constants of every kernel, and ``TB`` their shared token-bucket function (a jit function
-    passed as a constexpr, as ``ADD``: a kernel sees only its module's globals, not this factory's locals)."""
+    passed as a constexpr: a kernel sees only its module's globals, not this factory's locals)."""
     return {"BELOW": BK._BELOW, "ABOVE": 2.0**BK.OCTAVES, "TOP": BK._top(sc.bits), "SHIFT": 52 - sc.bits,
             "TB": _kernels()[3]}
 
@@ -160,9 +158,9 @@ def compact(p, q, inv_p, inv_q, sel, sc: BK.Scheme, K: int):  # noqa: ANN001, AN
     Pc = torch.zeros(B, K, dtype=torch.float64, device=p.device)
     Qc = torch.zeros_like(Pc)
     count = torch.zeros(B, dtype=torch.int64, device=p.device)
-    gather, add = _kernels()[1]
+    gather = _kernels()[1]
     gather[(B,)](p, q, inv_p.contiguous(), inv_q.contiguous(), sel.to(torch.uint8).contiguous(), ids, Pc, Qc, count,
-                 V, sc.NB, K, BLOCK=BLOCK, ADD=add, **_constants(sc))
+                 V, sc.NB, K, BLOCK=BLOCK, **_constants(sc))
     return ids, Pc, Qc, count
 
 
@@ -180,12 +178,12 @@ def segments(p, q, inv_p, inv_q, part, sc: BK.Scheme, dr):  # noqa: ANN001, ANN2
     Ps = torch.zeros(B, 2 * n, dtype=torch.float64, device=p.device)
     Qs = torch.zeros_like(Ps)
     cs = torch.zeros(B, 2 * n, dtype=torch.int64, device=p.device)
-    (_, add), segs = _kernels()[1:3]
+    segs = _kernels()[2]
     S = max(2, 1 << (2 * n - 1).bit_length())  # the 2n segments' sums, padded to a power of two
     segs[(B, -(-V // SEG_BLOCK))](p, q, inv_p.contiguous(), inv_q.contiguous(), part.to(torch.uint8).contiguous(), act,
                                   dr.key.contiguous(), dr.w.contiguous(), dr.bucket.contiguous(),
                                   dr.rank.contiguous(), first, Ps, Qs, cs, V, sc.NB, BLOCK=SEG_BLOCK, N=n, S=S,
-                                  ADD=add, **_constants(sc))
+                                  **_constants(sc))
     return Ps, Qs, cs
 
 

@@ -10,9 +10,14 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
 * Inputs are language-model probabilities as they come (float32, bfloat16, float16 or float64 rows that sum to 1
   within their dtype's rounding): each row is converted to float64 and multiplied by the reciprocal of its sum, and
   the rule is exact for that normalised row (law = p and acceptance = alpha* to float64 rounding).
-* On an accelerator every step is a torch operation on the tensors' device with static shapes: no host
-  synchronisation (``window = V``; tests/optimal/test_sampler_device.py records the aten ops on CPU with
-  ``backend="torch"``).
+* On CUDA tensors where Triton imports (``backend="auto"``, or ``"triton"``) the rule runs without the ratio sort:
+  :mod:`.device_buckets` with the Triton passes of :mod:`.device_passes` certifies a row from its ratio buckets'
+  sums and a few compacted buckets, and a row it cannot certify takes the full-order rule inside one Triton kernel
+  (:mod:`.device_fallback`); static shapes, no host synchronisation, capturable in a CUDA graph. Elsewhere on an
+  accelerator (no Triton), and with ``backend="torch"``, every step is a torch operation on the tensors' device
+  with static shapes (the ratio sort, then the class chain with ``NEWTON_STEPS`` Newton steps at every position of
+  the served window, ``window = V``: 285-1162 read floors at B = 64, V = 128k, benchmarks/bytes_moved.py); no host
+  synchronisation (tests/optimal/test_sampler_device.py records the aten ops on CPU with ``backend="torch"``).
 * On the CPU, where there is no device to synchronise with, the same equations run through numpy and, where they
   are built, the C loops of :mod:`otlp.backend.native` (normalisation with the ratio keys, the sort's passes, psi, the
   served group, its chain, the pieces and the draw; the one-draft form reads a row whole only where the draft is
@@ -32,6 +37,7 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 
@@ -51,7 +57,7 @@ CPU_CHUNK = 1 << 17
 #: torch's spinning OpenMP workers.
 FULL_SORT_THREADS_MIN = 1 << 16
 
-BACKENDS = ("auto", "torch")
+BACKENDS = ("auto", "torch", "triton")
 
 #: the most B n^2 :func:`verify` takes (so n <= 16,384): the tuple rule's pieces compare the drafts of a row
 #: pairwise (``chains._pieces``' [B, n, n] arrays, 9 bytes a cell: 2.4 GB at the limit); above it, :func:`verify`
@@ -63,21 +69,24 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
            compile: bool = False, totals=None, graphs: bool = False):  # noqa: A002 - torch.compile's name
     """One verified token per row (see the module docstring): ``p, q [B, V]`` (any float dtype), ``drafts int64
     [B, n]``, ``u float [B, 2]`` uniforms in [0, 1). Returns ``(tokens int64 [B], accepted_index int64 [B])``
-    with -1 where the token came from the residual. ``backend="torch"`` keeps torch operations on the CPU too.
+    with -1 where the token came from the residual. ``backend="torch"`` keeps torch operations on the CPU too (and
+    on CUDA the sorted route); ``backend="triton"`` takes the Triton route (module docstring; CUDA tensors, or the CPU
+    under ``TRITON_INTERPRET=1``), which ``"auto"`` takes on CUDA tensors where Triton imports.
     ``rule(pre, w, window=...) -> (accept [B, n], reject [B])`` is the tuple rule on the class-chain prefix
     (default :func:`.chains.tuple_rule` with ``NEWTON_STEPS``; ``optimal_paths`` passes its path-optimal pair rule);
     ``window`` is ``None`` on the device route and ``"auto"`` on the CPU.
 
     ``widths int64 [B]`` (1 <= widths <= n; default rule only) masks the drafts: row b has only its first
     ``widths[b]`` drafts (a tree node with fewer children than n), the other slots are padding and never read, and
-    the row gets the rule for n = widths[b]. The device route computes every width 1..n on the whole batch and
-    selects per row (static shapes, no sync; the ratio sort is shared, the rest is n times one width's work); the
+    the row gets the rule for n = widths[b]. The device routes compute every width 1..n on the whole batch and
+    select per row (static shapes, no sync; the ratio sort is shared, the rest is n times one width's work); the
     CPU route computes each width present on its own rows. Row b's result is the unmasked call's on
     ``drafts[b, :widths[b]]`` with the same uniforms.
 
-    ``compile=True`` (default rule, device route only; the CPU's numpy route ignores it) runs the device route
-    through ``torch.compile``, which fuses its elementwise work: the first call of each shape (B, V, n) compiles
-    (tens of seconds), later calls of that shape reuse the kernels; for loops with fixed shapes, as CUDA graphs are.
+    ``compile=True`` (default rule, torch device route only; the CPU's numpy route and the Triton route ignore it)
+    runs the device route through ``torch.compile``, which fuses its elementwise work: the first call of each shape
+    (B, V, n) compiles (tens of seconds), later calls of that shape reuse the kernels; for loops with fixed shapes, as
+    CUDA graphs are.
 
     ``totals``: the float64 row sums of p and q (numpy ``[B]`` each) when the caller took them exactly (the value
     check's, :func:`otlp.verifiers.base.check_tensors`); the CPU route then reads the rows once fewer.
@@ -102,6 +111,20 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
                          f"rows of at most {max(1, MAX_PAIR_CELLS // (n * n)):,}, or draft fewer tokens")
     default = rule is None  # the default rule: its n = 1 form, and the bucketed partial order on the CPU
     U, drafts = guard(u, drafts, p.shape[1])
+    if backend == "triton" or (backend == "auto" and p.is_cuda and default and n <= MAX_KERNEL_DRAWS
+                               and _triton()):
+        if not default:
+            raise InputError("backend='triton' runs the default tuple rule only")
+        if not _triton():
+            raise InputError("backend='triton' needs Triton (pip install triton; torch's CUDA builds ship it)")
+        if n > MAX_KERNEL_DRAWS:
+            raise InputError(f"backend='triton' takes at most {MAX_KERNEL_DRAWS} drafts a row, got {n}")
+        if not p.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+            raise InputError("backend='triton' runs on CUDA tensors (on the CPU only under TRITON_INTERPRET=1)")
+        args = (p, q, drafts, U) if widths is None else (p, q, drafts, U, widths)
+        if graphs and p.is_cuda and p.shape[0] > 0:
+            return _graph_cache(p.device).run(_bucket_route, *args, rows=True)
+        return _bucket_route(*args)
     if backend == "torch" or p.device.type != "cpu":
         args = (p, q, drafts, U) if widths is None else (p, q, drafts, U, widths)
         if graphs and p.is_cuda and p.shape[0] > 0:
@@ -228,6 +251,42 @@ def _device_route(p, q, drafts, U, widths=None, *, rule=None, compile: bool = Fa
     tokens = index = order = None
     for m in range(1, drafts.shape[1] + 1):  # every width on every row, selected per row: static shapes
         t, i, order = device(P, Q, drafts[:, :m], U, order)
+        here = widths == m
+        tokens = t if tokens is None else torch.where(here, t, tokens)
+        index = i if index is None else torch.where(here, i, index)
+    return tokens, index
+
+
+#: the most drafts a row the Triton route takes (its fallback kernel's expansions, :mod:`.device_fallback`)
+MAX_KERNEL_DRAWS = 64
+
+
+@functools.cache
+def _triton() -> bool:
+    from otlp.optimal import device_fallback
+
+    return device_fallback.available()
+
+
+def _bucket_route(p, q, drafts, U, widths=None):  # noqa: ANN001, ANN202
+    """The Triton route of :func:`verify`: :func:`.device_buckets.decide` with the Triton passes, the cell rule's
+    roots in one kernel (:mod:`.triton_roots`) and every row it cannot certify decided in the fallback kernel
+    (:data:`.device_buckets.ROUTE`); with ``widths``, every width on every row, selected per row (static shapes)."""
+    import torch
+
+    from otlp.optimal import device_buckets as DB
+    from otlp.optimal import triton_roots
+    from otlp.optimal.device_passes import TRITON
+
+    def one(w):  # noqa: ANN001, ANN202
+        d = DB.decide(p, q, w, U, passes=TRITON, roots=triton_roots.slot_mass, **DB.ROUTE)
+        return d.tokens, d.index
+
+    if widths is None:
+        return one(drafts)
+    tokens = index = None
+    for m in range(1, drafts.shape[1] + 1):
+        t, i = one(drafts[:, :m])
         here = widths == m
         tokens = t if tokens is None else torch.where(here, t, tokens)
         index = i if index is None else torch.where(here, i, index)

@@ -104,5 +104,6 @@ def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: AN
     N = H.numel()
     if N:
         _kernel()[(-(-N // BLOCK),)](H, L, r_below, gap, out, N, n=n,
-                                     steps=C.NEWTON_STEPS if steps is None else steps, BLOCK=BLOCK)
+                                     steps=C.NEWTON_STEPS if steps is None else steps, BLOCK=BLOCK,
+                                     enable_fp_fusion=False)  # no fused multiply-add, as the torch roots
     return out

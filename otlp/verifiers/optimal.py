@@ -70,7 +70,8 @@ class Optimal(Verifier):
         return tokens, 1.0 - reject
 
     def sample(self, p, q, drafts, generator=None, *, uniforms=None, validate=None,  # noqa: ANN001, ANN201
-               widths=None, compile: bool = False, graphs: bool = False):  # noqa: A002 - torch.compile's name
+               widths=None, compile: bool = False, graphs: bool = False,  # noqa: A002 - torch.compile's name
+               backend: str = "auto"):
         """The i.i.d. optimal rule on a batch, on the tensors' device (:func:`otlp.optimal.sampler.verify`):
         ``p [B, V]``, ``q [B, V]`` (any float dtype; rows are normalised in float64), ``drafts [B, n]`` drawn i.i.d.
         from q -> ``(tokens [B], accepted_index [B])``. The randomness is ``uniforms [B, 2]`` in [0, 1) when given
@@ -82,7 +83,10 @@ class Optimal(Verifier):
         its values are checked unless validation is off). ``compile=True``: the device route through
         ``torch.compile`` (:func:`otlp.optimal.sampler.verify`; the first call of each shape compiles).
         ``graphs=True`` (CUDA tensors): the rule replayed from a CUDA graph captured per shape (the same tokens,
-        without the launch overhead of its few hundred kernels; :mod:`otlp.backend.cuda_graphs`)."""
+        without the launch overhead of its few hundred kernels; :mod:`otlp.backend.cuda_graphs`). ``backend``:
+        ``"auto"`` (on CUDA tensors where Triton imports, the bucket rule with Triton kernels, else the torch ops on
+        the device or the host's route on CPU tensors), ``"torch"`` or ``"triton"``
+        (:func:`otlp.optimal.sampler.verify`)."""
         import torch
 
         from otlp.optimal.sampler import verify
@@ -94,7 +98,8 @@ class Optimal(Verifier):
         if p.shape[0] == 0:  # an empty batch: nothing to verify
             empty = torch.zeros(0, dtype=torch.long, device=p.device)
             return empty, empty.clone()
-        return verify(p, q, drafts.long(), uniforms, widths=widths, compile=compile, totals=totals, graphs=graphs)
+        return verify(p, q, drafts.long(), uniforms, widths=widths, compile=compile, totals=totals, graphs=graphs,
+                      backend=backend)
 
 
 def _check_widths(widths, drafts, values: bool) -> None:  # noqa: ANN001 - torch tensors

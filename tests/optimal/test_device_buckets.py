@@ -167,6 +167,36 @@ def test_verify_equals_the_device_route_with_the_fallback() -> None:
     assert int(d.overflow) == left - 1
 
 
+def test_the_host_mode_takes_exactly_the_undecided_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``refine_rows="gather"`` and ``fallback_rows="gather"`` (host tensors) give the refinement and the fallback
+    exactly the rows that need them, gathered: the same tokens and slots as ``verify(backend="torch")`` and the same
+    rounds as the static route (every row refined), the fallback called once on the undecided rows only, none where
+    every row is certified. Cases: the default selection; a buffer too small for every row (K = 8: they spill and take
+    the fallback); every bucket selected on even rows (certified at round 0) and none on odd rows (certified on the
+    refinement round). The caller's inverse sums (``inverse``) equal to the passes' give the same decision."""
+    calls = []
+    original = DB._fallback
+    monkeypatch.setattr(DB, "_fallback", lambda p, *a: (calls.append(p.shape[0]), original(p, *a))[1])
+    halves = torch.zeros(8, DB.BK.scheme(DB.bits_for(3000)).NB, dtype=torch.bool)  # [8, NB]
+    halves[::2] = True
+    for draft in ("loose", "0.5"):
+        p, q, drafts, u = lm_rows(8, 3000, 9, draft, 4)
+        u = u.double()
+        want = verify(p, q, drafts, u, backend="torch")
+        for K, selection, rounds in ((None, None, [0]), (8, None, [DB.ROUNDS + 1]), (3000, halves, [0, 1])):
+            static = DB.decide(p, q, drafts, u, K=K, fallback=False, selection=selection)
+            assert sorted(set(static.rounds.tolist())) == rounds, (draft, K)
+            left = int((static.rounds == DB.ROUNDS + 1).sum())
+            calls.clear()
+            got = DB.decide(p, q, drafts, u, K=K, selection=selection, refine_rows="gather", fallback_rows="gather")
+            assert torch.equal(got.tokens, want[0]) and torch.equal(got.index, want[1]), (draft, K)
+            assert torch.equal(got.rounds, static.rounds) and int(got.overflow) == 0
+            assert calls == ([left] if left else [])
+    inverse = (DB.inverse_sums(p), DB.inverse_sums(q))
+    a, b = DB.decide(p, q, drafts, u, inverse=inverse), DB.decide(p, q, drafts, u)
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.index, b.index) and torch.equal(a.rounds, b.rounds)
+
+
 def test_one_draft_takes_the_closed_form() -> None:
     p, q, drafts, u = lm_rows(8, 3000, 2, "1", 1)
     want = verify(p, q, drafts, u, backend="torch")

@@ -46,15 +46,6 @@ MAX_DRAWS = 64
 NEWTON_LIMIT = 200
 
 
-def available() -> bool:
-    """Whether Triton imports (the kernel runs on CUDA tensors, or anywhere under ``TRITON_INTERPRET=1``)."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @functools.cache
 def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERPRET is read when it is defined
     import triton

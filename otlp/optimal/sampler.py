@@ -263,9 +263,9 @@ MAX_KERNEL_DRAWS = 64
 
 @functools.cache
 def _triton() -> bool:
-    from otlp.optimal import device_fallback
+    from otlp.optimal import triton_roots
 
-    return device_fallback.available()
+    return triton_roots.available()
 
 
 def _bucket_route(p, q, drafts, U, widths=None):  # noqa: ANN001, ANN202

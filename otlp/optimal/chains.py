@@ -75,6 +75,19 @@ class Prefix:
     alpha: object
 
 
+def normalised_rows(x):  # noqa: ANN001, ANN201
+    """float64 rows times the reciprocals of their sums (a row that sums to 0 is left as is: the caller's validation
+    refuses it), as a tensor on x's device: how the torch routes of :func:`otlp.optimal.sampler.verify` normalise
+    their inputs."""
+    import torch
+
+    rows = x.to(dtype=torch.float64)
+    total = rows.sum(-1, keepdim=True)
+    inv = 1.0 / total.where(total > 0, total.new_ones(()))  # times the reciprocal, as the CPU route
+    # in place on a converted copy (one [B, V] float64 array fewer to allocate), never on the caller's tensor
+    return rows.mul_(inv) if rows.data_ptr() != x.data_ptr() else rows * inv
+
+
 def ratio_order(P, Q):  # noqa: ANN001, ANN201 - [B, V] arrays
     """``int64 [B, V]``: each row's positions by decreasing q/p (p = 0 < q first, p = q = 0 last, stable; the keys of
     :func:`otlp.core.psi.ratio_keys`)."""

@@ -5,7 +5,7 @@ every position. Here the host's sort-free algorithm (:mod:`.buckets`, ``bucket_r
 the tensors' device, with static shapes and no host synchronisation (design note ``sortfree-rule.md`` §2-§4):
 
 1. *Histogram* (pass 1 over ``[B, V]``): each token's ratio key q/p (:func:`otlp.core.psi.ratio_keys` on the rows
-   normalised as :func:`.sampler._normalised`) goes to a bucket of :class:`.buckets.Scheme`; per row and bucket the
+   normalised as :func:`.chains.normalised_rows`) goes to a bucket of :class:`.buckets.Scheme`; per row and bucket the
    count and the float64 sums of P and Q (:func:`histogram`: ``scatter_add_``, or one Triton kernel,
    :mod:`.device_passes`).
 2. *Selection* on ``[B, NB]`` (:func:`select`): psi at every bucket edge and each bucket's interior lower bound
@@ -127,7 +127,7 @@ class Decision:
 
 
 def inverse_sums(p):  # noqa: ANN001, ANN201 - [B, V] any float dtype -> float64 [B, 1]
-    """The reciprocal of each row's float64 sum, as :func:`.sampler._normalised` forms it (a zero row: 1)."""
+    """The reciprocal of each row's float64 sum, as :func:`.chains.normalised_rows` forms it (a zero row: 1)."""
     import torch
 
     total = p.to(torch.float64).sum(-1, keepdim=True)
@@ -146,7 +146,7 @@ def inverse_sums_one_read(p):  # noqa: ANN001, ANN201 - [B, V] any float dtype -
 def _normalised(p, inv):  # noqa: ANN001, ANN202
     import torch
 
-    return p.to(torch.float64) * inv  # [B, V] float64, the values of sampler._normalised
+    return p.to(torch.float64) * inv  # [B, V] float64, the values of chains.normalised_rows
 
 
 def token_buckets(P, Q, sc: BK.Scheme):  # noqa: ANN001, ANN201 - normalised float64 [B, V] -> (key, bucket) [B, V]

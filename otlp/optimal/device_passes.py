@@ -2,7 +2,7 @@
 :func:`.device_buckets.decide`'s ``passes``.
 
 * :func:`histogram`: one program per (row, block of ``BLOCK`` tokens); each token's normalised masses P = p inv_p,
-  Q = q inv_q (float64, the values of :func:`.sampler._normalised`), its ratio key q/p and bucket
+  Q = q inv_q (float64, the values of :func:`.chains.normalised_rows`), its ratio key q/p and bucket
   (:func:`.device_buckets.token_buckets`), added into the row's count, sum P and sum Q by atomics (float64 atomics:
   the sums' order, so their last bits, varies from run to run; the certificate's margins take rounding).
 * :func:`compact`: one program per row, its tokens block by block in token order; a token of a selected bucket

@@ -318,16 +318,7 @@ def _device(P, Q, drafts, U, order=None, *, rule=_default_rule, default: bool = 
     return tokens.long(), index.long(), pre.order
 
 
-def _normalised(x):  # noqa: ANN001, ANN202
-    """float64 rows times the reciprocals of their sums (a row that sums to 0 is left as is: the caller's validation
-    refuses it), as a tensor on x's device."""
-    import torch
-
-    X = x.to(dtype=torch.float64)
-    total = X.sum(-1, keepdim=True)
-    inv = 1.0 / total.where(total > 0, total.new_ones(()))  # times the reciprocal, as the CPU route
-    # in place on a converted copy (one [B, V] float64 array fewer to allocate), never on the caller's tensor
-    return X.mul_(inv) if X.data_ptr() != x.data_ptr() else X * inv
+_normalised = C.normalised_rows  # (its name here for the tests and benchmarks that read it)
 
 
 def _host(x) -> np.ndarray:  # noqa: ANN001 - a CPU tensor

@@ -89,9 +89,7 @@ class Decision:
 def verify(p, q, drafts, u, **options):  # noqa: ANN001, ANN003, ANN201 - tensors
     """``(tokens int64 [B], accepted_index int64 [B])`` for ``p, q [B, V]`` (any float dtype, normalised here as the
     device route does), ``drafts int64 [B, n]``, ``u [B, 2]``: :func:`decide` on the normalised rows."""
-    from otlp.optimal.sampler import _normalised
-
-    d = decide(_normalised(p), _normalised(q), drafts.long(), u.double(), **options)
+    d = decide(C.normalised_rows(p), C.normalised_rows(q), drafts.long(), u.double(), **options)
     return d.tokens, d.index
 
 

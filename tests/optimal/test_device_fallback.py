@@ -7,7 +7,8 @@ Without CUDA the kernels run under ``TRITON_INTERPRET=1``; without Triton instal
 * Every row flagged: the same token and slot as the reference (:mod:`otlp.optimal.chains`: the ratio sort, the tuple
   rule, the draw) for the same uniforms, on every drafted tuple of small instances of every family (zeros, ties,
   near-ties, point masses; u[:, 0] at random and 1e-7 to one side of one of the slots' ends), and on LM-like rows
-  (loose and close drafts, tied ratios, float32 / bfloat16 / float64, V not a power of two, n = 2 to 8).
+  (loose and close drafts, tied ratios, float32 / bfloat16 / float64, V not a power of two, n = 2 to 8, targets
+  filtered to their top-k / top-p tokens).
 * Some rows flagged: the others keep the values given, and no input is written.
 * Inside :func:`.device_buckets.decide` (``fallback_rows="kernel"``) with a selection the certificate cannot decide
   from: every row exact, nothing counted as overflow.
@@ -95,14 +96,18 @@ def test_every_tuple_of_small_instances(kernel, family: str, V: int, n: int) -> 
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
-LM = [(1000, "loose", 2, torch.float32), (2500, "0.5", 4, torch.float32), (1500, "1", 8, torch.float64),
-      (777, "ties", 3, torch.float32), (2048, "0.5", 3, torch.bfloat16), (600, "ties", 8, torch.float64)]
+LM = [(1000, "loose", 2, torch.float32, None), (2500, "0.5", 4, torch.float32, None),
+      (1500, "1", 8, torch.float64, None), (777, "ties", 3, torch.float32, None),
+      (2048, "0.5", 3, torch.bfloat16, None), (600, "ties", 8, torch.float64, None),
+      (1200, "1", 4, torch.float32, 50), (1200, "loose", 2, torch.float32, 0.9)]
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize(("V", "draft", "n", "dtype"), LM)
-def test_lm_rows(kernel, V: int, draft: str, n: int, dtype) -> None:  # noqa: ANN001
-    p, q, w, U = lm_rows(6, V, 40 + n, draft, n, dtype)
+@pytest.mark.parametrize(("V", "draft", "n", "dtype", "topk"), LM)
+def test_lm_rows(kernel, V: int, draft: str, n: int, dtype, topk) -> None:  # noqa: ANN001
+    """``topk``: the target filtered to its top-k / top-p tokens as engines pass it (p = 0 < q: ratio +inf, the
+    order's first run)."""
+    p, q, w, U = lm_rows(6, V, 40 + n, draft, n, dtype, topk=topk)
     got = _every_row(kernel, p, q, w, U)
     want = _reference(p, q, w, U)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

@@ -5,16 +5,20 @@ refinement round, or needs the fallback, how often its selected tokens spill the
     python benchmarks/device_buckets_rates.py                       # V = 32k and 128k, B = 16, n = 2, 4, 8
     python benchmarks/device_buckets_rates.py --V 128000 --B 8 --K 8000 16000
     python benchmarks/device_buckets_rates.py --device cuda --passes triton   # the kernels compiled (not yet run)
+    python benchmarks/device_buckets_rates.py --device cuda --passes route --B 64 --batches 100 \
+        --dtype float32 bfloat16 float64           # get("optimal")'s CUDA route itself, fallback kernel included
     python benchmarks/device_buckets_rates.py --B 64 --batches 10 --dtype float32 bfloat16 float64   # 10^5 scale
 
 Rows from tests/optimal/instances.lm_rows (loose drafts, close ones sigma 1 and 0.5, tied rows) in each ``--dtype``
 (float32 by default). The route runs on ``--device`` (default the CPU) with torch ops or the Triton passes
 (``--passes``), every row refined and the fallback on every row, so the tokens are the route's exact ones
-(otlp/optimal/device_buckets.py); the reference runs on the CPU. ``sel`` is the median and largest count of selected
-tokens a row compacts in the first round (at most K). Each grid point runs ``--batches`` batches of B rows, batch k
-(from ``--start``) on its own seed (:func:`seed`), so that a run can be split into pieces that do not repeat rows.
-A row that differs is printed with its reproducer (V, n, draft, dtype, seed, B, row); the exit status is 1 if any
-does. Totals per (V, draft, dtype) and overall at the end.
+(otlp/optimal/device_buckets.py); ``--passes route`` runs ``get("optimal")``'s route on CUDA instead (the Triton
+passes and roots, the refinement on ``DB.ROUTE``'s gathered rows, every undecided row in the fallback kernel of
+otlp/optimal/device_fallback.py; on the CPU only under ``TRITON_INTERPRET=1``); the reference runs on the CPU. ``sel``
+is the median and largest count of selected tokens a row compacts in the first round (at most K). Each grid point runs
+``--batches`` batches of B rows, batch k (from ``--start``) on its own seed (:func:`seed`), so that a run can be split
+into pieces that do not repeat rows. A row that differs is printed with its reproducer (V, n, draft, dtype, seed, B,
+row); the exit status is 1 if any does. Totals per (V, draft, dtype) and overall at the end.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def seed(base: int, V: int, n: int, dtype: str, batch: int) -> int:
 
 
 def point(V: int, K: int, draft: str, n: int, dtype: str, B: int, batches: range, base: int, device: str,
-          passes: DB.Passes, progress) -> dict:  # noqa: ANN001
+          passes: DB.Passes | dict, progress) -> dict:  # noqa: ANN001
     """One grid point over ``batches``: rows, rows differing, the rows per round (0, 1, fallback), spilled rows and
     the selected counts; ``progress(rows, differ)`` after each batch."""
     out = {"rows": 0, "differ": 0, "rounds": torch.zeros(DB.ROUNDS + 2, dtype=torch.int64), "spilled": 0, "sel": []}
@@ -51,7 +55,8 @@ def point(V: int, K: int, draft: str, n: int, dtype: str, B: int, batches: range
         p, q, drafts, u = lm_rows(B, V, s, draft, n, DTYPES[dtype])
         want = get("optimal").sample(p, q, drafts, None, uniforms=u)
         on = [x.to(device) for x in (p, q, drafts, u)]
-        d = DB.decide(*on, K=K, passes=passes)
+        options = passes if isinstance(passes, dict) else {"passes": passes}  # a dict: decide's whole options
+        d = DB.decide(*on, K=K, **options)
         d = DB.Decision(*(x.cpu() for x in (d.tokens, d.index, d.rounds, d.spilled, d.overflow, d.selected)))
         bad = (d.tokens != want[0]) | (d.index != want[1])  # [B]
         for row in bad.nonzero().flatten().tolist():
@@ -83,16 +88,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch's threads (0: leave torch's default)")
     ap.add_argument("--progress", type=float, default=30.0, help="seconds between progress lines")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--passes", choices=["torch", "triton"], default="torch")
+    ap.add_argument("--passes", choices=["torch", "triton", "route"], default="torch",
+                    help="torch ops, the Triton passes, or get('optimal')'s whole CUDA route (fallback kernel too)")
     args = ap.parse_args(argv)
     if args.B < 1 or args.batches < 1 or args.start < 0 or args.threads < 0:
         ap.error("--B and --batches must be positive, --start and --threads at least 0")
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.passes == "triton":
-        from otlp.optimal.device_passes import TRITON as passes
-    else:
+    if args.passes == "torch":
         passes = DB.TORCH
+    else:
+        from otlp.optimal import triton_roots
+        from otlp.optimal.device_passes import TRITON as passes
+
+        if args.passes == "route":  # the options of sampler._bucket_route
+            passes = {"passes": passes, "roots": triton_roots.slot_mass, **DB.ROUTE}
     batches = range(args.start, args.start + args.batches)
     print(f"device bucket rule vs get('optimal').sample; B = {args.B}, batches {args.start}..{batches[-1]}, "
           f"seed {args.seed}, threads {torch.get_num_threads()}, passes {args.passes} on {args.device}")

@@ -63,3 +63,25 @@ def test_a_differing_row_is_reported_and_fails_the_run(rates, monkeypatch, capsy
     s = rates.seed(0, 600, 2, "float32", 3)
     assert f"DIFFER V 600 n 2 draft 0.5 dtype float32 seed {s} B 6 row 1:" in out
     assert "1 of 6 rows differ from the CPU route" in out
+
+
+def test_the_cuda_route_runs_interpreted_and_agrees(rates, monkeypatch, capsys):
+    """``--passes route`` (get("optimal")'s CUDA route, its fallback kernel included) under ``TRITON_INTERPRET=1``:
+    every row agrees with the CPU route, the tied rows through the fallback kernel."""
+    pytest.importorskip("triton", reason="triton is not installed (pip install triton; torch's CUDA builds ship it)")
+    from otlp.optimal import device_fallback, device_passes, triton_roots
+
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    for made in (device_fallback._kernel, device_passes._kernels, triton_roots._kernel):
+        made.cache_clear()
+    try:
+        with pytest.raises(SystemExit) as end:
+            rates.main([*TINY, "--n", "2", "--drafts", "0.5", "ties", "--passes", "route"])
+    finally:
+        for made in (device_fallback._kernel, device_passes._kernels, triton_roots._kernel):
+            made.cache_clear()
+    out = capsys.readouterr().out
+    assert end.value.code == 0 and "0 of 12 rows differ from the CPU route" in out, out
+    ties = re.search(r"draft  ties  float32: 0 of 6 rows differ; round 0 \d+, round 1 \d+, fallback (\d+)", out)
+    assert ties and int(ties.group(1)) > 0, out

@@ -65,6 +65,7 @@ def test_a_differing_row_is_reported_and_fails_the_run(rates, monkeypatch, capsy
     assert "1 of 6 rows differ from the CPU route" in out
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on masked-out lanes
 def test_the_cuda_route_runs_interpreted_and_agrees(rates, monkeypatch, capsys):
     """``--passes route`` (get("optimal")'s CUDA route, its fallback kernel included) under ``TRITON_INTERPRET=1``:
     every row agrees with the CPU route, the tied rows through the fallback kernel."""

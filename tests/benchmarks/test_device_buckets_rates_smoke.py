@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ..kernels import fresh
+
 torch = pytest.importorskip("torch")
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 TINY = ["--B", "6", "--V", "600", "--n", "2", "3", "--threads", "0", "--progress", "0"]
@@ -72,16 +74,9 @@ def test_the_cuda_route_runs_interpreted_and_agrees(rates, monkeypatch, capsys):
     pytest.importorskip("triton", reason="triton is not installed (pip install triton; torch's CUDA builds ship it)")
     from otlp.optimal import device_fallback, device_passes, triton_roots
 
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    for made in (device_fallback._kernel, device_passes._kernels, triton_roots._kernel):
-        made.cache_clear()
-    try:
+    with fresh(monkeypatch, device_fallback._kernel, device_passes._kernels, triton_roots._kernel):
         with pytest.raises(SystemExit) as end:
             rates.main([*TINY, "--n", "2", "--drafts", "0.5", "ties", "--passes", "route"])
-    finally:
-        for made in (device_fallback._kernel, device_passes._kernels, triton_roots._kernel):
-            made.cache_clear()
     out = capsys.readouterr().out
     assert end.value.code == 0 and "0 of 12 rows differ from the CPU route" in out, out
     ties = re.search(r"draft  ties  float32: 0 of 6 rows differ; round 0 \d+, round 1 \d+, fallback (\d+)", out)

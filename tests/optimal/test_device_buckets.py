@@ -24,6 +24,7 @@ import pytest
 import otlp
 from otlp.optimal import chains as C
 
+from ..kernels import fresh
 from .instances import draw, lm_rows, slot_law
 
 torch = pytest.importorskip("torch")
@@ -221,11 +222,8 @@ def triton_passes(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     pytest.importorskip("triton", reason="triton is not installed (pip install triton; torch's CUDA builds ship it)")
     from otlp.optimal import device_passes as DP
 
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    DP._kernels.cache_clear()
-    yield DP
-    DP._kernels.cache_clear()
+    with fresh(monkeypatch, DP._kernels):
+        yield DP
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -27,6 +27,7 @@ import otlp
 from otlp.core.errors import InputError
 from otlp.optimal import chains as C
 
+from ..kernels import compile_sm90, fresh
 from .instances import draw, lm_rows
 
 torch = pytest.importorskip("torch")
@@ -43,13 +44,8 @@ def kernel(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     from otlp.optimal import device_passes as DP
     from otlp.optimal import triton_roots as TR
 
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    for made in (DF._kernel, DP._kernels, TR._kernel):
-        made.cache_clear()
-    yield DF
-    for made in (DF._kernel, DP._kernels, TR._kernel):
-        made.cache_clear()
+    with fresh(monkeypatch, DF._kernel, DP._kernels, TR._kernel):
+        yield DF
 
 
 def _reference(p, q, w, U):  # noqa: ANN001, ANN202
@@ -184,21 +180,6 @@ def test_triton_route_errors(monkeypatch: pytest.MonkeyPatch) -> None:
         verify(p, q, many, U, backend="triton")
 
 
-def _compile(fn, types: dict, const: dict, tmp_path, monkeypatch):  # noqa: ANN001, ANN202
-    compiler = pytest.importorskip("triton.compiler")
-    backends = pytest.importorskip("triton.backends.compiler")
-    sig = dict(types)
-    sig.update(dict.fromkeys(const, "constexpr"))
-    src = compiler.ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()})
-    try:
-        return compiler.compile(src, target=backends.GPUTarget("cuda", 90, 32),
-                                options={"enable_fp_fusion": False, "num_warps": 4})
-    except RuntimeError as exc:  # no CUDA toolchain in this Triton build (ptxas): not a kernel error
-        if "ptxas" in str(exc).lower():
-            pytest.skip(f"Triton cannot assemble for sm_90 here: {str(exc).splitlines()[0]}")
-        raise
-
-
 @pytest.mark.parametrize(("dtype", "n"), [("*fp32", 2), ("*bf16", 3), ("*fp64", 8)])
 def test_the_kernels_compile_for_sm90(dtype: str, n: int, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     pytest.importorskip("triton", reason="triton is not installed (pip install triton; torch's CUDA builds ship it)")
@@ -207,11 +188,8 @@ def test_the_kernels_compile_for_sm90(dtype: str, n: int, tmp_path, monkeypatch)
     from otlp.optimal import device_passes as DP
     from otlp.optimal import triton_roots as TR
 
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    for made in (DF._kernel, DP._kernels, TR._kernel):
-        made.cache_clear()
-    try:
+    with fresh(monkeypatch, DF._kernel, DP._kernels, TR._kernel, compiled=True):
         rule, helpers = DF._kernel()
         ptr = dict.fromkeys(["p_ptr", "q_ptr"], dtype) | dict.fromkeys(["ip_ptr", "iq_ptr", "u_ptr"], "*fp64")
         ptr |= {"w_ptr": "*i64", "todo_ptr": "*u8", "tok_ptr": "*i64", "idx_ptr": "*i64", "ord_s": "*i64",
@@ -219,7 +197,7 @@ def test_the_kernels_compile_for_sm90(dtype: str, n: int, tmp_path, monkeypatch)
         ptr |= dict.fromkeys(["key_s", "ps_s", "qs_s", "pp_s", "pq_s", "psi_s", "sq_s", "y_s", "binom_ptr",
                               "dco_ptr"], "*fp64") | dict.fromkeys(["B", "V", "Vp", "G"], "i32")
         const = dict(N=n, NP=max(2, 1 << (n - 1).bit_length()), BLOCK=DF.BLOCK, LIMIT=DF.NEWTON_LIMIT, **helpers)
-        kernel = _compile(rule, {k: ptr[k] for k in rule.arg_names if k not in const}, const, tmp_path, monkeypatch)
+        kernel = compile_sm90(rule, {k: ptr[k] for k in rule.arg_names if k not in const}, const)
         assert "cubin" in kernel.asm and ".entry rule" in kernel.asm["ptx"]
         consts = DP._constants(BK.scheme(4))
         hist, gather, segs, _ = DP._kernels()
@@ -235,13 +213,9 @@ def test_the_kernels_compile_for_sm90(dtype: str, n: int, tmp_path, monkeypatch)
                  {"BLOCK": DP.SEG_BLOCK, "N": n, "S": max(2, 1 << (2 * n - 1).bit_length())})):
             const = consts | more
             types = rows | extra
-            compiled = _compile(fn, {k: types[k] for k in fn.arg_names if k not in const}, const, tmp_path,
-                                monkeypatch)
+            compiled = compile_sm90(fn, {k: types[k] for k in fn.arg_names if k not in const}, const)
             assert "cubin" in compiled.asm
         roots = TR._kernel()
         const = {"n": n, "steps": C.NEWTON_STEPS, "BLOCK": TR.BLOCK}
         types = dict.fromkeys(["H_ptr", "L_ptr", "r_ptr", "gap_ptr", "out_ptr"], "*fp64") | {"N": "i32"}
-        assert "cubin" in _compile(roots, types, const, tmp_path, monkeypatch).asm
-    finally:
-        for made in (DF._kernel, DP._kernels, TR._kernel):
-            made.cache_clear()
+        assert "cubin" in compile_sm90(roots, types, const).asm

@@ -14,17 +14,15 @@ from otlp.optimal import chains as C  # noqa: E402
 from otlp.optimal import sortfree as SF  # noqa: E402
 from otlp.optimal import triton_roots as TR  # noqa: E402
 
+from ..kernels import fresh  # noqa: E402
 from .instances import lm_rows  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _interpreted(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202
     """The kernel made afresh for each test, interpreted on the CPU where there is no CUDA device."""
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    TR._kernel.cache_clear()
-    yield
-    TR._kernel.cache_clear()
+    with fresh(monkeypatch, TR._kernel):
+        yield
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 16])

@@ -20,6 +20,7 @@ from otlp.verifiers import get  # noqa: E402
 from otlp.verifiers import triton_kernels as TK  # noqa: E402
 from otlp.verifiers.rrs import verify_uniforms  # noqa: E402
 
+from ..kernels import compile_sm90, fresh  # noqa: E402
 from .instances import KINDS, make_pair  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -28,11 +29,8 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 @pytest.fixture(autouse=True)
 def _interpreted(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202
     """The kernel made afresh for each test, interpreted on the CPU where there is no CUDA device."""
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    TK._kernel.cache_clear()
-    yield
-    TK._kernel.cache_clear()
+    with fresh(monkeypatch, TK._kernel):
+        yield
 
 
 def edge_rows(seed: int, B: int, V: int, n: int, dtype: torch.dtype):  # noqa: ANN201
@@ -232,22 +230,11 @@ def test_law_chi_square() -> None:
 def test_the_kernel_compiles_for_sm90(dtype: str, n: int, restore: bool, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     """The compiled route, which the interpreter does not exercise (types of loop-carried values, constexpr
     branches): Triton lowers the kernel to PTX and a cubin for sm_90 without a GPU."""
-    compiler = pytest.importorskip("triton.compiler")
-    backends = pytest.importorskip("triton.backends.compiler")
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    fn = TK._kernel()
     sig = {"p_ptr": dtype, "q_ptr": dtype, "d_ptr": "*i64", "u_ptr": "*fp64", "w_ptr": "*i64", "tok_ptr": "*i64",
            "idx_ptr": "*i64", "V": "i32", "sp": "i32", "sq": "i32", "sd": "i32", "su": "i32", "suc": "i32"}
     const = dict(N=n, NP=max(2, 1 << (n - 1).bit_length()), HAS_W=restore, RESTORE=restore, WIDE=dtype == "*fp64", T0=1,
                  TX=2, U1P=restore, BLOCK=TK.BLOCK)
-    sig.update(dict.fromkeys(const, "constexpr"))
-    src = compiler.ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()})
-    try:
-        options = {"enable_fp_fusion": False, "num_warps": TK.WARPS}
-        kernel = compiler.compile(src, target=backends.GPUTarget("cuda", 90, 32), options=options)
-    except RuntimeError as exc:  # no CUDA toolchain in this Triton build (ptxas): not a kernel error
-        if "ptxas" in str(exc).lower():
-            pytest.skip(f"Triton cannot assemble for sm_90 here: {str(exc).splitlines()[0]}")
-        raise
+    with fresh(monkeypatch, TK._kernel, compiled=True):
+        kernel = compile_sm90(TK._kernel(), sig, const, num_warps=TK.WARPS)
     assert "cubin" in kernel.asm and ".entry fused" in kernel.asm["ptx"]

@@ -97,12 +97,12 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     if args.passes == "torch":
         passes = DB.TORCH
-    else:
-        from otlp.optimal import triton_roots
+    elif args.passes == "triton":
         from otlp.optimal.device_passes import TRITON as passes
+    else:  # the route's own options
+        from otlp.optimal.sampler import triton_route_options
 
-        if args.passes == "route":  # the options of sampler._bucket_route
-            passes = {"passes": passes, "roots": triton_roots.slot_mass, **DB.ROUTE}
+        passes = triton_route_options()
     batches = range(args.start, args.start + args.batches)
     print(f"device bucket rule vs get('optimal').sample; B = {args.B}, batches {args.start}..{batches[-1]}, "
           f"seed {args.seed}, threads {torch.get_num_threads()}, passes {args.passes} on {args.device}")

@@ -239,8 +239,6 @@ def _compiled_device():  # noqa: ANN202
 
 def _device_route(p, q, drafts, U, widths=None, *, rule=None, compile: bool = False):  # noqa: ANN001, ANN202, A002
     """The device route of :func:`verify` (``rule`` None: the default rule): ``(tokens, index)``."""
-    import torch
-
     P, Q = _normalised(p), _normalised(q)
     if compile and rule is None:
         device = _compiled_device()
@@ -248,9 +246,23 @@ def _device_route(p, q, drafts, U, widths=None, *, rule=None, compile: bool = Fa
         device = functools.partial(_device, rule=rule or _default_rule, default=rule is None)
     if widths is None:
         return device(P, Q, drafts, U)[:2]
-    tokens = index = order = None
-    for m in range(1, drafts.shape[1] + 1):  # every width on every row, selected per row: static shapes
-        t, i, order = device(P, Q, drafts[:, :m], U, order)
+    order = [None]  # the ratio sort, made by the first width and shared by the others (it does not depend on n)
+
+    def width(m: int):  # noqa: ANN202
+        t, i, order[0] = device(P, Q, drafts[:, :m], U, order[0])
+        return t, i
+
+    return _by_width(widths, drafts.shape[1], width)
+
+
+def _by_width(widths, n: int, width):  # noqa: ANN001, ANN202
+    """``(tokens, index)`` with row b's from width ``widths[b]``: every width m = 1..n on every row (``width(m)``),
+    selected per row (static shapes, no sync)."""
+    import torch
+
+    tokens = index = None
+    for m in range(1, n + 1):
+        t, i = width(m)
         here = widths == m
         tokens = t if tokens is None else torch.where(here, t, tokens)
         index = i if index is None else torch.where(here, i, index)
@@ -268,29 +280,31 @@ def _triton() -> bool:
     return triton_roots.available()
 
 
-def _bucket_route(p, q, drafts, U, widths=None):  # noqa: ANN001, ANN202
-    """The Triton route of :func:`verify`: :func:`.device_buckets.decide` with the Triton passes, the cell rule's
-    roots in one kernel (:mod:`.triton_roots`) and every row it cannot certify decided in the fallback kernel
-    (:data:`.device_buckets.ROUTE`); with ``widths``, every width on every row, selected per row (static shapes)."""
-    import torch
-
+def triton_route_options() -> dict:
+    """The options of :func:`.device_buckets.decide` on the Triton route: the Triton passes, the cell rule's roots in
+    one kernel (:mod:`.triton_roots`), the refinement rows and the fallback kernel of :data:`.device_buckets.ROUTE`."""
     from otlp.optimal import device_buckets as DB
     from otlp.optimal import triton_roots
     from otlp.optimal.device_passes import TRITON
 
+    return {"passes": TRITON, "roots": triton_roots.slot_mass, **DB.ROUTE}
+
+
+def _bucket_route(p, q, drafts, U, widths=None):  # noqa: ANN001, ANN202
+    """The Triton route of :func:`verify`: :func:`.device_buckets.decide` with :func:`triton_route_options` (every
+    row it cannot certify decided in the fallback kernel); with ``widths``, every width on every row, selected per
+    row (static shapes)."""
+    from otlp.optimal import device_buckets as DB
+
+    options = triton_route_options()
+
     def one(w):  # noqa: ANN001, ANN202
-        d = DB.decide(p, q, w, U, passes=TRITON, roots=triton_roots.slot_mass, **DB.ROUTE)
+        d = DB.decide(p, q, w, U, **options)
         return d.tokens, d.index
 
     if widths is None:
         return one(drafts)
-    tokens = index = None
-    for m in range(1, drafts.shape[1] + 1):
-        t, i = one(drafts[:, :m])
-        here = widths == m
-        tokens = t if tokens is None else torch.where(here, t, tokens)
-        index = i if index is None else torch.where(here, i, index)
-    return tokens, index
+    return _by_width(widths, drafts.shape[1], lambda m: one(drafts[:, :m]))
 
 
 #: the default rule's device route, eager and compiled: stable callables, as the graph cache keys on them

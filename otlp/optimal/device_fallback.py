@@ -308,6 +308,7 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
                 sq_e = tl.load(sq_s + sb + e)
                 # 4. the class chain on the window s .. top + 1 (chains.group_terms)
                 wend = tl.minimum(top + 1, V - 1)
+                tl.debug_barrier()  # every draw's position is read before pos_s is written below
                 for t0 in range(s, wend + 1, BLOCK):
                     i = t0 + ar
                     m = i <= wend
@@ -319,14 +320,14 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
                     gap = tl.maximum(gap, 0.0)
                     one = m & (i - 1 >= s)
                     r1 = RATIO(tl.load(ps_s + sb + i - 1, mask=one, other=0.0),
-                                  tl.load(qs_s + sb + i - 1, mask=one, other=0.0), i - 1 == s, outer_first,
-                                  psi_ge, psi_gs)
+                               tl.load(qs_s + sb + i - 1, mask=one, other=0.0), i - 1 == s, outer_first, psi_ge,
+                               psi_gs)
                     r_below = tl.where(one, r1, 0.0)
                     if N >= 3:
                         two = m & (i - 2 >= s)
                         r2 = RATIO(tl.load(ps_s + sb + i - 2, mask=two, other=0.0),
-                                      tl.load(qs_s + sb + i - 2, mask=two, other=0.0), i - 2 == s, outer_first,
-                                      psi_ge, psi_gs)
+                                   tl.load(qs_s + sb + i - 2, mask=two, other=0.0), i - 2 == s, outer_first, psi_ge,
+                                   psi_gs)
                         q1 = tl.load(qs_s + sb + i - 1, mask=one, other=0.0)
                         tied = two & (r1 == r2) & (q1 > 0)
                     else:
@@ -335,21 +336,15 @@ def _kernel():  # noqa: ANN202, C901, PLR0915 - made on first use: TRITON_INTERP
                     y = SLOT_MASS(H, L, tl.where(first, 0.0, r_below), gap, act, binom_ptr, dco_ptr, N, LIMIT)
                     y = tl.where(first, L, y)
                     tl.store(y_s + sb + i, y, mask=m & ~tied)
+                    if N >= 3:  # pos_s is free once the draws' positions are read: the tied flags, for below
+                        tl.store(pos_s + sb + i, tied.to(tl.int64), mask=m)
                 tl.debug_barrier()
                 if N >= 3:  # tied runs: y_i = min((y_a - (H_i - H_a))^+, L_i) from the last solved position a
                     solved_before = zi  # key_s is free after the sort
                     for t0 in range(s, wend + 1, BLOCK):
                         i = t0 + ar
                         m = i <= wend
-                        two = m & (i - 2 >= s)
-                        r1 = RATIO(tl.load(ps_s + sb + i - 1, mask=two, other=0.0),
-                                      tl.load(qs_s + sb + i - 1, mask=two, other=0.0), i - 1 == s, outer_first,
-                                      psi_ge, psi_gs)
-                        r2 = RATIO(tl.load(ps_s + sb + i - 2, mask=two, other=0.0),
-                                      tl.load(qs_s + sb + i - 2, mask=two, other=0.0), i - 2 == s, outer_first,
-                                      psi_ge, psi_gs)
-                        q1 = tl.load(qs_s + sb + i - 1, mask=two, other=0.0)
-                        tied = two & (r1 == r2) & (q1 > 0)
+                        tied = m & (tl.load(pos_s + sb + i, mask=m, other=0) != 0)
                         solved = m & ~tied  # s is one: every tied entry has an anchor
                         count = solved_before + CUMSUM(solved.to(tl.int32), 0, False)  # [BLOCK] solved ones so far
                         tl.store(key_s + sb + count - 1, i.to(tl.float64), mask=solved)  # their list, in order

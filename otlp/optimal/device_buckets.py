@@ -82,7 +82,8 @@ ROUNDS = 1
 #: bucket entries inside the served window that a refinement round sorts where the slot was not certified.
 REFINE = 8
 #: the options of the decode-loop route (:func:`.sampler.verify` on CUDA tensors where Triton imports, with the
-#: Triton passes): the refinement round on 4 gathered rows (about 1 LM row in 500 needs it), then every undecided row
+#: Triton passes): the refinement round on 4 gathered rows (350 of 61,440 close-draft float32 rows at V = 32k need it,
+#: docs/OPTIMAL.md), then every undecided row
 #: in the fallback kernel
 ROUTE = {"refine_rows": 4, "fallback_rows": "kernel"}
 #: a padding entry's sort key: below every token's (p = q = 0 tokens have -1), so padding sorts last.

@@ -1,21 +1,21 @@
-"""The optimal rule's CPU route without the C kernels, its two bucket rules side by side (issue 41).
+"""The optimal rule's CPU route without the C kernels, beside the torch bucket rule and the C route (issue 41).
 
-Where otlp's C kernels are not built (a wheel built without a compiler, or ``OTLP_NATIVE=0``), ``get("optimal")``
-on CPU tensors from ``buckets.takes`` runs the numpy bucket route (otlp/optimal/buckets.py, ``verify_chunks``).
-Issue 41 would retire it in favour of the torch bucket rule (:func:`otlp.optimal.device_buckets.decide`, on the CPU
-tensors, with its host mode: refinement and fallback on exactly the undecided rows, ``"gather"``, and the sampler's
-row sums, ``inverse=``). This times, per grid point, one call of each, one thread by default (median of ``--reps``
-after a warm-up, the calls interleaved):
+Where otlp's C kernels are not built (a wheel built without a compiler, or ``OTLP_NATIVE=0``), ``get("optimal")`` on
+CPU tensors gives every row the full sort (:mod:`otlp.optimal.chains` in numpy, the reference). A numpy copy of the
+bucket route ran there until issue 41 retired it: at commit b90ca99 this script measured it beside the full sort at
+the 16 default points, one thread, and it took 0.33-0.51x the full sort's time on loose drafts but 1.7-6.5x on close
+ones (sigma 0.5; B = 64, V = 128k, n = 4: 5.3 s against 0.81 s). This times, per grid point, one call of each route
+below, one thread by default (median of ``--reps`` after a warm-up, the calls interleaved):
 
 * ``floor``: ``p.sum() + q.sum()``, reading the inputs once;
-* ``numpy``: ``sampler.verify`` with the kernels off (the numpy bucket route, its full sort for the rows it leaves);
-* ``sorted``: ``sampler.verify`` with the kernels off and the buckets off (``buckets.takes`` false): every row the
-  full sort, :mod:`otlp.optimal.chains` in numpy (the reference);
-* ``torch``: ``device_buckets.decide`` as above (its torch passes; ``--no-torch`` leaves it out);
+* ``sorted``: ``sampler.verify`` with the kernels off: every row the full sort;
+* ``torch``: the bucket rule's torch reference, :func:`otlp.optimal.device_buckets.decide` on the CPU tensors, with
+  its host mode (refinement and fallback on exactly the undecided rows, ``"gather"``, and the sampler's row sums,
+  ``inverse=``; ``--no-torch`` leaves it out);
 * ``C``: ``sampler.verify`` with the kernels (where they are built): the host's fast route, for scale;
 
-and prints ``sorted / numpy``, ``torch / numpy`` and how many rows of ``decide`` took the fallback and differ from the
-full sort (``verify(backend="torch")``, same uniforms). Rows: tests/optimal/instances.lm_rows, float32.
+and prints ``torch / sorted`` and how many rows of ``decide`` took the fallback and differ from the full sort
+(``verify(backend="torch")``, same uniforms). Rows: tests/optimal/instances.lm_rows, float32.
 
     python benchmarks/no_compiler_route.py                       # B 8, 64; V 32k, 128k; n 2, 4; loose and 0.5
     python benchmarks/no_compiler_route.py --B 8 --V 32000 --drafts loose --reps 5
@@ -75,18 +75,6 @@ def _times(fns: dict, reps: int) -> dict[str, float]:
     return {name: statistics.median(ts) for name, ts in out.items()}
 
 
-def _sorted(fn):  # noqa: ANN001, ANN202
-    """``fn`` run with the bucket route off (:func:`.buckets.takes` false): the CPU sampler's full sort on every row."""
-    def run():  # noqa: ANN202
-        saved = BK.MIN_V, BK.MIN_ENTRIES
-        BK.MIN_V = BK.MIN_ENTRIES = 1 << 62
-        try:
-            return fn()
-        finally:
-            BK.MIN_V, BK.MIN_ENTRIES = saved
-    return run
-
-
 def _point(B: int, V: int, n: int, draft: str, reps: int, torch_route: bool = True) -> tuple[dict[str, float], int,
 int]:
     """One grid point: the routes' seconds (:func:`_times`), and the rows of ``decide`` that took the fallback and
@@ -94,8 +82,7 @@ int]:
     p, q, drafts, u = lm_rows(B, V, 17 * n + V, draft, n)
     u = u.double()
     fns = {"floor": lambda: p.sum() + q.sum(),
-           "numpy": _without_kernels(lambda: sampler.verify(p, q, drafts, u)),
-           "sorted": _without_kernels(_sorted(lambda: sampler.verify(p, q, drafts, u)))}
+           "sorted": _without_kernels(lambda: sampler.verify(p, q, drafts, u))}
     if torch_route:
         fns["torch"] = lambda: _torch_route(p, q, drafts, u)
     if native.library() is not None:
@@ -120,22 +107,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-torch", action="store_true", help="leave out the torch route (decide), the slowest")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(f"{'V':>7} {'B':>3} {'n':>2} {'draft':>6} {'floor':>7} {'numpy':>8} {'sorted':>8} {'torch':>8} {'C':>8} "
-          f"{'sorted/numpy':>12} {'torch/numpy':>11} {'fallback':>8} {'differ':>6}   (ms, {args.threads} thread(s))")
-    slower = points = 0
+    print(f"{'V':>7} {'B':>3} {'n':>2} {'draft':>6} {'floor':>7} {'sorted':>8} {'torch':>8} {'C':>8} "
+          f"{'torch/sorted':>12} {'fallback':>8} {'differ':>6}   (ms, {args.threads} thread(s))")
     for V in args.V:
         for B in args.B:
             for n in args.n:
                 for draft in args.drafts:
                     t, fallback, differ = _point(B, V, n, draft, args.reps, not args.no_torch)
-                    ratio = t["torch"] / t["numpy"] if "torch" in t else float("nan")
-                    slower, points = slower + (ratio > 1.5), points + 1
+                    ratio = f"{t['torch'] / t['sorted']:>11.2f}x" if "torch" in t else f"{'-':>12}"
                     c, tt = (f"{t[k] * 1e3:>8.1f}" if k in t else f"{'-':>8}" for k in ("C", "torch"))
-                    print(f"{V:>7} {B:>3} {n:>2} {draft:>6} {t['floor'] * 1e3:>7.2f} {t['numpy'] * 1e3:>8.1f} "
-                          f"{t['sorted'] * 1e3:>8.1f} {tt} {c} {t['sorted'] / t['numpy']:>11.2f}x {ratio:>10.2f}x "
-                          f"{fallback:>8} {differ:>6}", flush=True)
-    if not args.no_torch:
-        print(f"torch more than 1.5x the numpy route at {slower} of {points} points")
+                    print(f"{V:>7} {B:>3} {n:>2} {draft:>6} {t['floor'] * 1e3:>7.2f} {t['sorted'] * 1e3:>8.1f} {tt} "
+                          f"{c} {ratio} {fallback:>8} {differ:>6}", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -13,8 +13,8 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    (:func:`psi_interior_bound`: psi over the masses a bucket of ratios in [lo, hi) allows, GR Lemma 6.3), and psi
    > t there when both ends are >= t and f_j > t (the bound is concave between each end and f_j's point). f_j is
    taken ``BOUND_MARGIN`` lower, for rounding.
-3. *Selection* (:meth:`_Level.select`). Sorted token by token: the buckets whose inside may reach the best boundary
-   psi (m*); the drafted tokens' buckets; when the top draw's bucket d lies certainly before m* (after it), the
+3. *Selection* (:func:`.device_buckets.select`). Sorted token by token: the buckets whose inside may reach the best
+   boundary psi (m*); the drafted tokens' buckets; when the top draw's bucket d lies certainly before m* (after it), the
    buckets before d whose inside may reach psi at d's start (after d, the least psi after d), which bound the
    served group's s (e); and the buckets that may hold the residual threshold tau = psi* (1 - u) (after the last
    boundary certainly at or below it).
@@ -22,17 +22,17 @@ of the row was the largest single cost of the CPU route (issue 19). Here instead
    (its sums; its sort key the lowest edge of its buckets, which lies between its neighbours' ratios), sorted, then
    the same chains code on it: psi at its prefixes is psi of the full order at the matching prefixes (the sums run
    in another order: equal to rounding).
-5. *Certificate* (in :func:`_attempt`). Nothing inside a merged run may change an answer: no prefix inside a run
+5. *Certificate*. Nothing inside a merged run may change an answer: no prefix inside a run
    before m* at or below psi* (the first argmin), none after it below; the served group's positions s .. top hold no
    run, and no run's inside reaches psi_s (inner group) or psi_e (outer group) where that would move s or e; for a
    rejected tuple, no run's inside at or after M at or below tau, and position M a token. A row that fails gets the
    failing runs' buckets sorted too and is tried once more (``ATTEMPTS``); then the caller takes the full sort. A
    row whose compressed instance would hold more than 1 / ``FULL_SORT_SHARE`` of its tokens (a draft close to the
-   target: its ratios fill a few octaves' buckets) takes the full sort without a try (on the native route some such
+   target: its ratios fill a few octaves' buckets) takes the full sort without a try (some such
    rows, and rows that failed every try, take it in the call, :func:`whole_rows`: every bucket sorted and no run
    merged, which is its full order).
 
-*Bounded window* (``BOUND``, the native route only; issue 41). On a draft close to its target the served window
+*Bounded window* (``BOUND``; issue 41). On a draft close to its target the served window
 s .. top holds thousands of tokens, and requiring each to be a sorted token (5.) turned the row into a full sort
 (4.5-26x RRS at V = 32k-128k). With ``BOUND``: the drafted tokens' buckets are gathered but not sorted (each draft
 is a token of the compressed instance, the rest of its bucket one run before, between and after the drafts, with
@@ -52,16 +52,17 @@ psi at its end (its infimum, not attained), so the run stayed a candidate for m*
 each step adds q > 0), so none of m*, s, e, M lies inside it; where its last token's q is above rounding the run
 takes a strict bound (just above psi at its end), drafts in it enter first with one run of the rest, and a top draw
 in it rejects (the proof and the rounding conditions: ``bucket_rule.c``'s ``inf_run``;
-tests/optimal/test_filtered_targets.py). The numpy route below keeps the interior bound (it sorts such runs).
+tests/optimal/test_filtered_targets.py).
 
-Where :mod:`otlp.backend.native`'s kernels are built, a row takes all five steps at once in ``otlp_bucket_rule``
-(``otlp/backend/native/bucket_rule.c``: the same operations, one row at a time, its arrays in cache; from
-``THREADS_MIN`` entries a call's rows taken one at a time by an OpenMP team of torch's thread count). Without them (the
-numpy route below) the per-token passes (1 to 3 and the gather of the selected tokens) run on chunks of rows
-(``CHUNK``), side by side on :mod:`otlp.backend.threads` when torch has several threads, and 4 and 5 run once for all
-the rows of a call, in groups of rows of similar compressed size (:func:`verify_chunks`). On both routes certified rows
-draw the full sort's token and slot for the same uniforms, and the two certify the same rows
-(tests/optimal/test_buckets.py, on every instance family of the exact tests and on LM rows).
+The route runs where :mod:`otlp.backend.native`'s kernels are built: a row takes all five steps at once in
+``otlp_bucket_rule`` (``otlp/backend/native/bucket_rule.c``, one row at a time, its arrays in cache; from
+``THREADS_MIN`` entries a call's rows taken one at a time by an OpenMP team of torch's thread count). Certified rows
+draw the full sort's token and slot for the same uniforms (tests/optimal/test_buckets.py, on every instance family of
+the exact tests and on LM rows), and the kernel is pinned token for token to the bucket rule's readable reference on
+torch tensors, :func:`.device_buckets.decide`. Without the kernels every row takes the full sort (the reference,
+:mod:`.chains`, in numpy): a numpy copy of these steps took 0.33-0.51x its time on loose drafts but 1.7-6.5x on close
+ones (``benchmarks/no_compiler_route.py``, 16 points, V = 32k and 128k, B = 8 and 64, n = 2 and 4, one thread; at
+B = 64, V = 128k, n = 4, sigma 0.5: 5.3 s against 0.81 s), and it was retired (issue 41).
 """
 
 from __future__ import annotations
@@ -71,11 +72,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otlp.backend import native, scratch, threads
+from otlp.backend import native, threads
 from otlp.core import xp as X
-from otlp.core.psi import psi_head, ratio_keys, sorted_psi
+from otlp.core.psi import psi_head
 from otlp.optimal import chains as C
-from otlp.optimal import host
 
 #: ratios in [2^-OCTAVES, 2^OCTAVES) get 2^bits buckets per octave, the rest one bucket above and one below.
 OCTAVES = 32
@@ -95,13 +95,6 @@ ATTEMPTS = 2
 #: them (one thread, optimal call, 2 against 5: V = 2k, B = 64, sigma 0.5 n = 2 0.50-0.62x, sigma 1 n = 4
 #: 0.45-0.62x, n = 8 0.88x; B = 1-8 0.58-0.69x; V = 32k B = 64 0.96x; two threads, V = 2k B = 64 0.54-0.59x).
 FULL_SORT_SHARE = 2
-#: rows per chunk (:func:`verify_chunks`): at most this many entries of one [rows, V] array, and one chunk per host
-#: thread at least. On the numpy route each chunk also pays its bucket levels and selection (a few dozen numpy calls
-#: on [rows, NB] arrays), so there fewer chunks cost less (measured before the native route, whose rows take no
-#: [rows, V] arrays): against 2^19, 2^21 took 0.89-0.95x the
-#: time at B = 8 and 64, V = 32k-128k, one thread, and 0.85x at B = 64, V = 152k, two threads (B = 16, V = 32k, two
-#: threads: 1.05x, within noise).
-CHUNK = 1 << 21
 #: with one thread, where at most WHOLE_ROWS rows of a call are left by the buckets, they take their full order in a
 #: second native call (every bucket selected), not the caller's full sort, which costs about 0.3 ms a call before its
 #: first row and 0.8-0.95x the kernel's time a row after it (one thread, V = 2k, close drafts: B = 8 with one or two
@@ -139,16 +132,6 @@ class Scheme:
     LO: np.ndarray
     HI: np.ndarray
     KEY: np.ndarray
-
-    def bucket_of(self, ratio: np.ndarray, out: np.ndarray | None = None, first=0) -> np.ndarray:  # noqa: ANN001
-        """``int64 [B, V]`` the bucket of each ratio (``ratio`` >= 0 or +inf, or -1 or NaN for p = q = 0) plus
-        ``first`` (``[B, 1]``: each row's first bucket number), in ``out`` when given. ``ratio`` is clamped in place
-        to [just below 2^-OCTAVES, 2^OCTAVES], whose ends lie in the bottom and the top bucket (NaN included: fmax
-        drops it), so that the integer keys need no clamp (two float passes instead of three integer ones)."""
-        np.fmax(ratio, _BELOW, out=ratio)
-        np.minimum(ratio, 2.0**OCTAVES, out=ratio)
-        key = np.right_shift(ratio.view(np.int64), 52 - self.bits, out=out)
-        return np.subtract(_top(self.bits) + first, key, out=key)
 
 
 #: the largest float64 below 2^-OCTAVES: its bucket is the bottom one.
@@ -199,45 +182,23 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
                   bits: int | None = None):
     """:func:`verify_rows` on B rows of V tokens read through ``load(rows) -> (p, q, inv_p, inv_q)``: the rows ``rows``
     (a slice or an int64 index array) of the inputs as float32 or float64 arrays ``[rows, V]`` and the reciprocals of
-    their sums ``[rows]`` (the normalised rows are :func:`normalised`; ``load`` runs on host threads, so numpy only).
-    Where the kernels are built, each row start to end in :func:`otlp.backend.native.bucket_rule`
-    (:func:`_native_rows`), from ``THREADS_MIN`` entries its rows taken one at a time by an OpenMP team of
-    :func:`otlp.backend.threads.count` threads inside the one call; else in chunks of ``CHUNK`` entries (at least one
-    per host thread), side by side on :mod:`otlp.backend.threads`: the per-token passes (buckets, their sums, the
-    selected tokens) chunk by chunk, then the compressed instances of all B rows solved and certified together (their
-    per-call work paid once, not once per chunk), in groups of rows of similar size (:func:`_groups`)."""
+    their sums ``[rows]``. Each row start to end in :func:`otlp.backend.native.bucket_rule` (:func:`_native_rows`),
+    from ``THREADS_MIN`` entries its rows taken one at a time by an OpenMP team of :func:`otlp.backend.threads.count`
+    threads inside the one call. Without the kernels (or for inputs they do not take: n > 32, p and q of different
+    dtypes) no row is done: the caller takes the full sort, which there is the faster route on close drafts (module
+    docstring)."""
     sc = scheme(bits_for(V) if bits is None else bits)
     team = threads.count() if B * V >= THREADS_MIN else 1
     got = _native_rows(*load(slice(0, B)), w, U, n, sc, threads=team) if native.library() else None
-    if got is not None:  # every row start to end in C, on the host threads inside the call
-        tokens, index, status = got
-        left = np.flatnonzero(status <= 0)  # (none with a team: it took their full order in the call)
-        if 0 < left.size <= WHOLE_ROWS:  # a few: their full order in C too, every bucket selected
-            forced = np.ones((left.size, sc.NB), dtype=bool)
-            tokens[left], index[left], status[left] = _native_rows(*load(left), w[left], U[left], n, sc,
-                                                                   forced=forced, whole=left.size)
-        return tokens, index, status > 0
-    step = threads.chunk_rows(B, CHUNK // max(V, 1))
-
-    def chunk(lo: int) -> _Found:
-        return _gather(*load(slice(lo, lo + step)), w[lo:lo + step], U[lo:lo + step], n, sc)
-
-    found = _Found.join(threads.map_chunks(chunk, range(0, B, step)), step)
-    tokens, index = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
-    done = np.zeros(B, dtype=bool)
-    sizes = np.bincount(found.F // V, minlength=B) + found.selected.sum(1)  # [B] compressed instance sizes
-    small = np.flatnonzero(sizes * FULL_SORT_SHARE <= V)  # the others take the full sort now: they hardly compress
-    groups = [small[g] for g in _groups(sizes[small])]
-    for rows in groups:  # rows of similar compressed sizes: [rows, K] pads each row to the largest K
-        part = found if rows.size == B else found.take(rows)
-        for attempt in range(ATTEMPTS):
-            t, i, ok, bad = _attempt(part, w[rows], U[rows], n, sc)
-            tokens[rows[ok]], index[rows[ok]], done[rows[ok]] = t[ok], i[ok], True
-            rows, selected = rows[~ok], part.selected[~ok] | bad[~ok]
-            if rows.size == 0 or attempt + 1 == ATTEMPTS:
-                break
-            part = _gather(*load(rows), w[rows], U[rows], n, sc, selected)  # the failing runs' buckets sorted too
-    return tokens, index, done
+    if got is None:
+        return np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64), np.zeros(B, dtype=bool)
+    tokens, index, status = got
+    left = np.flatnonzero(status <= 0)  # (none with a team: it took their full order in the call)
+    if 0 < left.size <= WHOLE_ROWS:  # a few: their full order in C too, every bucket selected
+        forced = np.ones((left.size, sc.NB), dtype=bool)
+        tokens[left], index[left], status[left] = _native_rows(*load(left), w[left], U[left], n, sc,
+                                                               forced=forced, whole=left.size)
+    return tokens, index, status > 0
 
 
 def _native_rows(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, U: np.ndarray,
@@ -280,273 +241,3 @@ def normalised(x: np.ndarray, inv: np.ndarray, out: np.ndarray | None = None) ->
     """``float64 [B, V]``: the rows of ``x`` (float32 or float64) times ``inv [B]`` (:func:`inverse_sums`), in
     ``out`` when given; the C kernels form the same products."""
     return np.multiply(x, inv[:, None], out=out, dtype=np.float64)
-
-
-#: :func:`_groups` keeps rows together while their padding is at most this many entries beyond their own size.
-GROUP_SLACK = 1 << 14
-
-
-def _groups(sizes: np.ndarray) -> list[np.ndarray]:
-    """Rows (int64 indices, increasing within a group) grouped so that padding each group's rows to its largest
-    ``sizes`` costs at most twice their own sizes plus ``GROUP_SLACK``: one LM row that selects 7,000 tokens where
-    the others select 600 (B = 64, V = 32k, n = 8) would otherwise pad all 64 compressed instances to 7,000."""
-    order = np.argsort(-sizes, kind="stable")
-    groups, start = [], 0
-    while start < order.size:
-        top, total, end = int(sizes[order[start]]), int(sizes[order[start]]), start + 1
-        while end < order.size and (end - start + 1) * top <= 2 * (total + int(sizes[order[end]])) + GROUP_SLACK:
-            total += int(sizes[order[end]])
-            end += 1
-        groups.append(np.sort(order[start:end]))
-        start = end
-    return groups
-
-
-@dataclass(frozen=True)
-class _Found:
-    """What the compressed instances read of a set of rows: the selected buckets' tokens (``F int64 [T]``, row b's
-    token i as b V + i, increasing; ``p, q, key float64 [T]`` their masses and sort keys), ``selected bool [B, NB]``
-    and the rows' :class:`_Level`."""
-
-    V: int
-    F: np.ndarray
-    p: np.ndarray
-    q: np.ndarray
-    key: np.ndarray
-    selected: np.ndarray
-    level: _Level
-
-    def take(self, rows: np.ndarray) -> _Found:
-        """The rows ``rows`` (increasing int64 indices) only, numbered 0 .. len(rows) - 1."""
-        row = self.F // self.V
-        at = np.full(self.selected.shape[0], -1, dtype=np.int64)
-        at[rows] = np.arange(rows.size)
-        keep = at[row] >= 0
-        return _Found(V=self.V, F=at[row[keep]] * self.V + self.F[keep] % self.V, p=self.p[keep], q=self.q[keep],
-                      key=self.key[keep], selected=self.selected[rows], level=self.level.take(rows))
-
-    @staticmethod
-    def join(parts: list[_Found], step: int) -> _Found:
-        """Consecutive chunks of ``step`` rows as one set of rows."""
-        if len(parts) == 1:
-            return parts[0]
-        V = parts[0].V
-        return _Found(V=V, F=np.concatenate([f.F + k * step * V for k, f in enumerate(parts)]),
-                      p=np.concatenate([f.p for f in parts]), q=np.concatenate([f.q for f in parts]),
-                      key=np.concatenate([f.key for f in parts]),
-                      selected=np.concatenate([f.selected for f in parts]),
-                      level=_Level.join([f.level for f in parts]))
-
-
-def _gather(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, U: np.ndarray,
-            n: int, sc: Scheme, selected: np.ndarray | None = None) -> _Found:
-    """The per-token passes on rows ``p, q [B, V]`` (float32 or float64; normalised by ``inv_p, inv_q [B]``,
-    :func:`normalised`): buckets, their sums and bounds, the selection (module docstring, 1-3; ``selected``: a given
-    one) and the selected buckets' tokens, through :mod:`otlp.backend.native`'s kernels where they are built."""
-    lib = native.library()
-    if lib is not None:
-        return _gather_native(lib, p, q, inv_p, inv_q, w, U, n, sc, selected)
-    B, V = p.shape
-    NB = sc.NB
-    P = normalised(p, inv_p, scratch.array("P", (B, V), np.float64))
-    Q = normalised(q, inv_q, scratch.array("Q", (B, V), np.float64))
-    ratio = scratch.array("ratio", (B, V), np.float64)  # [B, V] q / p (NaN for p = q = 0: bucket_of takes it)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        np.divide(Q, P, out=ratio)
-    # [B, V] row b's buckets at b NB .. (ratio is clamped: the selected tokens' keys are computed again below)
-    flat = sc.bucket_of(ratio, out=scratch.array("bucket", (B, V), np.int64),
-                        first=(np.arange(B, dtype=np.int64) * NB)[:, None])
-    Pb = np.bincount(flat.ravel(), weights=P.ravel(), minlength=B * NB).reshape(B, NB)
-    Qb = np.bincount(flat.ravel(), weights=Q.ravel(), minlength=B * NB).reshape(B, NB)
-    level = _Level(Pb, Qb, n, sc)
-    if selected is None:
-        selected = level.select(X.take(flat, w) - (np.arange(B) * NB)[:, None], U[:, 1])  # [B, NB]
-    # [B, V] the tokens to sort one by one (mode="clip": the indices are valid, and numpy buffers ``out`` for the
-    # default mode)
-    sorted_tok = np.take(selected.ravel(), flat, out=scratch.array("sorted", (B, V), bool), mode="clip")
-    F = np.flatnonzero(sorted_tok)  # [T] flat, increasing
-    p, q = P.ravel()[F], Q.ravel()[F]
-    return _Found(V=V, F=F, p=p, q=q, key=ratio_keys(p, q), selected=selected, level=level)  # keys as chains.prefix
-
-
-def _gather_native(lib, p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray,  # noqa: ANN001
-                   U: np.ndarray, n: int, sc: Scheme, selected: np.ndarray | None) -> _Found:
-    """:func:`_gather` through the C kernels (``otlp/backend/native/buckets.c``): one pass for the buckets and their
-    sums, one for the selected tokens."""
-    if p.dtype != q.dtype or p.dtype not in (np.float32, np.float64):
-        p, q = p.astype(np.float64), q.astype(np.float64)
-    p, q = np.ascontiguousarray(p), np.ascontiguousarray(q)
-    inv_p, inv_q = np.ascontiguousarray(inv_p, dtype=np.float64), np.ascontiguousarray(inv_q, dtype=np.float64)
-    B, V = p.shape
-    NB, wide = sc.NB, int(p.dtype == np.float64)
-    bucket = scratch.array("bucket16", (B, V), np.uint16)  # [B, V] each token's bucket in its row
-    Pb, Qb = np.empty((B, NB)), np.empty((B, NB))
-    work = scratch.array("hist", (2 * NB,), np.float64)  # the kernel's histogram (held here: C gets an address)
-    lib.otlp_bucket_sums(p.ctypes.data, q.ctypes.data, wide, B, V, inv_p.ctypes.data, inv_q.ctypes.data, sc.bits,
-                         _top(sc.bits), NB, _BELOW, 2.0**OCTAVES, bucket.ctypes.data, Pb.ctypes.data, Qb.ctypes.data,
-                         work.ctypes.data)
-    level = _Level(Pb, Qb, n, sc)
-    if selected is None:
-        selected = level.select(X.take(bucket, w).astype(np.int64), U[:, 1])  # [B, NB]
-    selected = np.ascontiguousarray(selected)
-    chosen = selected.view(np.uint8)
-    capacity = max(1 << 12, B * V >> 2)  # selected: 1-2% of an LM row at V >= 32k, 12% at 2k; more: called again
-    while True:  # into reused arrays (the kernel writes only the places it keeps), the tokens then copied out
-        F, P, Q = (scratch.array(name, (capacity + 1,), dtype) for name, dtype in
-                   (("gather_F", np.int64), ("gather_P", np.float64), ("gather_Q", np.float64)))
-        T = lib.otlp_gather_selected(p.ctypes.data, q.ctypes.data, wide, B, V, inv_p.ctypes.data, inv_q.ctypes.data,
-                                     bucket.ctypes.data, chosen.ctypes.data, NB, capacity, F.ctypes.data,
-                                     P.ctypes.data, Q.ctypes.data)
-        if T <= capacity:
-            break
-        capacity = T
-    F, P, Q = F[:T].copy(), P[:T].copy(), Q[:T].copy()
-    return _Found(V=V, F=F, p=P, q=Q, key=ratio_keys(P, Q), selected=selected, level=level)
-
-
-class _Level:
-    """psi at the bucket boundaries of each row and each bucket's interior bound (``[B, NB]`` by bucket)."""
-
-    _FIELDS = ("Pb", "Qb", "psi", "f", "low", "inner")
-
-    def __init__(self, Pb: np.ndarray, Qb: np.ndarray, n: int, sc: Scheme):
-        NB = Pb.shape[1]
-        self.Pb, self.Qb = Pb, Qb
-        Pa, Qa, _, self.psi = sorted_psi(Pb, Qb, n)  # [B, NB + 1]: the buckets are in decreasing-ratio order
-        self.f = psi_interior_bound(Pa[:, :NB], Qa[:, :NB], Pb, Qb, sc.LO, sc.HI, n) - BOUND_MARGIN  # [B, NB]
-        # the lower bound of psi inside each bucket and at its ends
-        self.low = np.minimum(np.minimum(self.psi[:, :-1], self.psi[:, 1:]), self.f)
-        self.inner = np.minimum(self.f, self.psi[:, 1:])  # [B, NB]: the bound inside a run, with the end boundary
-
-    def take(self, rows: np.ndarray) -> _Level:
-        """The same quantities for some rows only."""
-        out = object.__new__(_Level)
-        for name in self._FIELDS:
-            setattr(out, name, getattr(self, name)[rows])
-        return out
-
-    @staticmethod
-    def join(levels: list[_Level]) -> _Level:
-        """The levels of consecutive sets of rows as one."""
-        out = object.__new__(_Level)
-        for name in _Level._FIELDS:
-            setattr(out, name, np.concatenate([getattr(level, name) for level in levels]))
-        return out
-
-    def select(self, draft_buckets: np.ndarray, u: np.ndarray) -> np.ndarray:
-        """``bool [B, NB]``: the buckets to sort (module docstring, 3)."""
-        B, NB = self.f.shape
-        idx = np.arange(NB + 1)[None, :]
-        j = idx[:, :NB]
-        best = self.psi.min(-1, keepdims=True)  # [B, 1] >= psi*
-        cand = self.f <= best  # may hold m* (or tie it)
-        # m* is the boundary of best or inside a candidate: its prefix index lies in [start(m_lo), start(m_hi)]
-        b_star = self.psi.argmin(-1)[:, None]
-        m_lo = np.minimum(b_star, np.where(cand, j, NB).min(-1, keepdims=True))
-        m_hi = np.maximum(b_star, np.where(cand, j + 1, 0).max(-1, keepdims=True))
-        lowest = np.minimum(best, np.where(cand, self.f, np.inf).min(-1, keepdims=True))  # <= psi*
-        keep = (1.0 - u)[:, None]
-        tau_lo, tau_hi = lowest * keep, best * keep  # tau = psi* (1 - u) lies between
-        last = np.where(self.psi <= tau_lo, idx, 0).max(-1, keepdims=True)  # [B, 1] M >= last
-        sel = cand | ((j >= last) & (self.low <= tau_hi))
-        # the served group's ends: with the top draw in bucket d (positions start(d) .. start(d + 1) - 1), the group
-        # is inner when d < m_lo and its s, the first argmin of psi over [0, top], is <= psi at d's start; it is
-        # outer when m_hi <= d and its e, the first argmin over (top, V], is <= the least psi after d
-        d = draft_buckets.max(-1, keepdims=True)  # [B, 1]
-        psi_d = X.take(self.psi, d)
-        after = np.where(idx > d, self.psi, np.inf).min(-1, keepdims=True)
-        sel |= (d < m_lo) & (j < d) & (self.f <= psi_d)
-        sel |= (m_hi <= d) & (j > d) & (self.f <= after)
-        sel[np.arange(B)[:, None], draft_buckets] = True
-        return sel
-
-
-def _attempt(found: _Found, w, U, n: int, sc: Scheme):  # noqa: ANN001, ANN202
-    """One try of the compressed instance on these rows: ``(tokens [B], index [B], ok [B], bad bool [B, NB])`` with
-    ``bad`` the unselected buckets whose runs failed the certificate."""
-    selected, level, F, V = found.selected, found.level, found.F, found.V
-    B = selected.shape[0]
-    rows_b = np.arange(B, dtype=np.int64)
-    frow = F // V
-    counts, row_start, place = X.row_places(frow, B)  # [B], [B], [T]
-    # run r of a row: its unselected buckets after its r-th selected one (consecutive, so one entry); as segments of
-    # the flat [B NB] buckets, each from a selected bucket or a row's first one to the next such (never across rows)
-    un = ~selected
-    rid = np.cumsum(selected, axis=1)  # [B, NB]
-    G = int(rid[:, -1].max()) + 1
-    cut = selected.copy()
-    cut[:, 0] = True
-    starts = np.flatnonzero(cut)  # [S]
-    NB = selected.shape[1]
-    seg_b, seg_r = starts // NB, rid.ravel()[starts]  # [S] each segment's row and run
-
-    def per_run(values, reduce, empty):  # noqa: ANN001, ANN202 - [B, NB] by bucket -> [B, G] by run
-        out = np.full((B, G), empty, dtype=np.result_type(values, empty))
-        out[seg_b, seg_r] = reduce.reduceat(np.where(un, values, empty).ravel(), starts)
-        return out
-
-    members = per_run(np.ones((1, 1), dtype=np.int64), np.add, 0)
-    run_p, run_q = per_run(level.Pb, np.add, 0.0), per_run(level.Qb, np.add, 0.0)
-    # the bound inside a run: its buckets' interior bounds and the boundaries between its buckets
-    nxt_un = np.zeros_like(un)
-    nxt_un[:, :-1] = un[:, 1:]
-    run_low = per_run(np.where(nxt_un, level.inner, level.f), np.minimum, np.inf)
-    K = int((counts + G).max())
-    P2, Q2 = np.zeros((B, K)), np.zeros((B, K))
-    K2 = np.full((B, K), -1.0)  # padding: p = q = 0 with their key, in columns after their row's entries
-    at = frow * K + place  # [T] flat entries of P2: row frow, column the rank in it
-    P2.ravel()[at], Q2.ravel()[at], K2.ravel()[at] = found.p, found.q, found.key
-    runs = members > 0  # [B, G]
-    gr, gc = X.nonzero_2d(runs)
-    at = gr * K + counts[gr] + gc  # [R] flat entries of the runs
-    P2.ravel()[at], Q2.ravel()[at] = run_p[gr, gc], run_q[gr, gc]
-    # a run's key: its first bucket's (any of its bucket keys lies between its neighbours)
-    first = starts + selected.ravel()[starts]  # [S] a segment's first unselected bucket (if it has one)
-    real = members[seg_b, seg_r] > 0
-    K2.ravel()[(seg_b * K + counts[seg_b] + seg_r)[real]] = sc.KEY[first[real] % NB]
-    pre = host.prefix(P2, Q2, n, order=X.sort_descending(K2), reuse=True)  # (done with it before the next)
-    w2 = np.searchsorted(F, w + (rows_b * V)[:, None]) - row_start[:, None]  # [B, n] columns of the drafts
-    group = host.served_group(pre, w2)
-    accept, reject = host.tuple_rule(pre, w2, window="auto", group=group)
-    _, index = host.sample(pre, accept, reject, w2, U)
-    # the certificate, by compressed position j
-    cols = pre.order  # [B, K]
-    r_of = cols - counts[:, None]
-    merged = (r_of >= 0) & (r_of < G)
-    r_at = np.minimum(np.maximum(r_of, 0), G - 1)
-    merged &= X.take(runs, r_at)
-    low = np.where(merged, X.take(run_low, r_at), np.inf)  # [B, K]
-    ends = np.minimum(pre.psi[:, :-1], pre.psi[:, 1:])  # [B, K]
-
-    def below(thr):  # noqa: ANN001, ANN202 - some prefix inside a run may be < thr
-        return merged & (np.minimum(ends, low) < thr)
-
-    def at_or_below(thr):  # noqa: ANN001, ANN202 - some prefix inside a run may be <= thr
-        return merged & ((ends < thr) | (low <= thr))
-
-    j = np.arange(K)[None, :]
-    m = pre.m_star[:, None]
-    psi = pre.psi
-    psi_star, v = C.residual_threshold(pre, U[:, 1:])  # [B, 1] psi at m* and the residual draw's threshold
-    bad = (at_or_below(psi_star) & (j < m)) | (below(psi_star) & (j >= m))
-    _, top, s, e = group
-    psi_s, psi_e = X.take(psi, s), X.take(psi, e)
-    chain = merged & (j >= s) & (j < top)  # the served chain's positions must be tokens
-    inner = top < m
-    bad |= chain | np.where(inner, (at_or_below(psi_s) & (j < s)) | (below(psi_s) & (j > top) & (j < e)),
-                            (at_or_below(psi_e) & (j > top) & (j < e)) | (below(psi_e) & (j >= e)))
-    # the residual draw: nothing inside a run at or after M may be within the threshold; its position a token
-    rejected = index < 0
-    M = C.residual_index(pre, U[:, 1:])[:, None]  # [B, 1]
-    bad |= rejected[:, None] & merged & (j >= M) & ((ends - psi_star < v) | (low - psi_star <= v))
-    drawn = X.take(cols, np.minimum(M, K - 1))[:, 0]  # [B] its column
-    tokens = np.where(rejected, 0, X.take(w, np.maximum(index, 0)[:, None])[:, 0])
-    ok = ~bad.any(axis=1)
-    real = drawn < counts
-    ok &= ~rejected | real  # (a run at M fails above unless psi_M is exactly the threshold)
-    here = rejected & real
-    tokens[here] = F[row_start[here] + drawn[here]] - here.nonzero()[0] * V
-    bad_runs = np.zeros((B, G), dtype=bool)
-    br, bj = X.nonzero_2d(bad)
-    bad_runs[br, r_of[br, bj]] = True
-    return tokens, index, ok, un & np.take_along_axis(bad_runs, rid, axis=1)

@@ -27,8 +27,8 @@ the tensors' device, with static shapes and no host synchronisation (design note
    merged entry (bucket or segment) a position whose hazard is bounded, never exact (its exclusive sums (Qa, Pa),
    mass qb, ratios from the previous entry's r to its own: the bound of note §3; the token after it reads r_{j-1} =
    the entry's largest ratio, and the part of its hazard over [r_b, r] that this moves is inside the entry's bound,
-   since the point after the entry lies between the same two fixed points). It is certified as ``buckets._attempt``
-   / ``bucket_rule.c``'s ``row_rule`` certify with ``bound``: no merged entry's interior may hold m*, s, e or M
+   since the point after the entry lies between the same two fixed points). It is certified as
+   ``bucket_rule.c``'s ``row_rule`` certifies with ``bound``: no merged entry's interior may hold m*, s, e or M
    (:func:`.buckets.psi_interior_bound` on its keys' range), s and the residual's drawn position are tokens, and the
    slot is certified by the cell rule's intervals with ``u[:, 0]``.
 5. *Refinement* (``rounds``; every row, or ``refine_rows`` gathered rows): the failing buckets, and on an
@@ -152,7 +152,7 @@ def _normalised(p, inv):  # noqa: ANN001, ANN202
 
 def token_buckets(P, Q, sc: BK.Scheme):  # noqa: ANN001, ANN201 - normalised float64 [B, V] -> (key, bucket) [B, V]
     """Each token's ratio key (:func:`otlp.core.psi.ratio_keys`) and its bucket of ``sc`` (as
-    :meth:`.buckets.Scheme.bucket_of`: the key clamped to [just below 2^-OCTAVES, 2^OCTAVES], the leading bits of
+    ``buckets.c``'s ``bucket_of``: the key clamped to [just below 2^-OCTAVES, 2^OCTAVES], the leading bits of
     its float64 pattern; p = q = 0 in the bottom bucket)."""
     key = ratio_keys(P, Q)  # [B, V]
     clamped = key.clamp(min=BK._BELOW, max=2.0**BK.OCTAVES)
@@ -219,7 +219,7 @@ class Passes:
 @dataclass(frozen=True)
 class Level:
     """psi at the bucket edges ``psi [B, NB + 1]``, each bucket's interior bound ``f`` and the bound ``low`` (inside
-    and at both ends) ``[B, NB]``: :class:`.buckets._Level` on tensors; ``inf_ok bool [B, 1]`` the rows whose top
+    and at both ends) ``[B, NB]``; ``inf_ok bool [B, 1]`` the rows whose top
     bucket is a run of p = 0 < q tokens with the strict bound (:func:`inf_runs`)."""
 
     Pb: object

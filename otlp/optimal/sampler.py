@@ -27,11 +27,11 @@ With one draft (n = 1, a tree node with one child) the default rule takes its cl
   the data-dependent window the tuple needs (``backend="auto"``; measured in benchmarks/verifiers.py). From
   ``buckets.MIN_V`` tokens or ``buckets.MIN_ENTRIES`` entries in a call (``buckets.takes``) the default rule sorts
   only the ratio buckets it needs (:mod:`.buckets`, certified per row: each row start to end in the C loop of
-  :mod:`otlp.backend.native` where it is built, else its per-token passes chunk by chunk and then the compressed
-  instances of all rows at once; from ``buckets.THREADS_MIN`` entries the rows side by side on torch's thread count of
-  threads; a row it cannot certify takes the full sort; with the C kernels a close draft's served window need not be
-  sorted either: :data:`.buckets.BOUND`). The normalised rows equal the device route's up to the
-  rounding of the row sums (the host's, :func:`.buckets.inverse_sums`, and torch's add in different orders).
+  :mod:`otlp.backend.native`; from ``buckets.THREADS_MIN`` entries the rows side by side on torch's thread count of
+  threads; a row it cannot certify takes the full sort; a close draft's served window need not be sorted either:
+  :data:`.buckets.BOUND`; without the kernels every row takes the full sort). The normalised rows equal the device
+  route's up to the rounding of the row sums (the host's, :func:`.buckets.inverse_sums`, and torch's add in different
+  orders).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The C kernels of otlp/backend/native (the optimal rule's bucketed per-token passes) against the numpy route they
-replace: the same buckets, selected tokens, masses and keys bit for bit, the bucket sums to rounding, and the same
-sampled tokens; and the fallback to numpy where no kernel was built."""
+"""The C kernels of otlp/backend/native against the references they replace: the bucket rule's per-token passes
+against its torch reference (the same buckets, selected tokens and masses bit for bit, the bucket sums to rounding),
+the chains' steps against :mod:`otlp.optimal.chains` in numpy, the same sampled tokens; and the numpy routes where no
+kernel was built."""
 
 from __future__ import annotations
 
@@ -63,39 +64,95 @@ def _numpy_route(*names: str):  # noqa: ANN202
             setattr(native, name, fn)
 
 
-def _numpy_gather(*args, selected=None):  # noqa: ANN002, ANN202
-    with _numpy_route("library"):
-        return BK._gather(*args, selected=selected)
+def _kernel_passes(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, sc: BK.Scheme,
+                   selected: np.ndarray | None = None):  # noqa: ANN202
+    """The bucket rule's two per-token passes as ``otlp_bucket_rule`` runs them (``buckets.c``): ``(bucket uint16
+    [B, V], Pb, Qb [B, NB])`` from ``otlp_bucket_sums``, and with ``selected bool [B, NB]`` also ``(F [T], P [T],
+    Q [T])`` from ``otlp_gather_selected``: the selected buckets' tokens (row b's token i as b V + i) and their
+    normalised masses."""
+    B, V = p.shape
+    wide = int(p.dtype == np.float64)
+    inv_p, inv_q = (np.ascontiguousarray(x, dtype=np.float64) for x in (inv_p, inv_q))
+    bucket, Pb, Qb = np.empty((B, V), dtype=np.uint16), np.empty((B, sc.NB)), np.empty((B, sc.NB))
+    work = np.empty(2 * sc.NB)
+    lib.otlp_bucket_sums(p.ctypes.data, q.ctypes.data, wide, B, V, inv_p.ctypes.data, inv_q.ctypes.data, sc.bits,
+                         BK._top(sc.bits), sc.NB, BK._BELOW, 2.0**BK.OCTAVES, bucket.ctypes.data, Pb.ctypes.data,
+                         Qb.ctypes.data, work.ctypes.data)
+    if selected is None:
+        return bucket, Pb, Qb, None
+    chosen = np.ascontiguousarray(selected, dtype=bool).view(np.uint8)
+    F, P, Q = np.empty(B * V + 1, dtype=np.int64), np.empty(B * V + 1), np.empty(B * V + 1)
+    T = lib.otlp_gather_selected(p.ctypes.data, q.ctypes.data, wide, B, V, inv_p.ctypes.data, inv_q.ctypes.data,
+                                 bucket.ctypes.data, chosen.ctypes.data, sc.NB, B * V, F.ctypes.data, P.ctypes.data,
+                                 Q.ctypes.data)
+    return bucket, Pb, Qb, (F[:T], P[:T], Q[:T])
+
+
+def _reference_buckets(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, sc: BK.Scheme):  # noqa: ANN202
+    """The bucket rule's reference on torch tensors (:mod:`otlp.optimal.device_buckets`): ``(P, Q float64 [B, V],
+    bucket int64 [B, V], count, Pb, Qb [B, NB])``, as numpy arrays."""
+    from otlp.optimal import device_buckets as DB
+
+    tp, tq = torch.from_numpy(p), torch.from_numpy(q)
+    ip, iq = (torch.from_numpy(np.asarray(x, dtype=np.float64))[:, None] for x in (inv_p, inv_q))
+    P, Q = DB._normalised(tp, ip), DB._normalised(tq, iq)
+    _, bucket = DB.token_buckets(P, Q, sc)
+    count, Pb, Qb = DB.histogram(tp, tq, ip, iq, sc)
+    return tuple(x.numpy() for x in (P, Q, bucket, count, Pb, Qb))
 
 
 @needs_kernels
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("V", [3000, 40_000])
-def test_the_kernels_find_the_numpy_routes_buckets_tokens_and_masses(dtype, V: int) -> None:  # noqa: ANN001
+def test_the_kernels_find_the_references_buckets_tokens_and_masses(dtype, V: int) -> None:  # noqa: ANN001
+    """``otlp_bucket_sums`` and ``otlp_gather_selected`` against the torch reference of the bucket rule
+    (:mod:`otlp.optimal.device_buckets`) on rows with exact zeros in p, q and both: each token's bucket and its
+    normalised masses bit for bit (the same IEEE operations), the bucket sums to rounding (both add in token order
+    here, so in practice the same bits), and the tokens of a selection of buckets exactly those, in token order (a
+    random selection, the usual one's size; and every bucket, more tokens than any first guess of room)."""
     rng = np.random.default_rng(V)
-    B, n = 5, 4
+    B = 5
     p, q = _rows(rng, B, V, dtype)
     inv_p, inv_q = BK.inverse_sums(p), BK.inverse_sums(q)
-    w = rng.integers(0, V, size=(B, n))
-    U = rng.random((B, 2))
     sc = BK.scheme(BK.bits_for(V))
-    ref = _numpy_gather(p, q, inv_p, inv_q, w, U, n, sc)
-    for selected in (None, ref.selected):
-        got = BK._gather(p, q, inv_p, inv_q, w, U, n, sc, selected)
-        # the bucket sums in token order, as numpy's bincount adds them: the same bits
-        np.testing.assert_array_equal(got.level.Pb, ref.level.Pb)
-        np.testing.assert_array_equal(got.level.Qb, ref.level.Qb)
-        if selected is None:  # the bounds differ by the sums' rounding only: the same buckets selected here
-            np.testing.assert_array_equal(got.selected, ref.selected)
-        for name in ("F", "p", "q", "key"):
-            np.testing.assert_array_equal(getattr(got, name), getattr(ref, name))
-    # every bucket selected: more tokens than the kernel's first guess of room (it is called again)
-    every = np.ones_like(ref.selected)
-    got, ref = BK._gather(p, q, inv_p, inv_q, w, U, n, sc, every), _numpy_gather(p, q, inv_p, inv_q, w, U, n, sc,
-                                                                                   selected=every)
-    assert got.F.size == B * V
-    for name in ("F", "p", "q", "key"):
-        np.testing.assert_array_equal(getattr(got, name), getattr(ref, name))
+    P, Q, bucket, count, Pb, Qb = _reference_buckets(p, q, inv_p, inv_q, sc)
+    held = count > 0
+    some = held & (rng.random(held.shape) < 0.1)
+    for selected in (some, np.ones_like(held)):
+        got_bucket, got_Pb, got_Qb, (F, gP, gQ) = _kernel_passes(p, q, inv_p, inv_q, sc, selected)
+        np.testing.assert_array_equal(got_bucket.astype(np.int64), bucket)
+        np.testing.assert_allclose(got_Pb, Pb, rtol=1e-14, atol=1e-300)
+        np.testing.assert_allclose(got_Qb, Qb, rtol=1e-14, atol=1e-300)
+        want = np.flatnonzero(np.take_along_axis(selected, bucket, axis=1))
+        np.testing.assert_array_equal(F, want)
+        np.testing.assert_array_equal(gP, P.ravel()[want])
+        np.testing.assert_array_equal(gQ, Q.ravel()[want])
+    assert F.size == B * V
+
+
+@needs_kernels
+@pytest.mark.parametrize("runs", [1, 3, 8, 9, 40])
+def test_the_kernels_gather_exactly_the_selected_buckets_tokens(runs: int) -> None:
+    """otlp_gather_selected tests blocks of 16 tokens against the selection's runs of buckets (up to 8 runs, with
+    AVX2) or bucket by bucket: either way the tokens of the selected buckets in token order, none else, with the
+    first and last buckets and a row length not a multiple of 16."""
+    rng = np.random.default_rng(runs)
+    B, V = 3, 20_011
+    p, q = _rows(rng, B, V, np.float64)
+    sc = BK.scheme(BK.bits_for(V))
+    ones = np.ones(B)
+    P, _, bucket, count, _, _ = _reference_buckets(p, q, ones, ones, sc)
+    selected = np.zeros((B, sc.NB), dtype=bool)
+    for b in range(B):
+        held = np.flatnonzero(count[b])
+        starts = np.sort(rng.choice(held.size, size=min(runs, held.size), replace=False))
+        for k in starts:  # a run of 1-3 held buckets from each start (runs may touch: fewer of them)
+            selected[b, held[k:k + rng.integers(1, 4)]] = True
+    selected[0, [0, sc.NB - 1]] = True
+    *_, (F, gP, _) = _kernel_passes(p, q, ones, ones, sc, selected)
+    want = np.flatnonzero(np.take_along_axis(selected, bucket, axis=1))
+    np.testing.assert_array_equal(F, want)
+    np.testing.assert_array_equal(gP, P.ravel()[want])
 
 
 @needs_kernels

@@ -1,9 +1,12 @@
-"""The CPU sampler's bucketed partial order (otlp/optimal/buckets.py) against the full sort of every row.
+"""The CPU sampler's bucketed partial order (otlp/optimal/buckets.py, its rows in ``otlp_bucket_rule``) against the
+full sort of every row.
 
 Every certified row must give the token and accepted slot of the full-sort route (chains.prefix + tuple_rule +
 sample) for the same uniforms, on every instance family of tests/optimal/instances.py (ties, zeros, point masses,
 near-ties) and on LM-shaped rows; rows the route cannot certify must be reported, not answered. The full route's law
-is tested by enumeration in test_exact_enumeration.py, so equal draws for every uniform mean an equal law."""
+is tested by enumeration in test_exact_enumeration.py, so equal draws for every uniform mean an equal law. Without the
+kernels the sampler takes the full sort: these tests need them. Selections forced on the kernel (``forced``) come from
+the bucket rule's torch reference, :mod:`otlp.optimal.device_buckets`."""
 
 from __future__ import annotations
 
@@ -15,19 +18,8 @@ from otlp.optimal import buckets as BK
 from otlp.optimal import chains as C
 from tests.optimal.instances import FAMILIES, draw
 
-ROUTES = ("native", "numpy")
 needs_openmp = pytest.mark.skipif(not native.openmp(), reason="needs otlp's C kernels built with OpenMP")
-
-
-@pytest.fixture(params=ROUTES)
-def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The route under test: ``native`` (every step of a row in ``otlp_bucket_rule``, where the kernels are built)
-    or ``numpy`` (the steps on all rows at once in numpy, the route of machines without a C compiler)."""
-    if request.param == "native" and native.library() is None:
-        pytest.skip(f"needs otlp's C kernels ({native.reason()})")
-    if request.param == "numpy":
-        monkeypatch.setattr(BK, "_native_rows", lambda *args, **kwargs: None)
-    return request.param
+needs_kernels = pytest.mark.skipif(native.library() is None, reason="needs otlp's C kernels (the route runs there)")
 
 
 def _full(P, Q, w, U, n):  # noqa: ANN001, ANN202
@@ -70,44 +62,34 @@ def _check(P, Q, W, n: int, draws: int, rng) -> np.ndarray:  # noqa: ANN001
     return np.asarray(certified)
 
 
+@needs_kernels
 @pytest.mark.parametrize("n", [1, 2, 3, 8])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_certified_rows_draw_what_the_full_sort_draws(family: str, n: int, route: str) -> None:
+def test_certified_rows_draw_what_the_full_sort_draws(family: str, n: int) -> None:
     rng = np.random.default_rng([n, sorted(FAMILIES).index(family)])
     P, Q, W = _batch(rng, family, 6, 3000, n)
     _check(P, Q, W, n, 25, rng)
 
 
+@needs_kernels
 @pytest.mark.parametrize("n", [2, 4, 8])
-@pytest.mark.parametrize("rows_per_chunk", [None, 1, 3])
-def test_lm_rows_are_certified_and_agree(n: int, rows_per_chunk: int | None, monkeypatch: pytest.MonkeyPatch,
-                                         route: str) -> None:
-    """At V = 32k almost every LM-shaped row is certified (else the route would be the full sort plus overhead);
-    with chunks of 1 or 3 rows (``rows_per_chunk``) the chunks' selected tokens are joined into one set of compressed
-    instances and answer as one chunk does."""
-    V = 32_000
-    if rows_per_chunk is not None:
-        monkeypatch.setattr(BK, "CHUNK", rows_per_chunk * V)
+def test_lm_rows_are_certified_and_agree(n: int) -> None:
+    """At V = 32k almost every LM-shaped row is certified (else the route would be the full sort plus overhead)."""
     rng = np.random.default_rng(n)
-    P, Q, W = _lm(rng, 4 if rows_per_chunk is None else 7, V, n)
+    P, Q, W = _lm(rng, 7, 32_000, n)
     certified = _check(P, Q, W, n, 10, rng)
     assert certified.mean() > 0.9
 
 
+@needs_kernels
 @pytest.mark.parametrize("split", [True, False])
-def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.MonkeyPatch, route: str,
-                                                        split: bool) -> None:
-    """With several torch threads the rows are split over them (on the native route an OpenMP team takes the rows
-    one at a time inside its one call, from ``THREADS_MIN`` entries; the numpy route's per-token passes run in
-    chunks on otlp.backend.threads' pool): 7 rows on 3 threads draw what one thread draws (which equals the full sort,
-    above), and the split did happen (on the native route: where it reaches ``THREADS_MIN`` and the kernels have
-    OpenMP)."""
-    import threading
-
+def test_a_team_answers_as_one_thread(monkeypatch: pytest.MonkeyPatch, split: bool) -> None:
+    """With several torch threads an OpenMP team takes a call's rows one at a time inside its one call (from
+    ``THREADS_MIN`` entries): 7 rows on 3 threads draw what one thread draws (which equals the full sort, above), and
+    the split did happen where it reaches ``THREADS_MIN`` and the kernels have OpenMP."""
     from otlp.backend import threads
 
     V, n = 32_000, 4
-    monkeypatch.setattr(BK, "CHUNK", 2 * V)
     monkeypatch.setattr(BK, "THREADS_MIN", 0 if split else 1 << 62)
     rng = np.random.default_rng(11)
     P, Q, W = _lm(rng, 7, V, n)
@@ -115,63 +97,28 @@ def test_chunks_on_host_threads_answer_as_on_one_thread(monkeypatch: pytest.Monk
     monkeypatch.setattr(threads, "count", lambda: 1)
     one = BK.verify_rows(P, Q, W, U, n)
     seen = []
-    if route == "native":
-        inner = native.bucket_rule
+    inner = native.bucket_rule
 
-        def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the threads that took rows
-            stats = {}
-            out = inner(*args, **kwargs, stats=stats)
-            seen.append(stats["threads"])
-            return out
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the threads that took rows
+        stats = {}
+        out = inner(*args, **kwargs, stats=stats)
+        seen.append(stats["threads"])
+        return out
 
-        monkeypatch.setattr(native, "bucket_rule", counted)
-    else:
-        inner = BK._gather
-        monkeypatch.setattr(BK, "_gather", lambda *a: (seen.append(threading.get_ident()), inner(*a))[1])
+    monkeypatch.setattr(native, "bucket_rule", counted)
     monkeypatch.setattr(threads, "count", lambda: 3)
     pooled = BK.verify_rows(P, Q, W, U, n)
-    if route == "native":
-        assert seen == [3 if split and native.openmp() else 1]
-    else:
-        assert len(seen) == 4 and threading.get_ident() not in seen
+    assert seen == [3 if split and native.openmp() else 1]
     for a, b in zip(one, pooled, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
-def test_rows_grouped_by_compressed_size_draw_what_the_full_sort_draws(monkeypatch: pytest.MonkeyPatch) -> None:
-    """(The numpy route, which solves the rows' compressed instances together.) With no slack the compressed
-    instances are solved in several groups of rows (each padded to its largest row), and every certified row still
-    equals the full sort; the groups cover every row once and pad each to at most twice its rows' own sizes (every
-    row tried: FULL_SORT_SHARE near 0)."""
-    monkeypatch.setattr(BK, "_native_rows", lambda *args, **kwargs: None)
-    monkeypatch.setattr(BK, "GROUP_SLACK", 0)
-    monkeypatch.setattr(BK, "FULL_SORT_SHARE", 1e-9)
-    seen = []
-    original = BK._groups
-
-    def spy(sizes):  # noqa: ANN001, ANN202
-        groups = original(sizes)
-        seen.append((sizes, groups))
-        return groups
-
-    monkeypatch.setattr(BK, "_groups", spy)
-    rng = np.random.default_rng(11)
-    P, Q, W = _lm(rng, 12, 20_000, 8)
-    Q[3] = P[3]  # every ratio 1: one bucket, all 20,000 tokens sorted, against a few hundred in the other rows
-    W[3] = rng.choice(20_000, size=8, p=Q[3])
-    _check(P, Q, W, 8, 4, rng)
-    assert max(len(groups) for _, groups in seen) > 1
-    for sizes, groups in seen:
-        np.testing.assert_array_equal(np.sort(np.concatenate(groups)), np.arange(sizes.size))
-        for g in groups:
-            assert g.size * sizes[g].max() <= 2 * sizes[g].sum()
-
-
-def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
+@needs_kernels
+def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A row whose compressed instance would hold more than 1 / FULL_SORT_SHARE of its tokens (here a draft close
-    to the target: every ratio within a few octaves) is not tried on the buckets; the CPU sampler gives it the full
-    sort, and every row draws what the full sort draws. (The native route with the window's bounds, ``BOUND``,
-    compresses such a row: off here; and none takes its full order in C, ``WHOLE_ROWS``: the next test.)"""
+    to the target: every ratio within a few octaves) is not tried on the buckets (status 0); the CPU sampler gives it
+    the full sort, and every row draws what the full sort draws. (The window's bounds, ``BOUND``, compress such a
+    row: off here; and none takes its full order in C, ``WHOLE_ROWS``: the next test.)"""
     import torch
 
     monkeypatch.setattr(BK, "BOUND", False)
@@ -181,15 +128,9 @@ def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytes
     from otlp.optimal.sampler import verify
 
     attempts = []
-    monkeypatch.setattr(threads, "count", lambda: 1)  # one chunk: the statuses in row order
-    if route == "native":
-        rule = BK._native_rows
-        monkeypatch.setattr(BK, "_native_rows",
-                            lambda *a, **k: (out := rule(*a, **k), attempts.append(out[2].copy()))[0])
-    else:
-        original = BK._attempt
-        monkeypatch.setattr(BK, "_attempt", lambda found, *a: (attempts.append(found.selected.shape[0]),
-                                                                original(found, *a))[1])
+    monkeypatch.setattr(threads, "count", lambda: 1)  # one call: the statuses in row order
+    rule = BK._native_rows
+    monkeypatch.setattr(BK, "_native_rows", lambda *a, **k: (out := rule(*a, **k), attempts.append(out[2].copy()))[0])
     rng = np.random.default_rng(5)
     P, Q, W = _lm(rng, 6, 20_000, 4)
     close = np.exp(np.log(P[2]) + 0.02 * rng.normal(size=20_000))  # all but a few percent of its tokens selected
@@ -198,11 +139,8 @@ def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytes
     U = rng.random((6, 2))
     tokens, index, done = BK.verify_rows(P, Q, W, U, 4)
     assert not done[2] and done[[0, 1, 3, 4, 5]].all()
-    if route == "native":  # row 2 was never attempted: status 0
-        status = attempts[0]
-        assert status[2] == 0 and (status[[0, 1, 3, 4, 5]] > 0).all()
-    else:
-        assert max(attempts) <= 5  # row 2 was never attempted
+    status = attempts[0]  # row 2 was never attempted: status 0
+    assert status[2] == 0 and (status[[0, 1, 3, 4, 5]] > 0).all()
     t0, i0 = _full(P, Q, W, U, 4)
     np.testing.assert_array_equal(tokens[done], t0[done])
     t1, i1 = verify(torch.from_numpy(P), torch.from_numpy(Q), torch.from_numpy(W), torch.from_numpy(U))
@@ -210,7 +148,7 @@ def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytes
     np.testing.assert_array_equal(i1.numpy(), i0)
 
 
-@pytest.mark.skipif(native.library() is None, reason="needs otlp's C kernels")
+@needs_kernels
 def test_with_one_thread_a_few_rows_that_hardly_compress_take_their_full_order_in_c(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """With one thread, up to ``whole`` of a call's rows that the buckets leave (here two close drafts) take every
@@ -282,71 +220,75 @@ def test_with_a_team_a_row_that_hardly_compresses_takes_its_full_order_in_the_ca
     np.testing.assert_array_equal(tokens, t0)
 
 
-def _drafts_only(self, draft_buckets, u):  # noqa: ANN001, ANN202
+def _buckets(P: np.ndarray, Q: np.ndarray, sc: BK.Scheme) -> np.ndarray:
+    """``int64 [B, V]``: each token's bucket of ``sc`` for normalised rows, by the bucket rule's torch reference
+    (:func:`otlp.optimal.device_buckets.token_buckets`)."""
+    import torch
+
+    from otlp.optimal import device_buckets as DB
+
+    return DB.token_buckets(torch.from_numpy(P), torch.from_numpy(Q), sc)[1].numpy()
+
+
+def _usual(p, q, inv_p, inv_q, w, U, n: int, sc: BK.Scheme, m_star: bool = True) -> np.ndarray:  # noqa: ANN001
+    """``bool [B, NB]``: the first attempt's selection with the window's bounds (``bucket_rule.c``'s ``row_select``)
+    from the torch reference (:func:`otlp.optimal.device_buckets.select` on its histogram and level); ``m_star``
+    False leaves out the buckets that may hold m* (their interior bound taken as +inf while selecting)."""
+    import dataclasses
+
+    import torch
+
+    from otlp.optimal import device_buckets as DB
+
+    tp, tq = torch.from_numpy(np.ascontiguousarray(p)), torch.from_numpy(np.ascontiguousarray(q))
+    ip, iq = (torch.from_numpy(np.asarray(x, dtype=np.float64))[:, None] for x in (inv_p, inv_q))
+    _, Pb, Qb = DB.histogram(tp, tq, ip, iq, sc)
+    lv = DB.level(Pb, Qb, n, sc)
+    if not m_star:
+        lv = dataclasses.replace(lv, f=torch.full_like(lv.f, float("inf")))
+    _, bucket = DB.token_buckets(DB._normalised(tp, ip), DB._normalised(tq, iq), sc)
+    return DB.select(lv, bucket.gather(1, torch.from_numpy(np.asarray(w))), torch.from_numpy(U[:, 1])).numpy()
+
+
+def _drafts_only(p, q, inv_p, inv_q, w, U, n: int, sc: BK.Scheme) -> np.ndarray:  # noqa: ANN001
     """A selection of the drafted tokens' buckets only: m*, the groups and the residual lie in merged runs."""
-    sel = np.zeros(self.f.shape, dtype=bool)
-    sel[np.arange(sel.shape[0])[:, None], draft_buckets] = True
+    rows = np.arange(p.shape[0])[:, None]
+    bucket = _buckets(BK.normalised(p, inv_p), BK.normalised(q, inv_q), sc)  # [B, V]
+    sel = np.zeros((p.shape[0], sc.NB), dtype=bool)
+    sel[rows, bucket[rows, w]] = True
     return sel
 
 
-def _no_min_candidates(self, draft_buckets, u):  # noqa: ANN001, ANN202
+def _no_min_candidates(p, q, inv_p, inv_q, w, U, n: int, sc: BK.Scheme) -> np.ndarray:  # noqa: ANN001
     """The usual selection except the buckets that may hold m*: only the certificate's m* condition can catch a
     merged run holding a prefix below the compressed psi*."""
-    bound = self.f
-    self.f = np.full_like(bound, np.inf)
-    try:
-        return _SELECT(self, draft_buckets, u)
-    finally:
-        self.f = bound
+    return _usual(p, q, inv_p, inv_q, w, U, n, sc, m_star=False)
 
 
-_SELECT = BK._Level.select
-
-
-def _with_selection(rule):  # noqa: ANN001, ANN202
-    """``buckets._native_rows`` given the numpy route's selection (``_Level.select``, which a test may replace) as
-    its first attempt's (unless the caller forces one: verify_chunks' second call, every bucket)."""
+def _with_selection(rule, select):  # noqa: ANN001, ANN202
+    """``buckets._native_rows`` given ``select(p, q, inv_p, inv_q, w, U, n, sc)`` as its first attempt's selection
+    (unless the caller forces one: verify_chunks' second call, every bucket)."""
     def forced(p, q, inv_p, inv_q, w, u, n, sc, selected=None, **threading):  # noqa: ANN001, ANN202, ANN003
         if "forced" in threading:
             return rule(p, q, inv_p, inv_q, w, u, n, sc, **threading)
-        return rule(p, q, inv_p, inv_q, w, u, n, sc, BK._gather(p, q, inv_p, inv_q, w, u, n, sc).selected,
-                    **threading)
+        return rule(p, q, inv_p, inv_q, w, u, n, sc, select(p, q, inv_p, inv_q, w, u, n, sc), **threading)
     return forced
 
 
-@pytest.mark.parametrize("rows_per_chunk", [None, 5])
+@needs_kernels
 @pytest.mark.parametrize("select", [_drafts_only, _no_min_candidates])
-def test_a_failed_certificate_is_retried_with_the_failing_runs_sorted(monkeypatch: pytest.MonkeyPatch, select,
-                                                                        rows_per_chunk: int | None,
-                                                                        route: str) -> None:  # noqa: ANN001
+def test_a_failed_certificate_is_retried_with_the_failing_runs_sorted(monkeypatch: pytest.MonkeyPatch,
+                                                                        select) -> None:  # noqa: ANN001
     """With a selection too small, the certificate must fail, the retry sorts the failing runs (then the caller's
-    full sort takes what is left), and every certified answer still equals the full sort's (also with chunks of 5
-    of the 16 rows, whose failing rows are read again for the retry)."""
-    if rows_per_chunk is not None:
-        monkeypatch.setattr(BK, "CHUNK", rows_per_chunk * 4000)
+    full sort takes what is left), and every certified answer still equals the full sort's."""
     rng = np.random.default_rng(7)
     P, Q, W = _lm(rng, 16, 4000, 2)
     calls = []
-    monkeypatch.setattr(BK._Level, "select", select)
-    if route == "native":
-        rule = _with_selection(BK._native_rows)
-        monkeypatch.setattr(BK, "_native_rows", lambda *a, **k: (out := rule(*a, **k), calls.append(out[2].copy()))[0])
-    else:
-        original = BK._attempt
-
-        def spy(*args):  # noqa: ANN002, ANN202
-            out = original(*args)
-            calls.append(out[2].copy())
-            return out
-
-        monkeypatch.setattr(BK, "_attempt", spy)
+    rule = _with_selection(BK._native_rows, select)
+    monkeypatch.setattr(BK, "_native_rows", lambda *a, **k: (out := rule(*a, **k), calls.append(out[2].copy()))[0])
     _check(P, Q, W, 2, 30, rng)
-    if route == "native":  # statuses: 1 certified at once, 2 on the retry, -2 failed both
-        status = np.concatenate(calls)
-        assert (status != 1).any() and (np.abs(status) == 2).any()
-    else:
-        assert not np.concatenate(calls).all()  # some try did fail
-        assert len(calls) > 30  # and was retried
+    status = np.concatenate(calls)  # statuses: 1 certified at once, 2 on the retry, -2 failed both
+    assert (status != 1).any() and (np.abs(status) == 2).any()
 
 
 def test_the_interior_bound_holds_on_every_prefix_inside_a_bucket() -> None:
@@ -378,25 +320,25 @@ def test_the_interior_bound_holds_on_every_prefix_inside_a_bucket() -> None:
 
 
 def test_bucket_numbers_decrease_with_the_ratio() -> None:
-    """Bucket numbers (plus each row's first number) are non-increasing in the ratio, from 0 (+inf) to NB - 1 (0,
-    -1 and NaN: the p = q = 0 tokens), and every ratio lies in its bucket's [LO, HI); bucket_of clamps its input in
-    place, so it gets a copy."""
-    ratios = np.array([[np.inf, 2.0**40, 2.0**32, 2.0**32 * 0.999, 1.0, 0.999, 2.0**-32, np.nextafter(2.0**-32, 0),
-                        1e-300, 0.0, -1.0, np.nan]])
+    """Bucket numbers (the bucket rule's reference, :func:`otlp.optimal.device_buckets.token_buckets`, which
+    ``buckets.c`` is pinned to) are non-increasing in the ratio q / p, from 0 (+inf) to NB - 1 (0 and the p = q = 0
+    tokens), and every ratio lies in its bucket's [LO, HI)."""
+    ratios = np.array([2.0**40, 2.0**32, 2.0**32 * 0.999, 1.0, 0.999, 2.0**-32, np.nextafter(2.0**-32, 0), 1e-300])
+    P = np.concatenate([[0.0], np.ones_like(ratios), [1.0, 0.0]])[None, :]  # +inf, the ratios, 0, then p = q = 0
+    Q = np.concatenate([[1.0], ratios, [0.0, 0.0]])[None, :]
+    every = np.concatenate([[np.inf], ratios, [0.0]])
     for bits in range(1, 8):
         sc = BK.scheme(bits)
-        b = sc.bucket_of(ratios.copy())
-        assert (np.diff(b[0]) >= 0).all() and b[0, 0] == 0 and b[0, -2] == b[0, -1] == sc.NB - 1
-        inside = (ratios[0] >= sc.LO[b[0]]) & ((ratios[0] < sc.HI[b[0]]) | (sc.HI[b[0]] == np.inf))
-        assert inside[:-2].all()  # every ratio in its bucket's [LO, HI) (-1, NaN: p = q = 0 tokens, bottom bucket)
-        two = np.concatenate([ratios, ratios[:, ::-1]])
-        shifted = sc.bucket_of(two.copy(), first=np.array([[0], [sc.NB]]))
-        np.testing.assert_array_equal(shifted, np.stack([b[0], b[0, ::-1] + sc.NB]))
+        b = _buckets(P, Q, sc)[0]
+        assert (np.diff(b) >= 0).all() and b[0] == 0 and b[-2] == b[-1] == sc.NB - 1
+        inside = (every >= sc.LO[b[:-1]]) & ((every < sc.HI[b[:-1]]) | (sc.HI[b[:-1]] == np.inf))
+        assert inside.all()
 
 
+@needs_kernels
 @pytest.mark.parametrize("select", [None, _drafts_only])
 def test_the_cpu_sampler_takes_the_partial_order_and_agrees_with_the_device_route(
-        monkeypatch: pytest.MonkeyPatch, select, route: str) -> None:  # noqa: ANN001
+        monkeypatch: pytest.MonkeyPatch, select) -> None:  # noqa: ANN001
     """``verify`` on CPU tensors where it takes the bucketed route (widths masked too) draws what the torch route
     (full sort on the tensors' device) draws, for the same uniforms; with a selection too small (``_drafts_only``)
     and no retry the rows the route cannot certify take the CPU's full sort."""
@@ -404,15 +346,11 @@ def test_the_cpu_sampler_takes_the_partial_order_and_agrees_with_the_device_rout
     from otlp.optimal.sampler import verify
 
     if select is not None:
-        monkeypatch.setattr(BK._Level, "select", select)
         monkeypatch.setattr(BK, "ATTEMPTS", 1)
         failed = []
-        if route == "native":
-            rule = _with_selection(BK._native_rows)
-            monkeypatch.setattr(BK, "_native_rows",
-                                lambda *a, **k: (out := rule(*a, **k), failed.append(int((out[2] <= 0).sum())))[0])
-        else:
-            monkeypatch.setattr(BK, "_attempt", _counting(BK._attempt, failed))
+        rule = _with_selection(BK._native_rows, select)
+        monkeypatch.setattr(BK, "_native_rows",
+                            lambda *a, **k: (out := rule(*a, **k), failed.append(int((out[2] <= 0).sum())))[0])
 
     B, V, n = 12, BK.MIN_V, 4
     assert BK.takes(B, V)
@@ -430,44 +368,7 @@ def test_the_cpu_sampler_takes_the_partial_order_and_agrees_with_the_device_rout
         assert sum(failed) > 0  # rows did go to the full sort
 
 
-def _counting(attempt, failed: list):  # noqa: ANN001, ANN202
-    """``_attempt`` that appends how many rows failed its certificate to ``failed``."""
-    def spy(*args):  # noqa: ANN002, ANN202
-        out = attempt(*args)
-        failed.append(int((~out[2]).sum()))
-        return out
-    return spy
-
-
-@pytest.mark.skipif(native.library() is None, reason="needs otlp's C kernels")
-@pytest.mark.parametrize("V", [2000, 32_000])
-@pytest.mark.parametrize("n", [2, 4, 8])
-def test_the_routes_certify_the_same_rows(monkeypatch: pytest.MonkeyPatch, V: int, n: int) -> None:
-    """The native route (a row at a time) selects and certifies as the numpy route (all rows at once) does: the same
-    rows are certified, with the same token and slot, on LM-shaped rows for several uniforms (one thread, and no row
-    takes its full order in C, ``WHOLE_ROWS``: those rows would be answered too, above). ``BOUND``
-    off: the native route's window bounds and the selection that goes with them are its own
-    (test_a_run_inside_the_served_chain_is_bounded, tests/optimal/test_bounded_window.py)."""
-    from otlp.backend import threads
-
-    monkeypatch.setattr(threads, "count", lambda: 1)
-    monkeypatch.setattr(BK, "WHOLE_ROWS", 0)
-    monkeypatch.setattr(BK, "BOUND", False)
-    rng = np.random.default_rng([V, n])
-    P, Q, W = _lm(rng, 12, V, n)
-    rule = BK._native_rows
-    for _ in range(4):
-        U = rng.random((12, 2))
-        monkeypatch.setattr(BK, "_native_rows", rule)
-        ours = BK.verify_rows(P, Q, W, U, n)
-        monkeypatch.setattr(BK, "_native_rows", lambda *args, **kwargs: None)
-        theirs = BK.verify_rows(P, Q, W, U, n)
-        np.testing.assert_array_equal(ours[2], theirs[2])
-        np.testing.assert_array_equal(ours[0][ours[2]], theirs[0][ours[2]])
-        np.testing.assert_array_equal(ours[1][ours[2]], theirs[1][ours[2]])
-
-
-@pytest.mark.skipif(native.library() is None, reason="needs otlp's C kernels")
+@needs_kernels
 @pytest.mark.parametrize("draft", ["loose", "0.5", "ties"])
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_the_native_route_draws_what_the_torch_reference_draws(draft: str, n: int) -> None:
@@ -509,7 +410,7 @@ def _inside_run(rng, B: int, V: int, n: int):  # noqa: ANN001, ANN202
     sc = BK.scheme(BK.bits_for(V))
     pre = C.prefix(P, Q, n)
     _, top, s, _ = C.served_group(pre, W)
-    bucket = sc.bucket_of(np.maximum(Q / P, 0.0))  # (LM rows: p > 0)
+    bucket = _buckets(P, Q, sc)
     at = np.take_along_axis(bucket, pre.order, axis=1)  # [B, V] the bucket at each position of the full order
     forced, inside = np.ones((B, sc.NB), dtype=bool), np.zeros(B, dtype=bool)
     for b in range(B):
@@ -522,41 +423,28 @@ def _inside_run(rng, B: int, V: int, n: int):  # noqa: ANN001, ANN202
     return P, Q, W, sc, forced, inside
 
 
-def test_a_run_inside_the_served_chain_fails_the_certificate(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
-    """Without the window's bounds (``BOUND`` off; the numpy route has none) the served group's chain reads each
-    position from s to the top draw, so a merged run there must fail the certificate however its psi bounds lie.
-    Every bucket is selected except one holding only tokens strictly inside the full order's (s, top)
-    (:func:`_inside_run`): such a row fails its first attempt and is certified on the retry (with that bucket sorted)
-    with the full sort's answer; every other row is certified at once."""
+@needs_kernels
+def test_a_run_inside_the_served_chain_fails_the_certificate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the window's bounds (``BOUND`` off) the served group's chain reads each position from s to the top
+    draw, so a merged run there must fail the certificate however its psi bounds lie. Every bucket is selected except
+    one holding only tokens strictly inside the full order's (s, top) (:func:`_inside_run`): such a row fails its
+    first attempt and is certified on the retry (with that bucket sorted) with the full sort's answer; every other row
+    is certified at once."""
     monkeypatch.setattr(BK, "FULL_SORT_SHARE", 0)  # try every row, though it hardly compresses
-    monkeypatch.setattr(BK, "BOUND", False)
-    original = BK._attempt
     rng = np.random.default_rng(3)
     B, V = 200, 4000
     for n in (4, 8):
         P, Q, W, sc, forced, inside = _inside_run(rng, B, V, n)
         U = rng.random((B, 2))
-        first = []
-        if route == "native":
-            tokens, index, status = BK._native_rows(P, Q, np.ones(B), np.ones(B), W, U, n, sc, forced)
-            done, first = status > 0, status == 1
-        else:  # one chunk and one group of rows, so that the selection and the first attempt cover every row
-            from otlp.backend import threads
-
-            monkeypatch.setattr(threads, "count", lambda: 1)
-            monkeypatch.setattr(BK, "GROUP_SLACK", 1 << 40)
-            monkeypatch.setattr(BK._Level, "select", lambda self, d, u, sel=forced: sel.copy())
-            monkeypatch.setattr(BK, "_attempt",
-                                lambda *a, seen=first: (out := original(*a), seen.append(out[2].copy()))[0])
-            tokens, index, done = BK.verify_rows(P, Q, W, U, n, bits=sc.bits)
-            first = first[0]
+        tokens, index, status = BK._native_rows(P, Q, np.ones(B), np.ones(B), W, U, n, sc, forced, bound=False)
+        done, first = status > 0, status == 1
         assert done.all() and not first[inside].any() and first[~inside].all()
         t0, i0 = _full(P, Q, W, U, n)
         np.testing.assert_array_equal(tokens, t0)
         np.testing.assert_array_equal(index, i0)
 
 
-@pytest.mark.skipif(native.library() is None, reason="needs otlp's C kernels")
+@needs_kernels
 @pytest.mark.parametrize("n", [3, 4, 8])
 def test_a_run_inside_the_served_chain_is_bounded(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     """With the window's bounds (``BOUND``, the native route) a merged run strictly inside the served window need not
@@ -598,13 +486,14 @@ def _dipping_row():  # noqa: ANN202
     return P, Q, where[None, :2], where
 
 
-def test_a_run_that_dips_to_the_residual_threshold_after_M_fails_the_certificate(monkeypatch: pytest.MonkeyPatch,
-                                                                                   route: str) -> None:
+@needs_kernels
+def test_a_run_that_dips_to_the_residual_threshold_after_M_fails_the_certificate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A rejected tuple draws position M, the last prefix whose psi is within the threshold of psi*; a merged run
     after the compressed M whose inside dips to the threshold hides the full order's M. On :func:`_dipping_row`,
     with the buckets of positions 8 .. 24 left unselected, psi's dip stays above psi* and the served group ends
     before the run, so only the residual draw's condition can catch it: the first attempt must fail, and the retry
-    (those buckets sorted) draws the full sort's token. Without the condition both routes certify the first attempt,
+    (those buckets sorted) draws the full sort's token. Without the condition the route certifies the first attempt,
     which draws the token at compressed position 4 (of the second run) instead of the full order's position 18."""
     monkeypatch.setattr(BK, "FULL_SORT_SHARE", 0)  # try the row, though 24 tokens hardly compress
     P, Q, W, where = _dipping_row()
@@ -613,46 +502,12 @@ def test_a_run_that_dips_to_the_residual_threshold_after_M_fails_the_certificate
     U = np.array([[0.999, 0.3]])  # u_0: the reject piece; u_1: the threshold inside the dip
     t0, i0 = _full(P, Q, W, U, n)
     assert i0[0] == -1 and C.residual_index(pre, U[:, 1:])[0] == 18 and pre.m_star[0] == 3  # the row as designed
-    bucket = sc.bucket_of(np.maximum(Q / P, 0.0))[0]
+    bucket = _buckets(P, Q, sc)[0]
     forced = np.ones((1, sc.NB), dtype=bool)
     forced[0, bucket[where[8:]]] = False
     assert forced[0, bucket[where[:8]]].all()  # the first two runs' buckets hold none of the dip's tokens
-    if route == "native":
-        tokens, index, status = BK._native_rows(P, Q, np.ones(1), np.ones(1), W, U, n, sc, forced)
-        assert status[0] == 2  # failed the first attempt, certified on the retry
-    else:
-        first = []
-        original = BK._attempt
-        monkeypatch.setattr(BK._Level, "select", lambda self, d, u: forced.copy())
-        monkeypatch.setattr(BK, "_attempt", lambda *a: (out := original(*a), first.append(out[2].copy()))[0])
-        tokens, index, done = BK.verify_rows(P, Q, W, U, n, bits=sc.bits)
-        assert not first[0][0] and done[0]
+    tokens, index, status = BK._native_rows(P, Q, np.ones(1), np.ones(1), W, U, n, sc, forced)
+    assert status[0] == 2  # failed the first attempt, certified on the retry
     assert (tokens[0], index[0]) == (t0[0], i0[0])
 
 
-@pytest.mark.skipif(native.library() is None, reason="needs otlp's C kernels")
-@pytest.mark.parametrize("runs", [1, 3, 8, 9, 40])
-def test_the_kernels_gather_exactly_the_selected_buckets_tokens(runs: int) -> None:
-    """otlp_gather_selected tests blocks of 16 tokens against the selection's runs of buckets (up to 8 runs, with
-    AVX2) or bucket by bucket: either way the tokens of the selected buckets in token order, none else, with the
-    first and last buckets and a row length not a multiple of 16."""
-    rng = np.random.default_rng(runs)
-    B, V, n = 3, 20_011, 2
-    P, Q, W = _lm(rng, B, V, n)
-    sc = BK.scheme(BK.bits_for(V))
-    ones = np.ones(B)
-    base = BK._gather(P, Q, ones, ones, W, rng.random((B, 2)), n, sc)
-    bucket = sc.bucket_of(np.divide(Q, P))  # [B, V] each token's bucket (numpy's formula)
-    for b in range(B):  # the row's buckets that hold tokens, most of them not selected
-        assert np.array_equal(np.bincount(bucket[b], minlength=sc.NB) > 0, base.level.Pb[b] + base.level.Qb[b] > 0)
-    selected = np.zeros((B, sc.NB), dtype=bool)
-    for b in range(B):
-        held = np.flatnonzero(np.bincount(bucket[b], minlength=sc.NB))
-        starts = np.sort(rng.choice(held.size, size=min(runs, held.size), replace=False))
-        for k in starts:  # a run of 1-3 held buckets from each start (runs may touch: fewer of them)
-            selected[b, held[k:k + rng.integers(1, 4)]] = True
-    selected[0, [0, sc.NB - 1]] = True
-    got = BK._gather(P, Q, ones, ones, W, rng.random((B, 2)), n, sc, selected)
-    want = np.flatnonzero(np.take_along_axis(selected, bucket, axis=1))
-    np.testing.assert_array_equal(got.F, want)
-    np.testing.assert_array_equal(got.p, P.ravel()[want])

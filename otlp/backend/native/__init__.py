@@ -383,7 +383,7 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
                 HI: np.ndarray, margin: float, share: int, attempts: int, bound: bool = False,
                 forced: np.ndarray | None = None, threads: int = 1, whole: int = 0,
                 stats: dict | None = None):  # noqa: ANN201
-    """:func:`otlp.optimal.buckets.verify_chunks`' steps on the rows ``p, q [B, V]`` (float32 or float64, one dtype,
+    """The bucket rule's steps (:mod:`otlp.optimal.buckets`) on the rows ``p, q [B, V]`` (float32 or float64, one dtype,
     normalised by ``inv_p, inv_q [B]``) with drafts ``w int64 [B, n]`` and uniforms ``u [B, 2]``, one row at a time in
     ``otlp_bucket_rule`` (``bucket_rule.c``): ``(tokens [B], index [B], status int8 [B])``, status the attempt that
     certified the row (1 .. ``attempts``), ``attempts + 1`` for a row that took its full order in the call (every

@@ -1,32 +1,28 @@
 /* The optimal rule's bucketed CPU route (otlp/optimal/buckets.py) on one row at a time, start to end, in C.
  *
- * buckets.py runs its steps on all the rows of a call at once: two per-token passes in C (otlp_bucket_sums,
- * otlp_gather_selected), then about three hundred numpy calls on [B, NB] and [B, K] arrays for the buckets' psi and
- * bounds, the selection, the compressed instance, its rule and the certificate. Their cost per call is what kept the
- * rule above twice RRS at small batches and at V = 2k (issue 19). Here each row takes the same steps in one loop
- * (buckets.py's module docstring numbers them):
+ * A numpy route once ran these steps on all the rows of a call at once (about three hundred numpy calls on [B, NB]
+ * and [B, K] arrays), whose cost per call kept the rule above twice RRS at small batches and at V = 2k (issue 19);
+ * it was retired (issue 41). Here each row takes the steps in one loop (buckets.py's module docstring numbers them;
+ * the readable reference of each is otlp/optimal/device_buckets.py, on torch tensors):
  *
  *   1. the buckets and their sums (otlp_bucket_sums);
  *   2. psi at the bucket boundaries (otlp_prefix on the buckets in order) and each bucket's interior bound f
- *      (buckets.psi_interior_bound, less the margin), low and inner (buckets._Level);
- *   3. the selection (buckets._Level.select), or the caller's;
+ *      (buckets.psi_interior_bound, less the margin), low and inner (device_buckets.level);
+ *   3. the selection (device_buckets.select, with `bound`), or the caller's;
  *   4. the selected buckets' tokens (otlp_gather_selected), each run of unselected buckets one entry (its sums, and
  *      the least bound inside it), in the ratio order: buckets in order, a selected bucket's tokens by decreasing
- *      key (ties by token id), which is the order the numpy route's stable sort gives, since the buckets hold
+ *      key (ties by token id), which is the order a stable sort by key gives, since the buckets hold
  *      disjoint ratio ranges and a run's key lies between its neighbours';
  *   5. the rule on it (otlp_prefix, otlp_served_group, otlp_window_chain, otlp_pieces, otlp_sample, as
- *      chains.tuple_rule and chains.sample on the CPU route) and the certificate (buckets._attempt); a row that fails
+ *      chains.tuple_rule and chains.sample on the CPU route) and the certificate (device_buckets' _attempt); a row that fails
  *      has its failing runs' buckets selected and is tried again, up to `attempts` times.
  *
- * The same operations as the numpy route in the same order, with differences that keep the certificate sound: a
- * run's sums add its buckets from the first (numpy's reduceat); the compressed instance has no zero-mass padding
- * (the numpy route pads rows to one width and keeps a column for each empty run; a zero entry changes no prefix's
- * psi, only where positions fall); psi at the bucket boundaries is formed over the buckets that hold mass (the same
- * values); a failing attempt stops before the chain. tests/optimal/test_buckets.py holds both routes to the full
- * sort, and to each other's certified rows. A call's rows may be spread over an OpenMP team (otlp_bucket_rule).
+ * A run's sums add its buckets from the first; psi at the bucket boundaries is formed over the buckets that hold
+ * mass (the same values); a failing attempt stops before the chain. tests/optimal/test_buckets.py holds the route
+ * to the full sort, and token for token to device_buckets.decide. A call's rows may be spread over an OpenMP team
+ * (otlp_bucket_rule).
  *
- * With `bound` (buckets.BOUND; issue 41) the route goes further than the numpy route, for drafts close to their
- * target, whose served window s .. top holds thousands of tokens: step 3 leaves the drafts' buckets unsorted
+ * With `bound` (buckets.BOUND; issue 41) the route goes further, for drafts close to their target, whose served window s .. top holds thousands of tokens: step 3 leaves the drafts' buckets unsorted
  * (row_gather: each draft a token, the rest of its bucket runs between them) and picks the group's ends from the
  * least boundary psi, and step 5 lets merged runs lie inside the window, bounding their share of the chain's hazard
  * (window_bound). tests/optimal/test_bounded_window.py holds it to the route without it.
@@ -319,7 +315,7 @@ static int64_t row_level(const void *p, const void *q, int is_double, int64_t V,
     return b_star;
 }
 
-/* Step 3: buckets._Level.select for the drafts' buckets and the residual's uniform u1, into W->sel. With `bound`
+/* Step 3: device_buckets.select for the drafts' buckets and the residual's uniform u1, into W->sel. With `bound`
  * (window_bound), an inner group's s candidates are the buckets before the top draw's whose bound reaches the least
  * psi at a boundary up to it (s, the first argmin over [0, top], is at or below it), not psi at the draw's bucket;
  * and the drafts' buckets are not sorted (row_run marks them partial: row_gather). The certificate decides either
@@ -832,7 +828,7 @@ static int row_rule(struct work *W, const struct scheme *S, int bound, int64_t T
     for (int j = 0; j < n; j++) w2[j] = column_of(W, T, w[j]); /* the drafts' columns */
     otlp_prefix(W->Pg, W->Qg, W->order, 1, K, n, W->ps, W->qs, W->pq, W->sq, W->psi, &m, W->pwork);
     otlp_served_group(W->psi, W->order, w2, &m, 1, K, n, pos, &top, &s, &e);
-    /* the certificate (buckets._attempt), by compressed position j: first what needs no chain (m*, the served
+    /* the certificate (device_buckets' _attempt), by compressed position j: first what needs no chain (m*, the served
      * group's ends, the chain's positions), so that a failing attempt skips the chain, the costly part of close
      * drafts' rows; then the residual draw's condition */
     const double *psi = W->psi;

@@ -1,17 +1,13 @@
 /* The per-token passes of the optimal rule's bucketed CPU route (otlp/optimal/buckets.py) in one loop each.
  *
- * numpy needs about ten passes over [B, V] arrays for what these do in two: normalise each row (P = p * inv_p,
- * Q = q * inv_q, the products numpy forms), its ratio Q / P, the ratio's bucket from the leading bits of its float64
- * pattern (clamped as buckets.Scheme.bucket_of clamps) and the buckets' sums of P and Q; then the tokens of the
- * selected buckets with their normalised masses. Every value a caller compares with the numpy route (a token's
- * bucket, its P, Q and ratio) is the same IEEE operation on the same operands, so the same bits; the bucket sums add
- * in token order, as numpy's bincount does, so the same bits too. And the rows' float64 sums and minima, in one
- * pass (the samplers' value check and the optimal rule's normalisation share it); for the rows that take the full
- * sort, the normalised rows with their ratio keys in one pass (otlp_normalised_keys) and the ratio sort's passes
- * around its two sorts (otlp_sort_runs, xp._packed_sort).
- *
- * Two formulas here are also in numpy (buckets.Scheme.bucket_of, buckets.normalised): that route stays for machines
- * without a C compiler, and tests/backend/test_native.py holds the two to the same bits.
+ * Two passes over a row: normalise it (P = p * inv_p, Q = q * inv_q), each token's ratio Q / P, the ratio's bucket
+ * from the leading bits of its float64 pattern (clamped as device_buckets.token_buckets clamps) and the buckets'
+ * sums of P and Q; then the tokens of the selected buckets with their normalised masses. Every value here is the
+ * same IEEE operation on the same operands as in that reference on torch tensors, so the same bits, and
+ * tests/backend/test_native.py holds the two together (the bucket sums, added in token order here, to rounding).
+ * And the rows' float64 sums and minima, in one pass (the samplers' value check and the optimal rule's
+ * normalisation share it); for the rows that take the full sort, the normalised rows with their ratio keys in one
+ * pass (otlp_normalised_keys) and the ratio sort's passes around its two sorts (otlp_sort_runs, xp._packed_sort).
  *
  * Built without -ffast-math and with -ffp-contract=off (otlp/backend/native/__init__.py): no fused multiply-adds, no
  * reciprocal divisions.
@@ -37,7 +33,7 @@ static inline int64_t bucket_of(double P, double Q, int shift, int64_t top, doub
 }
 
 /* One row: its tokens' buckets, and their P and Q added into work ([NB, 2]: a bucket's two sums share a cache line;
- * one histogram, in token order as numpy's bincount adds: at 2^11 buckets (V >= 128k) it fits the L1 cache, where
+ * one histogram, in token order: at 2^11 buckets (V >= 128k) it fits the L1 cache, where
  * four interleaved copies, which spared tokens of one bucket in a row each other's add, did not, and took 1.08x the
  * time of a row's whole rule; two copies at V = 32k on close drafts, whose consecutive tokens often share a bucket,
  * changed nothing either: 29-34 us a row both ways, the vectorised loop before the adds being the larger part). With

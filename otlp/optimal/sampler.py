@@ -275,9 +275,9 @@ MAX_KERNEL_DRAWS = 64
 
 @functools.cache
 def _triton() -> bool:
-    from otlp.optimal import triton_roots
+    from otlp.backend import triton
 
-    return triton_roots.available()
+    return triton.available()
 
 
 def triton_route_options() -> dict:

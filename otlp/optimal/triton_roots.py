@@ -26,15 +26,6 @@ MAX_N = 16
 BLOCK = 256
 
 
-def available() -> bool:
-    """Whether Triton imports (on the CPU it runs under ``TRITON_INTERPRET=1`` only)."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @functools.cache
 def _kernel():  # noqa: ANN202 - made on first use: TRITON_INTERPRET is read when the kernel is defined
     import triton

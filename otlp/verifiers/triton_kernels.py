@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
+from otlp.backend.triton import available
 from otlp.core.errors import InputError
 
 #: entries per block of a pass over a row (p and q, float64 sums in registers), and the warps of a row's program
@@ -49,15 +50,6 @@ DTYPES = ("float16", "bfloat16", "float32", "float64")
 #: the kernel's jit helpers, bound by :func:`_kernel` on first use (Triton's interpreter resolves a kernel's callees
 #: in its module's namespace, not in a closure)
 _to = _rnd = _step = _residual = None
-
-
-def available() -> bool:
-    """Whether Triton imports (on the CPU the kernels run under ``TRITON_INTERPRET=1`` only)."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def takes(p, q) -> bool:  # noqa: ANN001 - torch tensors

@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.B < 1 or args.batches < 1 or args.start < 0 or args.threads < 0:
         ap.error("--B and --batches must be positive, --start and --threads at least 0")
+    if str(args.device).startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {args.device} needs a CUDA device, and torch sees none")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.passes == "torch":

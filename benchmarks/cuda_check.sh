@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The CUDA checks and rows of issue 41 in one run, for a session that is lent a GPU (such a loan is short: plan on
+# about 12 minutes of it). Nothing here has run on a GPU yet; every step has its own time limit and the next step
+# runs whatever the last one did, so one failure costs one step. Run from anywhere:
+#
+#     bash benchmarks/cuda_check.sh                 # log and JSON results under $OUT (default /tmp/otlp-cuda)
+#
+# 1. the GPU, torch and Triton; the C kernels built in place (the CPU reference the rates compare against);
+# 2. the 34 tests that skip without CUDA (the device routes against the CPU route, CUDA graphs, the fused Triton
+#    kernels run compiled, the decode loop's device path), with the rest of their 8 files (about a minute);
+# 3. benchmarks/verifiers.py at B = 64, V = 128k, n = 2, 4, 8, the three drafts: eager (optimal's Triton route,
+#    `optimal triton` beside the sorted torch route `optimal_torch` with the outputs that differ, the fused rrs and
+#    sps kernels beside their torch routes, bytes moved / read floor), then every rule captured in a CUDA graph;
+# 4. benchmarks/device_buckets_rates.py --passes route: get("optimal")'s CUDA route, fallback kernel included,
+#    against the CPU route on 4 x 64 rows per point in three dtypes (exit status 1 if a row differs);
+# 5. benchmarks/decode_verifier_share.py on the GPU (the decode loop's verifier share, optimal against rrs).
+#
+# Then publish what it measured here: `python benchmarks/verifiers.py --from-json $OUT/verifiers_cuda_graph.json`
+# (and the eager file) for docs/COST.md's CUDA tables, and the decode table with `--from-json` as its --help says.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/otlp-cuda}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+PY=${PYTHON:-python3}
+
+step() {  # step LIMIT_SECONDS COMMAND...: run it under its limit, print its exit status, go on either way
+    local limit=$1
+    shift
+    echo "== $* (limit ${limit} s)"
+    local start=$SECONDS
+    timeout "$limit" "$@"
+    echo "== exit $? after $((SECONDS - start)) s"
+}
+
+{
+    step 20 nvidia-smi -L
+    step 60 "$PY" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, \
+torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA DEVICE')"
+    step 120 "$PY" setup.py build_ext --inplace -q
+    step 240 "$PY" -m pytest -q -rs -p no:cacheprovider tests/optimal/test_sampler_device.py \
+        tests/verifiers/test_triton_kernels.py tests/backend/test_cuda_graphs.py tests/engines/test_parity.py \
+        tests/verifiers/test_torch_samplers.py tests/decode/test_hf_tree.py tests/optimal/test_chains.py \
+        tests/benchmarks/test_verifiers_publish.py
+    step 150 "$PY" benchmarks/verifiers.py --device cuda --rules sps rrs optimal --V 128000 --B 64 --n 2 4 8 \
+        --reps 10 --bytes --out "$OUT/verifiers_cuda_eager.json"
+    step 120 "$PY" benchmarks/verifiers.py --device cuda --graph --rules sps rrs rrs_wor kseq optimal --V 128000 \
+        --B 64 --n 2 4 8 --reps 10 --out "$OUT/verifiers_cuda_graph.json"
+    step 150 "$PY" benchmarks/device_buckets_rates.py --device cuda --passes route --B 64 --batches 4 \
+        --dtype float32 bfloat16 float64
+    step 150 "$PY" benchmarks/decode_verifier_share.py --device cuda --verifiers rrs,optimal --n 4 --L 4 --batch 8 \
+        --tokens 32 --context 64 --repeats 3 --out "$OUT/decode_verifier_share_cuda.json"
+} 2>&1 | tee "$OUT/cuda_check.log"

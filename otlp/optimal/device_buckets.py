@@ -609,25 +609,13 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
 def _fallback(p, q, inv_p, inv_q, w, U, todo, tokens, index, rows: int | None):  # noqa: ANN001, ANN202
     """The full device route (:func:`.chains.prefix` with the ratio sort, :func:`.chains.tuple_rule`,
     :func:`.chains.sample`) where ``todo [B]``: on every row (``rows`` None) or on the first ``rows`` rows of ``todo``
-    gathered into an ``[F, V]`` batch (static shapes either way)."""
-    import torch
-
+    gathered into an ``[F, V]`` batch (static shapes either way: :func:`.sortfree.full_rule_where`)."""
     def full(pick):  # noqa: ANN001, ANN202
         pre = C.prefix(_normalised(p[pick], inv_p[pick]), _normalised(q[pick], inv_q[pick]), w.shape[1])
         accept, reject = C.tuple_rule(pre, w[pick], steps=C.NEWTON_STEPS)
         return C.sample(pre, accept, reject, w[pick], U[pick])
 
-    if rows is None:
-        t, i = full(slice(None))
-        return torch.where(todo, t, tokens), torch.where(todo, i, index), todo.new_zeros((), dtype=torch.int64)
-    F = min(rows, w.shape[0])
-    pick = torch.sort((~todo).to(torch.int8), stable=True).indices[:F]  # [F] the undecided rows first
-    t, i = full(pick)
-    take = todo[pick]
-    tokens, index = tokens.clone(), index.clone()
-    tokens[pick] = torch.where(take, t, tokens[pick])
-    index[pick] = torch.where(take, i, index[pick])
-    return tokens, index, (todo.sum() - take.sum()).clamp(min=0)
+    return SF.full_rule_where(full, todo, tokens, index, rows)
 
 
 def _fallback_gathered(p, q, inv_p, inv_q, w, U, todo, tokens, index):  # noqa: ANN001, ANN202

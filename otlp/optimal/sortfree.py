@@ -127,20 +127,31 @@ def decide(P, Q, w, U, *, cell: int | None = None, rounds: int = ROUNDS, refine:
 
 
 def _fallback(pre: C.Prefix, w, U, todo, tokens, index, rows: int | None):  # noqa: ANN001, ANN202
-    """The full chain (the device route: :func:`.chains.tuple_rule`, :func:`.chains.sample`) where ``todo [B]``: on
-    every row (``rows`` None) or on the first ``rows`` rows of ``todo`` gathered (static shapes either way)."""
+    """The full chain (the device route: :func:`.chains.tuple_rule`, :func:`.chains.sample`) where ``todo [B]``, on
+    the sorted rows ``pre`` (:func:`full_rule_where`)."""
+    def full(pick):  # noqa: ANN001, ANN202
+        sub = pre if isinstance(pick, slice) else C.Prefix(
+            n=pre.n, order=pre.order[pick], ps=pre.ps[pick], qs=pre.qs[pick], prefix_q=pre.prefix_q[pick],
+            suffix_q=pre.suffix_q[pick], psi=pre.psi[pick], m_star=pre.m_star[pick], alpha=pre.alpha[pick])
+        accept, reject = C.tuple_rule(sub, w[pick], steps=C.NEWTON_STEPS)
+        return C.sample(sub, accept, reject, w[pick], U[pick])
+
+    return full_rule_where(full, todo, tokens, index, rows)
+
+
+def full_rule_where(full, todo, tokens, index, rows: int | None):  # noqa: ANN001, ANN201
+    """``(tokens, index, overflow)`` with the full rule's answer ``full(pick) -> (tokens, index)`` of the rows
+    ``pick`` (a slice of all rows, or an int64 index ``[F]``) where ``todo bool [B]``: on every row (``rows`` None) or
+    on the first ``rows`` rows of ``todo`` gathered into ``[F, V]`` (static shapes either way; ``overflow``: the
+    undecided rows left past F)."""
     import torch
 
     if rows is None:
-        accept, reject = C.tuple_rule(pre, w, steps=C.NEWTON_STEPS)
-        t, i = C.sample(pre, accept, reject, w, U)
+        t, i = full(slice(None))
         return torch.where(todo, t, tokens), torch.where(todo, i, index), todo.new_zeros((), dtype=torch.int64)
-    F = min(rows, w.shape[0])
+    F = min(rows, todo.shape[0])
     pick = torch.sort((~todo).to(torch.int8), stable=True).indices[:F]  # [F] the undecided rows first
-    sub = C.Prefix(n=pre.n, order=pre.order[pick], ps=pre.ps[pick], qs=pre.qs[pick], prefix_q=pre.prefix_q[pick],
-                   suffix_q=pre.suffix_q[pick], psi=pre.psi[pick], m_star=pre.m_star[pick], alpha=pre.alpha[pick])
-    accept, reject = C.tuple_rule(sub, w[pick], steps=C.NEWTON_STEPS)
-    t, i = C.sample(sub, accept, reject, w[pick], U[pick])
+    t, i = full(pick)
     take = todo[pick]
     tokens, index = tokens.clone(), index.clone()
     tokens[pick] = torch.where(take, t, tokens[pick])

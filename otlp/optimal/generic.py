@@ -1,8 +1,8 @@
 """Exact OT for any draft scheme with an enumerable support, through the relaxed OTLP (GR eq. (2), (3)).
 
-Used by :class:`otlp.optimal.OptimalTransport` for drafts other than i.i.d. (Independent, WithoutReplacement,
-Greedy, SpecHub, Joint). The block structure of the design note is proved only for i.i.d. drafts, so these take
-this route: solve
+Used by :class:`otlp.optimal.OptimalTransport` for drafts other than i.i.d. (Independent, Greedy, SpecHub, Joint;
+WithoutReplacement takes :mod:`.wor`'s plan on the same support, and this LP where that stalls). The block structure
+of the design note is proved only for i.i.d. drafts, so these take this route: solve
 
     max sum S[i, omega]  s.t.  sum_omega S[i, omega] <= p_i,  sum_i S[i, omega] <= P(omega),
                                S >= 0, S[i, omega] = 0 unless i in set(omega)
@@ -79,7 +79,8 @@ def relaxed_lp_plan(p: np.ndarray, omegas: np.ndarray, probs: np.ndarray) -> tup
 
 
 class LinearProgramRule:
-    """The relaxed-LP route: an exact optimal rule for any enumerable draft scheme (small V^n)."""
+    """The relaxed-LP route: an exact optimal rule for any enumerable draft scheme (small V^n); a subclass may plan
+    otherwise (:meth:`_plan`; :class:`.wor.WithoutReplacementRule`) and keep the completion and checks here."""
 
     def __init__(self, p: object, draft: DraftScheme):
         draft = as_draft(draft)
@@ -88,7 +89,7 @@ class LinearProgramRule:
         omegas, probs = draft.support()  # refuses (ModelTooLargeError) when V^n is too big
         if omegas.shape[0] == 0:
             raise InputError("the draft scheme has an empty support")
-        self.alpha, S_slots, var = relaxed_lp_plan(self.p, omegas, probs)  # S_slots, var [M, n]
+        self.alpha, S_slots, var = self._plan(draft, omegas, probs)  # S_slots, var [M, n]
         m_idx, k_idx = np.nonzero(var >= 0)  # the LP's variables: one arc per distinct (token, tuple) pair
         arc_token = omegas[m_idx, k_idx]  # [K]
         S_arc, w, d_res = residual_completion(self.p, probs, S_slots[m_idx, k_idx], arc_token, m_idx)  # GR eq. (3)
@@ -120,6 +121,11 @@ class LinearProgramRule:
             self.alpha_upper = max(min(1.0, 1.0 + float(psi) + margin), self.alpha)
         except InputError:  # no closed form and V too large for brute force
             self.h_star = None
+
+    def _plan(self, draft: DraftScheme, omegas: np.ndarray, probs: np.ndarray):  # noqa: ARG002, ANN202
+        """``(value, S [M, n], var [M, n])`` of the relaxed OTLP on the support (:func:`relaxed_lp_plan`); a subclass
+        may give another optimal plan in the same form."""
+        return relaxed_lp_plan(self.p, omegas, probs)
 
     def acceptance(self) -> float:
         return float(self._row_sums.sum())

@@ -10,8 +10,10 @@ V <= 128), in plain Python floats (:mod:`.scalar`: there the arrays' per-call ov
 arithmetic, is the cost), and their array form on first use.
 
 The rule transports the draft law to exactly p and accepts with probability alpha* = 1 + min_H psi(H)
-(GR Thm 3.1). Other draft schemes (Independent, WithoutReplacement, Greedy, SpecHub, Joint) go through the
-relaxed OTLP (GR eq. (2)) solved by HiGHS and the residual completion (GR eq. (3)); see :mod:`.generic`.
+(GR Thm 3.1). Drafts without replacement (``WithoutReplacement``) take priority blocks with a Luce choice in each
+(:mod:`.wor`, route "luce"; the relaxed LP where its Newton steps stall); other draft schemes (Independent, Greedy,
+SpecHub, Joint) go through the relaxed OTLP (GR eq. (2)) solved by HiGHS; both then take the residual completion
+(GR eq. (3)); see :mod:`.generic`.
 """
 
 from __future__ import annotations
@@ -101,12 +103,16 @@ class OptimalTransport:
             else:
                 self._init_chains(host.build(p_arr[None], q_arr[None], n), p_arr, q_arr)
         else:
+            from otlp.core.drafts import as_draft
             from otlp.optimal.generic import LinearProgramRule
+            from otlp.optimal.wor import WithoutReplacementRule
 
             if top_k is not None:
                 raise InputError("top_k truncation is only defined here for IID drafts (GR App. N)")
-            self._lp = LinearProgramRule(p, draft)
-            self.route = "lp"
+            draft = as_draft(draft)
+            wor = draft.name == "without_replacement"
+            self._lp = (WithoutReplacementRule if wor else LinearProgramRule)(p, draft)
+            self.route = self._lp.route if wor else "lp"  # "luce" (otlp.optimal.wor), or the relaxed LP
             self.p, self.n, self.V = self._lp.p, self._lp.n, self._lp.V
             self.q = None
             self.alpha = self._lp.alpha

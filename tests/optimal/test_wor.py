@@ -1,0 +1,108 @@
+"""The exact optimal rule for drafts sampled without replacement (otlp/optimal/wor.py): priority blocks with a Luce
+choice in each, against enumeration, brute force over subsets and the relaxed LP.
+
+* By enumeration of every ordered tuple at V <= 8, n <= 4 on every instance family of tests/optimal/instances.py
+  (ties, zeros, point masses, p = q, near-ties): each slice is a distribution, the output law is p and the
+  acceptance alpha* = 1 + min psi over all 2^V subsets, to 1e-12, on the Luce route; the share of instances where a
+  block's Newton steps stall (the relaxed LP then) is bounded, so the tests are about the new route.
+* At V = 60 (n = 2) and V = 16 (n = 3): the same alpha* as the relaxed LP (to its tolerance) and as
+  :func:`otlp.core.psi_wor.wor_optimal_acceptance` (a separate computation of alpha*: prefixes and quadrature).
+* A block that stalls takes the LP, and the answer is still exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import otlp
+from otlp.core.psi_wor import wor_optimal_acceptance
+from otlp.core.subsets import brute_force_min_psi
+from otlp.optimal import OptimalTransport
+from otlp.optimal import wor as W
+from otlp.optimal.generic import LinearProgramRule
+
+from .instances import FAMILIES, draw
+
+TOL = 1e-12
+
+
+def _law(ot: OptimalTransport, draft: otlp.WithoutReplacement) -> tuple[np.ndarray, float, float]:
+    """(output law [V], acceptance, largest |slice sum - 1|) of the rule by enumeration of the draft's support."""
+    omegas, probs = draft.support()
+    slices = ot.slices(omegas)  # [M, V]
+    rows = np.arange(omegas.shape[0])
+    in_set = np.zeros_like(slices, dtype=bool)
+    for k in range(omegas.shape[1]):
+        in_set[rows, omegas[:, k]] = True
+    return probs @ slices, float(probs @ np.where(in_set, slices, 0.0).sum(1)), float(np.abs(slices.sum(1) - 1).max())
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_law_and_acceptance_by_enumeration(n: int) -> None:
+    rng = np.random.default_rng(n)
+    routes = []
+    for family in sorted(FAMILIES):
+        for _ in range(6):
+            V = int(rng.integers(n + 1, 9 if n < 4 else 8))
+            p, q = draw(family, rng, V, n)
+            if np.count_nonzero(q) < n:
+                continue
+            draft = otlp.WithoutReplacement(q, n)
+            ot = OptimalTransport(p, draft)
+            routes.append(ot.route)
+            law, acceptance, slice_gap = _law(ot, draft)
+            best, _ = brute_force_min_psi(p, draft)
+            assert slice_gap < TOL, family
+            assert np.abs(law - p).sum() < TOL, (family, V)
+            assert abs(acceptance - (1.0 + best)) < TOL, (family, V, ot.route, acceptance, 1 + best)
+            # alpha: the plan's total, a certified lower bound within the Newton residual of alpha*
+            assert ot.alpha <= acceptance + TOL and acceptance - ot.alpha < 10 * W.TOLERANCE
+    print(f"n = {n}: {routes.count('luce')} of {len(routes)} instances on the Luce route")  # (pytest -s)
+    assert routes.count("luce") >= 0.8 * len(routes), routes  # the tests exercise the new route, not the LP
+
+
+@pytest.mark.parametrize(("V", "n"), [(60, 2), (16, 3)])
+def test_the_same_alpha_as_the_lp_and_as_psi_wor(V: int, n: int) -> None:
+    rng = np.random.default_rng(V)
+    for family in ("dirichlet", "heavy", "skewed_q"):
+        p, q = FAMILIES[family](rng, V)
+        draft = otlp.WithoutReplacement(q, n)
+        ot = OptimalTransport(p, draft)
+        lp = LinearProgramRule(p, draft)
+        assert ot.route == "luce"
+        assert abs(ot.alpha - lp.alpha) < 1e-9  # HiGHS' tolerance
+        assert abs(ot.alpha - wor_optimal_acceptance(p, q, n)) < 1e-11
+        assert ot.alpha <= ot.alpha_upper + 1e-15 and ot.alpha_upper - ot.alpha < 1e-12
+
+
+def test_a_block_whose_newton_steps_stall_takes_the_lp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no Newton step allowed every block with a choice stalls: the rule is the relaxed LP's, still exact."""
+    monkeypatch.setattr(W, "MAX_STEPS", 0)
+    rng = np.random.default_rng(3)
+    p, q = FAMILIES["dirichlet"](rng, 6)
+    draft = otlp.WithoutReplacement(q, 3)
+    ot = OptimalTransport(p, draft)
+    assert ot.route == "lp"
+    law, acceptance, _ = _law(ot, draft)
+    assert np.abs(law - p).sum() < TOL
+    assert abs(acceptance - (1.0 + brute_force_min_psi(p, draft)[0])) < 1e-10
+
+
+def test_the_blocks_luce_choice_meets_each_target() -> None:
+    """The plan itself (before the completion): every token's accepted mass is its target x* (p, less the outer
+    groups' residual psi_e - psi_s at their first position), the rows never exceed p, and the total is alpha*."""
+    rng = np.random.default_rng(9)
+    for _ in range(20):
+        V, n = int(rng.integers(4, 8)), int(rng.integers(2, 4))
+        p, q = FAMILIES["heavy"](rng, V)
+        draft = otlp.WithoutReplacement(q, n)
+        omegas, probs = draft.support()
+        got = W.luce_plan(p, q, omegas, probs)
+        if got is None:
+            continue
+        alpha, S, residual = got
+        accepted = np.bincount(omegas.ravel(), S.ravel(), V)
+        assert residual <= W.TOLERANCE and (accepted <= p + 1e-12).all()
+        assert (S.sum(1) <= probs + 1e-15).all()
+        assert abs(alpha - (1.0 + brute_force_min_psi(p, draft)[0])) < 1e-11

@@ -31,10 +31,10 @@ The plan S[omega, k] = P(omega) P(choose omega_k) then goes through the LP route
 (:class:`.generic.LinearProgramRule`, GR eq. (3)), so every slice is a distribution and the output law is p to
 rounding whatever the solver left; the acceptance is alpha* to the Newton residual (reported, and checked against
 1 + min psi by the tests). That the blocks have no further tight sets, so that the weights exist and Newton
-converges, is evidence, not a proof: 172 of the 177 instances of tests/optimal/test_wor.py (every family of
-tests/optimal/instances.py, V <= 8, n <= 4) converge to 1e-12; on the other 5 (ties, alpha* = 1) the targets lie
-on a face of a block's polytope, the weights diverge, and Newton, slowed to a linear rate, stalls near 1e-10. A
-block that stalls makes the rule take the relaxed LP (never a wrong answer). Cost: per Newton step one pass over
+converges, is evidence, not a proof: every one of the 177 instances of tests/optimal/test_wor.py (every family of
+tests/optimal/instances.py, ties, zeros, point masses and alpha* = 1 among them; V <= 8, n <= 4) converges to
+1e-12 in a few Newton steps. A block that would not (targets on a face of its polytope, where the weights run off
+to infinity) makes the rule take the relaxed LP: never a wrong answer. Cost: per Newton step one pass over
 the enumerated tuples and a dense solve in a block's size: for small V^n, as the LP route, but without its
 V x |support| program (benchmarks/wor.py: 24-236x faster than the LP at V = 20-300, n = 2-4).
 """
@@ -108,8 +108,10 @@ def luce_plan(p: np.ndarray, q: np.ndarray, omegas: np.ndarray, probs: np.ndarra
 def _luce(w: np.ndarray, member: np.ndarray, probs: np.ndarray, target: np.ndarray, alpha: float | None):  # noqa: ANN202
     """Luce weights for one block by Newton's method: ``(choice [T, n], residual)``, the probability that each
     tuple's slot is taken (rows sum to 1, or to 1 - P(reject) in the inner block, ``alpha`` given: alpha*), or None
-    without convergence."""
+    without convergence or where some tuple has nothing to choose."""
     T, n = w.shape
+    if T == 0:
+        return np.zeros((0, n)), 0.0
     elements, local = np.unique(np.where(member, w, -1), return_inverse=True)
     local = local.reshape(T, n) - (elements[0] == -1)  # [T, n] index of each slot's element (-1: not a member)
     elements = elements[elements >= 0]
@@ -154,9 +156,9 @@ def _luce(w: np.ndarray, member: np.ndarray, probs: np.ndarray, target: np.ndarr
             step[free] = np.linalg.lstsq(H[np.ix_(free, free)], -grad[free], rcond=1e-15)[0]
         step = np.clip(step, -30.0, 30.0)  # (a first step from far off stays finite)
         t = 1.0
-        while t > 1e-12:  # backtracking on the convex objective
+        while t > 1e-12:  # backtracking on the convex objective, or on the residual once f is down to rounding
             c2, y2, f2 = expected(theta + t * step)
-            if f2 <= f + 1e-4 * t * float(grad @ step) or f2 <= f:
+            if f2 <= f + 1e-4 * t * float(grad @ step) or np.abs(y2 - goal).max() < np.abs(grad).max():
                 break
             t *= 0.5
         theta, choice, y, f = theta + t * step, c2, y2, f2

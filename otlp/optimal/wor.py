@@ -52,22 +52,19 @@ TOLERANCE = 1e-12
 MAX_STEPS = 200
 
 
-def groups(p: np.ndarray, q: np.ndarray, top: np.ndarray, probs: np.ndarray):  # noqa: ANN201
+def groups(p: np.ndarray, order: np.ndarray, top: np.ndarray, probs: np.ndarray):  # noqa: ANN201
     """The rule's blocks from the tuples' lowest-ratio positions ``top [M]`` (positions in the decreasing-q/p order
-    ``order = ratio_order(p, q)``): ``(order, psi [V + 1], m_star, cuts)`` with psi_m = P_m - F_m, F_m the mass of the
-    tuples within the first m positions, m* its first argmin and ``cuts`` the outer groups' ends m* = c_0 < c_1 < ...
-    < c_k = V (suffix minima of psi, ties included)."""
+    ``order``, :func:`otlp.core.psi.ratio_order`): ``(psi [V + 1], m_star, cuts)`` with psi_m = P_m - F_m, F_m the
+    mass of the tuples within the first m positions, m* its first argmin and ``cuts`` the outer groups' ends
+    m* = c_0 < c_1 < ... < c_k = V (suffix minima of psi, ties included)."""
     V = p.size
-    order = ratio_order(p, q)
     F = np.concatenate([[0.0], np.cumsum(np.bincount(top, probs, V))])  # [V + 1]
     P = np.concatenate([[0.0], np.cumsum(p[order])])
     psi = P - F
     m_star = int(np.argmin(psi))
     after = np.minimum.accumulate(psi[::-1])[::-1]  # [V + 1] min of psi at m and after
-    cuts = [m for m in range(m_star, V + 1) if psi[m] <= after[m]]
-    if cuts[-1] != V:
-        cuts.append(V)
-    return order, psi, m_star, cuts
+    cuts = [m for m in range(m_star, V + 1) if psi[m] <= after[m]]  # (V is always one)
+    return psi, m_star, cuts
 
 
 def luce_plan(p: np.ndarray, q: np.ndarray, omegas: np.ndarray, probs: np.ndarray):  # noqa: ANN201
@@ -82,7 +79,7 @@ def luce_plan(p: np.ndarray, q: np.ndarray, omegas: np.ndarray, probs: np.ndarra
     pos[order] = np.arange(V)
     at = pos[omegas]  # [M, n] positions
     top = at.max(1)  # [M] the lowest-ratio draw's position
-    order, psi, m_star, cuts = groups(p, q, top, probs)
+    psi, m_star, cuts = groups(p, order, top, probs)
     target = p.copy()
     for s, e in zip(cuts[:-1], cuts[1:], strict=True):
         target[order[s]] -= psi[e] - psi[s]

@@ -74,17 +74,34 @@ def luce_plan(p: np.ndarray, q: np.ndarray, omegas: np.ndarray, probs: np.ndarra
     reach ``TOLERANCE``."""
     M, n = omegas.shape
     V = p.size
+    # the rule reads a tuple's set only: solve on the distinct sets (n! fewer rows), then map back to the slots
+    sets = np.sort(omegas, axis=1)  # [M, n]
+    rank = np.argsort(np.argsort(omegas, axis=1, kind="stable"), axis=1)  # [M, n] each slot's place in its set
+    keys = sets @ (V ** np.arange(n - 1, -1, -1, dtype=np.int64))  # [M] (V^n < 2^63: the support was enumerated)
+    _, first, back = np.unique(keys, return_index=True, return_inverse=True)
+    plan = _set_plan(p, q, sets[first], np.bincount(back, probs))
+    if plan is None:
+        return None
+    alpha, choice, worst = plan  # choice [U, n] by set
+    return alpha, probs[:, None] * np.take_along_axis(choice[back], rank, axis=1), worst
+
+
+def _set_plan(p: np.ndarray, q: np.ndarray, omegas: np.ndarray, probs: np.ndarray):  # noqa: ANN202
+    """:func:`luce_plan` on distinct sets ``omegas [U, n]`` of masses ``probs [U]``: ``(alpha, choice [U, n],
+    residual)`` with ``choice`` the probability that each set's slot is taken."""
+    U, n = omegas.shape
+    V = p.size
     pos = np.empty(V, dtype=np.int64)
     order = ratio_order(p, q)
     pos[order] = np.arange(V)
-    at = pos[omegas]  # [M, n] positions
+    at = pos[omegas]  # [U, n] positions
     top = at.max(1)  # [M] the lowest-ratio draw's position
     psi, m_star, cuts = groups(p, order, top, probs)
     target = p.copy()
     for s, e in zip(cuts[:-1], cuts[1:], strict=True):
         target[order[s]] -= psi[e] - psi[s]
     target = np.maximum(target, 0.0)
-    S = np.zeros((M, n))
+    out = np.zeros((U, n))
     worst = 0.0
     # blocks: [lo, hi) positions; the inner one [0, m*) with the reject option R
     blocks = [(s, e, False) for s, e in zip(cuts[:-1], cuts[1:], strict=True)] + [(0, m_star, True)]
@@ -96,10 +113,9 @@ def luce_plan(p: np.ndarray, q: np.ndarray, omegas: np.ndarray, probs: np.ndarra
         got = _luce(omegas[rows], member, probs[rows], target, 1.0 + psi[m_star] if inner else None)
         if got is None:
             return None
-        choice, residual = got  # [T, n]
-        S[rows] = probs[rows, None] * choice
+        out[rows], residual = got  # [T, n]
         worst = max(worst, residual)
-    return float(S.sum()), S, worst
+    return float(probs @ out.sum(1)), out, worst
 
 
 def _luce(w: np.ndarray, member: np.ndarray, probs: np.ndarray, target: np.ndarray, alpha: float | None):  # noqa: ANN202
@@ -140,11 +156,12 @@ def _luce(w: np.ndarray, member: np.ndarray, probs: np.ndarray, target: np.ndarr
         grad = y - goal
         if np.abs(grad).max() <= TOLERANCE:
             break
-        wc = probs[:, None] * choice  # [T, w]
-        H = np.zeros((k, k))
-        np.add.at(H, (safe[live], safe[live]), wc[live])
-        rr, ca, cb = np.nonzero(live[:, :, None] & live[:, None, :])
-        np.add.at(H, (safe[rr, ca], safe[rr, cb]), -probs[rr] * choice[rr, ca] * choice[rr, cb])
+        # the Hessian sum_omega P(omega) (diag(pi) - pi pi^T) on the members, by flat index a k + b
+        pairs = live[:, :, None] & live[:, None, :]  # [T, w, w]
+        flat = (safe[:, :, None] * k + safe[:, None, :])[pairs]
+        outer = (probs[:, None, None] * choice[:, :, None] * choice[:, None, :])[pairs]
+        H = -np.bincount(flat, outer, k * k).reshape(k, k)
+        H[np.diag_indices(k)] += y
         free = np.arange(k) != int(np.argmax(goal))  # the gauge: the heaviest element's theta stays
         step = np.zeros(k)
         try:  # positive definite on the free coordinates when every element shares a tuple with another

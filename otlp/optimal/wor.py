@@ -25,7 +25,8 @@ OTLP (GR eq. (2)), on the enumerated support, without a linear program:
   sum_j z_j theta_j - sum_omega P(omega) log sum_{k in members(omega)} e^{theta_k}, whose stationarity is exactly
   "every element's expected choice equals its target" (the Luce model's likelihood equations, Hunter 2004, Ann.
   Statist. 32: the maximum exists when the target is interior). Solved here by Newton's method to
-  ``TOLERANCE``; elements of target 0 are never chosen. This is GR App. S's Step 3 convex program made concrete.
+  ``TOLERANCE``; elements of target 0 are never chosen. This program plays the part of GR App. S's Step 3 (a convex
+  program for the inner coupling, which the paper leaves open for these drafts).
 
 The plan S[omega, k] = P(omega) P(choose omega_k) then goes through the LP route's completion
 (:class:`.generic.LinearProgramRule`, GR eq. (3)), so every slice is a distribution and the output law is p to
@@ -35,7 +36,8 @@ converges, is evidence, not a proof: every one of the 177 instances of tests/opt
 tests/optimal/instances.py, ties, zeros, point masses and alpha* = 1 among them; V <= 8, n <= 4) converges to
 1e-12 in a few Newton steps. A block that would not (targets on a face of its polytope, where the weights run off
 to infinity) makes the rule take the relaxed LP: never a wrong answer. Cost: per Newton step one pass over
-the enumerated tuples and a dense solve in a block's size: for small V^n, as the LP route, but without its
+the support's distinct sets (the choice reads a tuple's set only: n! fewer rows than ordered tuples) and a dense
+solve in a block's size: for small V^n, as the LP route, but without its
 V x |support| program (benchmarks/wor.py: 53-1,700x faster than the LP at V = 20-300, n = 2-4).
 """
 

@@ -97,7 +97,7 @@ def _set_plan(p: np.ndarray, q: np.ndarray, omegas: np.ndarray, probs: np.ndarra
     order = ratio_order(p, q)
     pos[order] = np.arange(V)
     at = pos[omegas]  # [U, n] positions
-    top = at.max(1)  # [M] the lowest-ratio draw's position
+    top = at.max(1)  # [U] the lowest-ratio draw's position
     psi, m_star, cuts = groups(p, order, top, probs)
     target = p.copy()
     for s, e in zip(cuts[:-1], cuts[1:], strict=True):

@@ -359,9 +359,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
     p, draft = read_problem(args)
     formulations = args.formulation or (["optimal", "relaxed", "full", "maxflow"] if args.example
                                         else ["optimal", "relaxed"])
-    if args.scheme != "iid":
+    if args.scheme not in ("iid", "without_replacement"):  # the exact rule's routes (otlp/optimal: chains, wor)
         if formulations == ["optimal"]:
-            raise InputError("--formulation optimal is the i.i.d. block solver; use --scheme iid or an LP formulation")
+            raise InputError("--formulation optimal is the exact rule for --scheme iid or without_replacement; "
+                             "use one of those or an LP formulation")
         formulations = [f for f in formulations if f != "optimal"]
     backends = args.backend or (["highs", "cvxpy", "pulp", "ortools", "networkx", "pot", "exact"] if args.example
                                 else ["highs"])
@@ -401,8 +402,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
 def _add_solve(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("solve", help="alpha* and the optimal plan by every formulation and backend asked for",
                             description="Compute alpha* = 1 + min_H psi(H) for a target p and a draft scheme, by the "
-                                        "closed form, the exact block solver and LP/flow formulations. The closed "
-                                        "form and block-solver rows print first; each LP / flow solve is skipped "
+                                        "closed form, the exact rule (formulation 'optimal': i.i.d. and "
+                                        "without-replacement drafts) and LP/flow formulations. The closed "
+                                        "form and exact-rule rows print first; each LP / flow solve is skipped "
                                         "(with its size) when its estimated time is over --time-limit.")
     add_problem_arguments(parser)
     parser.add_argument("--formulation", action="append", choices=["optimal", *FORMULATIONS],

@@ -32,15 +32,21 @@ def run(argv, capsys):
     return code, out.out, out.err
 
 
-def test_solve_json_agrees_across_routes(capsys):
-    code, out, _ = run(["solve", "--example", "--formulation", "optimal", "--formulation", "relaxed",
-                        "--backend", "highs", "--json"], capsys)
+@pytest.mark.parametrize(("problem", "alpha"), [
+    (["--example"], 0.85),
+    (["--p", "0.7,0.2,0.1", "--q", "0.1,0.3,0.6", "--n", "2", "--scheme", "without_replacement"], 0.592857142857143),
+])
+def test_solve_json_agrees_across_routes(capsys, problem: list[str], alpha: float):
+    """The closed form, the exact rule (class chains for i.i.d. drafts, otlp/optimal/wor.py's Luce rule without
+    replacement) and the relaxed LP give one alpha*."""
+    code, out, _ = run(["solve", *problem, "--formulation", "optimal", "--formulation", "relaxed", "--backend",
+                        "highs", "--json"], capsys)
     assert code == 0
     data = json.loads(out)
     values = [r["value"] for r in data["results"]]
-    assert len(values) == 3  # closed form, optimal, relaxed/highs
+    assert [r["formulation"] for r in data["results"]] == ["closed_form", "optimal", "relaxed"]
     assert max(values) - min(values) < 1e-9
-    assert values[0] == pytest.approx(0.85)
+    assert values[0] == pytest.approx(alpha)
 
 
 def test_solve_reads_files(tmp_path, capsys):
@@ -60,7 +66,7 @@ def test_solve_reads_files(tmp_path, capsys):
     (["solve", "--p", "0.5,nan", "--q", "0.5,0.5", "--n", "2"], "not finite"),
     (["solve", "--example", "--backend", "gurobi", "--formulation", "relaxed"], "unknown backend"),
     (["solve", "--p", "0.5,0.5", "--q", "0.5,0.5"], "missing --n"),
-    (["solve", "--example", "--scheme", "spechub", "--formulation", "optimal"], "i.i.d."),
+    (["solve", "--example", "--scheme", "spechub", "--formulation", "optimal"], "iid or without_replacement"),
     # an explicit --n 0 is refused, even with --example (which only fills in what is absent)
     (["solve", "--example", "--n", "0"], "n must be >= 1"),
     (["solve", "--example", "--n", "-3", "--formulation", "relaxed"], "n must be >= 1"),

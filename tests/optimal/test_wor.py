@@ -23,19 +23,10 @@ from otlp.optimal import wor as W
 from otlp.optimal.generic import LinearProgramRule
 
 from .instances import FAMILIES, draw
+from .test_exact_enumeration import enumerate_rule
+from .test_generic import check_rule
 
 TOL = 1e-12
-
-
-def _law(ot: OptimalTransport, draft: otlp.WithoutReplacement) -> tuple[np.ndarray, float, float]:
-    """(output law [V], acceptance, largest |slice sum - 1|) of the rule by enumeration of the draft's support."""
-    omegas, probs = draft.support()
-    slices = ot.slices(omegas)  # [M, V]
-    rows = np.arange(omegas.shape[0])
-    in_set = np.zeros_like(slices, dtype=bool)
-    for k in range(omegas.shape[1]):
-        in_set[rows, omegas[:, k]] = True
-    return probs @ slices, float(probs @ np.where(in_set, slices, 0.0).sum(1)), float(np.abs(slices.sum(1) - 1).max())
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
@@ -51,10 +42,9 @@ def test_law_and_acceptance_by_enumeration(n: int) -> None:
             draft = otlp.WithoutReplacement(q, n)
             ot = OptimalTransport(p, draft)
             routes.append(ot.route)
-            law, acceptance, slice_gap = _law(ot, draft)
+            check_rule(ot, p, draft)  # every slice a distribution, the law p to 1e-12
+            _, acceptance = enumerate_rule(ot, draft)
             best, _ = brute_force_min_psi(p, draft)
-            assert slice_gap < TOL, family
-            assert np.abs(law - p).sum() < TOL, (family, V)
             assert abs(acceptance - (1.0 + best)) < TOL, (family, V, ot.route, acceptance, 1 + best)
             # alpha: the plan's total, a certified lower bound within the Newton residual of alpha*
             assert ot.alpha <= acceptance + TOL and acceptance - ot.alpha < 10 * W.TOLERANCE
@@ -84,8 +74,8 @@ def test_a_block_whose_newton_steps_stall_takes_the_lp(monkeypatch: pytest.Monke
     draft = otlp.WithoutReplacement(q, 3)
     ot = OptimalTransport(p, draft)
     assert ot.route == "lp"
-    law, acceptance, _ = _law(ot, draft)
-    assert np.abs(law - p).sum() < TOL
+    check_rule(ot, p, draft)
+    _, acceptance = enumerate_rule(ot, draft)
     assert abs(acceptance - (1.0 + brute_force_min_psi(p, draft)[0])) < 1e-10
 
 

@@ -82,6 +82,9 @@ class LinearProgramRule:
     """The relaxed-LP route: an exact optimal rule for any enumerable draft scheme (small V^n); a subclass may plan
     otherwise (:meth:`_plan`; :class:`.wor.WithoutReplacementRule`) and keep the completion and checks here."""
 
+    #: which plan the rule took (:attr:`otlp.optimal.OptimalTransport.route`)
+    route = "lp"
+
     def __init__(self, p: object, draft: DraftScheme):
         draft = as_draft(draft)
         self.p = check_distribution(p, "p", size=draft.V)

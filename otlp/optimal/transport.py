@@ -112,7 +112,7 @@ class OptimalTransport:
             draft = as_draft(draft)
             wor = draft.name == "without_replacement"
             self._lp = (WithoutReplacementRule if wor else LinearProgramRule)(p, draft)
-            self.route = self._lp.route if wor else "lp"  # "luce" (otlp.optimal.wor), or the relaxed LP
+            self.route = self._lp.route  # "luce" (otlp.optimal.wor), or "lp" (the relaxed LP)
             self.p, self.n, self.V = self._lp.p, self._lp.n, self._lp.V
             self.q = None
             self.alpha = self._lp.alpha

@@ -194,7 +194,7 @@ class WithoutReplacementRule(LinearProgramRule):
     def _plan(self, draft, omegas: np.ndarray, probs: np.ndarray):  # noqa: ANN001, ANN202
         got = luce_plan(self.p, draft.q, omegas, probs)
         if got is None:
-            self.route, self.newton_residual = "lp", None
+            self.newton_residual = None  # (route stays the class's "lp")
             return relaxed_lp_plan(self.p, omegas, probs)
         alpha, S, self.newton_residual = got
         self.route = "luce"

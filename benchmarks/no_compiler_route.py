@@ -75,8 +75,8 @@ def _times(fns: dict, reps: int) -> dict[str, float]:
     return {name: statistics.median(ts) for name, ts in out.items()}
 
 
-def _point(B: int, V: int, n: int, draft: str, reps: int, torch_route: bool = True) -> tuple[dict[str, float], int,
-int]:
+def _point(B: int, V: int, n: int, draft: str, reps: int,
+           torch_route: bool = True) -> tuple[dict[str, float], int, int]:
     """One grid point: the routes' seconds (:func:`_times`), and the rows of ``decide`` that took the fallback and
     that differ from the full sort."""
     p, q, drafts, u = lm_rows(B, V, 17 * n + V, draft, n)

@@ -111,6 +111,7 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
                          f"rows of at most {max(1, MAX_PAIR_CELLS // (n * n)):,}, or draft fewer tokens")
     default = rule is None  # the default rule: its n = 1 form, and the bucketed partial order on the CPU
     U, drafts = guard(u, drafts, p.shape[1])
+    args = (p, q, drafts, U) if widths is None else (p, q, drafts, U, widths)  # the device routes' arguments
     if backend == "triton" or (backend == "auto" and p.is_cuda and default and n <= MAX_KERNEL_DRAWS
                                and _triton()):
         if not default:
@@ -121,12 +122,10 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
             raise InputError(f"backend='triton' takes at most {MAX_KERNEL_DRAWS} drafts a row, got {n}")
         if not p.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
             raise InputError("backend='triton' runs on CUDA tensors (on the CPU only under TRITON_INTERPRET=1)")
-        args = (p, q, drafts, U) if widths is None else (p, q, drafts, U, widths)
         if graphs and p.is_cuda and p.shape[0] > 0:
             return _graph_cache(p.device).run(_bucket_route, *args, rows=True)
         return _bucket_route(*args)
     if backend == "torch" or p.device.type != "cpu":
-        args = (p, q, drafts, U) if widths is None else (p, q, drafts, U, widths)
         if graphs and p.is_cuda and p.shape[0] > 0:
             return _graph_cache(p.device).run(_DEVICE_ROUTES[bool(compile)], *args, rows=True)
         return _device_route(*args, rule=rule, compile=compile)

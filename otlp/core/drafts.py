@@ -276,12 +276,44 @@ class WithoutReplacement(DraftScheme):
             ratio = np.where(distinct[:, None], qw / np.where(remaining > 0, remaining, 1.0), 0.0)
         return np.prod(np.minimum(ratio, 1.0), axis=1)  # q(omega_k) <= the mass left, so each factor is <= 1
 
+    def support_count(self) -> int:
+        """k! / (k - n)!, the ordered tuples of n distinct tokens among the k tokens with q > 0: what :meth:`support`
+        enumerates (V^n only when every token has q > 0)."""
+        return math.perm(int(np.count_nonzero(self.q)), self.n)
+
+    def support(self, max_tuples: int = MAX_TUPLES) -> tuple[np.ndarray, np.ndarray]:
+        """The tuples of n distinct tokens of q > 0 in lexicographic order, and their probabilities (those that do
+        not underflow to 0): ``support_count()`` tuples, not V^n, so a draft filtered to its top-k tokens enumerates
+        at any V (``ModelTooLargeError`` above ``max_tuples``, before anything is allocated)."""
+        count = self.support_count()
+        if count > max_tuples:
+            k = int(np.count_nonzero(self.q))
+            raise ModelTooLargeError(
+                f"enumerating the {count:,} tuples of n = {self.n} distinct tokens among the {k:,} with q > 0",
+                count * (self.n + 1) * 8,
+                max_tuples * (self.n + 1) * 8)
+        live = np.flatnonzero(self.q > 0)  # [k]
+        k = live.size
+        local = np.arange(k, dtype=np.int64)[:, None]  # [k, 1]: the partial tuples, in lexicographic order
+        for j in range(1, self.n):  # each one extended by every token it does not hold: at most count k / (k - n + 1)
+            grown = np.concatenate([np.repeat(local, k, axis=0), np.tile(np.arange(k), local.shape[0])[:, None]], 1)
+            local = grown[(grown[:, :j] != grown[:, j:]).all(1)]  # [k! / (k - j - 1)!, j + 1]
+        omegas = live[local]  # [count, n]
+        probs = self.tuple_probabilities(omegas)
+        keep = probs > 0
+        return omegas[keep], probs[keep]
+
     def subset_probability(self, mask: np.ndarray) -> np.ndarray | float:
         """n = 1: q(H). n = 2: sum_{i in H} q_i (q(H) - q_i) / (1 - q_i) (first draw i, second another token of H).
         Larger n: enumeration (base class)."""
-        if self.n > 2:
-            return super().subset_probability(mask)
         masks, single = _as_masks(mask, self.V)
+        if self.n > 2:  # refused before the support is enumerated, as the base class refuses V^n
+            work = masks.shape[0] * self.support_count() * self.n
+            if work > MAX_SUBSET_WORK:
+                raise ModelTooLargeError(f"P(omega in H^n) for {masks.shape[0]} subsets by enumerating "
+                                         f"{self.support_count():,} tuples of {type(self).__name__}", work,
+                                         MAX_SUBSET_WORK)
+            return super().subset_probability(mask)
         f = masks.astype(np.float64)
         if self.n == 1:
             out = f @ self.q  # [K]

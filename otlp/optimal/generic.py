@@ -105,7 +105,8 @@ class LinearProgramRule:
         # lower bound on alpha*, within HiGHS' tolerance of it: report that, never above 1
         self.lp_value = self.alpha
         self.alpha = min(float(self._row_sums.sum()), self.alpha, 1.0)
-        self._codes = _encode(omegas, self.V)
+        self._tokens = np.unique(omegas)  # [k] the tokens the support draws: codes in base k, not V
+        self._codes = encode_tuples(omegas, self._tokens)
         self._sort = np.argsort(self._codes)
         self._probs = probs
         self._accept = S / probs[:, None]  # [M, n]; support(): probs > 0
@@ -134,10 +135,10 @@ class LinearProgramRule:
         return float(self._row_sums.sum())
 
     def rule(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        codes = _encode(omegas, self.V)
+        codes = encode_tuples(omegas, self._tokens)  # -1: a tuple with a token the support never draws
         pos = np.searchsorted(self._codes[self._sort], codes)
         pos = np.minimum(pos, self._codes.size - 1)
-        found = self._codes[self._sort][pos] == codes
+        found = (self._codes[self._sort][pos] == codes) & (codes >= 0)
         m = self._sort[pos]
         accept = np.where(found[:, None], self._accept[m], 0.0)
         reject = np.where(found, self._reject[m], 0.0)
@@ -151,7 +152,12 @@ def _distinct_slots(omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.nonzero(X.first_true(same) == np.arange(omegas.shape[1]))  # the first l with w_l == w_k is k itself
 
 
-def _encode(omegas: np.ndarray, V: int) -> np.ndarray:
-    n = omegas.shape[1]
-    weights = V ** np.arange(n - 1, -1, -1, dtype=np.int64)
-    return omegas.astype(np.int64) @ weights
+def encode_tuples(omegas: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Each tuple as one int64, its tokens' places in the sorted ``tokens [k]`` as digits in base k (< 2^63: the
+    support was enumerated, and k^n is at most n^n / n! times its k! / (k - n)! tuples); -1 for a tuple with a token
+    outside ``tokens``."""
+    w = omegas.astype(np.int64)
+    n, k = w.shape[1], max(tokens.size, 1)
+    at = np.minimum(np.searchsorted(tokens, w), k - 1)  # [M, n]
+    codes = at @ (k ** np.arange(n - 1, -1, -1, dtype=np.int64))
+    return np.where((tokens[at] == w).all(1), codes, -1) if tokens.size else np.full(w.shape[0], -1)

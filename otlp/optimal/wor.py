@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from otlp.core.psi import ratio_order
-from otlp.optimal.generic import LinearProgramRule, relaxed_lp_plan
+from otlp.optimal.generic import LinearProgramRule, encode_tuples, relaxed_lp_plan
 
 #: a block's Luce weights are accepted when every element's expected choice is within this of its target.
 TOLERANCE = 1e-12
@@ -75,12 +75,10 @@ def luce_plan(p: np.ndarray, q: np.ndarray, omegas: np.ndarray, probs: np.ndarra
     the largest gap between a block's expected choices and its targets; None where a block's Newton steps did not
     reach ``TOLERANCE``."""
     M, n = omegas.shape
-    V = p.size
     # the rule reads a tuple's set only: solve on the distinct sets (n! fewer rows), then map back to the slots
     sets = np.sort(omegas, axis=1)  # [M, n]
     rank = np.argsort(np.argsort(omegas, axis=1, kind="stable"), axis=1)  # [M, n] each slot's place in its set
-    keys = sets @ (V ** np.arange(n - 1, -1, -1, dtype=np.int64))  # [M] (V^n < 2^63: the support was enumerated)
-    _, first, back = np.unique(keys, return_index=True, return_inverse=True)
+    _, first, back = np.unique(encode_tuples(sets, np.unique(sets)), return_index=True, return_inverse=True)
     plan = _set_plan(p, q, sets[first], np.bincount(back, probs))
     if plan is None:
         return None

@@ -26,8 +26,8 @@ MAX_TOTAL_CELLS = 1_000_000_000
 
 def _chunks(verifier, p: object, draft: DraftScheme):  # noqa: ANN001, ANN202
     p, draft = verifier.check_draft(p, draft)
-    draft.check_enumerable()
     if type(draft).support is DraftScheme.support:  # generic support enumerates V^n: refuse before building it
+        draft.check_enumerable()
         total = draft.num_tuples() * p.size
         if total > MAX_TOTAL_CELLS:
             raise ModelTooLargeError(f"enumerating the {verifier.name!r} rule on {draft.tuples_text()} draft "

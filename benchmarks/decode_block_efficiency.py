@@ -17,6 +17,11 @@ each of --batch prompts x --tokens tokens. Block efficiency is reported as the m
 benchmarks/results/decode_optimal_variants.json (keyed by n, rule, seed, batch, tokens, L), so the runs can be
 split over several invocations: ``--variants 4 --seed 0``, then ``--variants 4 --seed 4``...
 
+``--wor R``: the rules for drafts sampled without replacement side by side, "rrs_wor" and "optimal_wor" (alpha*,
+otlp/verifiers/optimal_wor.py), R independent runs per n on the same seeds as --variants does, the draft filtered to
+its ``--draft-top-k`` tokens (default 20; the optimal rule enumerates the draft's support), the target not
+filtered; runs in benchmarks/results/decode_wor.json, table decode_block_efficiency/wor (docs/DECODE.md).
+
 ``--paths-gap N``: the path-aware rule's gap to the optimum at decode scale (V = 2000), on the distinct (p, q) among
 the first N step roots of an ``optimal`` run (--batch prompts): E[continuing paths] of the class-chain plan (every
 multiset enumerated), of the windowed path-aware plan, and, at n = 2, of the optimum (closed form alpha* +
@@ -52,15 +57,22 @@ def main() -> None:
     parser.add_argument("--L", type=int, default=4)
     parser.add_argument("--ns", default="1,2,4")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--verifiers", default=",".join(available_verifiers()))
+    parser.add_argument("--verifiers", default=",".join(v for v in available_verifiers() if v != "optimal_wor"),
+                        help="the rules of the main table (default: every token-level rule but optimal_wor, which "
+                             "needs a filtered draft: --wor)")
     parser.add_argument("--variants", type=int, default=0, help="R runs of optimal vs optimal_paths (docstring)")
     parser.add_argument("--paths-gap", type=int, default=0, help="the path-aware rule's gap on N decode roots")
+    parser.add_argument("--wor", type=int, default=0, help="R runs of rrs_wor vs optimal_wor (docstring)")
+    parser.add_argument("--draft-top-k", type=int, default=20, help="--wor: the draft's top-k filter (default 20)")
     args = parser.parse_args()
     if args.paths_gap:
         paths_gap(args)
         return
     if args.variants:
         variants(args)
+        return
+    if args.wor:
+        wor(args)
         return
     pair = embedded_models()
     texts = [DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)] for i in range(args.batch)]
@@ -99,59 +111,76 @@ def main() -> None:
 
 
 VARIANTS = ("optimal", "optimal_paths")
+#: --wor: the rules for drafts sampled without replacement, the baseline first
+WOR = ("rrs_wor", "optimal_wor")
 
 
 def variants(args: argparse.Namespace) -> None:
     """The two optimal plans over independent runs (module docstring)."""
+    paired(args, args.variants, VARIANTS, "optimal_variants", {},
+           ["optimal (class chains)", "optimal_paths", "paths - chains"])
+
+
+def wor(args: argparse.Namespace) -> None:
+    """rrs_wor against the optimal rule for the same without-replacement drafts (module docstring)."""
+    paired(args, args.wor, WOR, "wor", {"draft_top_k": args.draft_top_k},
+           ["rrs_wor", "optimal_wor", "optimal_wor - rrs_wor"])
+
+
+def paired(args: argparse.Namespace, count: int, names: tuple[str, str], table: str, options: dict,
+           labels: list[str]) -> None:
+    """Two rules over ``count`` independent runs per n on the same seeds (decode ``options`` besides), accumulated
+    in benchmarks/results/decode_<table>.json; the table of mean block efficiency +- standard error per rule and of
+    the paired difference ``names[1] - names[0]``."""
     import numpy as np
 
     pair = embedded_models()
     texts = [DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)] for i in range(args.batch)]
     prompts = prompt_ids(pair.tokenizer, texts)
-    out = Path(__file__).resolve().parent / "results" / "decode_optimal_variants.json"
+    out = Path(__file__).resolve().parent / "results" / ("decode_optimal_variants.json" if table == "optimal_variants"
+                                                         else f"decode_{table}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     runs = json.loads(out.read_text()) if out.exists() else []
-    setting = {"batch": args.batch, "tokens": args.tokens, "L": args.L}
+    setting = {"batch": args.batch, "tokens": args.tokens, "L": args.L, **options}
     for n in (int(x) for x in args.ns.split(",")):
-        for seed in range(args.seed, args.seed + args.variants):
-            for name in VARIANTS:
+        for seed in range(args.seed, args.seed + count):
+            for name in names:
                 key = {"n": n, "verifier": name, "seed": seed, **setting}
                 if any(all(r.get(k) == v for k, v in key.items()) for r in runs):
                     continue
                 m = decode(pair.draft, pair.target, name, n, args.L, prompts=prompts, max_new_tokens=args.tokens,
-                           seed=seed).metrics
+                           seed=seed, **options).metrics
                 runs.append({**key, "block_efficiency": m.block_efficiency, "sequence_steps": m.sequence_steps,
                              "acceptance_depth1": m.acceptance_per_position[0], "seconds": m.seconds})
                 print(f"n={n} seed={seed} {name:<14} BE {m.block_efficiency:.4f}  acc@1 "
                       f"{m.acceptance_per_position[0]:.3f}  {m.seconds:6.1f} s", flush=True)
                 out.write_text(json.dumps(runs, indent=1))
     cells, used = [], {}
-    print(f"\nL = {args.L}, {args.batch} prompts x {args.tokens} tokens per run; mean over runs +- standard error")
-    print(f"{'n':>2} {'runs':>4} {'prompts':>7} | {'optimal':>16} {'optimal_paths':>16} | {'paths - chains':>18} "
-          f"{'z':>6}")
+    print(f"\nL = {args.L}, {args.batch} prompts x {args.tokens} tokens per run {options or ''}; mean over runs +- "
+          "standard error")
+    print(f"{'n':>2} {'runs':>4} {'prompts':>7} | {names[0]:>16} {names[1]:>16} | {'difference':>18} {'z':>6}")
     for n in sorted({r["n"] for r in runs if all(r.get(k) == v for k, v in setting.items())}):
         mine = [r for r in runs if r["n"] == n and all(r.get(k) == v for k, v in setting.items())]
-        seeds = sorted({r["seed"] for r in mine if r["verifier"] == VARIANTS[0]}
-                       & {r["seed"] for r in mine if r["verifier"] == VARIANTS[1]})
+        seeds = sorted({r["seed"] for r in mine if r["verifier"] == names[0]}
+                       & {r["seed"] for r in mine if r["verifier"] == names[1]})
         if not seeds:
             continue
         be = {v: np.array([next(r["block_efficiency"] for r in mine if r["verifier"] == v and r["seed"] == s)
-                           for s in seeds]) for v in VARIANTS}
+                           for s in seeds]) for v in names}
         se = {v: float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("nan") for v, x in be.items()}
-        diff = be[VARIANTS[1]] - be[VARIANTS[0]]
+        diff = be[names[1]] - be[names[0]]
         d_se = float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else float("nan")
         print(f"{n:>2} {len(seeds):>4} {len(seeds) * args.batch:>7} | "
-              + " ".join(f"{be[v].mean():8.4f} +-{se[v]:.4f}" for v in VARIANTS)
+              + " ".join(f"{be[v].mean():8.4f} +-{se[v]:.4f}" for v in names)
               + f" | {diff.mean():+9.4f} +-{d_se:.4f} {diff.mean() / d_se if d_se > 0 else float('nan'):6.2f}")
         used[str(n)] = seeds
         cells.append([str(n), f"{len(seeds)} x {args.batch} = {len(seeds) * args.batch}",
-                      *(f"{be[v].mean():.3f} +- {se[v]:.3f}" for v in VARIANTS), f"{diff.mean():+.3f} +- {d_se:.3f}"])
+                      *(f"{be[v].mean():.3f} +- {se[v]:.3f}" for v in names), f"{diff.mean():+.3f} +- {d_se:.3f}"])
     print(f"runs in {out}")
     if cells:
-        columns = ["n", "runs x prompts", "optimal (class chains)", "optimal_paths", "paths - chains"]
-        readme_tables.publish("decode_block_efficiency", "optimal_variants", columns, cells,
-                              {**setting, "seeds": used})
-        print("\n<!-- table: decode_block_efficiency/optimal_variants -->\n" + readme_tables.markdown(columns, cells))
+        columns = ["n", "runs x prompts", *labels]
+        readme_tables.publish("decode_block_efficiency", table, columns, cells, {**setting, "seeds": used})
+        print(f"\n<!-- table: decode_block_efficiency/{table} -->\n" + readme_tables.markdown(columns, cells))
 
 
 def paths_gap(args: argparse.Namespace) -> None:

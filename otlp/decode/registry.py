@@ -25,6 +25,7 @@ DEFAULT_SCHEMES = {
     "weighted_is": "iid",
     "greedy": "greedy",
     "optimal": "iid",
+    "optimal_wor": "without_replacement",
     "optimal_paths": "iid",
 }
 #: Block verifiers decide on whole paths, not token by token; the tree loop does not drive them.

@@ -24,6 +24,7 @@ from otlp.verifiers.kseq import KSeq
 from otlp.verifiers.multistep import BlockVerification, GreedyBlockVerification, OptimalBlockVerification
 from otlp.verifiers.optimal import Optimal
 from otlp.verifiers.optimal_paths import OptimalPaths
+from otlp.verifiers.optimal_wor import OptimalWithoutReplacement
 from otlp.verifiers.rrs import RecursiveRejection, RecursiveRejectionWithoutReplacement
 from otlp.verifiers.spechub import SpecHubVerifier
 from otlp.verifiers.sps import SingleDraft
@@ -38,6 +39,7 @@ _FACTORIES: dict[str, Callable[..., object]] = {
     "weighted_is": WeightedImportanceSampling,
     "greedy": GreedyOptimal,
     "optimal": Optimal,
+    "optimal_wor": OptimalWithoutReplacement,  # alpha* for drafts without replacement, on the draft's support
     "optimal_paths": OptimalPaths,  # alpha*, then the most continuing drafted paths (issue 18; LP-backed, host side)
     "bv": BlockVerification,  # multi-step: block verification (GBV paper, Sun et al. 2024b), one path of L tokens
     "gbv": GreedyBlockVerification,  # multi-step: greedy multi-path block verification, K paths of L tokens

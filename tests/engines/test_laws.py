@@ -192,7 +192,7 @@ def test_optimal_accepts_at_least_rrs():
 
 # ------------------------------------------------------------------------------------------ verifiers' uniforms
 UNIFORM_VERIFIERS = ["sps", "rrs", "rrs_wor", "kseq", "spechub", "is", "weighted_is", "greedy", "optimal",
-                     "optimal_paths"]
+                     "optimal_wor", "optimal_paths"]
 
 
 def _uniform_case(name: str, V: int = 7, n: int = 3, B: int = 30000, seed: int = 3):

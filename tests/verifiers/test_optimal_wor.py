@@ -1,0 +1,153 @@
+"""``get("optimal_wor")``: the optimal rule for without-replacement drafts, solved on the draft's support.
+
+Exactness of the reduction (the support's k tokens plus OTHER) by enumeration of the full instance at V <= 8; the
+sampler's law by seeded chi-square tests that fail only below p = 1e-6 (false-failure rate 1e-6 per assertion), at
+V = 32k on LM-like rows whose draft is filtered to its top-k tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+
+import otlp
+from otlp.core.drafts import DraftScheme
+from otlp.core.errors import InputError, ModelTooLargeError
+from otlp.verifiers import get
+from otlp.verifiers.optimal_wor import MAX_TUPLES, SupportRule
+
+P_MIN = 1e-6
+
+
+def _pair(V: int, zeros: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A target with mass everywhere and a draft with ``zeros`` tokens of q = 0 (the first of them a point where p is
+    large, so that OTHER carries mass)."""
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.full(V, 0.7))
+    q[rng.choice(V, zeros, replace=False)] = 0.0
+    return p, q / q.sum()
+
+
+@pytest.mark.parametrize(("V", "n", "zeros"), [(5, 2, 1), (6, 3, 2), (7, 2, 3), (7, 4, 2), (6, 3, 0)])
+def test_support_is_the_positive_tokens_tuples(V: int, n: int, zeros: int) -> None:
+    """WithoutReplacement.support enumerates k! / (k - n)! tuples of the k tokens of q > 0: the same tuples, order
+    and probabilities as the generic enumeration of V^n filtered to P > 0."""
+    p, q = _pair(V, zeros, seed=V + n)
+    d = otlp.WithoutReplacement(q, n)
+    omegas, probs = d.support()
+    ref_omegas, ref_probs = DraftScheme.support(d)
+    assert d.support_count() == omegas.shape[0] == ref_omegas.shape[0]
+    np.testing.assert_array_equal(omegas, ref_omegas)
+    np.testing.assert_array_equal(probs, ref_probs)
+
+
+def test_support_refuses_before_allocating() -> None:
+    q = np.full(3000, 1 / 3000)
+    with pytest.raises(ModelTooLargeError, match="8,997,000 tuples of n = 2 distinct tokens among the 3,000 with q > 0 "
+                                                 "would need"):
+        otlp.WithoutReplacement(q, 2).support(max_tuples=1000)
+
+
+@pytest.mark.parametrize(("V", "n", "zeros", "seed"), [(5, 2, 1, 0), (6, 3, 2, 1), (7, 2, 3, 2), (7, 3, 1, 3),
+                                                       (8, 4, 3, 4), (6, 2, 4, 5)])
+def test_support_rule_is_exact_on_the_full_vocabulary(V: int, n: int, zeros: int, seed: int) -> None:
+    """The rule built on the support plus OTHER, read back on all V tokens: its output law over every tuple of the
+    full instance is p to 1e-12, and its acceptance is alpha* of the full instance (brute force over subsets)."""
+    p, q = _pair(V, zeros, seed)
+    d = otlp.WithoutReplacement(q, n)
+    rule = SupportRule(p, q, n)
+    residual = rule.residual()  # [V]
+    assert residual.min() >= 0.0 and residual.sum() == pytest.approx(1.0, abs=1e-12)
+    law, accepted = np.zeros(V), 0.0
+    for omega, prob in zip(*d.support(), strict=True):
+        accept, reject = rule.rule(omega)
+        assert accept.min() >= -1e-15 and accept.sum() + reject == pytest.approx(1.0, abs=1e-12)
+        np.add.at(law, omega, prob * accept)
+        law += prob * reject * residual
+        accepted += prob * accept.sum()
+    np.testing.assert_allclose(law, p, rtol=0, atol=1e-12)
+    alpha = otlp.optimal_acceptance(p, d)
+    assert accepted == pytest.approx(alpha, abs=1e-12)
+    assert rule.transport.route == "luce"
+
+
+def _wor_rows(B: int, V: int, k: int, n: int, sigma: float, seed: int, scale: float = 3.0):
+    """LM-like float32 rows (p = softmax(scale z), a close draft softmax(log p + sigma z')), the draft filtered to
+    its top k tokens, n drafts per row from it without replacement (Gumbel top-n), and float64 uniforms."""
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(torch.randn(B, V, generator=g, dtype=torch.float64) * scale, 1)
+    q = torch.softmax(torch.log(p) + sigma * torch.randn(B, V, generator=g, dtype=torch.float64), 1)
+    top = torch.topk(q, k, dim=1).indices  # [B, k]
+    q = torch.zeros_like(q).scatter_(1, top, q.gather(1, top))
+    q = q / q.sum(1, keepdim=True)
+    keys = torch.log(q) - torch.log(-torch.log(torch.rand(q.shape, generator=g, dtype=torch.float64)))
+    drafts = torch.topk(keys, n, dim=1).indices  # [B, n] in order: a successive sample without replacement
+    u = torch.rand(B, 2, generator=g, dtype=torch.float64)
+    return p.float(), q.float(), drafts, u
+
+
+def test_sampler_law_at_32k() -> None:
+    """One LM-like row at V = 32k (p = softmax(5 z), top-20 draft, sigma 1, n = 3) verified 10,000 times with fresh
+    drafts and uniforms: the tokens follow p (chi-square over the support's tokens and ten p-mass bins of the rest),
+    and the acceptance is alpha* within 5 standard errors."""
+    V, k, n, N = 32_000, 20, 3, 10_000
+    p, q, _, _ = _wor_rows(1, V, k, n, 1.0, seed=5, scale=5.0)
+    p64, q64 = p[0].double().numpy(), q[0].double().numpy()
+    p64, q64 = p64 / p64.sum(), q64 / q64.sum()
+    d = otlp.WithoutReplacement(q64, n)
+    rng = np.random.default_rng(6)
+    drafts = torch.from_numpy(np.concatenate([d.sample(1000, rng) for _ in range(N // 1000)]))  # ([1000, V] keys)
+    P, Q = p.expand(N, V), q.expand(N, V)
+    u = torch.rand(N, 2, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    tokens, index = get("optimal_wor").sample(P, Q, drafts, uniforms=u)
+    live = np.flatnonzero(q64 > 0)
+    cells = np.full(V, -1)
+    cells[live] = np.arange(k)
+    rest = np.setdiff1d(np.arange(V), live)
+    rest = rest[np.argsort(p64[rest])]
+    share = np.cumsum(p64[rest]) / p64[rest].sum()
+    cells[rest] = k + np.minimum((share * 10).astype(int), 9)
+    observed = np.bincount(cells[tokens.numpy()], minlength=k + 10)
+    expected = np.bincount(cells, weights=p64, minlength=k + 10) * N
+    keep = expected > 0
+    assert observed[~keep].sum() == 0
+    assert scipy.stats.chisquare(observed[keep], expected[keep] * N / expected[keep].sum()).pvalue > P_MIN
+    alpha = otlp.optimal_acceptance(p64, d)
+    assert 0.3 < alpha < p64[live].sum() - 0.01  # a row where the draws, not the support, bind the rule
+    rate = float((index >= 0).double().mean())
+    assert abs(rate - alpha) < 5 * np.sqrt(alpha * (1 - alpha) / N)
+
+
+def test_rows_and_widths() -> None:
+    """A batch of different rows (V = 4096, top-8 drafts, n = 3) with a widths mask: row b's result is the one-row
+    call's on its first widths[b] drafts with the same uniforms, and an accepted index names that draft."""
+    B, V, n = 12, 4096, 3
+    p, q, drafts, u = _wor_rows(B, V, 8, n, 0.5, seed=9)
+    widths = torch.tensor([1, 2, 3] * 4)
+    v = get("optimal_wor")
+    tokens, index = v.sample(p, q, drafts, uniforms=u, widths=widths)
+    for b in range(B):
+        m = int(widths[b])
+        t1, i1 = v.sample(p[b:b + 1], q[b:b + 1], drafts[b:b + 1, :m], uniforms=u[b:b + 1])
+        assert (int(tokens[b]), int(index[b])) == (int(t1[0]), int(i1[0]))
+        if index[b] >= 0:
+            assert int(drafts[b, index[b]]) == int(tokens[b])
+
+
+def test_refusals() -> None:
+    v = get("optimal_wor")
+    V = 128
+    p = torch.full((1, V), 1 / V)
+    assert 128 * 127 * 126 > MAX_TUPLES
+    with pytest.raises(InputError, match=r"128 tokens of q > 0, so 2,048,256 tuples of n = 3 \(at most"):
+        v.sample(p, p, torch.tensor([[0, 1, 2]]), uniforms=torch.zeros(1, 2))
+    q = torch.zeros(1, V)
+    q[0, :4] = 0.25
+    with pytest.raises(InputError, match="not distinct tokens of q > 0"):
+        v.sample(p, q, torch.tensor([[0, 0]]), uniforms=torch.zeros(1, 2))
+    with pytest.raises(InputError, match="not distinct tokens of q > 0"):
+        v.sample(p, q, torch.tensor([[0, 9]]), uniforms=torch.zeros(1, 2))
+    with pytest.raises(InputError, match=r"one draft law per row"):
+        v.sample(p, q[:, None].expand(1, 2, V), torch.tensor([[0, 1]]))

@@ -115,8 +115,8 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     parser.add_argument("--engine", choices=("sglang",), default=None,
                         help="verify each step's tree through the SGLang-style adapter "
                              "(otlp.engines.sglang.tree_speculative_sampling: the loop's merged tree in SGLang's "
-                             "first-child / next-sibling encoding, engine-style uniforms; --verifier optimal, rrs or "
-                             "rrs_wor); the same tokens as the loop's own walk with the same uniforms")
+                             "first-child / next-sibling encoding, engine-style uniforms; --verifier optimal, rrs, "
+                             "rrs_wor or optimal_wor); the same tokens as the loop's own walk with the same uniforms")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip plain target sampling (two runs: the token-law comparison with its noise "
                              "floor, and the speed ratio)")

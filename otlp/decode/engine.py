@@ -28,7 +28,7 @@ every node the emitted stream has the target's law either way (the loop's module
 from __future__ import annotations
 
 #: the rules the SGLang adapter verifies a node with that the loop also drives (otlp.engines.sglang's methods)
-ENGINE_VERIFIERS = ("optimal", "rrs", "rrs_wor")
+ENGINE_VERIFIERS = ("optimal", "rrs", "rrs_wor", "optimal_wor")
 ENGINES = ("sglang",)
 
 

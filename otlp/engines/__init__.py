@@ -2,8 +2,9 @@
 
 One module per engine, each taking the engine's arguments by the engine's names, shapes and dtypes and writing its
 outputs (in place where the engine does, with its -1 placeholders), with keyword-only extras ``method=`` (``"rrs"``
-the engine's own rule, the default; ``"optimal"`` otlp's optimal rule; SGLang also ``"rrs_wor"`` and
-``"target_only"``) and explicit uniforms for bit-for-bit replay. Pure torch: no engine is imported.
+the engine's own rule, the default; ``"optimal"`` otlp's optimal rule; SGLang's trees also ``"rrs_wor"``,
+``"optimal_wor"`` and ``"target_only"``) and explicit uniforms for bit-for-bit replay. Pure torch: no engine is
+imported.
 
 * :mod:`otlp.engines.vllm`: ``rejection_sample`` (vLLM V1's ragged chains);
 * :mod:`otlp.engines.flashinfer`: ``chain_speculative_sampling``;

@@ -20,8 +20,9 @@ from otlp.core.errors import InputError
 from otlp.verifiers.base import _row_ok, sum_tolerance, validation_enabled
 
 #: the node rules every adapter takes (``method=``): the engine's own single-draft / recursive rejection rule, otlp's
-#: optimal rule (alpha* at every node), recursive rejection without replacement.
-METHODS = ("rrs", "optimal", "rrs_wor")
+#: optimal rule (alpha* at every node), recursive rejection without replacement, otlp's optimal rule for children
+#: drawn without replacement (filtered drafts: :mod:`otlp.verifiers.optimal_wor`).
+METHODS = ("rrs", "optimal", "rrs_wor", "optimal_wor")
 
 INT_DTYPES = ("int32", "int64")
 
@@ -163,7 +164,9 @@ def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # no
     a draw from p at a childless row), drawn with ``final``.
 
     ``"optimal"``: :func:`otlp.optimal.sampler.verify` with ``u = [coin, final]`` and ``widths`` (alpha*(p, q, m)
-    at an m-child node; at one child the single-draft test ``coin q(x) < p(x)``); ``"rrs"`` / ``"rrs_wor"``:
+    at an m-child node; at one child the single-draft test ``coin q(x) < p(x)``); ``"optimal_wor"``:
+    ``get("optimal_wor").sample`` on the rows with children (distinct children of a draft filtered to its top-k
+    tokens; each row solved on the host, :mod:`otlp.verifiers.optimal_wor`); ``"rrs"`` / ``"rrs_wor"``:
     :func:`otlp.verifiers.rrs.verify_uniforms`."""
     import torch
 
@@ -185,6 +188,18 @@ def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # no
         tokens_out, slot = verify(p_rows, q_rows, tokens.long(), u, widths=masks)
         bonus = draw_where(leaf, p_rows, final)
         return torch.where(leaf, -1, slot), torch.where(leaf, bonus, tokens_out)
+    if method == "optimal_wor":
+        from otlp.verifiers import get
+
+        u = torch.stack([coin.to(torch.float64), final.to(torch.float64)], dim=1)  # [R, 2]
+        slot = torch.full_like(widths, -1, dtype=torch.int64)
+        out = draw_where(leaf, p_rows, final)
+        rows = (~leaf).nonzero()[:, 0]  # (a host read: the rule runs on the host anyway)
+        if rows.numel():
+            t, s = get("optimal_wor").sample(p_rows[rows], q_rows[rows], tokens[rows].long(), uniforms=u[rows],
+                                             widths=widths[rows].long())
+            out[rows], slot[rows] = t.to(out.device), s.to(slot.device)
+        return slot, out
     # rrs / rrs_wor: a childless row's draft law is scaled by 0 (width 0: slot -1, the token drawn from p), so its
     # q row (SGLang's scratch for a leaf, never validated) is replaced: a NaN there made the draw leave the vocabulary.
     # One elementwise pass over [R, V] (no host read on a device); on the host only where some row is a leaf (its

@@ -89,7 +89,7 @@ def _tree_case(method: str, m_root: int, m_child: int, B: int, seed: int):
     P1, Q1 = _rows(rng, V, V), _rows(rng, V, V)
     g = torch.Generator().manual_seed(seed)
     N = 1 + m_root * (1 + m_child)
-    wor = method in ("rrs_wor", "target_only")  # SGLang's rule is exact for distinct children
+    wor = method in ("rrs_wor", "optimal_wor", "target_only")  # SGLang's rule is exact for distinct children
 
     def children(q_rows: torch.Tensor, m: int) -> torch.Tensor:  # [B, V] -> [B, m]
         return torch.multinomial(q_rows, m, replacement=not wor, generator=g)
@@ -155,7 +155,7 @@ def test_tree_law_target_only_distinct_children(m_root, m_child):
             _assert_law(second[rows], P1[t], f"target_only second token after {t}")
 
 
-@pytest.mark.parametrize("method", ["rrs", "optimal", "rrs_wor"])
+@pytest.mark.parametrize("method", ["rrs", "optimal", "rrs_wor", "optimal_wor"])
 @pytest.mark.parametrize("m_root, m_child", [(2, 3), (3, 2)])
 def test_tree_law_and_root_acceptance(method, m_root, m_child):
     B = 24000
@@ -163,8 +163,8 @@ def test_tree_law_and_root_acceptance(method, m_root, m_child):
     N = args["candidates"].shape[1]
     first = predicts.reshape(B, N)[:, 0].long()
     _assert_law(first, P0, f"{method} root token")
-    draft = otlp.WithoutReplacement(Q0, m_root) if method == "rrs_wor" else otlp.IID(Q0, m_root)
-    alpha = (otlp.optimal_acceptance(P0, otlp.IID(Q0, m_root)) if method == "optimal"
+    draft = otlp.WithoutReplacement(Q0, m_root) if method.endswith("_wor") else otlp.IID(Q0, m_root)
+    alpha = (otlp.optimal_acceptance(P0, draft) if method.startswith("optimal")
              else get(method).verifier_acceptance(P0, draft))
     _assert_rate(num >= 1, alpha, f"{method} root acceptance")
     # second token given the accepted child's token t: the target after t, P1[t]

@@ -9,6 +9,12 @@ sizes against the relaxed OTLP solved by HiGHS (``otlp.optimal.generic.relaxed_l
 the LP route) and the exact rule of otlp/optimal/wor.py (``OptimalTransport(p, WithoutReplacement(q, n))``: its whole
 build, Luce weights, completion and checks; its alpha is a certified lower bound), both against alpha*. One
 thread, a minute or so; run under ``flock /tmp/otlp-heavy.lock``.
+
+``--top-k K ...``: drafts filtered to their top K tokens (close drafts: q = softmax(log p + N(0, 1)) before the
+filter, p = softmax(5 z)) at each V of ``--sizes`` and n of ``--support-ns``: the exact rule's build on the draft's
+support (``OptimalTransport``, :class:`otlp.optimal.wor.SupportRule`) against alpha* of ``psi_wor`` on the full
+rows, and one verification call of ``get("optimal_wor")`` on ``--rows`` distinct rows against ``get("rrs_wor")``
+on the same rows and uniforms.
 """
 
 from __future__ import annotations
@@ -82,6 +88,37 @@ def small_table(sizes: list[tuple[int, int]], rng: np.random.Generator) -> None:
               f"{1e3 * luce:.0f} | {rule.route} | {rule.alpha - alpha:.1e} |")
 
 
+def support_table(sizes: list[int], ns: list[int], ks: list[int], rows: int, rng: np.random.Generator) -> None:
+    import torch
+
+    from otlp.verifiers import get
+
+    print(f"| V | k | n | alpha* | rule build ms | rule alpha - alpha* | optimal_wor ms / call of {rows} rows | "
+          "rrs_wor ms / call | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for V in sizes:
+        z = torch.from_numpy(rng.standard_normal((rows, V)))
+        p = torch.softmax(5 * z, 1)  # [rows, V] float64
+        noisy = torch.softmax(torch.log(p) + torch.from_numpy(rng.standard_normal((rows, V))), 1)
+        for k in ks:
+            top = torch.topk(noisy, k, dim=1).indices
+            q = torch.zeros_like(noisy).scatter_(1, top, noisy.gather(1, top))
+            q = q / q.sum(1, keepdim=True)
+            p0, q0 = p[0].numpy(), q[0].numpy()
+            for n in ns:
+                alpha = wor_optimal_acceptance(p0, q0, n)
+                start = time.perf_counter()
+                rule = otlp.OptimalTransport(p0, otlp.WithoutReplacement(q0, n))
+                build = time.perf_counter() - start
+                keys = torch.log(q) - torch.log(-torch.log(torch.from_numpy(rng.random((rows, V)))))
+                drafts = torch.topk(keys, n, dim=1).indices  # [rows, n] without replacement
+                u = torch.from_numpy(rng.random((rows, 2)))
+                opt = _median_time(3, get("optimal_wor").sample, p, q, drafts, None, uniforms=u)
+                rrs = _median_time(3, get("rrs_wor").sample, p, q, drafts, None, uniforms=u)
+                print(f"| {V} | {k} | {n} | {alpha:.10f} | {1e3 * build:.1f} | {rule.alpha - alpha:.1e} | "
+                      f"{1e3 * opt:.1f} | {1e3 * rrs:.2f} | {opt / rrs:.0f}x |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[32768, 131072])
@@ -89,8 +126,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--small", type=str, nargs="*", default=["200x2", "60x3", "20x4"],
                         help="V x n pairs for the comparison with the relaxed LP")
+    parser.add_argument("--top-k", type=int, nargs="*", default=[],
+                        help="only the table of drafts filtered to their top K tokens (module docstring)")
+    parser.add_argument("--support-ns", type=int, nargs="+", default=[2, 3, 4])
+    parser.add_argument("--rows", type=int, default=8, help="--top-k: rows per verification call")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
+    if args.top_k:
+        import torch
+
+        torch.set_num_threads(1)
+        support_table(args.sizes, args.support_ns, args.top_k, args.rows, rng)
+        return 0
     print("| V | n | alpha* (WOR) | WOR ms | read p, q ms | ratio to read | IID alpha* ms | K nodes | error est. |")
     print("|---|---|---|---|---|---|---|---|---|")
     for V in args.sizes:

@@ -105,13 +105,15 @@ class OptimalTransport:
         else:
             from otlp.core.drafts import as_draft
             from otlp.optimal.generic import LinearProgramRule
-            from otlp.optimal.wor import WithoutReplacementRule
+            from otlp.optimal.wor import SupportRule
 
             if top_k is not None:
                 raise InputError("top_k truncation is only defined here for IID drafts (GR App. N)")
             draft = as_draft(draft)
-            wor = draft.name == "without_replacement"
-            self._lp = (WithoutReplacementRule if wor else LinearProgramRule)(p, draft)
+            if draft.name == "without_replacement":  # the Luce rule, on the draft's support
+                self._lp = SupportRule(check_distribution(p, "p", size=draft.V), draft.q, draft.n)
+            else:
+                self._lp = LinearProgramRule(p, draft)
             self.route = self._lp.route  # "luce" (otlp.optimal.wor), or "lp" (the relaxed LP)
             self.p, self.n, self.V = self._lp.p, self._lp.n, self._lp.V
             self.q = None

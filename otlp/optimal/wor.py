@@ -28,6 +28,14 @@ OTLP (GR eq. (2)), on the enumerated support, without a linear program:
   ``TOLERANCE``; elements of target 0 are never chosen. This program plays the part of GR App. S's Step 3 (a convex
   program for the inner coupling, which the paper leaves open for these drafts).
 
+**On the draft's support** (:class:`SupportRule`, the rule :class:`otlp.optimal.OptimalTransport` takes). A draft
+only ever draws tokens of q > 0, so the instance is solved on those k tokens plus one token OTHER holding the
+target's mass off them (q = 0 there), and read back on all V tokens. This is exact, not a truncation: no tuple covers
+a token of q = 0, so its acceptance is 0 in every plan and its only mass is the residual's, (p - R)_+ = p on it
+(GR eq. (3)); OTHER's residual share is spread over those tokens in proportion to p. With the support's
+k! / (k - n)! tuples (:meth:`otlp.core.drafts.WithoutReplacement.support`), a draft filtered to its top-k tokens
+gets the rule at any V.
+
 The plan S[omega, k] = P(omega) P(choose omega_k) then goes through the LP route's completion
 (:class:`.generic.LinearProgramRule`, GR eq. (3)), so every slice is a distribution and the output law is p to
 rounding whatever the solver left; the acceptance is alpha* to the Newton residual (reported, and checked against
@@ -45,6 +53,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from otlp.core.drafts import WithoutReplacement
 from otlp.core.psi import ratio_order
 from otlp.optimal.generic import LinearProgramRule, encode_tuples, relaxed_lp_plan
 
@@ -197,3 +206,40 @@ class WithoutReplacementRule(LinearProgramRule):
         alpha, S, self.newton_residual = got
         self.route = "luce"
         return alpha, S, np.arange(S.size).reshape(S.shape)
+
+
+class SupportRule:
+    """The rule for ``p [V]`` and ``WithoutReplacement(q, n)`` (valid distributions) solved on the draft's support
+    (module docstring): :class:`WithoutReplacementRule` on the k tokens of q > 0 and OTHER, read back on all V tokens.
+    Offers what :class:`otlp.optimal.OptimalTransport` reads of a rule: ``p, n, V, route, alpha, alpha_upper, h_star,
+    residual [V], acceptance(), rule(omegas)``."""
+
+    def __init__(self, p: np.ndarray, q: np.ndarray, n: int):
+        self.p, self.n, self.V = p, n, p.size
+        self.live = np.flatnonzero(q > 0)  # [k] the support, in token order
+        off = np.flatnonzero(q <= 0)
+        outside = float(p[off].sum())
+        p1, q1 = p[self.live], q[self.live]
+        if outside > 0:  # OTHER, never drafted: its only mass is the residual's
+            p1, q1 = np.append(p1, outside), np.append(q1, 0.0)
+        self.inner = WithoutReplacementRule(p1, WithoutReplacement(q1, n))
+        self.route, self.alpha, self.alpha_upper = self.inner.route, self.inner.alpha, self.inner.alpha_upper
+        k = self.live.size
+        h = self.inner.h_star
+        self.h_star = None if h is None else self.live[h[h < k]]  # (OTHER, of q = 0, never lowers psi)
+        own = self.inner.residual  # [k (+ 1)]
+        self.residual = np.zeros(self.V)  # [V]
+        self.residual[self.live] = own[:k]
+        if outside > 0:
+            self.residual[off] = own[k] * p[off] / outside
+
+    def acceptance(self) -> float:
+        return self.inner.acceptance()
+
+    def rule(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`.generic.LinearProgramRule.rule` on tuples of the full vocabulary ``omegas [M, n]``: a token off
+        the support goes to an index the inner rule never drew, so its tuple takes the "never produced" branch."""
+        k = self.live.size
+        at = np.minimum(np.searchsorted(self.live, omegas), k - 1)  # [M, n]
+        local = np.where(self.live[at] == omegas, at, k + 1)  # k + 1: past OTHER too
+        return self.inner.rule(local)

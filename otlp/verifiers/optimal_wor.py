@@ -1,17 +1,14 @@
 """The optimal rule for drafts sampled without replacement as a batched sampler (``get("optimal_wor")``, issue 45).
 
-Each row's rule is :class:`otlp.optimal.OptimalTransport` for ``WithoutReplacement(q, n)`` (the Luce rule of
-:mod:`otlp.optimal.wor`, acceptance alpha*) built on the **draft's support**: a without-replacement draft only ever
-draws tokens of q > 0, so the instance is solved on those k tokens plus one token ``OTHER`` that holds the target's
-mass outside them (q = 0 there). This is exact, not a truncation: no tuple covers a token of q = 0, so its acceptance
-is 0 in every optimal plan and its only mass is the residual's, (p - R)_+ = p on it (GR eq. (3)); ``OTHER``'s
-residual share is spread over those tokens in proportion to p.
+Each row's rule is :class:`otlp.optimal.wor.SupportRule`, the rule :class:`otlp.optimal.OptimalTransport` takes for
+``WithoutReplacement(q, n)`` (the Luce rule, acceptance alpha*), solved on the draft's support: its k tokens of
+q > 0 and one token OTHER for the target's mass off them (exact: :mod:`otlp.optimal.wor`).
 
 The rule enumerates the k! / (k - n)! tuples of that support, so it suits drafts filtered to their top-k (or top-p)
 tokens, as tree drafters sample their children, at any vocabulary size V; a row whose support has more than
-``MAX_TUPLES`` tuples is refused before any work, with its size. The rows are solved one by one on the host
-(a row at k = 20, n = 3 in ~10 ms; ``benchmarks/wor.py``): a decode-loop and certification sampler, not an engine
-hot path; no vectorised rule over unfiltered vocabularies exists yet (issue 45).
+``MAX_TUPLES`` tuples is refused before any work, with its size. The rows are solved one by one on the host (about
+10 ms at k = 20, n = 3; one rule per distinct row in a call): a decode-loop and certification sampler, not an
+engine hot path. No rule for unfiltered drafts at vocabulary scale exists yet (issue 45).
 """
 
 from __future__ import annotations
@@ -22,6 +19,7 @@ import numpy as np
 
 from otlp.core.drafts import DraftScheme, WithoutReplacement
 from otlp.core.errors import InputError
+from otlp.optimal.wor import SupportRule
 from otlp.verifiers.base import check_tensors, check_uniforms, validation_enabled
 from otlp.verifiers.optimal import Optimal, _check_widths
 
@@ -81,52 +79,18 @@ class OptimalWithoutReplacement(Optimal):
             pb, qb = row(p, b), row(q, b)
             key = (pb.tobytes(), qb.tobytes(), int(m[b]))
             if key not in rules:
-                rules[key] = SupportRule(pb, qb, int(m[b]))
-            tokens[b], index[b] = rules[key].draw(w[b, : m[b]], u[b])
+                rules[key] = SupportRule(pb / pb.sum(), qb / qb.sum(), int(m[b]))
+            tokens[b], index[b] = draw(rules[key], w[b, : m[b]], u[b])
         return torch.from_numpy(tokens).to(p.device), torch.from_numpy(index).to(p.device)
 
 
-class SupportRule:
-    """One row's rule on its draft's support (module docstring): ``p, q [V]`` (normalised here), ``n`` drafts.
-    ``live [k]`` the tokens of q > 0; ``transport`` the :class:`otlp.optimal.OptimalTransport` of
-    ``WithoutReplacement`` on them and ``OTHER`` (last, where the target has mass off the support)."""
-
-    def __init__(self, p: np.ndarray, q: np.ndarray, n: int):
-        from otlp.optimal import OptimalTransport
-
-        self.p, q = p / p.sum(), q / q.sum()
-        on = q > 0
-        self.live = np.flatnonzero(on)  # [k]
-        self.off = np.flatnonzero(~on)  # [V - k]
-        self.outside = float(self.p[self.off].sum())
-        p1, q1 = self.p[self.live], q[self.live]
-        if self.outside > 0:  # OTHER: the target's mass off the support, never drafted
-            p1, q1 = np.append(p1, self.outside), np.append(q1, 0.0)
-        self.transport = OptimalTransport(p1, WithoutReplacement(q1, n))
-
-    def rule(self, drafts: np.ndarray) -> tuple[np.ndarray, float]:
-        """``drafts [n]`` distinct tokens of q > 0 -> ``(accept [n], reject)`` (:meth:`OptimalTransport.rule`)."""
-        local = np.minimum(np.searchsorted(self.live, drafts), self.live.size - 1)  # [n] places on the support
-        accept, reject = self.transport.rule(local[None])
-        return accept[0], float(reject[0])
-
-    def residual(self) -> np.ndarray:
-        """``[V]`` the law of a rejected tuple's token: the support's residual, ``OTHER``'s share spread over the
-        tokens of q = 0 in proportion to p."""
-        r = np.zeros(self.p.size)
-        own = self.transport.residual  # [k (+ 1)]
-        r[self.live] = own[: self.live.size]
-        if self.outside > 0:
-            r[self.off] = own[-1] * self.p[self.off] / self.outside
-        return r
-
-    def draw(self, drafts: np.ndarray, u: np.ndarray) -> tuple[int, int]:
-        """``(token, slot)`` for ``drafts [n]`` and uniforms ``u [2]``: slot j where ``u[0]`` falls in its share of
-        the cumulative accept probabilities, else (slot -1) the inverse CDF of ``u[1]`` over :meth:`residual`."""
-        accept, _ = self.rule(drafts)
-        slot = int((u[0] >= np.cumsum(accept)).sum())
-        if slot < drafts.size:
-            return int(drafts[slot]), slot
-        cdf = np.cumsum(self.residual())
-        token = int(np.searchsorted(cdf, u[1] * cdf[-1], side="right"))
-        return min(token, self.p.size - 1), -1
+def draw(rule, drafts: np.ndarray, u: np.ndarray) -> tuple[int, int]:  # noqa: ANN001 - a wor.SupportRule
+    """``(token, slot)`` for one row's ``drafts [n]`` and uniforms ``u [2]``: slot j where ``u[0]`` falls in its share
+    of the rule's cumulative accept probabilities, else (slot -1) the inverse CDF of ``u[1]`` over its residual."""
+    accept, _ = rule.rule(drafts[None])
+    slot = int((u[0] >= np.cumsum(accept[0])).sum())
+    if slot < drafts.size:
+        return int(drafts[slot]), slot
+    cdf = np.cumsum(rule.residual)
+    token = int(np.searchsorted(cdf, u[1] * cdf[-1], side="right"))
+    return min(token, cdf.size - 1), -1

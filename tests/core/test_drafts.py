@@ -182,3 +182,25 @@ def test_sample_zero_and_numpy_integer_sizes():
     for scheme in schemes(np.random.default_rng(0)):
         assert scheme.sample(0, np.random.default_rng(0)).shape == (0, scheme.n)
         assert scheme.sample(np.int64(2), np.random.default_rng(0)).shape == (2, scheme.n)
+
+
+@pytest.mark.parametrize(("V", "n", "zeros"), [(5, 2, 1), (6, 3, 2), (7, 2, 3), (7, 4, 2), (6, 3, 0), (6, 5, 1)])
+def test_without_replacement_support_is_the_positive_tokens_tuples(V: int, n: int, zeros: int) -> None:
+    """WithoutReplacement.support enumerates the k! / (k - n)! tuples of the k tokens of q > 0: the same tuples,
+    order and probabilities as the generic enumeration of V^n filtered to P > 0."""
+    rng = np.random.default_rng(V + n)
+    q = rng.dirichlet(np.full(V, 0.7))
+    q[rng.choice(V, zeros, replace=False)] = 0.0
+    d = otlp.WithoutReplacement(q / q.sum(), n)
+    omegas, probs = d.support()
+    ref_omegas, ref_probs = DraftScheme.support(d)
+    assert d.support_count() == omegas.shape[0] == ref_omegas.shape[0]
+    np.testing.assert_array_equal(omegas, ref_omegas)
+    np.testing.assert_array_equal(probs, ref_probs)
+
+
+def test_without_replacement_support_refused_before_allocation() -> None:
+    q = np.full(3000, 1 / 3000)
+    with pytest.raises(ModelTooLargeError, match="8,997,000 tuples of n = 2 distinct tokens among the 3,000 with q > 0 "
+                                                 "would need"):
+        otlp.WithoutReplacement(q, 2).support(max_tuples=1000)

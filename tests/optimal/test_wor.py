@@ -52,6 +52,24 @@ def test_law_and_acceptance_by_enumeration(n: int) -> None:
     assert routes.count("luce") == len(routes), routes  # every instance on the new route, none on the LP
 
 
+@pytest.mark.parametrize(("V", "n", "zeros", "seed"), [(5, 2, 1, 0), (6, 3, 2, 1), (7, 2, 3, 2), (7, 3, 1, 3),
+                                                       (8, 4, 3, 4), (6, 2, 4, 5)])
+def test_the_rule_on_the_drafts_support_is_exact_on_every_token(V: int, n: int, zeros: int, seed: int) -> None:
+    """Drafts with zeros where the target has mass (so OTHER carries the residual's share): the rule solved on the
+    support plus OTHER (W.SupportRule) and read back on all V tokens has law p and acceptance 1 + min psi over all
+    2^V subsets, to 1e-12, by enumeration of every tuple."""
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.full(V, 0.7))
+    q[rng.choice(V, zeros, replace=False)] = 0.0
+    draft = otlp.WithoutReplacement(q / q.sum(), n)
+    ot = OptimalTransport(p, draft)
+    assert isinstance(ot._lp, W.SupportRule) and ot._lp.live.size == V - zeros and ot.route == "luce"
+    check_rule(ot, p, draft)
+    _, acceptance = enumerate_rule(ot, draft)
+    best, _ = brute_force_min_psi(p, draft)
+    assert abs(acceptance - (1.0 + best)) < TOL
+
+
 @pytest.mark.parametrize(("V", "n"), [(60, 2), (16, 3)])
 def test_the_same_alpha_as_the_lp_and_as_psi_wor(V: int, n: int) -> None:
     rng = np.random.default_rng(V)

@@ -1,8 +1,8 @@
-"""``get("optimal_wor")``: the optimal rule for without-replacement drafts, solved on the draft's support.
+"""``get("optimal_wor")``: the optimal rule for without-replacement drafts as a batched sampler.
 
-Exactness of the reduction (the support's k tokens plus OTHER) by enumeration of the full instance at V <= 8; the
-sampler's law by seeded chi-square tests that fail only below p = 1e-6 (false-failure rate 1e-6 per assertion), at
-V = 32k on LM-like rows whose draft is filtered to its top-k tokens.
+The rule itself (on the draft's support) is tested by enumeration in tests/optimal/test_wor.py; here the sampler's
+law, by seeded chi-square tests that fail only below p = 1e-6 (false-failure rate 1e-6 per assertion), at V = 32k on
+an LM-like row whose draft is filtered to its top-k tokens, and its batch handling and refusals.
 """
 
 from __future__ import annotations
@@ -13,64 +13,11 @@ import scipy.stats
 import torch
 
 import otlp
-from otlp.core.drafts import DraftScheme
-from otlp.core.errors import InputError, ModelTooLargeError
+from otlp.core.errors import InputError
 from otlp.verifiers import get
-from otlp.verifiers.optimal_wor import MAX_TUPLES, SupportRule
+from otlp.verifiers.optimal_wor import MAX_TUPLES
 
 P_MIN = 1e-6
-
-
-def _pair(V: int, zeros: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """A target with mass everywhere and a draft with ``zeros`` tokens of q = 0 (the first of them a point where p is
-    large, so that OTHER carries mass)."""
-    rng = np.random.default_rng(seed)
-    p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.full(V, 0.7))
-    q[rng.choice(V, zeros, replace=False)] = 0.0
-    return p, q / q.sum()
-
-
-@pytest.mark.parametrize(("V", "n", "zeros"), [(5, 2, 1), (6, 3, 2), (7, 2, 3), (7, 4, 2), (6, 3, 0)])
-def test_support_is_the_positive_tokens_tuples(V: int, n: int, zeros: int) -> None:
-    """WithoutReplacement.support enumerates k! / (k - n)! tuples of the k tokens of q > 0: the same tuples, order
-    and probabilities as the generic enumeration of V^n filtered to P > 0."""
-    p, q = _pair(V, zeros, seed=V + n)
-    d = otlp.WithoutReplacement(q, n)
-    omegas, probs = d.support()
-    ref_omegas, ref_probs = DraftScheme.support(d)
-    assert d.support_count() == omegas.shape[0] == ref_omegas.shape[0]
-    np.testing.assert_array_equal(omegas, ref_omegas)
-    np.testing.assert_array_equal(probs, ref_probs)
-
-
-def test_support_refuses_before_allocating() -> None:
-    q = np.full(3000, 1 / 3000)
-    with pytest.raises(ModelTooLargeError, match="8,997,000 tuples of n = 2 distinct tokens among the 3,000 with q > 0 "
-                                                 "would need"):
-        otlp.WithoutReplacement(q, 2).support(max_tuples=1000)
-
-
-@pytest.mark.parametrize(("V", "n", "zeros", "seed"), [(5, 2, 1, 0), (6, 3, 2, 1), (7, 2, 3, 2), (7, 3, 1, 3),
-                                                       (8, 4, 3, 4), (6, 2, 4, 5)])
-def test_support_rule_is_exact_on_the_full_vocabulary(V: int, n: int, zeros: int, seed: int) -> None:
-    """The rule built on the support plus OTHER, read back on all V tokens: its output law over every tuple of the
-    full instance is p to 1e-12, and its acceptance is alpha* of the full instance (brute force over subsets)."""
-    p, q = _pair(V, zeros, seed)
-    d = otlp.WithoutReplacement(q, n)
-    rule = SupportRule(p, q, n)
-    residual = rule.residual()  # [V]
-    assert residual.min() >= 0.0 and residual.sum() == pytest.approx(1.0, abs=1e-12)
-    law, accepted = np.zeros(V), 0.0
-    for omega, prob in zip(*d.support(), strict=True):
-        accept, reject = rule.rule(omega)
-        assert accept.min() >= -1e-15 and accept.sum() + reject == pytest.approx(1.0, abs=1e-12)
-        np.add.at(law, omega, prob * accept)
-        law += prob * reject * residual
-        accepted += prob * accept.sum()
-    np.testing.assert_allclose(law, p, rtol=0, atol=1e-12)
-    alpha = otlp.optimal_acceptance(p, d)
-    assert accepted == pytest.approx(alpha, abs=1e-12)
-    assert rule.transport.route == "luce"
 
 
 def _wor_rows(B: int, V: int, k: int, n: int, sigma: float, seed: int, scale: float = 3.0):

@@ -88,10 +88,15 @@ def small_table(sizes: list[tuple[int, int]], rng: np.random.Generator) -> None:
               f"{1e3 * luce:.0f} | {rule.route} | {rule.alpha - alpha:.1e} |")
 
 
+def _verify(v, p, q, drafts, u) -> None:  # noqa: ANN001 - a verifier and its tensors
+    v.sample(p, q, drafts, uniforms=u)
+
+
 def support_table(sizes: list[int], ns: list[int], ks: list[int], rows: int, rng: np.random.Generator) -> None:
     import torch
 
     from otlp.verifiers import get
+    from otlp.verifiers.optimal_wor import MAX_TUPLES
 
     print(f"| V | k | n | alpha* | rule build ms | rule alpha - alpha* | optimal_wor ms / call of {rows} rows | "
           "rrs_wor ms / call | ratio |")
@@ -106,6 +111,9 @@ def support_table(sizes: list[int], ns: list[int], ks: list[int], rows: int, rng
             q = q / q.sum(1, keepdim=True)
             p0, q0 = p[0].numpy(), q[0].numpy()
             for n in ns:
+                if math.perm(k, n) > MAX_TUPLES:
+                    print(f"| {V} | {k} | {n} | | | | refused: {math.perm(k, n):,} tuples > {MAX_TUPLES:,} | | |")
+                    continue
                 alpha = wor_optimal_acceptance(p0, q0, n)
                 start = time.perf_counter()
                 rule = otlp.OptimalTransport(p0, otlp.WithoutReplacement(q0, n))
@@ -113,8 +121,8 @@ def support_table(sizes: list[int], ns: list[int], ks: list[int], rows: int, rng
                 keys = torch.log(q) - torch.log(-torch.log(torch.from_numpy(rng.random((rows, V)))))
                 drafts = torch.topk(keys, n, dim=1).indices  # [rows, n] without replacement
                 u = torch.from_numpy(rng.random((rows, 2)))
-                opt = _median_time(3, get("optimal_wor").sample, p, q, drafts, None, uniforms=u)
-                rrs = _median_time(3, get("rrs_wor").sample, p, q, drafts, None, uniforms=u)
+                opt = _median_time(3, _verify, get("optimal_wor"), p, q, drafts, u)
+                rrs = _median_time(3, _verify, get("rrs_wor"), p, q, drafts, u)
                 print(f"| {V} | {k} | {n} | {alpha:.10f} | {1e3 * build:.1f} | {rule.alpha - alpha:.1e} | "
                       f"{1e3 * opt:.1f} | {1e3 * rrs:.2f} | {opt / rrs:.0f}x |")
 

@@ -96,7 +96,7 @@ def support_table(sizes: list[int], ns: list[int], ks: list[int], rows: int, rng
     import torch
 
     from otlp.verifiers import get
-    from otlp.verifiers.optimal_wor import MAX_TUPLES
+    from otlp.verifiers.optimal_wor import MAX_SETS
 
     print(f"| V | k | n | alpha* | rule build ms | rule alpha - alpha* | optimal_wor ms / call of {rows} rows | "
           "rrs_wor ms / call | ratio |")
@@ -111,8 +111,8 @@ def support_table(sizes: list[int], ns: list[int], ks: list[int], rows: int, rng
             q = q / q.sum(1, keepdim=True)
             p0, q0 = p[0].numpy(), q[0].numpy()
             for n in ns:
-                if math.perm(k, n) > MAX_TUPLES:
-                    print(f"| {V} | {k} | {n} | | | | refused: {math.perm(k, n):,} tuples > {MAX_TUPLES:,} | | |")
+                if math.comb(k, n) > MAX_SETS:
+                    print(f"| {V} | {k} | {n} | | | | refused: {math.comb(k, n):,} sets > {MAX_SETS:,} | | |")
                     continue
                 alpha = wor_optimal_acceptance(p0, q0, n)
                 start = time.perf_counter()

@@ -16,6 +16,9 @@ from otlp.core.errors import MEMORY_LIMIT_BYTES, InputError, ModelTooLargeError
 
 #: Refuse to enumerate more tuples than this (about 0.5 GB for the int64 tuple table at n = 3).
 MAX_TUPLES = 20_000_000
+#: Refuse to enumerate more drafted sets than this (:meth:`WithoutReplacement.set_support`): the exact rule planned on
+#: them holds about 300-600 bytes a set (otlp/optimal/wor.py; 1.3M sets at n = 3: 419 MB).
+MAX_SETS = 2_000_000
 #: Refuse subset probabilities by enumeration above this many (mask, tuple, position) look-ups.
 MAX_SUBSET_WORK = 2_000_000_000
 #: Look-ups per chunk of masks (bounds the temporary boolean array to about 64 MB).
@@ -302,6 +305,51 @@ class WithoutReplacement(DraftScheme):
         probs = self.tuple_probabilities(omegas)
         keep = probs > 0
         return omegas[keep], probs[keep]
+
+    def set_support(self, max_sets: int = MAX_SETS) -> tuple[np.ndarray, np.ndarray]:
+        """The drafted *sets*: every set of n distinct tokens of q > 0, as increasing token ids in lexicographic
+        order, and P(the draws are that set) (those that do not underflow to 0): ``(sets int64 [U, n], probs [U])``,
+        U = C(k, n), n! fewer rows than :meth:`support` (``ModelTooLargeError`` above ``max_sets``, before anything
+        is allocated). P(S) sums the n! orders by a recursion over the subsets T of S, f(T) = sum_{b in T}
+        f(T - b) q_b / q(V - (T - b)), f(S) = P(S): 2^n n terms a set; each mass left q(V - T) is formed as in
+        :meth:`tuple_probabilities`, without the cancellation of 1 - q(T)."""
+        k = int(np.count_nonzero(self.q))
+        count = math.comb(k, self.n)
+        if count > max_sets:
+            raise ModelTooLargeError(f"enumerating the {count:,} sets of n = {self.n} distinct tokens among the {k:,} "
+                                     "with q > 0 for the exact rule", count * 600, max_sets * 600)
+        live = np.flatnonzero(self.q > 0)  # [k]
+        local = np.arange(k - self.n + 1, dtype=np.int64)[:, None]  # the partial sets that can still be completed
+        for j in range(1, self.n):  # each one extended by every larger token that leaves room for the rest
+            last = local[:, -1]
+            grow = (k - self.n + j + 1) - (last + 1)  # [rows] tokens last + 1 .. k - n + j
+            start = np.repeat(last + 1 - np.cumsum(grow) + grow, grow)  # [C(., j + 1)] each new token's offset
+            local = np.concatenate([np.repeat(local, grow, axis=0), (np.arange(start.size) + start)[:, None]], 1)
+        sets = live[local]  # [U, n]
+        qs, ranks = self.q[sets], self._rank[sets]  # [U, n]
+        f = {0: np.ones(sets.shape[0])}  # subsets of the n slots as bit masks -> f(T) [U]
+        for mask in range(1, 1 << self.n):  # every proper submask is smaller, so already done
+            f[mask] = np.zeros(sets.shape[0])
+            for b in (j for j in range(self.n) if mask >> j & 1):
+                rest = mask ^ (1 << b)
+                f[mask] += f[rest] * self._share(qs[:, b], ranks, rest)
+        probs = f[(1 << self.n) - 1]
+        keep = probs > 0
+        return sets[keep], probs[keep]
+
+    def _share(self, qb: np.ndarray, ranks: np.ndarray, drawn: int) -> np.ndarray:
+        """q_b / q(V - T) for the tokens T of the slots in bit mask ``drawn`` of each row of ``ranks [U, n]`` (ranks
+        by decreasing q), capped at 1 (a subnormal mass left), 0 where nothing is left: the mass left is the suffix sum
+        of the ranks >= r minus the drawn tokens past them, r the number of top-ranked tokens all drawn."""
+        cols = [j for j in range(self.n) if drawn >> j & 1]
+        if not cols:
+            return np.minimum(qb, 1.0)
+        drawn_ranks = np.sort(ranks[:, cols], axis=1)  # [U, |T|]
+        r = np.cumprod(drawn_ranks == np.arange(len(cols))[None, :], axis=1).sum(1)  # [U]
+        later = np.where(drawn_ranks >= r[:, None], self._sorted_q[drawn_ranks], 0.0).sum(1)
+        left = self._suffix[r] - later  # [U]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return np.where(left > 0, np.minimum(qb / np.where(left > 0, left, 1.0), 1.0), 0.0)
 
     def subset_probability(self, mask: np.ndarray) -> np.ndarray | float:
         """n = 1: q(H). n = 2: sum_{i in H} q_i (q(H) - q_i) / (1 - q_i) (first draw i, second another token of H).

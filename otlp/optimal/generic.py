@@ -89,7 +89,7 @@ class LinearProgramRule:
         draft = as_draft(draft)
         self.p = check_distribution(p, "p", size=draft.V)
         self.n, self.V = draft.n, draft.V
-        omegas, probs = draft.support()  # refuses (ModelTooLargeError) when V^n is too big
+        omegas, probs = self._support(draft)  # refuses (ModelTooLargeError) when too big
         if omegas.shape[0] == 0:
             raise InputError("the draft scheme has an empty support")
         self.alpha, S_slots, var = self._plan(draft, omegas, probs)  # S_slots, var [M, n]
@@ -106,7 +106,7 @@ class LinearProgramRule:
         self.lp_value = self.alpha
         self.alpha = min(float(self._row_sums.sum()), self.alpha, 1.0)
         self._tokens = np.unique(omegas)  # [k] the tokens the support draws: codes in base k, not V
-        self._codes = encode_tuples(omegas, self._tokens)
+        self._codes = encode_tuples(omegas, self._tokens)[0]
         self._sort = np.argsort(self._codes)
         self._probs = probs
         self._accept = S / probs[:, None]  # [M, n]; support(): probs > 0
@@ -126,6 +126,16 @@ class LinearProgramRule:
         except InputError:  # no closed form and V too large for brute force
             self.h_star = None
 
+    def _support(self, draft: DraftScheme) -> tuple[np.ndarray, np.ndarray]:
+        """The rows the rule is planned on, ``(omegas [M, n], probs [M])``: the drafted tuples; a subclass whose rule
+        reads less of a tuple may plan on fewer rows (:meth:`_canonical` maps a tuple to its row)."""
+        return draft.support()
+
+    def _canonical(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """``omegas [M, n]`` as rows of :meth:`_support` and, where a row lists the tuple's tokens in another order,
+        each slot's place in its row (``[M, n]``; None: the same order)."""
+        return omegas, None
+
     def _plan(self, draft: DraftScheme, omegas: np.ndarray, probs: np.ndarray):  # noqa: ARG002, ANN202
         """``(value, S [M, n], var [M, n])`` of the relaxed OTLP on the support (:func:`relaxed_lp_plan`); a subclass
         may give another optimal plan in the same form."""
@@ -135,12 +145,15 @@ class LinearProgramRule:
         return float(self._row_sums.sum())
 
     def rule(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        codes = encode_tuples(omegas, self._tokens)  # -1: a tuple with a token the support never draws
+        omegas, place = self._canonical(omegas)
+        codes, known = encode_tuples(omegas, self._tokens)  # known: no token the support never draws
         pos = np.searchsorted(self._codes[self._sort], codes)
         pos = np.minimum(pos, self._codes.size - 1)
-        found = (self._codes[self._sort][pos] == codes) & (codes >= 0)
+        found = (self._codes[self._sort][pos] == codes) & known
         m = self._sort[pos]
-        accept = np.where(found[:, None], self._accept[m], 0.0)
+        accept = np.where(found[:, None], self._accept[m], 0.0)  # [M, n] by the row's slots
+        if place is not None:
+            accept = np.take_along_axis(accept, place, axis=1)  # by the tuple's slots
         reject = np.where(found, self._reject[m], 0.0)
         accept[~found, 0] = 1.0  # a tuple the draft never produces: any law will do; output its first token
         return accept, reject
@@ -152,12 +165,13 @@ def _distinct_slots(omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.nonzero(X.first_true(same) == np.arange(omegas.shape[1]))  # the first l with w_l == w_k is k itself
 
 
-def encode_tuples(omegas: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """Each tuple as one int64, its tokens' places in the sorted ``tokens [k]`` as digits in base k (< 2^63: the
-    support was enumerated, and k^n is at most n^n / n! times its k! / (k - n)! tuples); -1 for a tuple with a token
-    outside ``tokens``."""
+def encode_tuples(omegas: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes [M], known [M])``: each tuple as one sortable key, its tokens' places in the sorted ``tokens [k]`` as
+    digits in base k (int64 where k^n < 2^63, else the rows' bytes), and whether every token is in ``tokens``."""
     w = omegas.astype(np.int64)
     n, k = w.shape[1], max(tokens.size, 1)
-    at = np.minimum(np.searchsorted(tokens, w), k - 1)  # [M, n]
-    codes = at @ (k ** np.arange(n - 1, -1, -1, dtype=np.int64))
-    return np.where((tokens[at] == w).all(1), codes, -1) if tokens.size else np.full(w.shape[0], -1)
+    at = np.minimum(np.searchsorted(tokens, w), k - 1) if tokens.size else np.zeros_like(w)  # [M, n]
+    known = (tokens[at] == w).all(1) if tokens.size else np.zeros(w.shape[0], dtype=bool)
+    if k ** n < 2 ** 63:
+        return at @ (k ** np.arange(n - 1, -1, -1, dtype=np.int64)), known
+    return np.ascontiguousarray(at).view(np.dtype((np.void, 8 * n))).ravel(), known  # (compared as bytes)

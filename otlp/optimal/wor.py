@@ -33,8 +33,8 @@ only ever draws tokens of q > 0, so the instance is solved on those k tokens plu
 target's mass off them (q = 0 there), and read back on all V tokens. This is exact, not a truncation: no tuple covers
 a token of q = 0, so its acceptance is 0 in every plan and its only mass is the residual's, (p - R)_+ = p on it
 (GR eq. (3)); OTHER's residual share is spread over those tokens in proportion to p. With the support's
-k! / (k - n)! tuples (:meth:`otlp.core.drafts.WithoutReplacement.support`), a draft filtered to its top-k tokens
-gets the rule at any V.
+C(k, n) sets (:meth:`otlp.core.drafts.WithoutReplacement.set_support`), a draft filtered to its top-k tokens gets
+the rule at any V.
 
 The plan S[omega, k] = P(omega) P(choose omega_k) then goes through the LP route's completion
 (:class:`.generic.LinearProgramRule`, GR eq. (3)), so every slice is a distribution and the output law is p to
@@ -43,9 +43,9 @@ rounding whatever the solver left; the acceptance is alpha* to the Newton residu
 converges, is evidence, not a proof: every one of the 177 instances of tests/optimal/test_wor.py (every family of
 tests/optimal/instances.py, ties, zeros, point masses and alpha* = 1 among them; V <= 8, n <= 4) converges to
 1e-12 in a few Newton steps. A block that would not (targets on a face of its polytope, where the weights run off
-to infinity) makes the rule take the relaxed LP: never a wrong answer. Cost: per Newton step one pass over
-the support's distinct sets (the choice reads a tuple's set only: n! fewer rows than ordered tuples) and a dense
-solve in a block's size: for small V^n, as the LP route, but without its
+to infinity) makes the rule take the relaxed LP: never a wrong answer. Cost: the rule is planned on the drafted
+sets, not the ordered tuples (the choice reads a tuple's set only: n! fewer rows); per Newton step one pass over
+them and a dense solve in a block's size: for small V^n, as the LP route, but without its
 V x |support| program (benchmarks/wor.py: 53-1,700x faster than the LP at V = 20-300, n = 2-4).
 """
 
@@ -55,7 +55,7 @@ import numpy as np
 
 from otlp.core.drafts import WithoutReplacement
 from otlp.core.psi import ratio_order
-from otlp.optimal.generic import LinearProgramRule, encode_tuples, relaxed_lp_plan
+from otlp.optimal.generic import LinearProgramRule, relaxed_lp_plan
 
 #: a block's Luce weights are accepted when every element's expected choice is within this of its target.
 TOLERANCE = 1e-12
@@ -78,26 +78,11 @@ def groups(p: np.ndarray, order: np.ndarray, top: np.ndarray, probs: np.ndarray)
     return psi, m_star, cuts
 
 
-def luce_plan(p: np.ndarray, q: np.ndarray, omegas: np.ndarray, probs: np.ndarray):  # noqa: ANN201
-    """The plan of the rule (module docstring) on the support ``omegas int [M, n]`` (distinct tokens per row),
-    ``probs [M]``: ``(alpha, S [M, n], residual)`` with S[m, k] the mass tuple m sends to its slot k and ``residual``
-    the largest gap between a block's expected choices and its targets; None where a block's Newton steps did not
-    reach ``TOLERANCE``."""
-    M, n = omegas.shape
-    # the rule reads a tuple's set only: solve on the distinct sets (n! fewer rows), then map back to the slots
-    sets = np.sort(omegas, axis=1)  # [M, n]
-    rank = np.argsort(np.argsort(omegas, axis=1, kind="stable"), axis=1)  # [M, n] each slot's place in its set
-    _, first, back = np.unique(encode_tuples(sets, np.unique(sets)), return_index=True, return_inverse=True)
-    plan = _set_plan(p, q, sets[first], np.bincount(back, probs))
-    if plan is None:
-        return None
-    alpha, choice, worst = plan  # choice [U, n] by set
-    return alpha, probs[:, None] * np.take_along_axis(choice[back], rank, axis=1), worst
-
-
 def _set_plan(p: np.ndarray, q: np.ndarray, omegas: np.ndarray, probs: np.ndarray):  # noqa: ANN202
-    """:func:`luce_plan` on distinct sets ``omegas [U, n]`` of masses ``probs [U]``: ``(alpha, choice [U, n],
-    residual)`` with ``choice`` the probability that each set's slot is taken."""
+    """The rule's plan (module docstring) on the drafted sets ``omegas [U, n]`` (distinct tokens per row) of masses
+    ``probs [U]``: ``(alpha, choice [U, n], residual)`` with ``choice`` the probability that each set's slot is taken
+    and ``residual`` the largest gap between a block's expected choices and its targets; None where a block's Newton
+    steps did not reach ``TOLERANCE``."""
     U, n = omegas.shape
     V = p.size
     pos = np.empty(V, dtype=np.int64)
@@ -194,18 +179,26 @@ def _luce(w: np.ndarray, member: np.ndarray, probs: np.ndarray, target: np.ndarr
 
 
 class WithoutReplacementRule(LinearProgramRule):
-    """The exact optimal rule for ``WithoutReplacement(q, n)`` on its enumerated support (module docstring): the
-    plan of :func:`luce_plan`, or the relaxed LP where a block's Newton steps stall (``route`` says which), then the
-    LP route's completion and checks (:class:`.generic.LinearProgramRule`: ``alpha``, ``alpha_upper``, ``rule``)."""
+    """The exact optimal rule for ``WithoutReplacement(q, n)`` on its drafted sets (module docstring): the rule reads
+    a tuple's set only, so it is planned on the C(k, n) sets (:meth:`otlp.core.drafts.WithoutReplacement.set_support`,
+    n! fewer rows than the ordered tuples) by :func:`_set_plan`, or by the relaxed LP on the same sets where a block's
+    Newton steps stall (``route`` says which), then the LP route's completion and checks
+    (:class:`.generic.LinearProgramRule`: ``alpha``, ``alpha_upper``, ``rule``)."""
 
-    def _plan(self, draft, omegas: np.ndarray, probs: np.ndarray):  # noqa: ANN001, ANN202
-        got = luce_plan(self.p, draft.q, omegas, probs)
+    def _support(self, draft):  # noqa: ANN001, ANN202
+        return draft.set_support()
+
+    def _canonical(self, omegas: np.ndarray):  # noqa: ANN202 - a tuple's set, and each slot's place in it
+        return np.sort(omegas, axis=1), np.argsort(np.argsort(omegas, axis=1, kind="stable"), axis=1)
+
+    def _plan(self, draft, sets: np.ndarray, probs: np.ndarray):  # noqa: ANN001, ANN202
+        got = _set_plan(self.p, draft.q, sets, probs)
         if got is None:
             self.newton_residual = None  # (route stays the class's "lp")
-            return relaxed_lp_plan(self.p, omegas, probs)
-        alpha, S, self.newton_residual = got
+            return relaxed_lp_plan(self.p, sets, probs)
+        alpha, choice, self.newton_residual = got
         self.route = "luce"
-        return alpha, S, np.arange(S.size).reshape(S.shape)
+        return alpha, probs[:, None] * choice, np.arange(choice.size).reshape(choice.shape)
 
 
 class SupportRule:

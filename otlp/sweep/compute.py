@@ -67,8 +67,10 @@ class SweepParams:
 
 
 #: Rules whose acceptance is alpha* itself (GR Thm 3.1; ``optimal_paths`` keeps alpha*, then maximises the drafted
-#: paths): the ``alpha_star`` column, so ``"all"`` leaves them out (a gap of 0 at an LP's cost per pair).
-ALPHA_STAR_RULES = ("optimal", "optimal_paths")
+#: paths): the ``alpha_star`` column, so ``"all"`` leaves them out (a gap of 0 at an LP's cost per pair); and
+#: ``optimal_wor``, whose acceptance is alpha* of drafts without replacement (``otlp.optimal_acceptance`` at any V),
+#: at the cost of enumerating the draft's sets per pair.
+ALPHA_STAR_RULES = ("optimal", "optimal_paths", "optimal_wor")
 
 
 def resolve_verifiers(names: Sequence[str] | str) -> tuple[str, ...]:

@@ -4,9 +4,9 @@ Each row's rule is :class:`otlp.optimal.wor.SupportRule`, the rule :class:`otlp.
 ``WithoutReplacement(q, n)`` (the Luce rule, acceptance alpha*), solved on the draft's support: its k tokens of
 q > 0 and one token OTHER for the target's mass off them (exact: :mod:`otlp.optimal.wor`).
 
-The rule enumerates the k! / (k - n)! tuples of that support, so it suits drafts filtered to their top-k (or top-p)
-tokens, as tree drafters sample their children, at any vocabulary size V; a row whose support has more than
-``MAX_TUPLES`` tuples is refused before any work, with its size. The rows are solved one by one on the host (about
+The rule enumerates the C(k, n) sets of that support, so it suits drafts filtered to their top-k (or top-p) tokens,
+as tree drafters sample their children, at any vocabulary size V; a row whose support has more than ``MAX_SETS``
+sets is refused before any work, with its size. The rows are solved one by one on the host (about
 5 ms at k = 20, n = 3, benchmarks/wor.py --top-k; one rule per distinct row in a call): a decode-loop and certification
 sampler, not an engine hot path. No rule for unfiltered drafts at vocabulary scale exists yet (issue 45).
 """
@@ -23,9 +23,9 @@ from otlp.optimal.wor import SupportRule
 from otlp.verifiers.base import check_tensors, check_uniforms, validation_enabled
 from otlp.verifiers.optimal import Optimal, _check_widths
 
-#: the most tuples (k! / (k - n)! for k tokens of q > 0) one row's rule may enumerate: k = 100 at n = 3, k = 30
-#: at n = 4 (0.66 s a row), k = 12 at n = 8
-MAX_TUPLES = 1_000_000
+#: the most drafted sets (C(k, n) for k tokens of q > 0) one row's rule may enumerate (about 2 us a set): k = 632 at
+#: n = 2, k = 107 at n = 3, k = 48 at n = 4, k = 20 at n = 8
+MAX_SETS = 200_000
 
 
 class OptimalWithoutReplacement(Optimal):
@@ -35,6 +35,8 @@ class OptimalWithoutReplacement(Optimal):
     scheme = "without_replacement"
     compatible_schemes = ()
     torch_schemes = ("without_replacement",)
+    #: the exact acceptance enumerates the draft's sets above n = 1 (``otlp.sweep.compute.closed_form`` reads this)
+    closed_form_n = 1
 
     def make_draft(self, q: object, n: int) -> DraftScheme:
         return WithoutReplacement(q, n)
@@ -65,10 +67,10 @@ class OptimalWithoutReplacement(Optimal):
             return x[b].detach().to("cpu", torch.float64).numpy()
 
         for b in range(B):  # every row's size and drafts before any row's work
-            count = math.perm(int(k[b]), int(m[b]))
-            if count > MAX_TUPLES:
-                raise InputError(f"{self.name}: row {b}'s draft has {k[b]:,} tokens of q > 0, so {count:,} tuples of "
-                                 f"n = {m[b]} (at most {MAX_TUPLES:,}); filter the draft to its top-k tokens")
+            count = math.comb(int(k[b]), int(m[b]))
+            if count > MAX_SETS:
+                raise InputError(f"{self.name}: row {b}'s draft has {k[b]:,} tokens of q > 0, so {count:,} sets of "
+                                 f"n = {m[b]} (at most {MAX_SETS:,}); filter the draft to its top-k tokens")
             drafted = w[b, : m[b]]
             if np.unique(drafted).size < drafted.size or (values and (row(q, b)[drafted] <= 0).any()):
                 raise InputError(f"{self.name}: row {b}'s drafts {drafted.tolist()} are not distinct tokens of q > 0 "

@@ -204,3 +204,22 @@ def test_without_replacement_support_refused_before_allocation() -> None:
     with pytest.raises(ModelTooLargeError, match="8,997,000 tuples of n = 2 distinct tokens among the 3,000 with q > 0 "
                                                  "would need"):
         otlp.WithoutReplacement(q, 2).support(max_tuples=1000)
+    with pytest.raises(ModelTooLargeError, match="4,498,500 sets of n = 2 distinct tokens among the 3,000 with q > 0 "):
+        otlp.WithoutReplacement(q, 2).set_support()  # over MAX_SETS
+
+
+@pytest.mark.parametrize(("V", "n", "zeros"), [(5, 2, 1), (6, 3, 2), (7, 4, 1), (6, 5, 0), (8, 3, 3)])
+def test_without_replacement_set_support_sums_the_orders(V: int, n: int, zeros: int) -> None:
+    """set_support: the C(k, n) sets of tokens of q > 0 in lexicographic order, each with the summed probability of
+    its n! ordered tuples of support() (to 1e-15 relative; the subset recursion adds the same terms in another
+    order), also for a q with one token near 1 (a point mass, where 1 - q(T) would cancel)."""
+    rng = np.random.default_rng(V * n)
+    q = rng.dirichlet(np.full(V, 0.5))
+    q[rng.choice(V, zeros, replace=False)] = 0.0
+    for qq in (q / q.sum(), np.r_[np.full(V - 1, 1e-7), 1 - 1e-7 * (V - 1)]):
+        d = otlp.WithoutReplacement(qq, n)
+        sets, probs = d.set_support()
+        omegas, tuple_probs = d.support()
+        keys, back = np.unique(np.sort(omegas, axis=1), axis=0, return_inverse=True)
+        np.testing.assert_array_equal(sets, keys)  # np.unique sorts rows lexicographically
+        np.testing.assert_allclose(probs, np.bincount(back.ravel(), tuple_probs), rtol=1e-14, atol=0)

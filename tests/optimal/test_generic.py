@@ -121,3 +121,24 @@ def test_degenerate_independent_drafts_with_a_draft_equal_to_p() -> None:
     omegas, _ = draft.support()
     _, reject = ot.rule(omegas)
     assert reject.max() < 1e-9  # rejection only to HiGHS' feasibility tolerance
+
+
+def test_tuple_codes_past_int64_are_the_rows_bytes() -> None:
+    """encode_tuples: int64 codes while k^n < 2^63, else byte keys; either way equal tuples get equal keys, distinct
+    ones distinct keys (so the rule's lookup finds each tuple's own row), and a token outside ``tokens`` is unknown."""
+    from otlp.optimal.generic import encode_tuples
+
+    rng = np.random.default_rng(4)
+    for k, n in [(10, 4), (18, 16)]:  # 10^4 codes; 18^16 > 2^63
+        tokens = np.sort(rng.choice(1000, k, replace=False))
+        rows = tokens[rng.integers(0, k, (400, n))]  # [400, n], with repeats among the rows
+        codes, known = encode_tuples(rows, tokens)
+        assert known.all() and (codes.dtype == np.int64) == (k ** n < 2 ** 63)
+        same = (rows[:, None, :] == rows[None, :, :]).all(-1)  # [400, 400]
+        assert ((codes[:, None] == codes[None, :]) == same).all()
+        order = np.argsort(codes)
+        found = order[np.searchsorted(codes[order], codes)]
+        assert (rows[found] == rows).all()
+        stranger = rows[:1].copy()
+        stranger[0, 0] = 1000  # not a token of the support
+        assert not encode_tuples(stranger, tokens)[1][0]

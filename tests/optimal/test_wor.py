@@ -105,11 +105,12 @@ def test_the_blocks_luce_choice_meets_each_target() -> None:
         V, n = int(rng.integers(4, 8)), int(rng.integers(2, 4))
         p, q = FAMILIES["heavy"](rng, V)
         draft = otlp.WithoutReplacement(q, n)
-        omegas, probs = draft.support()
-        got = W.luce_plan(p, q, omegas, probs)
+        omegas, probs = draft.set_support()
+        got = W._set_plan(p, q, omegas, probs)
         if got is None:
             continue
-        alpha, S, residual = got
+        alpha, choice, residual = got
+        S = probs[:, None] * choice  # [U, n] the mass each set sends to each of its tokens
         accepted = np.bincount(omegas.ravel(), S.ravel(), V)
         assert residual <= W.TOLERANCE and (accepted <= p + 1e-12).all()
         assert (S.sum(1) <= probs + 1e-15).all()

@@ -15,7 +15,7 @@ import torch
 import otlp
 from otlp.core.errors import InputError
 from otlp.verifiers import get
-from otlp.verifiers.optimal_wor import MAX_TUPLES
+from otlp.verifiers.optimal_wor import MAX_SETS
 
 P_MIN = 1e-6
 
@@ -87,8 +87,8 @@ def test_refusals() -> None:
     v = get("optimal_wor")
     V = 128
     p = torch.full((1, V), 1 / V)
-    assert 128 * 127 * 126 > MAX_TUPLES
-    with pytest.raises(InputError, match=r"128 tokens of q > 0, so 2,048,256 tuples of n = 3 \(at most"):
+    assert 128 * 127 * 126 // 6 > MAX_SETS
+    with pytest.raises(InputError, match=r"128 tokens of q > 0, so 341,376 sets of n = 3 \(at most 200,000\)"):
         v.sample(p, p, torch.tensor([[0, 1, 2]]), uniforms=torch.zeros(1, 2))
     q = torch.zeros(1, V)
     q[0, :4] = 0.25

@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from otlp.core.distributions import check_n, check_token_tuples
+from otlp.core.drafts import WithoutReplacement
 from otlp.core.errors import InputError
 from otlp.lp.formulations.completion import residual_law
 from otlp.optimal import chains, host
@@ -79,13 +80,32 @@ class TransportBatch(Sequence):
         return out
 
 
-def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = None) -> TransportBatch:
+class RowBatch(TransportBatch):
+    """B solved instances of a scheme with no batched rule (drafts without replacement): one
+    :class:`OptimalTransport` per row, built at once, with :class:`TransportBatch`'s ``alpha``, ``residual``,
+    ``rule``, ``slices`` and ``sample`` evaluated row by row."""
+
+    def __init__(self, items: list[OptimalTransport]):
+        self._items, self.n, self.V = items, items[0].n, items[0].V
+        self._rows = np.arange(len(items))
+        self.alpha = np.array([ot.alpha for ot in items])  # [B]
+        self.residual = np.stack([ot.residual for ot in items])  # [B, V]
+
+    def rule(self, omegas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        w = check_token_tuples(omegas, self.n, self.V, rows=len(self))  # [B, n]
+        got = [ot.rule(w[b:b + 1]) for b, ot in enumerate(self._items)]
+        return np.concatenate([a for a, _ in got]), np.concatenate([r for _, r in got])
+
+
+def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = None,
+                scheme: str = "iid") -> TransportBatch:
     """The exact optimal rule for ``p[b], IID(q[b], n)`` for every row b at once.
 
     ``p, q: float [B, V]`` (each row a distribution). Every group of every row is a water-filling class chain,
     vectorised over the whole batch (:mod:`.chains`; at n = 1 every group is a single token or a tie, and the chain
     is classic speculative sampling): the rule of :class:`OptimalTransport` row by row. Returns a
-    :class:`TransportBatch`.
+    :class:`TransportBatch`. ``scheme="without_replacement"``: ``WithoutReplacement(q[b], n)`` drafts instead, each
+    row's rule built on its draft's support (:mod:`.wor`, one row at a time; a :class:`RowBatch`).
     """
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
@@ -96,6 +116,12 @@ def solve_batch(p: np.ndarray, q: np.ndarray, n: int, *, top_k: int | None = Non
         raise InputError("an empty batch: p and q need at least one row")
     _check_rows(p, "p")
     _check_rows(q, "q")
+    if scheme == "without_replacement":
+        if top_k is not None:
+            raise InputError("top_k truncation is only defined here for IID drafts (GR App. N); filter q instead")
+        return RowBatch([OptimalTransport(p[b], WithoutReplacement(q[b], n)) for b in range(p.shape[0])])
+    if scheme != "iid":
+        raise InputError(f"scheme must be 'iid' or 'without_replacement', got {scheme!r}")
     q = truncate_top_k(q, top_k)
     return TransportBatch(host.build(p, q, n), p, q)
 

@@ -115,3 +115,36 @@ def test_the_blocks_luce_choice_meets_each_target() -> None:
         assert residual <= W.TOLERANCE and (accepted <= p + 1e-12).all()
         assert (S.sum(1) <= probs + 1e-15).all()
         assert abs(alpha - (1.0 + brute_force_min_psi(p, draft)[0])) < 1e-11
+
+
+def test_solve_batch_takes_the_rule_row_by_row() -> None:
+    """solve_batch(..., scheme="without_replacement"): each row is that row's OptimalTransport (alpha, accept and
+    reject of one drafted tuple per row, slices), and its draws follow each row's slice (chi-square, p > 1e-6)."""
+    import scipy.stats
+
+    from otlp.optimal import solve_batch
+
+    rng = np.random.default_rng(12)
+    B, V, n = 5, 7, 3
+    P, Q = rng.dirichlet(np.ones(V), B), rng.dirichlet(np.full(V, 0.6), B)
+    Q[:, 0] = 0.0  # a token the drafts never draw
+    Q /= Q.sum(1, keepdims=True)
+    batch = solve_batch(P, Q, n, scheme="without_replacement")
+    w = np.stack([otlp.WithoutReplacement(Q[b], n).sample(1, rng)[0] for b in range(B)])  # [B, n]
+    accept, reject = batch.rule(w)
+    slices = batch.slices(w)  # [B, V]
+    for b in range(B):
+        ot = OptimalTransport(P[b], otlp.WithoutReplacement(Q[b], n))
+        assert batch.alpha[b] == ot.alpha and batch[b].alpha == ot.alpha
+        a1, r1 = ot.rule(w[b:b + 1])
+        np.testing.assert_array_equal(accept[b], a1[0])
+        assert reject[b] == r1[0]
+        np.testing.assert_allclose(slices[b], ot.slice(w[b]), rtol=0, atol=1e-15)
+    draws = np.stack([batch.sample(w, rng) for _ in range(4000)])  # [4000, B]
+    for b in range(B):
+        counts = np.bincount(draws[:, b], minlength=V)
+        live = slices[b] > 0
+        assert counts[~live].sum() == 0
+        assert scipy.stats.chisquare(counts[live], 4000 * slices[b][live] / slices[b][live].sum()).pvalue > 1e-6
+    with pytest.raises(otlp.core.errors.InputError, match="scheme must be"):
+        solve_batch(P, Q, n, scheme="greedy")

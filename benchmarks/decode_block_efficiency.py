@@ -8,6 +8,7 @@ tables of docs/DECODE.md (block efficiency / acceptance at depth 1, and the veri
 and n; benchmarks/published/, readme_tables.py).
 Run: python benchmarks/decode_block_efficiency.py [--tokens 256 --batch 16 --L 4]
 docs/DECODE.md: python benchmarks/decode_block_efficiency.py --tokens 96 --batch 32
+             and  python benchmarks/decode_block_efficiency.py --wor 20 --ns 2,3,4 --batch 16 --tokens 64
 
 ``--variants R``: instead, the two alpha*-optimal plans side by side (issue 18): "optimal" (the class-chain plan of
 otlp/optimal/chains.py) and "optimal_paths" (the path-aware plan of otlp/optimal/paths.py: alpha*, then the most

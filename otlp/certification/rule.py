@@ -496,7 +496,7 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
     seed = check_int(seed, "seed", 0)
     method: dict[str, str] = {}
     notes: list[str] = []
-    cells = draft.num_tuples() * draft.V
+    cells = draft.support_size() * draft.V  # (a top-k draft without replacement: its k! / (k - n)! tuples)
     test = None
     law_err = None
     interval = None  # an exact acceptance interval (rrs_wor at large V^n)
@@ -506,13 +506,13 @@ def certify(name: object, p: object, draft: object = None, *, q: object = None, 
             progress.set_note(f"{name}: {what}")
 
     if cells <= EXACT_CELLS:
-        stage(f"exact enumeration of {draft.num_tuples():,} tuples")
+        stage(f"exact enumeration of {draft.support_size():,} tuples")
         from otlp.verifiers.exact import summary
 
         s = summary(verifier, p, draft)
         law_err = float(np.abs(s["output_law"] - p).max())
         ok = law_err <= 1e-9 and s["min_conditional"] >= -1e-12 and s["max_row_error"] <= 1e-9
-        target = f"exact enumeration of {draft.num_tuples()} tuples: max |law - p| = {law_err:.2e}"
+        target = f"exact enumeration of {draft.support_size()} tuples: max |law - p| = {law_err:.2e}"
         acc, vacc = float(s["acceptance"]), float(s["verifier_acceptance"])
         method["acceptance"] = method["verifier_acceptance"] = "exact enumeration"
         method["target_law"] = "exact enumeration"

@@ -71,6 +71,11 @@ class DraftScheme:
                                      2.0 ** min(bits + 3, 1023.0), MEMORY_LIMIT_BYTES)
         return int(self.V) ** int(self.n)
 
+    def support_size(self) -> int:
+        """An upper bound on the tuples :meth:`support` returns: V^n here; a scheme whose support it enumerates more
+        narrowly says so (:class:`WithoutReplacement`: the ordered tuples of its tokens of q > 0)."""
+        return self.num_tuples()
+
     def check_enumerable(self, max_tuples: int = MAX_TUPLES) -> None:
         """Raise ``ModelTooLargeError`` if V^n tuples would not fit, before anything is allocated."""
         count = self.num_tuples()
@@ -279,16 +284,16 @@ class WithoutReplacement(DraftScheme):
             ratio = np.where(distinct[:, None], qw / np.where(remaining > 0, remaining, 1.0), 0.0)
         return np.prod(np.minimum(ratio, 1.0), axis=1)  # q(omega_k) <= the mass left, so each factor is <= 1
 
-    def support_count(self) -> int:
+    def support_size(self) -> int:
         """k! / (k - n)!, the ordered tuples of n distinct tokens among the k tokens with q > 0: what :meth:`support`
         enumerates (V^n only when every token has q > 0)."""
         return math.perm(int(np.count_nonzero(self.q)), self.n)
 
     def support(self, max_tuples: int = MAX_TUPLES) -> tuple[np.ndarray, np.ndarray]:
         """The tuples of n distinct tokens of q > 0 in lexicographic order, and their probabilities (those that do
-        not underflow to 0): ``support_count()`` tuples, not V^n, so a draft filtered to its top-k tokens enumerates
+        not underflow to 0): ``support_size()`` tuples, not V^n, so a draft filtered to its top-k tokens enumerates
         at any V (``ModelTooLargeError`` above ``max_tuples``, before anything is allocated)."""
-        count = self.support_count()
+        count = self.support_size()
         if count > max_tuples:
             k = int(np.count_nonzero(self.q))
             raise ModelTooLargeError(
@@ -356,10 +361,10 @@ class WithoutReplacement(DraftScheme):
         Larger n: enumeration (base class)."""
         masks, single = _as_masks(mask, self.V)
         if self.n > 2:  # refused before the support is enumerated, as the base class refuses V^n
-            work = masks.shape[0] * self.support_count() * self.n
+            work = masks.shape[0] * self.support_size() * self.n
             if work > MAX_SUBSET_WORK:
                 raise ModelTooLargeError(f"P(omega in H^n) for {masks.shape[0]} subsets by enumerating "
-                                         f"{self.support_count():,} tuples of {type(self).__name__}", work,
+                                         f"{self.support_size():,} tuples of {type(self).__name__}", work,
                                          MAX_SUBSET_WORK)
             return super().subset_probability(mask)
         f = masks.astype(np.float64)

@@ -100,6 +100,28 @@ def test_large_vocabulary_uses_the_seeded_statistical_test() -> None:
     assert "exact: alpha* minus" in str(r2)
 
 
+def test_a_top_k_draft_without_replacement_is_certified_by_enumeration_at_large_v() -> None:
+    """V = 2000 with the draft filtered to its top 12 tokens: V^n x V is far over EXACT_CELLS, but its support
+    (12 x 11 x 10 tuples) is not, so certify enumerates the law exactly for rrs_wor and optimal_wor; the optimal
+    rule's gap is 0 to rounding and rrs_wor's positive."""
+    from otlp.certification.rule import EXACT_CELLS
+
+    rng = np.random.default_rng(3)
+    V, n = 2000, 3
+    z = rng.standard_normal(V) * 3
+    p = np.exp(z) / np.exp(z).sum()
+    q = np.exp(z + rng.standard_normal(V))
+    q[np.argsort(-q)[12:]] = 0.0
+    q /= q.sum()
+    draft = otlp.WithoutReplacement(q, n)
+    assert draft.num_tuples() * V > EXACT_CELLS >= draft.support_size() * V
+    rules = {name: certify(name, p, draft, certificate=False) for name in ("rrs_wor", "optimal_wor")}
+    for r in rules.values():
+        assert r.preserves_target and r.method["target_law"] == "exact enumeration"
+        assert "exact enumeration of 1320 tuples" in r.target_check
+    assert abs(rules["optimal_wor"].gap) < 1e-12 < rules["rrs_wor"].gap
+
+
 def test_rrs_wor_certify_at_n_3_reports_the_exact_acceptance_and_gap(capsys: pytest.CaptureFixture[str],
                                                                      tmp_path) -> None:  # noqa: ANN001
     """V = 2048, n = 3: the acceptance over rejected histories (width <= 1e-9) replaces the Monte Carlo one, and

@@ -194,7 +194,7 @@ def test_without_replacement_support_is_the_positive_tokens_tuples(V: int, n: in
     d = otlp.WithoutReplacement(q / q.sum(), n)
     omegas, probs = d.support()
     ref_omegas, ref_probs = DraftScheme.support(d)
-    assert d.support_count() == omegas.shape[0] == ref_omegas.shape[0]
+    assert d.support_size() == omegas.shape[0] == ref_omegas.shape[0]
     np.testing.assert_array_equal(omegas, ref_omegas)
     np.testing.assert_array_equal(probs, ref_probs)
 

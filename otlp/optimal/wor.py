@@ -150,12 +150,11 @@ def _luce(w: np.ndarray, member: np.ndarray, probs: np.ndarray, target: np.ndarr
         grad = y - goal
         if np.abs(grad).max() <= TOLERANCE:
             break
-        # the Hessian sum_omega P(omega) (diag(pi) - pi pi^T) on the members, one slot pair at a time ([T] arrays)
+        # the Hessian sum_omega P(omega) (diag(pi) - pi pi^T) on the members, one slot against all ([T, w] arrays)
         wc = probs[:, None] * choice  # [T, w] (0 off the members: pi is 0 there)
         H = np.zeros(k * k)
         for a in range(live.shape[1]):
-            for b in range(live.shape[1]):
-                H -= np.bincount(safe[:, a] * k + safe[:, b], wc[:, a] * choice[:, b], k * k)
+            H -= np.bincount((safe[:, a, None] * k + safe).ravel(), (wc[:, a, None] * choice).ravel(), k * k)
         H = H.reshape(k, k)
         H[np.diag_indices(k)] += y
         free = np.arange(k) != int(np.argmax(goal))  # the gauge: the heaviest element's theta stays

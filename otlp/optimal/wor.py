@@ -204,9 +204,10 @@ class SupportRule:
     """The rule for ``p [V]`` and ``WithoutReplacement(q, n)`` (valid distributions) solved on the draft's support
     (module docstring): :class:`WithoutReplacementRule` on the k tokens of q > 0 and OTHER, read back on all V tokens.
     Offers what :class:`otlp.optimal.OptimalTransport` reads of a rule: ``p, n, V, route, alpha, alpha_upper, h_star,
-    residual [V], acceptance(), rule(omegas)``."""
+    residual [V], acceptance(), rule(omegas)``. ``cache``: a dict the caller keeps across rows; rows whose support
+    instance (the tokens, their p and q, the mass off them, n) is the same share one inner rule."""
 
-    def __init__(self, p: np.ndarray, q: np.ndarray, n: int):
+    def __init__(self, p: np.ndarray, q: np.ndarray, n: int, cache: dict | None = None):
         self.p, self.n, self.V = p, n, p.size
         self.live = np.flatnonzero(q > 0)  # [k] the support, in token order
         off = np.flatnonzero(q <= 0)
@@ -214,7 +215,12 @@ class SupportRule:
         p1, q1 = p[self.live], q[self.live]
         if outside > 0:  # OTHER, never drafted: its only mass is the residual's
             p1, q1 = np.append(p1, outside), np.append(q1, 0.0)
-        self.inner = WithoutReplacementRule(p1, WithoutReplacement(q1, n))
+        key = (self.live.tobytes(), p1.tobytes(), q1.tobytes(), n)  # O(k) bytes
+        self.inner = cache.get(key) if cache is not None else None
+        if self.inner is None:
+            self.inner = WithoutReplacementRule(p1, WithoutReplacement(q1, n))
+            if cache is not None:
+                cache[key] = self.inner
         self.route, self.alpha, self.alpha_upper = self.inner.route, self.inner.alpha, self.inner.alpha_upper
         k = self.live.size
         h = self.inner.h_star

@@ -7,8 +7,8 @@ q > 0 and one token OTHER for the target's mass off them (exact: :mod:`otlp.opti
 The rule enumerates the C(k, n) sets of that support, so it suits drafts filtered to their top-k (or top-p) tokens,
 as tree drafters sample their children, at any vocabulary size V; a row whose support has more than ``MAX_SETS``
 sets is refused before any work, with its size. The rows are solved one by one on the host (about
-3 ms at k = 20, n = 3, benchmarks/wor.py --top-k; one rule per distinct row in a call): a decode-loop and certification
-sampler, not an engine hot path. No rule for unfiltered drafts at vocabulary scale exists yet (issue 45).
+3 ms at k = 20, n = 3, benchmarks/wor.py --top-k; one solve per distinct instance on the support): a decode-loop and
+certification sampler, not an engine hot path. No rule for unfiltered drafts at vocabulary scale exists yet (issue 45).
 """
 
 from __future__ import annotations
@@ -76,13 +76,11 @@ class OptimalWithoutReplacement(Optimal):
                 raise InputError(f"{self.name}: row {b}'s drafts {drafted.tolist()} are not distinct tokens of q > 0 "
                                  "(drafts sampled without replacement)")
         tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
-        rules: dict = {}  # one rule per distinct (p, q, width) in the call: a node's rows, or a repeated row
+        cache: dict = {}  # rows with the same instance on their support (a node's rows) share its rule's solve
         for b in range(B):
             pb, qb = row(p, b), row(q, b)
-            key = (pb.tobytes(), qb.tobytes(), int(m[b]))
-            if key not in rules:
-                rules[key] = SupportRule(pb / pb.sum(), qb / qb.sum(), int(m[b]))
-            tokens[b], index[b] = draw(rules[key], w[b, : m[b]], u[b])
+            rule = SupportRule(pb / pb.sum(), qb / qb.sum(), int(m[b]), cache)
+            tokens[b], index[b] = draw(rule, w[b, : m[b]], u[b])
         return torch.from_numpy(tokens).to(p.device), torch.from_numpy(index).to(p.device)
 
 

@@ -148,3 +148,23 @@ def test_solve_batch_takes_the_rule_row_by_row() -> None:
         assert scipy.stats.chisquare(counts[live], 4000 * slices[b][live] / slices[b][live].sum()).pvalue > 1e-6
     with pytest.raises(otlp.core.errors.InputError, match="scheme must be"):
         solve_batch(P, Q, n, scheme="greedy")
+
+
+def test_support_rules_share_a_cached_solve_only_for_the_same_instance() -> None:
+    """Two targets equal on the draft's support and in their mass off it, spread differently off it: one inner solve
+    (the cache), each its own residual on the tokens of q = 0 (as without the cache); a third target, different on
+    the support, gets its own solve."""
+    rng = np.random.default_rng(21)
+    n = 2  # V = 9: five tokens of q > 0, four of q = 0
+    q = np.r_[rng.dirichlet(np.ones(5)), np.zeros(4)]
+    p1 = np.r_[rng.dirichlet(np.ones(5)) * 0.7, rng.dirichlet(np.ones(4)) * 0.3]
+    p2 = np.r_[p1[:5], rng.dirichlet(np.ones(4)) * p1[5:].sum()]
+    p3 = np.r_[rng.dirichlet(np.ones(5)) * 0.7, p1[5:]]
+    cache: dict = {}
+    rules = [W.SupportRule(p, q, n, cache) for p in (p1, p2, p3)]
+    assert rules[0].inner is rules[1].inner and rules[2].inner is not rules[0].inner and len(cache) == 2
+    for p, rule in zip((p1, p2, p3), rules, strict=True):
+        alone = W.SupportRule(p, q, n)
+        np.testing.assert_array_equal(rule.residual, alone.residual)
+        assert rule.alpha == alone.alpha
+    assert not np.array_equal(rules[0].residual, rules[1].residual)

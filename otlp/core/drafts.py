@@ -333,28 +333,29 @@ class WithoutReplacement(DraftScheme):
         sets = live[local]  # [U, n]
         qs, ranks = self.q[sets], self._rank[sets]  # [U, n]
         f = {0: np.ones(sets.shape[0])}  # subsets of the n slots as bit masks -> f(T) [U]
+        left = {mask: self._left(ranks, mask) for mask in range(1 << self.n)}  # q(V - T) [U], once per subset
         for mask in range(1, 1 << self.n):  # every proper submask is smaller, so already done
             f[mask] = np.zeros(sets.shape[0])
             for b in (j for j in range(self.n) if mask >> j & 1):
                 rest = mask ^ (1 << b)
-                f[mask] += f[rest] * self._share(qs[:, b], ranks, rest)
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # (a subnormal mass left)
+                    share = np.minimum(qs[:, b] / np.where(left[rest] > 0, left[rest], 1.0), 1.0)
+                f[mask] += f[rest] * np.where(left[rest] > 0, share, 0.0)  # q_b / q(V - T), capped at 1
         probs = f[(1 << self.n) - 1]
         keep = probs > 0
         return sets[keep], probs[keep]
 
-    def _share(self, qb: np.ndarray, ranks: np.ndarray, drawn: int) -> np.ndarray:
-        """q_b / q(V - T) for the tokens T of the slots in bit mask ``drawn`` of each row of ``ranks [U, n]`` (ranks
-        by decreasing q), capped at 1 (a subnormal mass left), 0 where nothing is left: the mass left is the suffix sum
-        of the ranks >= r minus the drawn tokens past them, r the number of top-ranked tokens all drawn."""
+    def _left(self, ranks: np.ndarray, drawn: int) -> np.ndarray:
+        """q(V - T), the mass left after drawing the tokens T of the slots in bit mask ``drawn`` of each row of
+        ``ranks [U, n]`` (ranks by decreasing q): the suffix sum of the ranks >= r minus the drawn tokens past them,
+        r the number of top-ranked tokens all drawn (no cancellation of 1 - q(T))."""
         cols = [j for j in range(self.n) if drawn >> j & 1]
         if not cols:
-            return np.minimum(qb, 1.0)
+            return np.ones(ranks.shape[0])  # (as tuple_probabilities: the first draw's mass left is 1)
         drawn_ranks = np.sort(ranks[:, cols], axis=1)  # [U, |T|]
         r = np.cumprod(drawn_ranks == np.arange(len(cols))[None, :], axis=1).sum(1)  # [U]
         later = np.where(drawn_ranks >= r[:, None], self._sorted_q[drawn_ranks], 0.0).sum(1)
-        left = self._suffix[r] - later  # [U]
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return np.where(left > 0, np.minimum(qb / np.where(left > 0, left, 1.0), 1.0), 0.0)
+        return self._suffix[r] - later  # [U]
 
     def subset_probability(self, mask: np.ndarray) -> np.ndarray | float:
         """n = 1: q(H). n = 2: sum_{i in H} q_i (q(H) - q_i) / (1 - q_i) (first draw i, second another token of H).

@@ -21,6 +21,8 @@ sum_omega |set(omega)| variables, so this is for small V^n.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 import scipy.optimize
 import scipy.sparse
@@ -111,20 +113,32 @@ class LinearProgramRule:
         self._probs = probs
         self._accept = S / probs[:, None]  # [M, n]; support(): probs > 0
         self._reject = d_res / probs  # [M], P_res(omega) / P(omega)
-        # the dual side: alpha* <= 1 + psi(H) for every H (GR eq. (4)), so 1 + psi(H*) of the exact subset search
-        # bounds it from above (plus 8 (V + n) epsilons for psi's rounding), and alpha_upper - alpha bounds the
-        # LP's shortfall on this instance (HiGHS' absolute tolerance, 1e-10 a constraint, costs up to about 1.2e-10
-        # where p or P(omega) hold entries of that size; issue 44's WithoutReplacement example: 3.6e-12)
-        self.alpha_upper = 1.0
-        try:
-            from otlp.core.subsets import min_psi
+        self._draft = draft
 
-            psi, mask = min_psi(self.p, draft)
-            self.h_star = np.flatnonzero(mask)
-            margin = 8.0 * (self.V + self.n) * np.finfo(np.float64).eps  # psi's float rounding (1.9e-15 seen)
-            self.alpha_upper = max(min(1.0, 1.0 + float(psi) + margin), self.alpha)
-        except InputError:  # no closed form and V too large for brute force
-            self.h_star = None
+    @cached_property
+    def _dual(self) -> tuple[float, np.ndarray | None]:
+        """``(alpha_upper, h_star)``, on first use (a sampler never reads them): alpha* <= 1 + psi(H) for every H
+        (GR eq. (4)), so 1 + psi(H*) of the exact subset search bounds it from above (plus 8 (V + n) epsilons for
+        psi's rounding), and alpha_upper - alpha bounds the LP's shortfall on this instance (HiGHS' absolute
+        tolerance, 1e-10 a constraint, costs up to about 1.2e-10 where p or P(omega) hold entries of that size; issue
+        44's WithoutReplacement example: 3.6e-12); (1, None) where there is no closed form and V is too large for
+        brute force."""
+        from otlp.core.subsets import min_psi
+
+        try:
+            psi, mask = min_psi(self.p, self._draft)
+        except InputError:
+            return 1.0, None
+        margin = 8.0 * (self.V + self.n) * np.finfo(np.float64).eps  # psi's float rounding (1.9e-15 seen)
+        return max(min(1.0, 1.0 + float(psi) + margin), self.alpha), np.flatnonzero(mask)
+
+    @property
+    def alpha_upper(self) -> float:
+        return self._dual[0]
+
+    @property
+    def h_star(self) -> np.ndarray | None:
+        return self._dual[1]
 
     def _support(self, draft: DraftScheme) -> tuple[np.ndarray, np.ndarray]:
         """The rows the rule is planned on, ``(omegas [M, n], probs [M])``: the drafted tuples; a subclass whose rule

@@ -118,9 +118,7 @@ class OptimalTransport:
             self.p, self.n, self.V = self._lp.p, self._lp.n, self._lp.V
             self.q = None
             self.alpha = self._lp.alpha
-            self.alpha_upper = self._lp.alpha_upper
-            self.h_star = self._lp.h_star
-            self.residual = self._lp.residual
+            self.residual = self._lp.residual  # (alpha_upper and h_star: the rule's, on first use, __getattr__)
 
     # -- construction ---------------------------------------------------------------------------------
     @classmethod
@@ -147,6 +145,8 @@ class OptimalTransport:
         if name == "_ch" and self.__dict__.get("_scalar") is not None:
             self._ch = host.build(self.p[None], self.q[None], self.n)
             return self._ch
+        if name in ("alpha_upper", "h_star") and "_lp" in self.__dict__:
+            return getattr(self._lp, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @cached_property

@@ -221,15 +221,22 @@ class SupportRule:
             self.inner = WithoutReplacementRule(p1, WithoutReplacement(q1, n))
             if cache is not None:
                 cache[key] = self.inner
-        self.route, self.alpha, self.alpha_upper = self.inner.route, self.inner.alpha, self.inner.alpha_upper
+        self.route, self.alpha = self.inner.route, self.inner.alpha
         k = self.live.size
-        h = self.inner.h_star
-        self.h_star = None if h is None else self.live[h[h < k]]  # (OTHER, of q = 0, never lowers psi)
         own = self.inner.residual  # [k (+ 1)]
         self.residual = np.zeros(self.V)  # [V]
         self.residual[self.live] = own[:k]
         if outside > 0:
             self.residual[off] = own[k] * p[off] / outside
+
+    @property
+    def alpha_upper(self) -> float:
+        return self.inner.alpha_upper  # (computed on first use)
+
+    @property
+    def h_star(self) -> np.ndarray | None:
+        h = self.inner.h_star
+        return None if h is None else self.live[h[h < self.live.size]]  # (OTHER, of q = 0, never lowers psi)
 
     def acceptance(self) -> float:
         return self.inner.acceptance()

@@ -7,8 +7,9 @@ q > 0 and one token OTHER for the target's mass off them (exact: :mod:`otlp.opti
 The rule enumerates the C(k, n) sets of that support, so it suits drafts filtered to their top-k (or top-p) tokens,
 as tree drafters sample their children, at any vocabulary size V; a row whose support has more than ``MAX_SETS``
 sets is refused before any work, with its size. The rows are solved one by one on the host (about
-2.3 ms at k = 20, n = 3, benchmarks/wor.py --top-k; one solve per distinct instance on the support): a decode-loop and
-certification sampler, not an engine hot path. No rule for unfiltered drafts at vocabulary scale exists yet (issue 45).
+2 ms a row at k = 20, n = 3, benchmarks/wor.py --top-k; one solve per distinct instance on the support): a decode-loop
+and certification sampler, not an engine hot path. No rule for unfiltered drafts at vocabulary scale exists yet (issue
+45).
 """
 
 from __future__ import annotations

@@ -51,6 +51,8 @@ V x |support| program (benchmarks/wor.py: 53-1,700x faster than the LP at V = 20
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from otlp.core.drafts import WithoutReplacement
@@ -210,8 +212,8 @@ class SupportRule:
     def __init__(self, p: np.ndarray, q: np.ndarray, n: int, cache: dict | None = None):
         self.p, self.n, self.V = p, n, p.size
         self.live = np.flatnonzero(q > 0)  # [k] the support, in token order
-        off = np.flatnonzero(q <= 0)
-        outside = float(p[off].sum())
+        self._off = off = np.flatnonzero(q <= 0)
+        self._outside = outside = float(p[off].sum())
         p1, q1 = p[self.live], q[self.live]
         if outside > 0:  # OTHER, never drafted: its only mass is the residual's
             p1, q1 = np.append(p1, outside), np.append(q1, 0.0)
@@ -222,12 +224,18 @@ class SupportRule:
             if cache is not None:
                 cache[key] = self.inner
         self.route, self.alpha = self.inner.route, self.inner.alpha
+
+    @cached_property
+    def residual(self) -> np.ndarray:
+        """``[V]`` the inner rule's residual on the support, OTHER's share spread over the tokens of q = 0 in
+        proportion to p (on first use: a sampler reads it only for a rejected row)."""
         k = self.live.size
         own = self.inner.residual  # [k (+ 1)]
-        self.residual = np.zeros(self.V)  # [V]
-        self.residual[self.live] = own[:k]
-        if outside > 0:
-            self.residual[off] = own[k] * p[off] / outside
+        out = np.zeros(self.V)  # [V]
+        out[self.live] = own[:k]
+        if self._outside > 0:
+            out[self._off] = own[k] * self.p[self._off] / self._outside
+        return out
 
     @property
     def alpha_upper(self) -> float:

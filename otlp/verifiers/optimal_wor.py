@@ -67,13 +67,14 @@ class OptimalWithoutReplacement(Optimal):
         def row(x, b: int) -> np.ndarray:  # noqa: ANN001 - one row as float64 numpy (never the whole batch)
             return x[b].detach().to("cpu", torch.float64).numpy()
 
+        q_drafted = q.gather(1, drafts.long().clamp(0, V - 1)).detach().cpu().numpy() if values else None  # [B, n]
         for b in range(B):  # every row's size and drafts before any row's work
             count = math.comb(int(k[b]), int(m[b]))
             if count > MAX_SETS:
                 raise InputError(f"{self.name}: row {b}'s draft has {k[b]:,} tokens of q > 0, so {count:,} sets of "
                                  f"n = {m[b]} (at most {MAX_SETS:,}); filter the draft to its top-k tokens")
             drafted = w[b, : m[b]]
-            if np.unique(drafted).size < drafted.size or (values and (row(q, b)[drafted] <= 0).any()):
+            if np.unique(drafted).size < drafted.size or (values and (q_drafted[b, : m[b]] <= 0).any()):
                 raise InputError(f"{self.name}: row {b}'s drafts {drafted.tolist()} are not distinct tokens of q > 0 "
                                  "(drafts sampled without replacement)")
         tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)

@@ -138,8 +138,7 @@ def paired(args: argparse.Namespace, count: int, names: tuple[str, str], table: 
     pair = embedded_models()
     texts = [DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)] for i in range(args.batch)]
     prompts = prompt_ids(pair.tokenizer, texts)
-    out = Path(__file__).resolve().parent / "results" / ("decode_optimal_variants.json" if table == "optimal_variants"
-                                                         else f"decode_{table}.json")
+    out = Path(__file__).resolve().parent / "results" / f"decode_{table}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     runs = json.loads(out.read_text()) if out.exists() else []
     setting = {"batch": args.batch, "tokens": args.tokens, "L": args.L, **options}

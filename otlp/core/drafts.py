@@ -266,16 +266,11 @@ class WithoutReplacement(DraftScheme):
     def tuple_probabilities(self, omegas: np.ndarray) -> np.ndarray:
         w = _check_tuples(omegas, self.V, self.n)
         qw = self.q[w]  # [M, n]
-        # mass left before step k, sum of q over the undrawn tokens, without the cancellation of 1 - q(drawn): with
-        # tokens ranked by decreasing q and r the number of top-ranked tokens all drawn, it is the suffix sum of the
-        # ranks >= r minus the other drawn tokens, each lighter than the undrawn token of rank r
+        # mass left before step k, sum of q over the undrawn tokens, without the cancellation of 1 - q(drawn) (_left)
         remaining = np.ones_like(qw)  # [M, n]
         rank_w = self._rank[w]  # [M, n]
         for k in range(1, self.n):
-            drawn = np.sort(rank_w[:, :k], axis=1)  # [M, k]
-            r = np.cumprod(drawn == np.arange(k)[None, :], axis=1).sum(1)  # [M]
-            later = np.where(drawn >= r[:, None], self._sorted_q[np.minimum(drawn, self.V - 1)], 0.0).sum(1)
-            remaining[:, k] = self._suffix[r] - later
+            remaining[:, k] = self._left(rank_w, (1 << k) - 1)  # after the first k draws
         distinct = np.ones(len(w), dtype=bool)
         for a in range(self.n):
             for b in range(a + 1, self.n):
@@ -316,7 +311,7 @@ class WithoutReplacement(DraftScheme):
         order, and P(the draws are that set) (those that do not underflow to 0): ``(sets int64 [U, n], probs [U])``,
         U = C(k, n), n! fewer rows than :meth:`support` (``ModelTooLargeError`` above ``max_sets``, before anything
         is allocated). P(S) sums the n! orders by a recursion over the subsets T of S, f(T) = sum_{b in T}
-        f(T - b) q_b / q(V - (T - b)), f(S) = P(S): 2^n n terms a set; each mass left q(V - T) is formed as in
+        f(T - b) q_b / q(V - (T - b)), f(S) = P(S): 2^n n terms a set; each mass left q(V - T) by :meth:`_left`, as in
         :meth:`tuple_probabilities`, without the cancellation of 1 - q(T)."""
         k = int(np.count_nonzero(self.q))
         count = math.comb(k, self.n)
@@ -347,15 +342,16 @@ class WithoutReplacement(DraftScheme):
 
     def _left(self, ranks: np.ndarray, drawn: int) -> np.ndarray:
         """q(V - T), the mass left after drawing the tokens T of the slots in bit mask ``drawn`` of each row of
-        ``ranks [U, n]`` (ranks by decreasing q): the suffix sum of the ranks >= r minus the drawn tokens past them,
-        r the number of top-ranked tokens all drawn (no cancellation of 1 - q(T))."""
+        ``ranks [M, n]`` (ranks by decreasing q): the suffix sum of the ranks >= r minus the drawn tokens past them
+        (each lighter than the undrawn token of rank r), r the number of top-ranked tokens all drawn (no cancellation
+        of 1 - q(T))."""
         cols = [j for j in range(self.n) if drawn >> j & 1]
         if not cols:
             return np.ones(ranks.shape[0])  # (as tuple_probabilities: the first draw's mass left is 1)
-        drawn_ranks = np.sort(ranks[:, cols], axis=1)  # [U, |T|]
-        r = np.cumprod(drawn_ranks == np.arange(len(cols))[None, :], axis=1).sum(1)  # [U]
+        drawn_ranks = np.sort(ranks[:, cols], axis=1)  # [M, |T|]
+        r = np.cumprod(drawn_ranks == np.arange(len(cols))[None, :], axis=1).sum(1)  # [M]
         later = np.where(drawn_ranks >= r[:, None], self._sorted_q[drawn_ranks], 0.0).sum(1)
-        return self._suffix[r] - later  # [U]
+        return self._suffix[r] - later  # [M]
 
     def subset_probability(self, mask: np.ndarray) -> np.ndarray | float:
         """n = 1: q(H). n = 2: sum_{i in H} q_i (q(H) - q_i) / (1 - q_i) (first draw i, second another token of H).

@@ -173,10 +173,11 @@ def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # no
     from otlp.verifiers.rrs import verify_uniforms
 
     leaf = widths == 0  # [R]
+    if method in ("optimal", "optimal_wor"):
+        u = torch.stack([coin.to(torch.float64), final.to(torch.float64)], dim=1)  # [R, 2]
     if method == "optimal":
         from otlp.optimal.sampler import verify
 
-        u = torch.stack([coin.to(torch.float64), final.to(torch.float64)], dim=1)  # [R, 2]
         masks = widths.clamp(min=1)
         if p_rows.device.type == "cpu":  # the host route reads the rows anyway: skip what no row needs
             if bool(leaf.any()):
@@ -191,7 +192,6 @@ def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # no
     if method == "optimal_wor":
         from otlp.verifiers import get
 
-        u = torch.stack([coin.to(torch.float64), final.to(torch.float64)], dim=1)  # [R, 2]
         slot = torch.full_like(widths, -1, dtype=torch.int64)
         out = draw_where(leaf, p_rows, final)
         rows = (~leaf).nonzero()[:, 0]  # (a host read: the rule runs on the host anyway)

@@ -211,8 +211,9 @@ class SupportRule:
 
     def __init__(self, p: np.ndarray, q: np.ndarray, n: int, cache: dict | None = None):
         self.p, self.n, self.V = p, n, p.size
-        self.live = np.flatnonzero(q > 0)  # [k] the support, in token order
-        self._off = off = np.flatnonzero(q <= 0)
+        on = q > 0
+        self.live = np.flatnonzero(on)  # [k] the support, in token order
+        self._off = off = np.flatnonzero(~on)
         self._outside = outside = float(p[off].sum())
         p1, q1 = p[self.live], q[self.live]
         if outside > 0:  # OTHER, never drafted: its only mass is the residual's

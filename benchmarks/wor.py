@@ -13,8 +13,8 @@ thread, a minute or so; run under ``flock /tmp/otlp-heavy.lock``.
 ``--top-k K ...``: drafts filtered to their top K tokens (close drafts: q = softmax(log p + N(0, 1)) before the
 filter, p = softmax(5 z)) at each V of ``--sizes`` and n of ``--support-ns``: the exact rule's build on the draft's
 support (``OptimalTransport``, :class:`otlp.optimal.wor.SupportRule`) against alpha* of ``psi_wor`` on the full
-rows, and one verification call of ``get("optimal_wor")`` on ``--rows`` distinct rows against ``get("rrs_wor")``
-on the same rows and uniforms.
+rows, and one verification call of ``get("optimal_wor")`` on B distinct float32 rows (each B of ``--rows``) against
+``get("rrs_wor")`` on the same rows and uniforms (median of 5 calls after a warm-up).
 """
 
 from __future__ import annotations
@@ -92,39 +92,44 @@ def _verify(v, p, q, drafts, u) -> None:  # noqa: ANN001 - a verifier and its te
     v.sample(p, q, drafts, uniforms=u)
 
 
-def support_table(sizes: list[int], ns: list[int], ks: list[int], rows: int, rng: np.random.Generator) -> None:
+def support_table(sizes: list[int], ns: list[int], ks: list[int], batches: list[int],
+                  rng: np.random.Generator) -> None:
     import torch
 
     from otlp.verifiers import get
     from otlp.verifiers.optimal_wor import MAX_SETS
 
-    print(f"| V | k | n | alpha* | rule build ms | rule alpha - alpha* | optimal_wor ms / call of {rows} rows | "
+    print("| V | k | n | B | alpha* | rule build ms | rule alpha - alpha* | optimal_wor ms / call | "
           "rrs_wor ms / call | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for V in sizes:
-        z = torch.from_numpy(rng.standard_normal((rows, V)))
-        p = torch.softmax(5 * z, 1)  # [rows, V] float64
-        noisy = torch.softmax(torch.log(p) + torch.from_numpy(rng.standard_normal((rows, V))), 1)
-        for k in ks:
-            top = torch.topk(noisy, k, dim=1).indices
-            q = torch.zeros_like(noisy).scatter_(1, top, noisy.gather(1, top))
-            q = q / q.sum(1, keepdim=True)
-            p0, q0 = p[0].numpy(), q[0].numpy()
-            for n in ns:
-                if math.comb(k, n) > MAX_SETS:
-                    print(f"| {V} | {k} | {n} | | | | refused: {math.comb(k, n):,} sets > {MAX_SETS:,} | | |")
-                    continue
-                alpha = wor_optimal_acceptance(p0, q0, n)
-                start = time.perf_counter()
-                rule = otlp.OptimalTransport(p0, otlp.WithoutReplacement(q0, n))
-                build = time.perf_counter() - start
-                keys = torch.log(q) - torch.log(-torch.log(torch.from_numpy(rng.random((rows, V)))))
-                drafts = torch.topk(keys, n, dim=1).indices  # [rows, n] without replacement
-                u = torch.from_numpy(rng.random((rows, 2)))
-                opt = _median_time(3, _verify, get("optimal_wor"), p, q, drafts, u)
-                rrs = _median_time(3, _verify, get("rrs_wor"), p, q, drafts, u)
-                print(f"| {V} | {k} | {n} | {alpha:.10f} | {1e3 * build:.1f} | {rule.alpha - alpha:.1e} | "
-                      f"{1e3 * opt:.1f} | {1e3 * rrs:.2f} | {opt / rrs:.0f}x |")
+        for B in batches:
+            z = torch.from_numpy(rng.standard_normal((B, V)))
+            p = torch.softmax(5 * z, 1)  # [B, V] float64
+            noisy = torch.softmax(torch.log(p) + torch.from_numpy(rng.standard_normal((B, V))), 1)
+            for k in ks:
+                top = torch.topk(noisy, k, dim=1).indices
+                q = torch.zeros_like(noisy).scatter_(1, top, noisy.gather(1, top))
+                q = q / q.sum(1, keepdim=True)
+                p0, q0 = p[0].numpy(), q[0].numpy()
+                for n in ns:
+                    if math.comb(k, n) > MAX_SETS:
+                        print(f"| {V} | {k} | {n} | {B} | | | | refused: {math.comb(k, n):,} sets > {MAX_SETS:,} | | |")
+                        continue
+                    alpha = wor_optimal_acceptance(p0, q0, n)
+                    start = time.perf_counter()
+                    rule = otlp.OptimalTransport(p0, otlp.WithoutReplacement(q0, n))
+                    build = time.perf_counter() - start
+                    keys = torch.log(q) - torch.log(-torch.log(torch.from_numpy(rng.random((B, V)))))
+                    drafts = torch.topk(keys, n, dim=1).indices  # [B, n] without replacement
+                    u = torch.from_numpy(rng.random((B, 2)))
+                    args = (p.float(), q.float(), drafts, u)  # float32 rows, as a model gives them
+                    for name in ("optimal_wor", "rrs_wor"):  # (warm-up)
+                        _verify(get(name), *args)
+                    opt = _median_time(5, _verify, get("optimal_wor"), *args)
+                    rrs = _median_time(5, _verify, get("rrs_wor"), *args)
+                    print(f"| {V} | {k} | {n} | {B} | {alpha:.10f} | {1e3 * build:.1f} | {rule.alpha - alpha:.1e} | "
+                          f"{1e3 * opt:.2f} | {1e3 * rrs:.2f} | {opt / rrs:.1f}x |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, nargs="*", default=[],
                         help="only the table of drafts filtered to their top K tokens (module docstring)")
     parser.add_argument("--support-ns", type=int, nargs="+", default=[2, 3, 4])
-    parser.add_argument("--rows", type=int, default=8, help="--top-k: rows per verification call")
+    parser.add_argument("--rows", type=int, nargs="+", default=[8], help="--top-k: rows per verification call (B)")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     if args.top_k:

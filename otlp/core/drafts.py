@@ -255,22 +255,18 @@ class WithoutReplacement(DraftScheme):
                 f"WithoutReplacement(q, n={self.n}) needs at least n tokens with q > 0, "
                 f"q has {np.count_nonzero(self.q)}"
             )
-        order = np.argsort(-self.q, kind="stable")
-        self._rank = np.empty(self.V, dtype=np.int64)
-        self._rank[order] = np.arange(self.V)  # [V]: rank by decreasing q
-        self._sorted_q = self.q[order]  # [V]
-        self._suffix = np.concatenate([np.cumsum(self._sorted_q[::-1])[::-1], [0.0]])  # [V + 1]: ranks >= r
+        self._rank, self._suffix = (a[0] for a in mass_ranks(self.q[None]))  # [V], [V + 1]
         # sum_{j != i} q_j: the suffix past rank 0 for the heaviest token (1 - q_i would cancel there), else 1 - q_i
         self._others = np.where(self._rank == 0, self._suffix[1], self._suffix[0] - self.q)  # [V]
 
     def tuple_probabilities(self, omegas: np.ndarray) -> np.ndarray:
         w = _check_tuples(omegas, self.V, self.n)
         qw = self.q[w]  # [M, n]
-        # mass left before step k, sum of q over the undrawn tokens, without the cancellation of 1 - q(drawn) (_left)
+        # mass left before step k, q of the undrawn tokens, without the cancellation of 1 - q(drawn) (mass_left)
         remaining = np.ones_like(qw)  # [M, n]
-        rank_w = self._rank[w]  # [M, n]
+        ranks = (self._rank[w].T[None], qw.T[None], self._suffix[None])  # ([1, n, M], [1, n, M], [1, V + 1])
         for k in range(1, self.n):
-            remaining[:, k] = self._left(rank_w, (1 << k) - 1)  # after the first k draws
+            remaining[:, k] = mass_left(*ranks, (1 << k) - 1)[0]  # after the first k draws
         distinct = np.ones(len(w), dtype=bool)
         for a in range(self.n):
             for b in range(a + 1, self.n):
@@ -310,48 +306,16 @@ class WithoutReplacement(DraftScheme):
         """The drafted *sets*: every set of n distinct tokens of q > 0, as increasing token ids in lexicographic
         order, and P(the draws are that set) (those that do not underflow to 0): ``(sets int64 [U, n], probs [U])``,
         U = C(k, n), n! fewer rows than :meth:`support` (``ModelTooLargeError`` above ``max_sets``, before anything
-        is allocated). P(S) sums the n! orders by a recursion over the subsets T of S, f(T) = sum_{b in T}
-        f(T - b) q_b / q(V - (T - b)), f(S) = P(S): 2^n n terms a set; each mass left q(V - T) by :meth:`_left`, as in
-        :meth:`tuple_probabilities`, without the cancellation of 1 - q(T)."""
+        is allocated), P(S) by :func:`set_probabilities`."""
         k = int(np.count_nonzero(self.q))
         count = math.comb(k, self.n)
         if count > max_sets:
             raise ModelTooLargeError(f"enumerating the {count:,} sets of n = {self.n} distinct tokens among the {k:,} "
                                      "with q > 0 for the exact rule", count * 600, max_sets * 600)
-        live = np.flatnonzero(self.q > 0)  # [k]
-        local = np.arange(k - self.n + 1, dtype=np.int64)[:, None]  # the partial sets that can still be completed
-        for j in range(1, self.n):  # each one extended by every larger token that leaves room for the rest
-            last = local[:, -1]
-            grow = (k - self.n + j + 1) - (last + 1)  # [rows] tokens last + 1 .. k - n + j
-            start = np.repeat(last + 1 - np.cumsum(grow) + grow, grow)  # [C(., j + 1)] each new token's offset
-            local = np.concatenate([np.repeat(local, grow, axis=0), (np.arange(start.size) + start)[:, None]], 1)
-        sets = live[local]  # [U, n]
-        qs, ranks = self.q[sets], self._rank[sets]  # [U, n]
-        f = {0: np.ones(sets.shape[0])}  # subsets of the n slots as bit masks -> f(T) [U]
-        left = {mask: self._left(ranks, mask) for mask in range(1 << self.n)}  # q(V - T) [U], once per subset
-        for mask in range(1, 1 << self.n):  # every proper submask is smaller, so already done
-            f[mask] = np.zeros(sets.shape[0])
-            for b in (j for j in range(self.n) if mask >> j & 1):
-                rest = mask ^ (1 << b)
-                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # (a subnormal mass left)
-                    share = np.minimum(qs[:, b] / np.where(left[rest] > 0, left[rest], 1.0), 1.0)
-                f[mask] += f[rest] * np.where(left[rest] > 0, share, 0.0)  # q_b / q(V - T), capped at 1
-        probs = f[(1 << self.n) - 1]
+        sets = np.flatnonzero(self.q > 0)[combinations(k, self.n)]  # [U, n]
+        probs = set_probabilities(self.q[None], sets)[0]
         keep = probs > 0
         return sets[keep], probs[keep]
-
-    def _left(self, ranks: np.ndarray, drawn: int) -> np.ndarray:
-        """q(V - T), the mass left after drawing the tokens T of the slots in bit mask ``drawn`` of each row of
-        ``ranks [M, n]`` (ranks by decreasing q): the suffix sum of the ranks >= r minus the drawn tokens past them
-        (each lighter than the undrawn token of rank r), r the number of top-ranked tokens all drawn (no cancellation
-        of 1 - q(T))."""
-        cols = [j for j in range(self.n) if drawn >> j & 1]
-        if not cols:
-            return np.ones(ranks.shape[0])  # (as tuple_probabilities: the first draw's mass left is 1)
-        drawn_ranks = np.sort(ranks[:, cols], axis=1)  # [M, |T|]
-        r = np.cumprod(drawn_ranks == np.arange(len(cols))[None, :], axis=1).sum(1)  # [M]
-        later = np.where(drawn_ranks >= r[:, None], self._sorted_q[drawn_ranks], 0.0).sum(1)
-        return self._suffix[r] - later  # [M]
 
     def subset_probability(self, mask: np.ndarray) -> np.ndarray | float:
         """n = 1: q(H). n = 2: sum_{i in H} q_i (q(H) - q_i) / (1 - q_i) (first draw i, second another token of H).
@@ -525,6 +489,64 @@ class Joint(DraftScheme):
         size = _check_sample_args(size, rng)
         flat = rng.choice(self.table.size, size=size, p=self.table.reshape(-1))
         return np.stack(np.unravel_index(flat, self.table.shape), axis=1).astype(np.int64)
+
+
+def combinations(k: int, n: int) -> np.ndarray:
+    """``int64 [C(k, n), n]``: every set of n of the ids 0 .. k - 1, increasing within a row, rows in lexicographic
+    order (as ``itertools.combinations``, without a Python loop over the rows)."""
+    local = np.arange(k - n + 1, dtype=np.int64)[:, None]  # the partial sets that can still be completed
+    for j in range(1, n):  # each one extended by every larger id that leaves room for the rest
+        last = local[:, -1]
+        grow = (k - n + j + 1) - (last + 1)  # [rows] ids last + 1 .. k - n + j
+        start = np.repeat(last + 1 - np.cumsum(grow) + grow, grow)  # [C(., j + 1)] each new id's offset
+        local = np.concatenate([np.repeat(local, grow, axis=0), (np.arange(start.size) + start)[:, None]], 1)
+    return local
+
+
+def mass_ranks(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What :func:`mass_left` reads of draft laws ``q [B, V]``: ``(rank [B, V], suffix [B, V + 1])``, each token's
+    rank by decreasing q (stable) and the suffix sums of q over the ranks >= r."""
+    order = np.argsort(-q, axis=1, kind="stable")  # [B, V]
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(q.shape[1])[None, :], axis=1)
+    sorted_q = np.take_along_axis(q, order, axis=1)
+    suffix = np.concatenate([np.cumsum(sorted_q[:, ::-1], axis=1)[:, ::-1], np.zeros((q.shape[0], 1))], axis=1)
+    return rank, suffix
+
+
+def mass_left(ranks: np.ndarray, qs: np.ndarray, suffix: np.ndarray, drawn: int) -> np.ndarray:
+    """q(V - T) ``[B, M]``, the mass left after drawing the tokens T of the slots in bit mask ``drawn`` of each row of
+    ``ranks, qs [B, n, M]`` (the drawn tokens' ranks by decreasing q and their masses; ``suffix``: :func:`mass_ranks`):
+    the suffix sum of the ranks >= r minus the drawn tokens past them (each lighter than the undrawn token of rank r),
+    r the number of top-ranked tokens all drawn, the least rank not drawn (no cancellation of 1 - q(T))."""
+    cols = [j for j in range(ranks.shape[1]) if drawn >> j & 1]
+    if not cols:
+        return np.ones((ranks.shape[0], ranks.shape[2]))  # (as tuple_probabilities: the first draw's mass left is 1)
+    # the drawn ranks below |T| as bits (distinct ranks: the sum is their union); r = its trailing ones
+    low = sum(np.where(ranks[:, j] < len(cols), np.left_shift(1, np.minimum(ranks[:, j], 62)), 0) for j in cols)
+    r = np.frexp((low + 1) & ~low)[1] - 1  # [B, M] the lowest bit not set: ranks 0 .. r - 1 all drawn
+    later = sum(np.where(ranks[:, j] >= r, qs[:, j], 0.0) for j in cols)
+    return np.take_along_axis(suffix, r, axis=1) - later  # [B, M]
+
+
+def set_probabilities(q: np.ndarray, sets: np.ndarray) -> np.ndarray:
+    """P(the n draws without replacement from ``q [B, V]`` are the set) ``[B, U]`` for ``sets int [U, n]`` of
+    distinct tokens shared by the rows. P(S) sums the n! orders by a recursion over the subsets T of S,
+    f(T) = sum_{b in T} f(T - b) q_b / q(V - (T - b)), f(S) = P(S): 2^n n terms a set; each mass left q(V - T) by
+    :func:`mass_left` (without the cancellation of 1 - q(T)), each ratio capped at 1."""
+    B, (U, n) = q.shape[0], sets.shape
+    rank, suffix = mass_ranks(q)
+    qs, ranks = q[:, sets.T], rank[:, sets.T]  # [B, n, U]
+    f = {0: np.ones((B, U))}  # subsets of the n slots as bit masks -> f(T) [B, U]
+    left = {mask: mass_left(ranks, qs, suffix, mask) for mask in range((1 << n) - 1)}  # q(V - T) of proper subsets
+    for mask in range(1, 1 << n):  # every proper submask is smaller, so already done
+        f[mask] = np.zeros((B, U))
+        for b in (j for j in range(n) if mask >> j & 1):
+            rest = mask ^ (1 << b)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # (a subnormal mass left)
+                share = np.minimum(qs[:, b] / np.where(left[rest] > 0, left[rest], 1.0), 1.0)
+            f[mask] += f[rest] * np.where(left[rest] > 0, share, 0.0)  # q_b / q(V - T), capped at 1
+    return f[(1 << n) - 1]
 
 
 def as_draft(draft: DraftScheme) -> DraftScheme:

@@ -66,23 +66,11 @@ tail += pi_a P(N = n - 1). So at one t every prefix costs O(n V).
 So alpha* costs a sort, O(V log V), and K passes of O(n V) (``otlp_wor_prefix`` in ``otlp/backend/native/wor.c``, or a
 numpy loop over the tokens where the kernels are not built).
 
-**Toward the optimal rule (not built here).** The verification rule itself (pi(. | omega) without an LP) is open for
-these drafts; ``OptimalTransport(p, WithoutReplacement(q, n))`` stays on the relaxed LP (:mod:`otlp.optimal.generic`).
-What carries over from the i.i.d. rule (:mod:`otlp.optimal.chains`):
-
-* the order and the groups: psi is submodular and, by the exchange argument above applied inside an interval
-  A <= S <= B, its constrained minima are prefixes too (GR Lemma 6.3's role), so the records of psi on the prefixes
-  cut the groups and the outer groups' priority is forced as in the design note (GR Thm 6.1, 6.2 hold for any
-  submodular psi). Evidence: the relaxed LP restricted to "a tuple is served only by the group of its
-  highest-positioned draw" still reaches alpha* (tests/core/test_psi_wor.py, to HiGHS' tolerance);
-* the product structure a chain needs exists in another form: the set of the n draws has the law
-  int_0^inf sum_{a in S} q_a e^{-q_a t} prod_{b in S - a} (1 - e^{-q_b t}) prod_{c not in S} e^{-q_c t} dt, a mixture
-  over the n-th ring time t of independent token inclusions, where the i.i.d. chain has n independent draws.
-
-What is missing: the slot equations of a class chain in that mixture (the i.i.d. chain solves
-(H + y)^n - H^n - r y = gap per position; here each is an integral over t of a degree-n coefficient), and the proof
-that their roots exist with the rows meeting p (the Hall / relative-interior argument of the design note §2, done for
-product draws only). Without both, no rule here is claimed optimal.
+**The optimal rule** for these drafts is :mod:`otlp.optimal.wor` (issue 45): the same order and the records of psi
+cut its priority blocks (psi is submodular and, by the exchange argument above applied inside an interval
+A <= S <= B, its constrained minima are prefixes too, GR Lemma 6.3's role), with a Luce choice inside each block in
+place of the i.i.d. rule's class chain, on the draft's enumerated sets. This module stays the rule-free computation
+of alpha* at any V, which the rule's tests hold it to.
 """
 
 from __future__ import annotations

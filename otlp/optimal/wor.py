@@ -44,9 +44,11 @@ converges, is evidence, not a proof: every one of the 177 instances of tests/opt
 tests/optimal/instances.py, ties, zeros, point masses and alpha* = 1 among them; V <= 8, n <= 4) converges to
 1e-12 in a few Newton steps. A block that would not (targets on a face of its polytope, where the weights run off
 to infinity) makes the rule take the relaxed LP: never a wrong answer. Cost: the rule is planned on the drafted
-sets, not the ordered tuples (the choice reads a tuple's set only: n! fewer rows); per Newton step one pass over
-them and a dense solve in a block's size: for small V^n, as the LP route, but without its
-V x |support| program (benchmarks/wor.py: 53-1,700x faster than the LP at V = 20-300, n = 2-4).
+sets, not the ordered tuples (the choice reads a tuple's set only: n! fewer rows); per Newton step a few passes
+over them and a dense solve in the number of elements: for small V^n, as the LP route, but without its
+V x |support| program (benchmarks/wor.py: 53-1,700x faster than the LP at V = 20-300, n = 2-4). :func:`set_plan`
+solves many rows at once (a row's blocks, and the rows, share no element: their Newton systems are independent),
+which :class:`SupportBatch` uses for a sampler's rows.
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ from functools import cached_property
 
 import numpy as np
 
-from otlp.core.drafts import WithoutReplacement
+from otlp.core.drafts import WithoutReplacement, combinations, set_probabilities
 from otlp.core.psi import ratio_order
+from otlp.lp.formulations.completion import residual_law
 from otlp.optimal.generic import LinearProgramRule, relaxed_lp_plan
 
 #: a block's Luce weights are accepted when every element's expected choice is within this of its target.
@@ -65,124 +68,126 @@ TOLERANCE = 1e-12
 MAX_STEPS = 200
 
 
-def groups(p: np.ndarray, order: np.ndarray, top: np.ndarray, probs: np.ndarray):  # noqa: ANN201
-    """The rule's blocks from the tuples' lowest-ratio positions ``top [M]`` (positions in the decreasing-q/p order
-    ``order``, :func:`otlp.core.psi.ratio_order`): ``(psi [V + 1], m_star, cuts)`` with psi_m = P_m - F_m, F_m the
-    mass of the tuples within the first m positions, m* its first argmin and ``cuts`` the outer groups' ends
-    m* = c_0 < c_1 < ... < c_k = V (suffix minima of psi, ties included)."""
-    V = p.size
-    F = np.concatenate([[0.0], np.cumsum(np.bincount(top, probs, V))])  # [V + 1]
-    P = np.concatenate([[0.0], np.cumsum(p[order])])
-    psi = P - F
-    m_star = int(np.argmin(psi))
-    after = np.minimum.accumulate(psi[::-1])[::-1]  # [V + 1] min of psi at m and after
-    cuts = [m for m in range(m_star, V + 1) if psi[m] <= after[m]]  # (V is always one)
-    return psi, m_star, cuts
+def set_plan(p: np.ndarray, q: np.ndarray, sets: np.ndarray, probs: np.ndarray):  # noqa: ANN201
+    """The rule's plan (module docstring) for rows ``p, q [B, E]`` on the drafted sets ``sets int [U, n]`` (distinct
+    ids, the same for every row) of masses ``probs [B, U]``: ``(alpha [B], choice [B, U, n], residual [B])``, with
+    ``choice`` the probability that each set's slot is taken and ``residual`` the largest gap between an element's
+    expected choice and its target (inf where a row's Newton steps did not reach ``TOLERANCE``: that row has no plan).
 
-
-def _set_plan(p: np.ndarray, q: np.ndarray, omegas: np.ndarray, probs: np.ndarray):  # noqa: ANN202
-    """The rule's plan (module docstring) on the drafted sets ``omegas [U, n]`` (distinct tokens per row) of masses
-    ``probs [U]``: ``(alpha, choice [U, n], residual)`` with ``choice`` the probability that each set's slot is taken
-    and ``residual`` the largest gap between a block's expected choices and its targets; None where a block's Newton
-    steps did not reach ``TOLERANCE``."""
-    U, n = omegas.shape
-    V = p.size
-    pos = np.empty(V, dtype=np.int64)
-    order = ratio_order(p, q)
-    pos[order] = np.arange(V)
-    at = pos[omegas]  # [U, n] positions
-    top = at.max(1)  # [U] the lowest-ratio draw's position
-    psi, m_star, cuts = groups(p, order, top, probs)
-    target = p.copy()
-    for s, e in zip(cuts[:-1], cuts[1:], strict=True):
-        target[order[s]] -= psi[e] - psi[s]
-    target = np.maximum(target, 0.0)
-    out = np.zeros((U, n))
-    worst = 0.0
-    # blocks: [lo, hi) positions; the inner one [0, m*) with the reject option R
-    blocks = [(s, e, False) for s, e in zip(cuts[:-1], cuts[1:], strict=True)] + [(0, m_star, True)]
-    for lo, hi, inner in blocks:
-        rows = np.flatnonzero((top >= lo) & (top < hi))  # the tuples this block serves
-        if rows.size == 0 or hi == lo:
-            continue
-        member = (at[rows] >= lo) & (at[rows] < hi) & (target[omegas[rows]] > 0)  # [T, n] choosable draws
-        got = _luce(omegas[rows], member, probs[rows], target, 1.0 + psi[m_star] if inner else None)
-        if got is None:
-            return None
-        out[rows], residual = got  # [T, n]
-        worst = max(worst, residual)
-    return float(probs @ out.sum(1)), out, worst
-
-
-def _luce(w: np.ndarray, member: np.ndarray, probs: np.ndarray, target: np.ndarray, alpha: float | None):  # noqa: ANN202
-    """Luce weights for one block by Newton's method: ``(choice [T, n], residual)``, the probability that each
-    tuple's slot is taken (rows sum to 1, or to 1 - P(reject) in the inner block, ``alpha`` given: alpha*), or None
-    without convergence or where some tuple has nothing to choose."""
-    T, n = w.shape
-    if T == 0:
-        return np.zeros((0, n)), 0.0
-    elements, local = np.unique(np.where(member, w, -1), return_inverse=True)
-    local = local.reshape(T, n) - (elements[0] == -1)  # [T, n] index of each slot's element (-1: not a member)
-    elements = elements[elements >= 0]
-    goal = target[elements]
-    if alpha is not None:  # the reject option: one more element, in every tuple, target 1 - alpha*
-        local = np.concatenate([local, np.full((T, 1), elements.size)], axis=1)
-        goal = np.concatenate([goal, [max(1.0 - alpha, 0.0)]])
-        if goal[-1] <= 0.0:
-            local[:, -1] = -1  # alpha* = 1: never reject
-    k = goal.size
-    live = local >= 0  # [T, w]
-    if k == 0 or not live.any(axis=1).all():
-        return None
-    safe = np.where(live, local, 0)
-    reach = np.bincount(safe[live], np.broadcast_to(probs[:, None], live.shape)[live], k)  # P(j among members)
+    Per row, on the decreasing-q/p order: psi_m = P_m - F_m (F_m the mass of the sets within the first m positions),
+    m* its first argmin, the outer groups' cuts m* = c_0 < c_1 < ... < c_k = E (suffix minima of psi, ties included,
+    as :func:`.chains.records`), the targets x* and the blocks: a set is served by the block of its lowest-ratio draw.
+    The Luce weights of every block of every row are solved together (a row's blocks share no element, so its
+    Hessian is block diagonal; one backtracking step size a row)."""
+    B, E = p.shape
+    U, n = sets.shape
+    rows = np.arange(B)[:, None]
+    order = ratio_order(p, q)  # [B, E]
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.arange(E)[None, :], axis=1)  # [B, E] each element's position
+    at = pos[:, sets.T]  # [B, n, U] (slot-major: a reduction over a set's slots adds whole rows)
+    top = at.max(1)  # [B, U] the lowest-ratio draw's position
+    F = np.zeros((B, E + 1))
+    F[:, 1:] = np.cumsum(np.bincount((rows * E + top).ravel(), probs.ravel(), B * E).reshape(B, E), axis=1)
+    P = np.zeros((B, E + 1))
+    P[:, 1:] = np.cumsum(np.take_along_axis(p, order, axis=1), axis=1)
+    psi = P - F  # [B, E + 1]
+    m_star = psi.argmin(1)  # [B]
+    m = np.arange(E + 1)
+    after = np.minimum.accumulate(psi[:, ::-1], axis=1)[:, ::-1]  # [B, E + 1] min of psi at m and after
+    cut = (m >= m_star[:, None]) & (psi <= after)  # [B, E + 1] (E is always one)
+    nxt = np.minimum.accumulate(np.where(cut, m, E)[:, ::-1], axis=1)[:, ::-1]  # [B, E + 1] the first cut at or after
+    nxt = np.concatenate([nxt[:, 1:], np.full((B, 1), E)], axis=1)  # the first cut after m
+    start = cut[:, :E]  # [B, E] positions that open an outer group (s, e]: x* = p_s - (psi_e - psi_s) there
+    drop = np.where(start, np.take_along_axis(psi, nxt[:, :E], axis=1) - psi[:, :E], 0.0)
+    target = np.maximum(np.take_along_axis(p, order, axis=1) - drop, 0.0)  # [B, E] by position
+    block = np.where(m[:E] < m_star[:, None], 0, np.cumsum(cut[:, :E], axis=1))  # [B, E] 0: the inner block
+    alpha_star = 1.0 + np.take_along_axis(psi, m_star[:, None], axis=1)[:, 0]  # [B]
+    # elements: the E tokens, then the reject option R (the inner block's, target 1 - alpha*)
+    goal = np.concatenate([np.take_along_axis(target, pos, axis=1), np.maximum(1.0 - alpha_star, 0.0)[:, None]], 1)
+    elem_block = np.concatenate([np.take_along_axis(block, pos, axis=1), np.zeros((B, 1), dtype=block.dtype)], 1)
+    served = np.take_along_axis(block, top, axis=1)  # [B, U] the block that serves each set
+    # [B, n + 1, U] arrays: a set's slots, then R
+    S, G = n + 1, E + 1
+    elem = np.concatenate([np.broadcast_to(sets.T, (B, n, U)), np.full((B, 1, U), E)], axis=1)  # [B, S, U]
+    live = np.concatenate([(np.take_along_axis(block, at.reshape(B, -1), axis=1).reshape(B, n, U)
+                            == served[:, None, :]) & (np.take_along_axis(goal, elem[:, :n].reshape(B, -1), axis=1)
+                                                      .reshape(B, n, U) > 0),
+                           ((served == 0) & (goal[:, E:] > 0))[:, None, :]], axis=1)  # [B, S, U] the members
+    flat = (rows[:, :, None] * G + elem).ravel()  # [B S U] into [B * G]
+    weight = np.broadcast_to(probs[:, None, :], live.shape)
+    reach = np.bincount(flat[live.ravel()], weight[live], B * G).reshape(B, G)  # P(j among a set's members)
+    present = reach > 0  # [B, G] the elements the Newton steps solve for
+    any_live = live.any(1, keepdims=True)  # [B, 1, U]
+    failed = ((probs > 0) & ~any_live[:, 0]).any(1)  # a set with nothing to choose
+    # the gauge: in each row's block, its present element of largest goal (the first on ties) keeps theta
+    key = np.where(present, goal, -1.0)
+    nb = int(elem_block.max()) + 1
+    best = np.full((B, nb), -np.inf)
+    np.maximum.at(best, (np.broadcast_to(rows, (B, G)), elem_block), key)
+    ids = np.where(present & (key == best[rows, elem_block]), np.arange(G), G)
+    first = np.full((B, nb), G)
+    np.minimum.at(first, (np.broadcast_to(rows, (B, G)), elem_block), ids)
+    fixed = ~present | (np.arange(G) == first[rows, elem_block])  # [B, G]
     theta = np.log(np.maximum(goal, 1e-300) / np.maximum(reach, 1e-300))  # the start: y_j near goal_j alone
+    pair = (flat.reshape(B, S, 1, U) * G + elem[:, None]).reshape(B * S, -1)  # [B S, S U] (j, l) into [B G G]
 
-    def expected(theta):  # noqa: ANN001, ANN202 - (choice [T, w], y [k], objective)
-        logits = np.where(live, theta[safe], -np.inf)
-        top = logits.max(1, keepdims=True)
-        e = np.exp(logits - top)
-        total = e.sum(1, keepdims=True)
+    def expected(theta):  # noqa: ANN001, ANN202 - (choice [B, S, U], y [B, G], objective [B])
+        logits = np.where(live, np.take(theta, flat).reshape(B, S, U), -np.inf)
+        peak = np.where(any_live, logits.max(1, keepdims=True), 0.0)  # (a set of mass 0 with no member: no nan)
+        e = np.exp(logits - peak)
+        total = np.where(any_live, e.sum(1, keepdims=True), 1.0)
         choice = e / total
-        y = np.bincount(safe[live], (probs[:, None] * choice)[live], k)
-        return choice, y, float(probs @ (top[:, 0] + np.log(total[:, 0])) - goal @ theta)
+        y = np.bincount(flat, (probs[:, None, :] * choice).ravel(), B * G).reshape(B, G)
+        f = (probs * (peak + np.log(total))[:, 0]).sum(1) - (goal * np.where(present, theta, 0.0)).sum(1)
+        return choice, y, f
+
+    def gap(y):  # noqa: ANN001, ANN202 - [B] the largest |y - goal| over the present elements
+        return np.where(present, np.abs(y - goal), 0.0).max(1)
 
     choice, y, f = expected(theta)
+    eye = np.eye(G, dtype=bool)
     for _ in range(MAX_STEPS):
-        grad = y - goal
-        if np.abs(grad).max() <= TOLERANCE:
+        grad = np.where(fixed, 0.0, y - goal)  # [B, G]
+        done = gap(y) <= TOLERANCE
+        if (done | failed).all():
             break
-        # the Hessian sum_omega P(omega) (diag(pi) - pi pi^T) on the members, one slot against all ([T, w] arrays)
-        wc = probs[:, None] * choice  # [T, w] (0 off the members: pi is 0 there)
-        H = np.zeros(k * k)
-        for a in range(live.shape[1]):
-            H -= np.bincount((safe[:, a, None] * k + safe).ravel(), (wc[:, a, None] * choice).ravel(), k * k)
-        H = H.reshape(k, k)
-        H[np.diag_indices(k)] += y
-        free = np.arange(k) != int(np.argmax(goal))  # the gauge: the heaviest element's theta stays
-        step = np.zeros(k)
-        try:  # positive definite on the free coordinates when every element shares a tuple with another
-            step[free] = np.linalg.solve(H[np.ix_(free, free)], -grad[free])
+        # the Hessian sum_S P(S) (diag(pi) - pi pi^T) on the members, one slot against all
+        wc = probs[:, None, :] * choice  # [B, S, U] (0 off the members: pi is 0 there)
+        H = np.zeros(B * G * G)
+        for a in range(S):
+            H -= np.bincount(pair[a::S].ravel(), (wc[:, a, None] * choice).ravel(), B * G * G)
+        H = H.reshape(B, G, G)
+        H[:, eye] += y
+        H = np.where(fixed[:, :, None] | fixed[:, None, :], eye, H)  # fixed coordinates: step 0
+        try:  # positive definite on the free coordinates when every element shares a set with another
+            step = np.linalg.solve(H, -grad[:, :, None])[:, :, 0]
         except np.linalg.LinAlgError:
-            step[free] = np.linalg.lstsq(H[np.ix_(free, free)], -grad[free], rcond=1e-15)[0]
-        step = np.clip(step, -30.0, 30.0)  # (a first step from far off stays finite)
-        t = 1.0
-        while t > 1e-12:  # backtracking on the convex objective, or on the residual once f is down to rounding
-            c2, y2, f2 = expected(theta + t * step)
-            if f2 <= f + 1e-4 * t * float(grad @ step) or np.abs(y2 - goal).max() < np.abs(grad).max():
-                break
-            t *= 0.5
-        theta, choice, y, f = theta + t * step, c2, y2, f2
-    residual = float(np.abs(y - goal).max())
-    if residual > TOLERANCE:
-        return None
-    return np.where(live[:, :n], choice[:, :n], 0.0), residual
+            step = np.stack([np.linalg.lstsq(H[b], -grad[b], rcond=1e-15)[0] for b in range(B)])
+        searching = ~(done | failed)
+        step = np.where(searching[:, None], np.clip(step, -30.0, 30.0), 0.0)  # (a first step from far off stays finite)
+        t = np.ones(B)
+        slope = (grad * step).sum(1)
+        new = (choice, y, f)
+        while searching.any():  # backtracking on the convex objective, or on the residual once f is down to rounding
+            c2, y2, f2 = expected(theta + t[:, None] * step)
+            ok = (f2 <= f + 1e-4 * t * slope) | (gap(y2) < gap(y))
+            take = searching & (ok | (t <= 2e-12))  # (past the smallest step, the last one tried, as ok)
+            new = tuple(np.where(take.reshape((B,) + (1,) * (a.ndim - 1)), b2, a) for a, b2 in zip(new, (c2, y2, f2),
+                                                                                                     strict=True))
+            theta = np.where(take[:, None], theta + t[:, None] * step, theta)
+            searching &= ~take
+            t = np.where(searching, t * 0.5, t)
+        choice, y, f = new
+    residual = np.where(failed | (gap(y) > TOLERANCE), np.inf, gap(y))
+    choice = np.where(live[:, :n], choice[:, :n], 0.0).transpose(0, 2, 1)  # [B, U, n]
+    return (probs[:, :, None] * choice).sum((1, 2)), choice, residual
 
 
 class WithoutReplacementRule(LinearProgramRule):
     """The exact optimal rule for ``WithoutReplacement(q, n)`` on its drafted sets (module docstring): the rule reads
     a tuple's set only, so it is planned on the C(k, n) sets (:meth:`otlp.core.drafts.WithoutReplacement.set_support`,
-    n! fewer rows than the ordered tuples) by :func:`_set_plan`, or by the relaxed LP on the same sets where a block's
+    n! fewer rows than the ordered tuples) by :func:`set_plan`, or by the relaxed LP on the same sets where a block's
     Newton steps stall (``route`` says which), then the LP route's completion and checks
     (:class:`.generic.LinearProgramRule`: ``alpha``, ``alpha_upper``, ``rule``)."""
 
@@ -193,23 +198,22 @@ class WithoutReplacementRule(LinearProgramRule):
         return np.sort(omegas, axis=1), np.argsort(np.argsort(omegas, axis=1, kind="stable"), axis=1)
 
     def _plan(self, draft, sets: np.ndarray, probs: np.ndarray):  # noqa: ANN001, ANN202
-        got = _set_plan(self.p, draft.q, sets, probs)
-        if got is None:
+        alpha, choice, residual = set_plan(self.p[None], draft.q[None], sets, probs[None])
+        if not np.isfinite(residual[0]):
             self.newton_residual = None  # (route stays the class's "lp")
             return relaxed_lp_plan(self.p, sets, probs)
-        alpha, choice, self.newton_residual = got
+        self.newton_residual = float(residual[0])
         self.route = "luce"
-        return alpha, probs[:, None] * choice, np.arange(choice.size).reshape(choice.shape)
+        return float(alpha[0]), probs[:, None] * choice[0], np.arange(choice[0].size).reshape(choice[0].shape)
 
 
 class SupportRule:
     """The rule for ``p [V]`` and ``WithoutReplacement(q, n)`` (valid distributions) solved on the draft's support
     (module docstring): :class:`WithoutReplacementRule` on the k tokens of q > 0 and OTHER, read back on all V tokens.
     Offers what :class:`otlp.optimal.OptimalTransport` reads of a rule: ``p, n, V, route, alpha, alpha_upper, h_star,
-    residual [V], acceptance(), rule(omegas)``. ``cache``: a dict the caller keeps across rows; rows whose support
-    instance (the tokens, their p and q, the mass off them, n) is the same share one inner rule."""
+    residual [V], acceptance(), rule(omegas)``; :class:`SupportBatch` solves many rows' instances together."""
 
-    def __init__(self, p: np.ndarray, q: np.ndarray, n: int, cache: dict | None = None):
+    def __init__(self, p: np.ndarray, q: np.ndarray, n: int):
         self.p, self.n, self.V = p, n, p.size
         on = q > 0
         self.live = np.flatnonzero(on)  # [k] the support, in token order
@@ -218,12 +222,7 @@ class SupportRule:
         p1, q1 = p[self.live], q[self.live]
         if outside > 0:  # OTHER, never drafted: its only mass is the residual's
             p1, q1 = np.append(p1, outside), np.append(q1, 0.0)
-        key = (self.live.tobytes(), p1.tobytes(), q1.tobytes(), n)  # O(k) bytes
-        self.inner = cache.get(key) if cache is not None else None
-        if self.inner is None:
-            self.inner = WithoutReplacementRule(p1, WithoutReplacement(q1, n))
-            if cache is not None:
-                cache[key] = self.inner
+        self.inner = WithoutReplacementRule(p1, WithoutReplacement(q1, n))
         self.route, self.alpha = self.inner.route, self.inner.alpha
 
     @cached_property
@@ -257,3 +256,75 @@ class SupportRule:
         at = np.minimum(np.searchsorted(self.live, omegas), k - 1)  # [M, n]
         local = np.where(self.live[at] == omegas, at, k + 1)  # k + 1: past OTHER too
         return self.inner.rule(local)
+
+
+#: :class:`SupportBatch` solves at most this many entries (instances x sets x (n + 1), and instances x elements^2 for
+#: the Hessians) in one :func:`set_plan` call, so a call's temporaries stay near 100 MB
+BATCH_ENTRIES = 1 << 22
+
+
+class SupportBatch:
+    """:class:`SupportRule` for many rows at once, each given on its support: ``live int [R, k]`` the k tokens of
+    q > 0 of each row (a draft filtered to its top k), ``p1, q1 float64 [R, k + 1]`` the normalised masses there and,
+    last, OTHER's (the target's mass off the support; q = 0), n drafts a row. The rows' distinct instances are
+    solved together by :func:`set_plan` (their Luce weights in one batch of Newton steps: numpy's per-call cost paid
+    once, not once a row), a row whose Newton steps stall by :class:`SupportRule` (the relaxed LP). The same plan,
+    so the same rule, as :class:`SupportRule` on each row, to the Newton residual (tests/optimal/test_wor.py).
+    ``accept(drafts)`` and ``residual(r)`` read it; :meth:`from_rows` builds it from whole rows."""
+
+    def __init__(self, live: np.ndarray, p1: np.ndarray, q1: np.ndarray, n: int):
+        R, k = live.shape
+        self.live, self.n = live, n
+        key = np.concatenate([live.view(np.float64), p1, q1], 1)  # rows with the same instance share a solve
+        _, first, self._instance = np.unique(key.view(np.dtype((np.void, key.shape[1] * 8))).ravel(),
+                                             return_index=True, return_inverse=True)
+        p1, q1 = p1[first], q1[first]  # [I, k + 1] the distinct instances
+        self.sets = combinations(k, n)  # [U, n] local ids
+        U, G = self.sets.shape[0], k + 2
+        self.choice = np.empty((first.size, U, n))  # [I, U, n]
+        self._accepted = np.empty((first.size, k + 1))  # [I, k + 1] each element's accepted mass
+        self._fallback: dict[int, SupportRule] = {}
+        chunk = max(1, BATCH_ENTRIES // max(U * (n + 1), G * G))
+        for lo in range(0, first.size, chunk):
+            sl = slice(lo, lo + chunk)
+            probs = set_probabilities(q1[sl], self.sets)  # [c, U]
+            _, choice, residual = set_plan(p1[sl], q1[sl], self.sets, probs)
+            self.choice[sl] = choice
+            S = probs[:, :, None] * choice  # [c, U, n]
+            c = S.shape[0]
+            self._accepted[sl] = np.bincount((np.arange(c)[:, None, None] * (k + 1) + self.sets).ravel(), S.ravel(),
+                                             c * (k + 1)).reshape(c, k + 1)
+            for i in np.flatnonzero(~np.isfinite(residual)) + lo:  # (rare) a stalled row takes the relaxed LP
+                self._fallback[int(i)] = SupportRule(p1[i], q1[i], n)
+        self._p1 = p1
+        self._codes = self.sets @ (k ** np.arange(n - 1, -1, -1, dtype=np.int64))  # [U] increasing
+
+    @classmethod
+    def from_rows(cls, P: np.ndarray, Q: np.ndarray, n: int) -> SupportBatch:
+        """From normalised rows ``P, Q float64 [R, V]`` whose draft laws have the same number of tokens of q > 0."""
+        on = Q > 0  # [R, V]
+        live = np.nonzero(on)[1].reshape(P.shape[0], -1)  # [R, k] in token order
+        rows = np.arange(P.shape[0])[:, None]
+        outside = np.where(on, 0.0, P).sum(1, keepdims=True)  # [R, 1]
+        return cls(live, np.concatenate([P[rows, live], outside], 1),
+                   np.concatenate([Q[rows, live], np.zeros_like(outside)], 1), n)
+
+    def accept(self, drafts: np.ndarray) -> np.ndarray:
+        """``[R, n]`` P(accept slot j) for each row's distinct drafts ``[R, n]`` of q > 0, by slot."""
+        R, n = drafts.shape
+        k = self.live.shape[1]
+        local = (self.live[:, None, :] == drafts[:, :, None]).argmax(2)  # [R, n] each draft's place in the support
+        at = np.searchsorted(self._codes, np.sort(local, axis=1) @ (k ** np.arange(n - 1, -1, -1, dtype=np.int64)))
+        place = np.argsort(np.argsort(local, axis=1, kind="stable"), axis=1)  # [R, n] each slot's place in its set
+        out = np.take_along_axis(self.choice[self._instance, at], place, axis=1)
+        for r in np.flatnonzero(np.isin(self._instance, list(self._fallback))):
+            out[r] = self._fallback[int(self._instance[r])].rule(local[r][None])[0][0]
+        return out
+
+    def residual(self, r: int) -> np.ndarray:
+        """``[k + 1]`` row r's residual law on its support and OTHER (GR eq. (3): (p - R)_+ normalised), as
+        :attr:`SupportRule.residual` there; OTHER's share is spread over the tokens of q = 0 in proportion to p."""
+        i = int(self._instance[r])
+        if i in self._fallback:
+            return self._fallback[i].residual  # (its instance's V: the k tokens and OTHER)
+        return residual_law(np.maximum(self._p1[i] - self._accepted[i], 0.0), self._p1[i])

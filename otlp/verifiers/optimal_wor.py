@@ -1,15 +1,16 @@
 """The optimal rule for drafts sampled without replacement as a batched sampler (``get("optimal_wor")``, issue 45).
 
-Each row's rule is :class:`otlp.optimal.wor.SupportRule`, the rule :class:`otlp.optimal.OptimalTransport` takes for
-``WithoutReplacement(q, n)`` (the Luce rule, acceptance alpha*), solved on the draft's support: its k tokens of
-q > 0 and one token OTHER for the target's mass off them (exact: :mod:`otlp.optimal.wor`).
+Each row's rule is the rule :class:`otlp.optimal.OptimalTransport` takes for ``WithoutReplacement(q, n)`` (the
+Luce rule, acceptance alpha*), solved on the draft's support: its k tokens of q > 0 and one token OTHER for the
+target's mass off them (exact: :mod:`otlp.optimal.wor`). The rows of a call with the same width and support size go
+to :class:`otlp.optimal.wor.SupportBatch` together (each distinct instance once, their Newton steps in one batch);
+only their k + 1 masses on the support are read into numpy, and a rejected row's whole p for its residual draw.
 
 The rule enumerates the C(k, n) sets of that support, so it suits drafts filtered to their top-k (or top-p) tokens,
 as tree drafters sample their children, at any vocabulary size V; a row whose support has more than ``MAX_SETS``
-sets is refused before any work, with its size. The rows are solved one by one on the host (about
-2 ms a row at k = 20, n = 3, benchmarks/wor.py --top-k; one solve per distinct instance on the support): a decode-loop
-and certification sampler, not an engine hot path. No rule for unfiltered drafts at vocabulary scale exists yet (issue
-45).
+sets is refused before any work, with its size. It runs on the host, so on an accelerator a call synchronises
+(benchmarks/wor.py --top-k: 1.1-3x ``rrs_wor`` at k = 10, and 2-30x at k = 20, where the sets' Newton steps cost
+more than reading the rows). No rule for unfiltered drafts at vocabulary scale exists yet (issue 45).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 
 from otlp.core.drafts import DraftScheme, WithoutReplacement
 from otlp.core.errors import InputError
-from otlp.optimal.wor import SupportRule
+from otlp.optimal.wor import SupportBatch
 from otlp.verifiers.base import check_tensors, check_uniforms, validation_enabled
 from otlp.verifiers.optimal import Optimal, _check_widths
 
@@ -64,35 +65,42 @@ class OptimalWithoutReplacement(Optimal):
         u = U.detach().to("cpu", torch.float64).numpy()  # [B, 2]
         k = (q > 0).sum(1).cpu().numpy()  # [B]
 
-        def row(x, b: int) -> np.ndarray:  # noqa: ANN001 - one row as float64 numpy (never the whole batch)
-            return x[b].detach().to("cpu", torch.float64).numpy()
-
-        q_drafted = q.gather(1, drafts.long().clamp(0, V - 1)).detach().cpu().numpy() if values else None  # [B, n]
+        drafted_ok = (q.gather(1, drafts.long().clamp(0, V - 1)) > 0).cpu().numpy() if values else None  # [B, n]
         for b in range(B):  # every row's size and drafts before any row's work
             count = math.comb(int(k[b]), int(m[b]))
             if count > MAX_SETS:
                 raise InputError(f"{self.name}: row {b}'s draft has {k[b]:,} tokens of q > 0, so {count:,} sets of "
                                  f"n = {m[b]} (at most {MAX_SETS:,}); filter the draft to its top-k tokens")
             drafted = w[b, : m[b]]
-            if np.unique(drafted).size < drafted.size or (values and (q_drafted[b, : m[b]] <= 0).any()):
+            if np.unique(drafted).size < drafted.size or (values and not drafted_ok[b, : m[b]].all()):
                 raise InputError(f"{self.name}: row {b}'s drafts {drafted.tolist()} are not distinct tokens of q > 0 "
                                  "(drafts sampled without replacement)")
         tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
-        cache: dict = {}  # rows with the same instance on their support (a node's rows) share its rule's solve
-        for b in range(B):
-            pb, qb = row(p, b), row(q, b)
-            rule = SupportRule(pb / pb.sum(), qb / qb.sum(), int(m[b]), cache)
-            tokens[b], index[b] = draw(rule, w[b, : m[b]], u[b])
+        p_sum = p.sum(1, dtype=torch.float64).cpu().numpy()  # [B]
+        q_sum = q.sum(1, dtype=torch.float64).cpu().numpy()
+        groups = np.stack([m, k], 1)
+        for width, size in np.unique(groups, axis=0):  # rows of the same width and support size: one batch
+            rows = np.flatnonzero((groups[:, 0] == width) & (groups[:, 1] == size))
+            every = rows.size == B
+            at = torch.from_numpy(rows).to(p.device)
+            qr = q if every else q.index_select(0, at)
+            live = torch.topk(qr, int(size), dim=1).indices.sort(1).values  # [r, k] the tokens of q > 0
+            pr = p if every else p.index_select(0, at)
+            p_live, q_live = (x.gather(1, live).detach().to("cpu", torch.float64).numpy() / total[rows, None]
+                              for x, total in ((pr, p_sum), (qr, q_sum)))  # [r, k] normalised
+            outside = np.maximum(1.0 - p_live.sum(1, keepdims=True), 0.0)  # [r, 1] OTHER: the mass off the support
+            live = live.cpu().numpy()
+            batch = SupportBatch(live, np.concatenate([p_live, outside], 1),
+                                 np.concatenate([q_live, np.zeros_like(outside)], 1), int(width))
+            drafted = w[rows, :width]
+            slot = (u[rows, :1] >= np.cumsum(batch.accept(drafted), axis=1)).sum(1)  # [r]
+            tokens[rows], index[rows] = np.take_along_axis(drafted, np.minimum(slot, width - 1)[:, None], 1)[:, 0], slot
+            for i in np.flatnonzero(slot >= width):  # rejected: the inverse CDF of u[:, 1] over the row's residual
+                b = int(rows[i])
+                own = batch.residual(i)  # [k + 1]: the support's tokens, then OTHER, spread in proportion to p
+                law = p[b].detach().to("cpu", torch.float64, copy=True).numpy()  # [V]
+                law *= own[-1] / max(float(outside[i, 0]), np.finfo(np.float64).tiny) / p_sum[b]
+                law[live[i]] = own[:-1]
+                cdf = np.cumsum(law, out=law)
+                tokens[b], index[b] = min(int(np.searchsorted(cdf, u[b, 1] * cdf[-1], side="right")), V - 1), -1
         return torch.from_numpy(tokens).to(p.device), torch.from_numpy(index).to(p.device)
-
-
-def draw(rule, drafts: np.ndarray, u: np.ndarray) -> tuple[int, int]:  # noqa: ANN001 - a wor.SupportRule
-    """``(token, slot)`` for one row's ``drafts [n]`` and uniforms ``u [2]``: slot j where ``u[0]`` falls in its share
-    of the rule's cumulative accept probabilities, else (slot -1) the inverse CDF of ``u[1]`` over its residual."""
-    accept, _ = rule.rule(drafts[None])
-    slot = int((u[0] >= np.cumsum(accept[0])).sum())
-    if slot < drafts.size:
-        return int(drafts[slot]), slot
-    cdf = np.cumsum(rule.residual)
-    token = int(np.searchsorted(cdf, u[1] * cdf[-1], side="right"))
-    return min(token, cdf.size - 1), -1

@@ -106,10 +106,9 @@ def test_the_blocks_luce_choice_meets_each_target() -> None:
         p, q = FAMILIES["heavy"](rng, V)
         draft = otlp.WithoutReplacement(q, n)
         omegas, probs = draft.set_support()
-        got = W._set_plan(p, q, omegas, probs)
-        if got is None:
+        alpha, choice, residual = (a[0] for a in W.set_plan(p[None], q[None], omegas, probs[None]))
+        if not np.isfinite(residual):
             continue
-        alpha, choice, residual = got
         S = probs[:, None] * choice  # [U, n] the mass each set sends to each of its tokens
         accepted = np.bincount(omegas.ravel(), S.ravel(), V)
         assert residual <= W.TOLERANCE and (accepted <= p + 1e-12).all()
@@ -150,21 +149,56 @@ def test_solve_batch_takes_the_rule_row_by_row() -> None:
         solve_batch(P, Q, n, scheme="greedy")
 
 
-def test_support_rules_share_a_cached_solve_only_for_the_same_instance() -> None:
-    """Two targets equal on the draft's support and in their mass off it, spread differently off it: one inner solve
-    (the cache), each its own residual on the tokens of q = 0 (as without the cache); a third target, different on
-    the support, gets its own solve."""
-    rng = np.random.default_rng(21)
-    n = 2  # V = 9: five tokens of q > 0, four of q = 0
-    q = np.r_[rng.dirichlet(np.ones(5)), np.zeros(4)]
-    p1 = np.r_[rng.dirichlet(np.ones(5)) * 0.7, rng.dirichlet(np.ones(4)) * 0.3]
-    p2 = np.r_[p1[:5], rng.dirichlet(np.ones(4)) * p1[5:].sum()]
-    p3 = np.r_[rng.dirichlet(np.ones(5)) * 0.7, p1[5:]]
-    cache: dict = {}
-    rules = [W.SupportRule(p, q, n, cache) for p in (p1, p2, p3)]
-    assert rules[0].inner is rules[1].inner and rules[2].inner is not rules[0].inner and len(cache) == 2
-    for p, rule in zip((p1, p2, p3), rules, strict=True):
-        alone = W.SupportRule(p, q, n)
-        np.testing.assert_array_equal(rule.residual, alone.residual)
-        assert rule.alpha == alone.alpha
-    assert not np.array_equal(rules[0].residual, rules[1].residual)
+def _support_rows(rng: np.random.Generator, R: int, V: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """LM-like rows ``P, Q [R, V]``: p = softmax(3 z), a close draft filtered to its top k tokens; row 1 repeats row
+    0, row 2's target is 0 off the support (no OTHER), row 3's masses sit on a 1/64 grid (ties in q and in q/p)."""
+    P = np.exp(3 * rng.standard_normal((R, V)))
+    P /= P.sum(1, keepdims=True)
+    noisy = P * np.exp(rng.standard_normal((R, V)))
+    top = np.argsort(np.argsort(-noisy, axis=1), axis=1) < k  # [R, V] each row's top k
+    Q = np.where(top, noisy, 0.0)
+    P[1], Q[1] = P[0], Q[0]
+    P[2] = np.where(top[2], P[2], 0.0)
+    Q[3] = np.where(top[3], rng.integers(1, 4, V), 0.0)
+    P[3] = np.where(top[3], rng.integers(1, 4, V), rng.integers(0, 2, V))
+    return P / P.sum(1, keepdims=True), Q / Q.sum(1, keepdims=True)
+
+
+@pytest.mark.parametrize(("k", "n"), [(6, 2), (7, 3), (6, 4)])
+def test_the_batch_is_the_support_rule_row_by_row(k: int, n: int) -> None:
+    """SupportBatch (every row's instance solved in one batch of Newton steps) against SupportRule on each row: the
+    same accept probabilities for every drafted set in two slot orders and the same residual mass (1 - alpha times
+    the law) on the support and OTHER, to 1e-10, on rows with ties, a repeated row and a row without OTHER (alpha*
+    = 1 to rounding there: its residual law is rounding); a repeated instance is solved once."""
+    rng = np.random.default_rng(k * n)
+    P, Q = _support_rows(rng, 6, 40, k)
+    batch = W.SupportBatch.from_rows(P, Q, n)
+    assert batch.choice.shape[0] == 5  # rows 0 and 1: one instance
+    sets = batch.live[:, batch.sets]  # [R, U, n] every drafted set of each row, as tokens
+    for order in (np.arange(n), np.arange(n)[::-1]):
+        drafts = sets[:, :, order]
+        accept = np.stack([batch.accept(drafts[:, u]) for u in range(sets.shape[1])], 1)  # [R, U, n]
+        for r in range(P.shape[0]):
+            rule = W.SupportRule(P[r], Q[r], n)
+            np.testing.assert_allclose(accept[r], rule.rule(drafts[r])[0], rtol=0, atol=1e-10)
+            k_live, reject = rule.live.size, 1.0 - rule.alpha  # (the residual law weighs only that much)
+            own = batch.residual(r) * reject
+            np.testing.assert_allclose(own[:k_live], rule.residual[rule.live] * reject, rtol=0, atol=1e-10)
+            assert abs(own[k_live] - rule.residual[rule._off].sum() * reject) < 1e-10
+
+
+def test_a_batch_row_whose_newton_steps_stall_takes_the_lp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no Newton step allowed every row stalls: SupportBatch takes SupportRule (the relaxed LP) for each, so
+    its rule is still that row's exact rule."""
+    monkeypatch.setattr(W, "MAX_STEPS", 0)
+    rng = np.random.default_rng(4)
+    P, Q = _support_rows(rng, 4, 30, 6)
+    batch = W.SupportBatch.from_rows(P, Q, 3)
+    assert len(batch._fallback) == 3
+    drafts = batch.live[:, [0, 2, 5]]
+    for r in range(4):
+        rule = W.SupportRule(P[r], Q[r], 3)
+        assert rule.route == "lp"
+        np.testing.assert_allclose(batch.accept(drafts)[r], rule.rule(drafts[r:r + 1])[0][0], rtol=0, atol=1e-10)
+        reject = 1.0 - rule.alpha
+        np.testing.assert_allclose(batch.residual(r)[:6] * reject, rule.residual[rule.live] * reject, atol=1e-10)

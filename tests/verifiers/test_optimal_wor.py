@@ -83,6 +83,40 @@ def test_rows_and_widths() -> None:
             assert int(drafts[b, index[b]]) == int(tokens[b])
 
 
+def _reference(p: np.ndarray, q: np.ndarray, drafts: np.ndarray, u: np.ndarray) -> tuple[int, int]:
+    """One row by the rule's reference, :class:`otlp.optimal.wor.SupportRule` on the float64 row normalised: slot j
+    where u[0] falls in the cumulative accept probabilities, else the inverse CDF of u[1] over the residual."""
+    from otlp.optimal.wor import SupportRule
+
+    rule = SupportRule(p / p.sum(), q / q.sum(), drafts.size)
+    slot = int((u[0] >= np.cumsum(rule.rule(drafts[None])[0][0])).sum())
+    if slot < drafts.size:
+        return int(drafts[slot]), slot
+    cdf = np.cumsum(rule.residual)
+    return min(int(np.searchsorted(cdf, u[1] * cdf[-1], side="right")), cdf.size - 1), -1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_batched_rows_are_the_reference_row_by_row(dtype: torch.dtype) -> None:
+    """One call on 32 rows of mixed support sizes (top-5 and top-8 drafts), widths and a repeated row, float32 or
+    bfloat16 (ties): each row's token and slot are those of the reference rule on that row with its uniforms."""
+    B, V, n = 32, 2000, 3
+    p, q, drafts, u = _wor_rows(B, V, 8, n, 0.7, seed=13)
+    p5, q5, drafts5, _ = _wor_rows(B, V, 5, n, 0.7, seed=14)
+    half = torch.arange(B) % 2 == 1
+    p, q = torch.where(half[:, None], p5, p), torch.where(half[:, None], q5, q)
+    drafts = torch.where(half[:, None], drafts5, drafts)
+    p[3], q[3], drafts[3] = p[2], q[2], drafts[2]
+    p, q = p.to(dtype), q.to(dtype)
+    q = torch.where(q.float() > 0, q, torch.zeros_like(q))
+    widths = torch.tensor([3, 2, 1, 3] * 8)
+    tokens, index = get("optimal_wor").sample(p, q, drafts, uniforms=u, widths=widths)
+    P, Q = p.double().numpy(), q.double().numpy()
+    for b in range(B):
+        m = int(widths[b])
+        assert (int(tokens[b]), int(index[b])) == _reference(P[b], Q[b], drafts[b, :m].numpy(), u[b].numpy()), b
+
+
 def test_refusals() -> None:
     v = get("optimal_wor")
     V = 128

@@ -259,8 +259,9 @@ class SupportRule:
 
 
 #: :class:`SupportBatch` solves at most this many entries (instances x sets x (n + 1), and instances x elements^2 for
-#: the Hessians) in one :func:`set_plan` call, so a call's temporaries stay near 100 MB
-BATCH_ENTRIES = 1 << 22
+#: the Hessians) in one :func:`set_plan` call: temporaries of 2 MB (at k = 20, n = 4, B = 64, 2^22 entries took 387 ms
+#: a call and 2^18 234 ms)
+BATCH_ENTRIES = 1 << 18
 
 
 class SupportBatch:

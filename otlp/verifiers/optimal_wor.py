@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from otlp.backend import native
 from otlp.core.drafts import DraftScheme, WithoutReplacement
 from otlp.core.errors import InputError
 from otlp.optimal.wor import SupportBatch
@@ -55,7 +56,8 @@ class OptimalWithoutReplacement(Optimal):
             raise InputError(f"the {self.name} sampler takes one draft law per row (q of shape [B, V]), got q of "
                              f"shape {tuple(q.shape)}")
         values = validation_enabled() if validate is None else validate
-        B, n, V = check_tensors(p, q, drafts, validate=validate)
+        totals: list = []  # the value check's float64 row sums, when it took them on the host
+        B, n, V = check_tensors(p, q, drafts, validate=validate, totals=totals)
         U = (torch.rand((B, 2), generator=generator, device=p.device, dtype=torch.float64) if uniforms is None
              else check_uniforms(uniforms, B, p, validate))
         if widths is not None:
@@ -63,8 +65,8 @@ class OptimalWithoutReplacement(Optimal):
         w = drafts.detach().to("cpu", torch.int64).numpy()  # [B, n]
         m = np.full(B, n) if widths is None else widths.detach().cpu().numpy().astype(np.int64)  # [B]
         u = U.detach().to("cpu", torch.float64).numpy()  # [B, 2]
-        k = (q > 0).sum(1).cpu().numpy()  # [B]
-
+        support = torch.nonzero(q > 0).cpu().numpy()  # [nnz, 2] (row, token), by row then token
+        k = np.bincount(support[:, 0], minlength=B)  # [B] each row's tokens of q > 0
         drafted_ok = (q.gather(1, drafts.long().clamp(0, V - 1)) > 0).cpu().numpy() if values else None  # [B, n]
         for b in range(B):  # every row's size and drafts before any row's work
             count = math.comb(int(k[b]), int(m[b]))
@@ -75,32 +77,70 @@ class OptimalWithoutReplacement(Optimal):
             if np.unique(drafted).size < drafted.size or (values and not drafted_ok[b, : m[b]].all()):
                 raise InputError(f"{self.name}: row {b}'s drafts {drafted.tolist()} are not distinct tokens of q > 0 "
                                  "(drafts sampled without replacement)")
+        p_sum, q_sum = totals if totals else (_row_sums(p), _row_sums(q))  # [B] float64
+        first = np.cumsum(k) - k  # [B] each row's first entry in support
         tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
-        p_sum = p.sum(1, dtype=torch.float64).cpu().numpy()  # [B]
-        q_sum = q.sum(1, dtype=torch.float64).cpu().numpy()
         groups = np.stack([m, k], 1)
         for width, size in np.unique(groups, axis=0):  # rows of the same width and support size: one batch
             rows = np.flatnonzero((groups[:, 0] == width) & (groups[:, 1] == size))
-            every = rows.size == B
-            at = torch.from_numpy(rows).to(p.device)
-            qr = q if every else q.index_select(0, at)
-            live = torch.topk(qr, int(size), dim=1).indices.sort(1).values  # [r, k] the tokens of q > 0
-            pr = p if every else p.index_select(0, at)
-            p_live, q_live = (x.gather(1, live).detach().to("cpu", torch.float64).numpy() / total[rows, None]
-                              for x, total in ((pr, p_sum), (qr, q_sum)))  # [r, k] normalised
+            live = support[first[rows, None] + np.arange(size), 1]  # [r, k] the tokens of q > 0, in token order
+            at, cols = torch.from_numpy(rows).to(p.device)[:, None], torch.from_numpy(live).to(p.device)
+            p_live, q_live = (x[at, cols].detach().to("cpu", torch.float64).numpy() / total[rows, None]
+                              for x, total in ((p, p_sum), (q, q_sum)))  # [r, k] normalised
             outside = np.maximum(1.0 - p_live.sum(1, keepdims=True), 0.0)  # [r, 1] OTHER: the mass off the support
-            live = live.cpu().numpy()
             batch = SupportBatch(live, np.concatenate([p_live, outside], 1),
                                  np.concatenate([q_live, np.zeros_like(outside)], 1), int(width))
             drafted = w[rows, :width]
             slot = (u[rows, :1] >= np.cumsum(batch.accept(drafted), axis=1)).sum(1)  # [r]
             tokens[rows], index[rows] = np.take_along_axis(drafted, np.minimum(slot, width - 1)[:, None], 1)[:, 0], slot
-            for i in np.flatnonzero(slot >= width):  # rejected: the inverse CDF of u[:, 1] over the row's residual
+            for i in np.flatnonzero(slot >= width):  # rejected: the residual's token at u[:, 1]
                 b = int(rows[i])
                 own = batch.residual(i)  # [k + 1]: the support's tokens, then OTHER, spread in proportion to p
-                law = p[b].detach().to("cpu", torch.float64, copy=True).numpy()  # [V]
-                law *= own[-1] / max(float(outside[i, 0]), np.finfo(np.float64).tiny) / p_sum[b]
-                law[live[i]] = own[:-1]
-                cdf = np.cumsum(law, out=law)
-                tokens[b], index[b] = min(int(np.searchsorted(cdf, u[b, 1] * cdf[-1], side="right")), V - 1), -1
+                scale = own[-1] / max(float(outside[i, 0]), np.finfo(np.float64).tiny) / p_sum[b]
+                tokens[b], index[b] = residual_token(_host_row(p, b), live[i], own[:-1], scale, u[b, 1]), -1
         return torch.from_numpy(tokens).to(p.device), torch.from_numpy(index).to(p.device)
+
+
+#: tokens per block of :func:`residual_token`'s two-level inverse CDF
+BLOCK = 4096
+
+
+def residual_token(row: np.ndarray, live: np.ndarray, own: np.ndarray, scale: float, u: float) -> int:
+    """The token at ``u`` of the inverse CDF, in token order, of the law ``own [k]`` on the tokens ``live [k]`` and
+    ``scale * row`` on the others (``row [V]``: p, float32 or float64, as the caller has it). Two levels: the law's
+    sums over blocks of ``BLOCK`` tokens (one pass over the row, no [V] temporary), then the cumulative sum inside
+    the block that holds ``u`` times the total."""
+    V = row.size
+    starts = np.arange(0, V, BLOCK)
+    block = live // BLOCK
+    sums = scale * np.add.reduceat(row, starts, dtype=np.float64)  # [blocks]
+    sums += np.bincount(block, own - scale * row[live].astype(np.float64), starts.size)
+    cum = np.cumsum(sums)
+    x = u * cum[-1]
+    j = min(int(np.searchsorted(cum, x, side="right")), starts.size - 1)
+    seg = scale * row[starts[j]: starts[j] + BLOCK].astype(np.float64)  # [BLOCK]
+    seg[live[block == j] - starts[j]] = own[block == j]
+    inside = np.cumsum(seg) + (cum[j - 1] if j else 0.0)
+    return min(int(starts[j]) + int(np.searchsorted(inside, x, side="right")), V - 1)
+
+
+def _row_sums(x) -> np.ndarray:  # noqa: ANN001 - a tensor [B, V]
+    """``float64 [B]`` the rows' sums: one C pass on the host where the kernels are built (torch's float64 sum of a
+    float32 CPU tensor converts it whole first), else torch's."""
+    import torch
+
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        got = native.row_stats(x.detach().numpy())
+        if got is not None:
+            return got[0]
+    return x.sum(1, dtype=torch.float64).cpu().numpy()
+
+
+def _host_row(x, b: int) -> np.ndarray:  # noqa: ANN001 - a tensor [B, V]
+    """Row b of ``x`` as numpy: a view of a float32 or float64 CPU tensor, else a float64 copy."""
+    import torch
+
+    row = x[b].detach()
+    if row.device.type == "cpu" and row.dtype in (torch.float32, torch.float64):
+        return row.numpy()
+    return row.to("cpu", torch.float64).numpy()

@@ -117,6 +117,28 @@ def test_the_batched_rows_are_the_reference_row_by_row(dtype: torch.dtype) -> No
         assert (int(tokens[b]), int(index[b])) == _reference(P[b], Q[b], drafts[b, :m].numpy(), u[b].numpy()), b
 
 
+def test_the_residual_token_is_the_inverse_cdf_in_token_order() -> None:
+    """residual_token (block sums, then one block's cumulative sum) against the inverse CDF of the whole law built
+    and summed in token order: the same token for 2,000 uniforms (u = 0 and the support's tokens' edges among them),
+    at V = 10,000 (not a multiple of the block) with support tokens in several blocks and float32 rows."""
+    from otlp.verifiers.optimal_wor import BLOCK, residual_token
+
+    rng = np.random.default_rng(3)
+    V = 10_000
+    assert V % BLOCK
+    row = rng.dirichlet(np.full(V, 0.3)).astype(np.float32)
+    live = np.sort(rng.choice(V, 12, replace=False))
+    live[:2] = [0, V - 1]
+    own, scale = rng.dirichlet(np.ones(12)) * 0.6, 0.4 / float(row.astype(np.float64).sum())
+    law = scale * row.astype(np.float64)
+    law[live] = own
+    cdf = np.cumsum(law)
+    us = np.concatenate([rng.random(1990), [0.0, 1 - 1e-12], cdf[live[:8]] / cdf[-1] * (1 + 1e-9)])
+    for u in us:
+        want = min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), V - 1)
+        assert residual_token(row, live, own, scale, float(u)) == want, u
+
+
 def test_refusals() -> None:
     v = get("optimal_wor")
     V = 128

@@ -13,7 +13,9 @@
 #    sps kernels beside their torch routes, bytes moved / read floor), then every rule captured in a CUDA graph;
 # 4. benchmarks/device_buckets_rates.py --passes route: get("optimal")'s CUDA route, fallback kernel included,
 #    against the CPU route on 4 x 64 rows per point in three dtypes (exit status 1 if a row differs);
-# 5. benchmarks/decode_verifier_share.py on the GPU (the decode loop's verifier share, optimal against rrs).
+# 5. benchmarks/decode_verifier_share.py on the GPU (the decode loop's verifier share, optimal against rrs);
+# 6. issue 45's row: optimal_wor against rrs_wor on CUDA tensors, drafts filtered to their top 10 and drawn without
+#    replacement (optimal_wor plans on the host, so its call synchronises).
 #
 # Then publish what it measured here: `python benchmarks/verifiers.py --from-json $OUT/verifiers_cuda_graph.json`
 # (and the eager file) for docs/COST.md's CUDA tables, and the decode table with `--from-json` as its --help says.
@@ -50,4 +52,6 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA DEVICE')
         --dtype float32 bfloat16 float64
     step 150 "$PY" benchmarks/decode_verifier_share.py --device cuda --verifiers rrs,optimal --n 4 --L 4 --batch 8 \
         --tokens 32 --context 64 --repeats 3 --out "$OUT/decode_verifier_share_cuda.json"
+    step 90 "$PY" benchmarks/verifiers.py --device cuda --draft-top-k 10 --rules rrs_wor optimal_wor --drafts 1 \
+        --V 128000 --B 1 64 --n 2 4 --reps 5 --out "$OUT/verifiers_cuda_wor.json"
 } 2>&1 | tee "$OUT/cuda_check.log"

@@ -30,6 +30,9 @@ the CPU with one thread and with torch's default threads, and on CUDA when a GPU
                                                         # cell rule's refinement / fallback rates on the rows
                                                         # and the CPU route's (certified at once, on the retry,
                                                         # left to the full sort)
+    python benchmarks/verifiers.py --draft-top-k 10 --rules rrs_wor optimal_wor --drafts 1 --V 32000 128000
+                                                        # drafts filtered to their top 10 tokens and drawn
+                                                        # without replacement: optimal_wor beside rrs_wor
 """
 
 from __future__ import annotations
@@ -73,13 +76,19 @@ def _draft_name(row: dict) -> str:
 #: ``--top-k K``: the target filtered to its K likeliest tokens (p = 0 elsewhere, renormalised), as engines pass it
 #: after top-k sampling; None: unfiltered (the grid and the published tables)
 TARGET_TOP_K: int | None = None
+#: ``--draft-top-k K``: the draft filtered to its K likeliest tokens and drawn without replacement (what
+#: ``optimal_wor`` needs); None: unfiltered, drawn with replacement (the grid and the published tables)
+DRAFT_TOP_K: int | None = None
+#: rules a run may add to :data:`RULES` (never published); ``optimal_wor`` with ``--draft-top-k`` only
+EXTRA_RULES = ("optimal_wor",)
 
 
 def _inputs(B: int, V: int, n: int, device: str, seed: int = 0, noise: float | None = None):  # noqa: ANN202
     """float32 rows ``p, q [B, V]`` and drafts ``[B, n]`` from q. The grid's draft (``noise`` None) is loosely
     correlated with the target, q = softmax(3 z' + 0.5 log p) (1 - TV(p, q) about 0.1); with ``noise`` sigma it is the
     target's logits plus sigma-scaled Gaussian noise, q = softmax(log p + sigma z') (a close draft: 1 - TV about 0.64
-    at sigma = 1 and 0.81 at 0.5). With :data:`TARGET_TOP_K` the target is then filtered to its top k (q is not)."""
+    at sigma = 1 and 0.81 at 0.5). With :data:`TARGET_TOP_K` the target is then filtered to its top k (q is not);
+    with :data:`DRAFT_TOP_K` the draft is, and drafted without replacement."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     p = torch.softmax(torch.randn(B, V, generator=g) * 3, dim=1)
     if noise is None:
@@ -88,7 +97,12 @@ def _inputs(B: int, V: int, n: int, device: str, seed: int = 0, noise: float | N
         q = torch.softmax(torch.log(p) + noise * torch.randn(B, V, generator=g), dim=1)
     if TARGET_TOP_K is not None:
         p = filtered_target(p, TARGET_TOP_K)
-    drafts = torch.multinomial(q, n, replacement=True, generator=g)
+    if DRAFT_TOP_K is None:
+        drafts = torch.multinomial(q, n, replacement=True, generator=g)
+    else:  # the draft's top K, then n draws without replacement (Gumbel top-n)
+        q = filtered_target(q, DRAFT_TOP_K)
+        keys = torch.log(q) - torch.log(-torch.log(torch.rand(q.shape, generator=g)))
+        drafts = torch.topk(keys, n, dim=1).indices
     return p.to(device), q.to(device), drafts.to(device)
 
 
@@ -287,7 +301,7 @@ def _is_sigma(text: str) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rules", nargs="*", default=list(RULES), choices=RULES)
+    ap.add_argument("--rules", nargs="*", default=list(RULES), choices=RULES + EXTRA_RULES)
     ap.add_argument("--quick", action="store_true", help="V in {2k, 32k}, B in {1, 64}")
     ap.add_argument("--V", type=int, nargs="+", help="vocabulary sizes instead of the grid's")
     ap.add_argument("--B", type=int, nargs="+", help="batch sizes instead of the grid's")
@@ -321,11 +335,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--top-k", type=int, metavar="K",
                     help="filter the target to its K likeliest tokens (p = 0 elsewhere), as engines pass it; such a "
                          "run is printed and saved, never published")
+    ap.add_argument("--draft-top-k", type=int, metavar="K",
+                    help="filter the draft to its K likeliest tokens and draw it without replacement (what "
+                         "optimal_wor needs); such a run is printed and saved, never published")
     args = ap.parse_args(argv)
-    if args.top_k is not None and args.top_k < 1:
-        ap.error(f"--top-k: {args.top_k} is not a positive number of tokens")
-    global TARGET_TOP_K
-    TARGET_TOP_K = args.top_k
+    for flag, k in (("--top-k", args.top_k), ("--draft-top-k", args.draft_top_k)):
+        if k is not None and k < 1:
+            ap.error(f"{flag}: {k} is not a positive number of tokens")
+    if "optimal_wor" in args.rules and args.draft_top_k is None:
+        ap.error("--rules optimal_wor needs --draft-top-k K (its rule enumerates the draft's sets)")
+    global TARGET_TOP_K, DRAFT_TOP_K
+    TARGET_TOP_K, DRAFT_TOP_K = args.top_k, args.draft_top_k
     for draft in args.drafts:
         if draft != "loose" and not _is_sigma(draft):
             ap.error(f"--drafts: {draft!r} is neither 'loose' nor a noise sigma (a number >= 0)")
@@ -345,6 +365,8 @@ def main(argv: list[str] | None = None) -> None:
     sizes = tuple(args.V or (SIZES[:2] if args.quick else SIZES))
     batches = tuple(args.B or ((1, 64) if args.quick else (1, 8, 64)))
     ns = tuple(args.n or (2, 4, 8))
+    if args.draft_top_k is not None and args.draft_top_k < max(ns):
+        ap.error(f"--draft-top-k {args.draft_top_k}: fewer tokens than n = {max(ns)} draws without replacement")
     default_threads = torch.get_num_threads()
     settings = []
     if args.device in ("cpu", "all"):
@@ -374,6 +396,8 @@ def main(argv: list[str] | None = None) -> None:
             line += " ".join(f"{_ms(r, x):>9}" for x in args.rules)
             if "optimal_ms" in r and "rrs_ms" in r:
                 line += f" {r['optimal_ms'] / r['rrs_ms']:>6.2f}"
+            if "optimal_wor_ms" in r and "rrs_wor_ms" in r:
+                line += f"  optimal_wor / rrs_wor {r['optimal_wor_ms'] / r['rrs_wor_ms']:.2f}"
             if compiled:
                 line += (f"  compiled {r['optimal_compiled_ms']:.2f} ms"
                          f" ({r['optimal_compiled_mismatches']} outputs differ from eager)")
@@ -408,7 +432,7 @@ def main(argv: list[str] | None = None) -> None:
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=2)
     print(f"wrote {args.out}")
-    if args.top_k is None:
+    if args.top_k is None and args.draft_top_k is None and not set(args.rules) & set(EXTRA_RULES):
         publish(rows, meta)
 
 

@@ -97,3 +97,20 @@ def test_a_draft_that_is_neither_loose_nor_a_sigma_is_refused(vb, capsys) -> Non
             vb.main(["--device", "cpu", "--drafts", "loose", bad])
         assert exc.value.code == 2
         assert "error: --drafts" in capsys.readouterr().err
+
+
+def test_a_draft_top_k_run_times_optimal_wor_and_publishes_nothing(vb, tmp_path, capsys) -> None:
+    """--draft-top-k: drafts of the filtered draft, distinct per row, so optimal_wor runs beside rrs_wor; the run is
+    saved, never published; optimal_wor without it, or a K below n, is refused in one line."""
+    vb.main(["--draft-top-k", "5", "--rules", "rrs_wor", "optimal_wor", "--device", "cpu", "--threads", "1",
+             "--drafts", "1", "--V", "300", "--B", "4", "--n", "3", "--reps", "1", "--out", str(tmp_path / "r.json")])
+    out = capsys.readouterr().out
+    assert "optimal_wor / rrs_wor" in out and vb.published == {}
+    p, q, drafts = vb._inputs(4, 300, 3, "cpu", noise=1.0)
+    assert ((q > 0).sum(1) == 5).all() and (q.gather(1, drafts) > 0).all()
+    assert all(len(set(row)) == 3 for row in drafts.tolist())
+    for argv, message in ((["--rules", "optimal_wor"], "needs --draft-top-k"),
+                          (["--draft-top-k", "2", "--n", "3"], "fewer tokens than n = 3")):
+        with pytest.raises(SystemExit):
+            vb.main(argv)
+        assert message in capsys.readouterr().err

@@ -275,7 +275,8 @@ class SupportBatch:
 
     def __init__(self, live: np.ndarray, p1: np.ndarray, q1: np.ndarray, n: int):
         R, k = live.shape
-        self.live, self.n = live, n
+        self.live = live = np.ascontiguousarray(live, dtype=np.int64)
+        self.n = n
         key = np.concatenate([live.view(np.float64), p1, q1], 1)  # rows with the same instance share a solve
         _, first, self._instance = np.unique(key.view(np.dtype((np.void, key.shape[1] * 8))).ravel(),
                                              return_index=True, return_inverse=True)

@@ -121,7 +121,10 @@ def residual_token(row: np.ndarray, live: np.ndarray, own: np.ndarray, scale: fl
     seg = scale * row[starts[j]: starts[j] + BLOCK].astype(np.float64)  # [BLOCK]
     seg[live[block == j] - starts[j]] = own[block == j]
     inside = np.cumsum(seg) + (cum[j - 1] if j else 0.0)
-    return min(int(starts[j]) + int(np.searchsorted(inside, x, side="right")), V - 1)
+    t = int(np.searchsorted(inside, x, side="right"))
+    if t >= seg.size:  # x past the block's own sum by rounding: its last token of positive mass
+        t = int(np.flatnonzero(seg > 0)[-1]) if (seg > 0).any() else seg.size - 1
+    return int(starts[j]) + t
 
 
 def _row_sums(x) -> np.ndarray:  # noqa: ANN001 - a tensor [B, V]

@@ -223,3 +223,35 @@ def test_without_replacement_set_support_sums_the_orders(V: int, n: int, zeros: 
         keys, back = np.unique(np.sort(omegas, axis=1), axis=0, return_inverse=True)
         np.testing.assert_array_equal(sets, keys)  # np.unique sorts rows lexicographically
         np.testing.assert_allclose(probs, np.bincount(back.ravel(), tuple_probs), rtol=1e-14, atol=0)
+
+
+def test_set_probabilities_of_a_batch_against_exact_rationals() -> None:
+    """set_probabilities on several rows at once (the rows' ranks, suffix sums and least undrawn ranks side by side)
+    against the sum over the n! orders in exact rationals, P(S) = sum_sigma prod_k q_sigma(k) / (1 - q(first k - 1)):
+    ties in q, a near point mass and zeros; n up to 5; to 1e-14 relative."""
+    import itertools
+    from fractions import Fraction
+
+    from otlp.core.drafts import combinations, set_probabilities
+
+    rng = np.random.default_rng(7)
+    for V, n in ((6, 2), (7, 3), (7, 4), (8, 5)):
+        rows = [rng.dirichlet(np.full(V, 0.5)), np.r_[np.full(V - 2, 0.1), np.zeros(2)],
+                np.r_[np.full(V - 1, 1e-7), 0.0]]
+        rows[1] /= rows[1].sum()
+        rows[2][-1] = 1.0 - rows[2].sum()  # a near point mass
+        q = np.stack(rows)  # [3, V]
+        sets = combinations(V, n)
+        got = set_probabilities(q, sets)  # [3, U]
+        for b in range(3):
+            exact = [Fraction(float(x)) for x in q[b]]
+            total = sum(exact)
+            for u, s in enumerate(sets):
+                want = Fraction(0)
+                for order in itertools.permutations(s.tolist()):
+                    term, left = Fraction(1), total
+                    for t in order:
+                        term *= exact[t] / left if left else 0
+                        left -= exact[t]
+                    want += term
+                assert abs(got[b, u] - float(want)) <= 1e-14 * float(want) + 1e-300, (V, n, b, s)

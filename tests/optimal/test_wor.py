@@ -187,6 +187,21 @@ def test_the_batch_is_the_support_rule_row_by_row(k: int, n: int) -> None:
             assert abs(own[k_live] - rule.residual[rule._off].sum() * reject) < 1e-10
 
 
+def test_a_batch_planned_in_chunks_is_the_batch_planned_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BATCH_ENTRIES = 1: every instance planned in its own set_plan call (chunk bookkeeping, the accepted masses by
+    chunk, a stalled row's index) gives the rule of one call over all instances, to 1e-12."""
+    rng = np.random.default_rng(8)
+    P, Q = _support_rows(rng, 6, 40, 7)
+    whole = W.SupportBatch.from_rows(P, Q, 3)
+    monkeypatch.setattr(W, "BATCH_ENTRIES", 1)
+    chunked = W.SupportBatch.from_rows(P, Q, 3)
+    drafts = whole.live[:, whole.sets[::7]].transpose(1, 0, 2)  # [sets, R, 3] every 7th set of each row
+    for d in drafts:
+        np.testing.assert_allclose(chunked.accept(d), whole.accept(d), rtol=0, atol=1e-12)
+    for r in range(P.shape[0]):
+        np.testing.assert_allclose(chunked.residual(r), whole.residual(r), rtol=0, atol=1e-12)
+
+
 def test_a_batch_row_whose_newton_steps_stall_takes_the_lp(monkeypatch: pytest.MonkeyPatch) -> None:
     """With no Newton step allowed every row stalls: SupportBatch takes SupportRule (the relaxed LP) for each, so
     its rule is still that row's exact rule."""

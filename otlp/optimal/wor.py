@@ -139,19 +139,21 @@ def set_plan(p: np.ndarray, q: np.ndarray, sets: np.ndarray, probs: np.ndarray):
         total = np.where(any_live, e.sum(1, keepdims=True), 1.0)
         choice = e / total
         y = np.bincount(flat, (probs[:, None, :] * choice).ravel(), B * G).reshape(B, G)
-        f = (probs * (peak + np.log(total))[:, 0]).sum(1) - (goal * np.where(present, theta, 0.0)).sum(1)
-        return choice, y, f
+        return choice, y, (probs * (peak + np.log(total))[:, 0]).sum(1) - (chosen * theta).sum(1)
 
     def gap(y):  # noqa: ANN001, ANN202 - [B] the largest |y - goal| over the present elements
         return np.where(present, np.abs(y - goal), 0.0).max(1)
 
+    chosen = np.where(present, goal, 0.0)  # [B, G] the objective's linear term
     choice, y, f = expected(theta)
+    residual = gap(y)
     eye = np.eye(G, dtype=bool)
+    pinned = fixed[:, :, None] | fixed[:, None, :]  # [B, G, G] the fixed coordinates' rows and columns
     for _ in range(MAX_STEPS):
-        grad = np.where(fixed, 0.0, y - goal)  # [B, G]
-        done = gap(y) <= TOLERANCE
+        done = residual <= TOLERANCE
         if (done | failed).all():
             break
+        grad = np.where(fixed, 0.0, y - goal)  # [B, G]
         # the Hessian sum_S P(S) (diag(pi) - pi pi^T) on the members, one slot against all
         wc = probs[:, None, :] * choice  # [B, S, U] (0 off the members: pi is 0 there)
         H = np.zeros(B * G * G)
@@ -159,7 +161,7 @@ def set_plan(p: np.ndarray, q: np.ndarray, sets: np.ndarray, probs: np.ndarray):
             H -= np.bincount(pair[a::S].ravel(), (wc[:, a, None] * choice).ravel(), B * G * G)
         H = H.reshape(B, G, G)
         H[:, eye] += y
-        H = np.where(fixed[:, :, None] | fixed[:, None, :], eye, H)  # fixed coordinates: step 0
+        H = np.where(pinned, eye, H)  # fixed coordinates: step 0
         try:  # positive definite on the free coordinates when every element shares a set with another
             step = np.linalg.solve(H, -grad[:, :, None])[:, :, 0]
         except np.linalg.LinAlgError:
@@ -168,18 +170,19 @@ def set_plan(p: np.ndarray, q: np.ndarray, sets: np.ndarray, probs: np.ndarray):
         step = np.where(searching[:, None], np.clip(step, -30.0, 30.0), 0.0)  # (a first step from far off stays finite)
         t = np.ones(B)
         slope = (grad * step).sum(1)
-        new = (choice, y, f)
+        new = (choice, y, f, residual)
         while searching.any():  # backtracking on the convex objective, or on the residual once f is down to rounding
             c2, y2, f2 = expected(theta + t[:, None] * step)
-            ok = (f2 <= f + 1e-4 * t * slope) | (gap(y2) < gap(y))
+            g2 = gap(y2)
+            ok = (f2 <= f + 1e-4 * t * slope) | (g2 < residual)
             take = searching & (ok | (t <= 2e-12))  # (past the smallest step, the last one tried, as ok)
-            new = tuple(np.where(take.reshape((B,) + (1,) * (a.ndim - 1)), b2, a) for a, b2 in zip(new, (c2, y2, f2),
-                                                                                                     strict=True))
+            new = tuple(np.where(take.reshape((B,) + (1,) * (a.ndim - 1)), b2, a)
+                        for a, b2 in zip(new, (c2, y2, f2, g2), strict=True))
             theta = np.where(take[:, None], theta + t[:, None] * step, theta)
             searching &= ~take
             t = np.where(searching, t * 0.5, t)
-        choice, y, f = new
-    residual = np.where(failed | (gap(y) > TOLERANCE), np.inf, gap(y))
+        choice, y, f, residual = new
+    residual = np.where(failed | (residual > TOLERANCE), np.inf, residual)
     choice = np.where(live[:, :n], choice[:, :n], 0.0).transpose(0, 2, 1)  # [B, U, n]
     return (probs[:, :, None] * choice).sum((1, 2)), choice, residual
 

@@ -9,7 +9,7 @@ only their k + 1 masses on the support are read into numpy, and a rejected row's
 The rule enumerates the C(k, n) sets of that support, so it suits drafts filtered to their top-k (or top-p) tokens,
 as tree drafters sample their children, at any vocabulary size V; a row whose support has more than ``MAX_SETS``
 sets is refused before any work, with its size. It runs on the host, so on an accelerator a call synchronises
-(benchmarks/wor.py --top-k, docs/OPTIMAL.md: 0.8-3.4x ``rrs_wor`` at k = 10 and 1.2-58x at k = 20, where the sets'
+(benchmarks/wor.py --top-k, docs/OPTIMAL.md: 0.8-3.4x ``rrs_wor`` at k = 10 and 1.2-49x at k = 20, where the sets'
 Newton steps cost more than reading the rows). No rule for unfiltered drafts at vocabulary scale exists yet (issue 45).
 """
 

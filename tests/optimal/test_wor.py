@@ -151,7 +151,8 @@ def test_solve_batch_takes_the_rule_row_by_row() -> None:
 
 def _support_rows(rng: np.random.Generator, R: int, V: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """LM-like rows ``P, Q [R, V]``: p = softmax(3 z), a close draft filtered to its top k tokens; row 1 repeats row
-    0, row 2's target is 0 off the support (no OTHER), row 3's masses sit on a 1/64 grid (ties in q and in q/p)."""
+    0, row 2's target is 0 off the support (no OTHER), row 3's masses are small integers, normalised (ties in q and
+    in q/p)."""
     P = np.exp(3 * rng.standard_normal((R, V)))
     P /= P.sum(1, keepdims=True)
     noisy = P * np.exp(rng.standard_normal((R, V)))

@@ -19,11 +19,11 @@ import math
 
 import numpy as np
 
-from otlp.backend import native
 from otlp.core.drafts import DraftScheme, WithoutReplacement
 from otlp.core.errors import InputError
+from otlp.optimal.sampler import _host
 from otlp.optimal.wor import SupportBatch
-from otlp.verifiers.base import check_tensors, check_uniforms, validation_enabled
+from otlp.verifiers.base import _host_row_stats, check_tensors, check_uniforms, validation_enabled
 from otlp.verifiers.optimal import Optimal, _check_widths
 
 #: the most drafted sets (C(k, n) for k tokens of q > 0) one row's rule may enumerate (about 2 us a set): k = 632 at
@@ -77,7 +77,11 @@ class OptimalWithoutReplacement(Optimal):
             if np.unique(drafted).size < drafted.size or (values and not drafted_ok[b, : m[b]].all()):
                 raise InputError(f"{self.name}: row {b}'s drafts {drafted.tolist()} are not distinct tokens of q > 0 "
                                  "(drafts sampled without replacement)")
-        p_sum, q_sum = totals if totals else (_row_sums(p), _row_sums(q))  # [B] float64
+        if not totals:  # validation off: the value check's C pass here, else torch's float64 sum
+            for x in (p, q):
+                got = _host_row_stats(x)
+                totals.append(got[0] if got is not None else x.sum(1, dtype=torch.float64).cpu().numpy())
+        p_sum, q_sum = totals  # [B] float64
         first = np.cumsum(k) - k  # [B] each row's first entry in support
         tokens, index = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
         groups = np.stack([m, k], 1)
@@ -97,7 +101,7 @@ class OptimalWithoutReplacement(Optimal):
                 b = int(rows[i])
                 own = batch.residual(i)  # [k + 1]: the support's tokens, then OTHER, spread in proportion to p
                 scale = own[-1] / max(float(outside[i, 0]), np.finfo(np.float64).tiny) / p_sum[b]
-                tokens[b], index[b] = residual_token(_host_row(p, b), live[i], own[:-1], scale, u[b, 1]), -1
+                tokens[b], index[b] = residual_token(_host(p[b].cpu()), live[i], own[:-1], scale, u[b, 1]), -1
         return torch.from_numpy(tokens).to(p.device), torch.from_numpy(index).to(p.device)
 
 
@@ -125,25 +129,3 @@ def residual_token(row: np.ndarray, live: np.ndarray, own: np.ndarray, scale: fl
     if t >= seg.size:  # x past the block's own sum by rounding: its last token of positive mass
         t = int(np.flatnonzero(seg > 0)[-1]) if (seg > 0).any() else seg.size - 1
     return int(starts[j]) + t
-
-
-def _row_sums(x) -> np.ndarray:  # noqa: ANN001 - a tensor [B, V]
-    """``float64 [B]`` the rows' sums: one C pass on the host where the kernels are built (torch's float64 sum of a
-    float32 CPU tensor converts it whole first), else torch's."""
-    import torch
-
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        got = native.row_stats(x.detach().numpy())
-        if got is not None:
-            return got[0]
-    return x.sum(1, dtype=torch.float64).cpu().numpy()
-
-
-def _host_row(x, b: int) -> np.ndarray:  # noqa: ANN001 - a tensor [B, V]
-    """Row b of ``x`` as numpy: a view of a float32 or float64 CPU tensor, else a float64 copy."""
-    import torch
-
-    row = x[b].detach()
-    if row.device.type == "cpu" and row.dtype in (torch.float32, torch.float64):
-        return row.numpy()
-    return row.to("cpu", torch.float64).numpy()

@@ -24,7 +24,9 @@ full-chain fallback on every row, the exact static route), ``sortfree_F1`` (the 
 certificate with its roots in one kernel, otlp/optimal/triton_roots.py, which meta tensors cannot run: counted as one
 ``addcmul`` over the root's arrays, 4 of the kernel's 5), ``rrs`` (its coins), ``rrs_uniforms`` and ``sps`` (the
 caller-uniforms torch routes that the fused kernels of otlp/verifiers/triton_kernels.py replace on CUDA),
-``rrs_wor``, ``kseq``.
+``rrs_wor``, ``kseq``, ``optimal_wor_top10`` (``get("optimal_wor")``'s static route, the route on a device, for a
+draft filtered to its top ``WOR_TOP_K`` = 10 tokens, n drafts without replacement: its plan's Newton steps work on
+the C(10, n) sets, not on [B, V]).
 
 The fused kernels cannot run on meta tensors either; their reads depend on the outcomes: :func:`fused_reads` counts
 them from the accepted indices of the same rows (the torch route's, which the kernels equal).
@@ -43,6 +45,8 @@ from otlp.optimal.sampler import verify
 from otlp.verifiers import get
 from otlp.verifiers.base import validation
 
+#: the support size of the without-replacement route's draft (``optimal_wor_top10``)
+WOR_TOP_K = 10
 #: ops that read their input at an index only: their input counts as many bytes as their output
 INDEXED_READS = ("gather", "index", "index_select", "take_along_dim")
 #: allocations, not traffic
@@ -144,6 +148,8 @@ def routes(n: int) -> dict[str, object]:
         "sps": lambda p, q, d, u: get("sps").sample(p, q, d, uniforms=u, backend="torch"),
         "rrs_wor": lambda p, q, d, u: get("rrs_wor").sample(p, q, d),
         "kseq": lambda p, q, d, u: get("kseq").sample(p, q, d),
+        "optimal_wor_top10": lambda p, q, d, u: get("optimal_wor").sample(p, q, d, uniforms=u, backend="torch",
+                                                                        top_k=max(WOR_TOP_K, d.shape[1])),
     }
 
 

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from otlp.core import xp as X
 from otlp.core.distributions import check_distribution, check_n, check_token_tuples
 from otlp.core.errors import MEMORY_LIMIT_BYTES, InputError, ModelTooLargeError
 
@@ -503,49 +504,49 @@ def combinations(k: int, n: int) -> np.ndarray:
     return local
 
 
-def mass_ranks(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """What :func:`mass_left` reads of draft laws ``q [B, V]``: ``(rank [B, V], suffix [B, V + 1])``, each token's
-    rank by decreasing q (stable) and the suffix sums of q over the ranks >= r."""
-    order = np.argsort(-q, axis=1, kind="stable")  # [B, V]
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(q.shape[1])[None, :], axis=1)
-    sorted_q = np.take_along_axis(q, order, axis=1)
-    suffix = np.concatenate([np.cumsum(sorted_q[:, ::-1], axis=1)[:, ::-1], np.zeros((q.shape[0], 1))], axis=1)
-    return rank, suffix
+def mass_ranks(q):  # noqa: ANN001, ANN201 - numpy array or tensor
+    """What :func:`mass_left` reads of draft laws ``q [B, V]`` (numpy or torch): ``(rank [B, V], suffix [B, V + 1])``,
+    each token's rank by decreasing q (stable) and the suffix sums of q over the ranks >= r."""
+    order = X.stable_descending(q)  # [B, V]
+    return X.inverse_permutation(order), X.padded_suffix_sum(X.take(q, order))
 
 
-def mass_left(ranks: np.ndarray, qs: np.ndarray, suffix: np.ndarray, drawn: int) -> np.ndarray:
+def mass_left(ranks, qs, suffix, drawn: int):  # noqa: ANN001, ANN201
     """q(V - T) ``[B, M]``, the mass left after drawing the tokens T of the slots in bit mask ``drawn`` of each row of
     ``ranks, qs [B, n, M]`` (the drawn tokens' ranks by decreasing q and their masses; ``suffix``: :func:`mass_ranks`):
     the suffix sum of the ranks >= r minus the drawn tokens past them (each lighter than the undrawn token of rank r),
     r the number of top-ranked tokens all drawn, the least rank not drawn (no cancellation of 1 - q(T))."""
+    xp = X.namespace(qs)
     cols = [j for j in range(ranks.shape[1]) if drawn >> j & 1]
     if not cols:
-        return np.ones((ranks.shape[0], ranks.shape[2]))  # (as tuple_probabilities: the first draw's mass left is 1)
+        return X.full(qs, (ranks.shape[0], ranks.shape[2]), 1.0)  # (the first draw's mass left is 1)
     # the drawn ranks below |T| as bits (distinct ranks: the sum is their union); r = its trailing ones
-    low = sum(np.where(ranks[:, j] < len(cols), np.left_shift(1, np.minimum(ranks[:, j], 62)), 0) for j in cols)
-    r = np.frexp((low + 1) & ~low)[1] - 1  # [B, M] the lowest bit not set: ranks 0 .. r - 1 all drawn
-    later = sum(np.where(ranks[:, j] >= r, qs[:, j], 0.0) for j in cols)
-    return np.take_along_axis(suffix, r, axis=1) - later  # [B, M]
+    low = sum(xp.where(ranks[:, j] < len(cols), 1 << X.minimum(ranks[:, j], 62), 0) for j in cols)
+    clear = (low + 1) & ~low  # [B, M] the lowest bit not set: ranks 0 .. r - 1 all drawn
+    r = np.frexp(clear)[1] - 1 if X.is_numpy(clear) else xp.frexp(clear.double()).exponent.long() - 1
+    later = sum(xp.where(ranks[:, j] >= r, qs[:, j], 0.0) for j in cols)
+    return X.take(suffix, r) - later  # [B, M]
 
 
-def set_probabilities(q: np.ndarray, sets: np.ndarray) -> np.ndarray:
+def set_probabilities(q, sets):  # noqa: ANN001, ANN201 - numpy arrays or tensors
     """P(the n draws without replacement from ``q [B, V]`` are the set) ``[B, U]`` for ``sets int [U, n]`` of
-    distinct tokens shared by the rows. P(S) sums the n! orders by a recursion over the subsets T of S,
-    f(T) = sum_{b in T} f(T - b) q_b / q(V - (T - b)), f(S) = P(S): 2^n n terms a set; each mass left q(V - T) by
-    :func:`mass_left` (without the cancellation of 1 - q(T)), each ratio capped at 1."""
+    distinct tokens shared by the rows (numpy arrays, or tensors on one device: no host sync, static shapes). P(S)
+    sums the n! orders by a recursion over the subsets T of S, f(T) = sum_{b in T} f(T - b) q_b / q(V - (T - b)),
+    f(S) = P(S): 2^n n terms a set; each mass left q(V - T) by :func:`mass_left` (without the cancellation of
+    1 - q(T)), each ratio capped at 1."""
+    xp = X.namespace(q)
     B, (U, n) = q.shape[0], sets.shape
     rank, suffix = mass_ranks(q)
     qs, ranks = q[:, sets.T], rank[:, sets.T]  # [B, n, U]
-    f = {0: np.ones((B, U))}  # subsets of the n slots as bit masks -> f(T) [B, U]
+    f = {0: X.full(q, (B, U), 1.0)}  # subsets of the n slots as bit masks -> f(T) [B, U]
     left = {mask: mass_left(ranks, qs, suffix, mask) for mask in range((1 << n) - 1)}  # q(V - T) of proper subsets
     for mask in range(1, 1 << n):  # every proper submask is smaller, so already done
-        f[mask] = np.zeros((B, U))
+        f[mask] = X.full(q, (B, U), 0.0)
         for b in (j for j in range(n) if mask >> j & 1):
             rest = mask ^ (1 << b)
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # (a subnormal mass left)
-                share = np.minimum(qs[:, b] / np.where(left[rest] > 0, left[rest], 1.0), 1.0)
-            f[mask] += f[rest] * np.where(left[rest] > 0, share, 0.0)  # q_b / q(V - T), capped at 1
+                share = X.minimum(qs[:, b] / xp.where(left[rest] > 0, left[rest], 1.0), 1.0)
+            f[mask] = f[mask] + f[rest] * xp.where(left[rest] > 0, share, 0.0)  # q_b / q(V - T), capped at 1
     return f[(1 << n) - 1]
 
 

@@ -555,3 +555,44 @@ def max_rows(x):  # noqa: ANN001, ANN201
 
 def min_rows(x):  # noqa: ANN001, ANN201
     return np.min(x, axis=-1) if is_numpy(x) else x.amin(-1)
+
+
+def bincount(idx, weights, size: int):  # noqa: ANN001, ANN201
+    """``out[i] = sum of weights[idx == i]``, ``[size]`` (flat int64 ``idx`` and float ``weights`` of one shape):
+    numpy's ``bincount``, torch's ``index_add_`` (whose order of addition on a GPU is not fixed: rounding only)."""
+    if is_numpy(idx):
+        return np.bincount(idx.ravel(), weights.ravel(), size)
+    return weights.new_zeros(size).index_add_(0, idx.reshape(-1), weights.reshape(-1))
+
+
+def scatter_extreme(idx, values, size: int, largest: bool):  # noqa: ANN001, ANN201
+    """``out[i] = max`` (``largest``) or ``min`` of ``values[idx == i]`` (flat ``idx``), ``[size]``; +-inf, or the
+    dtype's extreme for integers, where no entry goes."""
+    if is_numpy(idx):
+        fill = (-inf if largest else inf) if values.dtype.kind == "f" else (
+            np.iinfo(values.dtype).min if largest else np.iinfo(values.dtype).max)
+        out = np.full(size, fill, dtype=values.dtype)
+        (np.maximum if largest else np.minimum).at(out, idx.ravel(), values.ravel())
+        return out
+    import torch
+
+    info = torch.finfo(values.dtype) if values.dtype.is_floating_point else torch.iinfo(values.dtype)
+    fill = (-inf if largest else inf) if values.dtype.is_floating_point else (info.min if largest else info.max)
+    return values.new_full((size,), fill).scatter_reduce_(0, idx.reshape(-1), values.reshape(-1),
+                                                          "amax" if largest else "amin")
+
+
+def concat(arrays: list, axis: int):  # noqa: ANN201
+    """``np.concatenate`` / ``torch.cat`` of arrays of one library."""
+    if is_numpy(arrays[0]):
+        return np.concatenate(arrays, axis=axis)
+    import torch
+
+    return torch.cat(arrays, dim=axis)
+
+
+def full(like, shape: tuple, value: float | int, dtype=None):  # noqa: ANN001, ANN201
+    """An array of ``shape`` filled with ``value``, of ``like``'s library, device and (by default) dtype."""
+    if is_numpy(like):
+        return np.full(shape, value, dtype=like.dtype if dtype is None else dtype)
+    return like.new_full(shape, value, dtype=dtype)

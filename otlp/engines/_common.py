@@ -157,6 +157,12 @@ def chain_stop(target_probs, draft_probs, pos, u):  # noqa: ANN001, ANN201 - [B,
     return tokens
 
 
+def static_wor(rows) -> bool:  # noqa: ANN001
+    """Whether ``"optimal_wor"`` plans the rows on their device with static shapes (``backend="torch"``: every row,
+    one host sync to count the draft's support) rather than row groups on the host: on any device but the CPU."""
+    return rows.device.type != "cpu"
+
+
 def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # noqa: ANN001, ANN201
     """One node per row: ``p_rows, q_rows [R, V]`` (p_j, q_j), its children's tokens ``tokens [R, M]`` (the first
     ``widths[r]`` valid, the rest padding), ``coin, final [R]``. Returns ``(slot [R] int64, token [R] int64)``:
@@ -166,7 +172,8 @@ def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # no
     ``"optimal"``: :func:`otlp.optimal.sampler.verify` with ``u = [coin, final]`` and ``widths`` (alpha*(p, q, m)
     at an m-child node; at one child the single-draft test ``coin q(x) < p(x)``); ``"optimal_wor"``:
     ``get("optimal_wor").sample`` on the rows with children (distinct children of a draft filtered to its top-k
-    tokens; each row solved on the host, :mod:`otlp.verifiers.optimal_wor`); ``"rrs"`` / ``"rrs_wor"``:
+    tokens, :mod:`otlp.verifiers.optimal_wor`: on the host row groups, elsewhere every row with static shapes,
+    :func:`static_wor`); ``"rrs"`` / ``"rrs_wor"``:
     :func:`otlp.verifiers.rrs.verify_uniforms`."""
     import torch
 
@@ -192,6 +199,14 @@ def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # no
     if method == "optimal_wor":
         from otlp.verifiers import get
 
+        if static_wor(p_rows):  # every row on the device: a childless row as one child, token 0 of q = that point
+            V = p_rows.shape[1]
+            point = (torch.arange(V, device=p_rows.device) == 0).to(q_rows.dtype)  # [V]
+            q_rows = torch.where(leaf[:, None], point, q_rows)
+            tokens = torch.cat([torch.where(leaf, 0, tokens[:, 0].long())[:, None], tokens[:, 1:].long()], 1)
+            t, s = get("optimal_wor").sample(p_rows, q_rows, tokens, uniforms=u, widths=widths.clamp(min=1).long(),
+                                             backend="torch")
+            return torch.where(leaf, -1, s), torch.where(leaf, draw_where(leaf, p_rows, final), t)
         slot = torch.full_like(widths, -1, dtype=torch.int64)
         out = draw_where(leaf, p_rows, final)
         rows = (~leaf).nonzero()[:, 0]  # (a host read: the rule runs on the host anyway)

@@ -54,11 +54,13 @@ which :class:`SupportBatch` uses for a sampler's rows.
 from __future__ import annotations
 
 from functools import cached_property
+from math import inf
 
 import numpy as np
 
+from otlp.core import xp as X
 from otlp.core.drafts import WithoutReplacement, combinations, set_probabilities
-from otlp.core.psi import ratio_order
+from otlp.core.psi import ratio_keys
 from otlp.lp.formulations.completion import residual_law
 from otlp.optimal.generic import LinearProgramRule, relaxed_lp_plan
 
@@ -66,9 +68,15 @@ from otlp.optimal.generic import LinearProgramRule, relaxed_lp_plan
 TOLERANCE = 1e-12
 #: Newton steps per block before the block gives up (and the rule takes the relaxed LP).
 MAX_STEPS = 200
+#: backtracking halvings of a Newton step on the host (down to a step size of 2e-12)
+HOST_TRIALS = 40
+#: the fixed Newton steps and step sizes tried of :func:`set_plan` on tensors (the host needs at most 10 steps on
+#: close drafts filtered to their top 4-50 tokens, n = 2-4: benchmarks/wor.py)
+DEVICE_STEPS = 16
+DEVICE_TRIALS = 4
 
 
-def set_plan(p: np.ndarray, q: np.ndarray, sets: np.ndarray, probs: np.ndarray):  # noqa: ANN201
+def set_plan(p, q, sets, probs, *, steps: int | None = None, trials: int | None = None):  # noqa: ANN001, ANN201
     """The rule's plan (module docstring) for rows ``p, q [B, E]`` on the drafted sets ``sets int [U, n]`` (distinct
     ids, the same for every row) of masses ``probs [B, U]``: ``(alpha [B], choice [B, U, n], residual [B])``, with
     ``choice`` the probability that each set's slot is taken and ``residual`` the largest gap between an element's
@@ -78,113 +86,147 @@ def set_plan(p: np.ndarray, q: np.ndarray, sets: np.ndarray, probs: np.ndarray):
     m* its first argmin, the outer groups' cuts m* = c_0 < c_1 < ... < c_k = E (suffix minima of psi, ties included,
     as :func:`.chains.records`), the targets x* and the blocks: a set is served by the block of its lowest-ratio draw.
     The Luce weights of every block of every row are solved together (a row's blocks share no element, so its
-    Hessian is block diagonal; one backtracking step size a row)."""
+    Hessian is block diagonal; one backtracking step size a row).
+
+    numpy arrays: up to ``steps`` Newton steps (default ``MAX_STEPS``), each backtracking until it descends, stopping
+    when every row is done. Tensors (one device, float64): the same equations with static shapes and no host sync,
+    for a sampler on an accelerator: exactly ``steps`` Newton steps (default ``DEVICE_STEPS``), each trying
+    ``trials`` step sizes 1, 1/2, ... (default ``DEVICE_TRIALS``), a row that is done or finds no descent staying
+    put; a singular system steps 0 (``torch.linalg.solve_ex``)."""
+    xp = X.namespace(p)
+    host = X.is_numpy(p)
+    steps = (MAX_STEPS if host else DEVICE_STEPS) if steps is None else steps
+    trials = (HOST_TRIALS if host else DEVICE_TRIALS) if trials is None else trials
     B, E = p.shape
     U, n = sets.shape
-    rows = np.arange(B)[:, None]
-    order = ratio_order(p, q)  # [B, E]
-    pos = np.empty_like(order)
-    np.put_along_axis(pos, order, np.arange(E)[None, :], axis=1)  # [B, E] each element's position
+    rows = X.arange_like(p, B)[:, None]
+    order = X.sort_descending(ratio_keys(p, q))  # [B, E] decreasing q/p, stable (as psi.ratio_order)
+    pos = X.inverse_permutation(order)  # [B, E] each element's position
     at = pos[:, sets.T]  # [B, n, U] (slot-major: a reduction over a set's slots adds whole rows)
-    top = at.max(1)  # [B, U] the lowest-ratio draw's position
-    F = np.zeros((B, E + 1))
-    F[:, 1:] = np.cumsum(np.bincount((rows * E + top).ravel(), probs.ravel(), B * E).reshape(B, E), axis=1)
-    P = np.zeros((B, E + 1))
-    P[:, 1:] = np.cumsum(np.take_along_axis(p, order, axis=1), axis=1)
-    psi = P - F  # [B, E + 1]
-    m_star = psi.argmin(1)  # [B]
-    m = np.arange(E + 1)
-    after = np.minimum.accumulate(psi[:, ::-1], axis=1)[:, ::-1]  # [B, E + 1] min of psi at m and after
+    top = at.max(1) if host else at.amax(1)  # [B, U] the lowest-ratio draw's position
+    F = X.padded_cumsum(X.bincount(rows * E + top, probs, B * E).reshape(B, E))  # [B, E + 1]
+    psi = X.padded_cumsum(X.take(p, order)) - F  # [B, E + 1]
+    m_star = X.argmin_rows(psi)  # [B]
+    m = X.arange_like(p, E + 1)
+    after = X.suffix_min(psi)  # [B, E + 1] min of psi at m and after
     cut = (m >= m_star[:, None]) & (psi <= after)  # [B, E + 1] (E is always one)
-    nxt = np.minimum.accumulate(np.where(cut, m, E)[:, ::-1], axis=1)[:, ::-1]  # [B, E + 1] the first cut at or after
-    nxt = np.concatenate([nxt[:, 1:], np.full((B, 1), E)], axis=1)  # the first cut after m
+    nxt = X.suffix_min(xp.where(cut, m, E))  # [B, E + 1] the first cut at or after m
+    nxt = X.concat([nxt[:, 1:], X.full(nxt, (B, 1), E)], 1)  # the first cut after m
     start = cut[:, :E]  # [B, E] positions that open an outer group (s, e]: x* = p_s - (psi_e - psi_s) there
-    drop = np.where(start, np.take_along_axis(psi, nxt[:, :E], axis=1) - psi[:, :E], 0.0)
-    target = np.maximum(np.take_along_axis(p, order, axis=1) - drop, 0.0)  # [B, E] by position
-    block = np.where(m[:E] < m_star[:, None], 0, np.cumsum(cut[:, :E], axis=1))  # [B, E] 0: the inner block
-    alpha_star = 1.0 + np.take_along_axis(psi, m_star[:, None], axis=1)[:, 0]  # [B]
+    drop = xp.where(start, X.take(psi, nxt[:, :E]) - psi[:, :E], 0.0)
+    target = X.maximum(X.take(p, order) - drop, 0.0)  # [B, E] by position
+    block = xp.where(m[:E] < m_star[:, None], 0, X.cumsum(cut[:, :E]))  # [B, E]
+    alpha_star = 1.0 + X.take(psi, m_star[:, None])[:, 0]  # [B]
     # elements: the E tokens, then the reject option R (the inner block's, target 1 - alpha*)
-    goal = np.concatenate([np.take_along_axis(target, pos, axis=1), np.maximum(1.0 - alpha_star, 0.0)[:, None]], 1)
-    elem_block = np.concatenate([np.take_along_axis(block, pos, axis=1), np.zeros((B, 1), dtype=block.dtype)], 1)
-    served = np.take_along_axis(block, top, axis=1)  # [B, U] the block that serves each set
+    goal = X.concat([X.take(target, pos), X.maximum(1.0 - alpha_star, 0.0)[:, None]], 1)  # [B, G]
+    elem_block = X.concat([X.take(block, pos), X.full(block, (B, 1), 0)], 1)  # [B, G] 0: the inner block
+    served = X.take(block, top)  # [B, U] the block that serves each set
     # [B, n + 1, U] arrays: a set's slots, then R
     S, G = n + 1, E + 1
-    elem = np.concatenate([np.broadcast_to(sets.T, (B, n, U)), np.full((B, 1, U), E)], axis=1)  # [B, S, U]
-    live = np.concatenate([(np.take_along_axis(block, at.reshape(B, -1), axis=1).reshape(B, n, U)
-                            == served[:, None, :]) & (np.take_along_axis(goal, elem[:, :n].reshape(B, -1), axis=1)
-                                                      .reshape(B, n, U) > 0),
-                           ((served == 0) & (goal[:, E:] > 0))[:, None, :]], axis=1)  # [B, S, U] the members
-    flat = (rows[:, :, None] * G + elem).ravel()  # [B S U] into [B * G]
-    weight = np.broadcast_to(probs[:, None, :], live.shape)
-    reach = np.bincount(flat[live.ravel()], weight[live], B * G).reshape(B, G)  # P(j among a set's members)
+    elem = X.concat([xp.broadcast_to(sets.T[None], (B, n, U)), X.full(sets, (B, 1, U), E)], 1)  # [B, S, U]
+    live = X.concat([(X.take(block, at.reshape(B, -1)).reshape(B, n, U) == served[:, None, :])
+                     & (X.take(goal, elem[:, :n].reshape(B, -1)).reshape(B, n, U) > 0),
+                     ((served == 0) & (goal[:, E:] > 0))[:, None, :]], 1)  # [B, S, U] the members
+    flat = (rows[:, :, None] * G + elem).reshape(-1)  # [B S U] into [B * G]
+    reach = X.bincount(flat, xp.where(live, probs[:, None, :], 0.0), B * G).reshape(B, G)  # P(j among the members)
     present = reach > 0  # [B, G] the elements the Newton steps solve for
-    any_live = live.any(1, keepdims=True)  # [B, 1, U]
+    any_live = live.any(1, keepdims=True) if host else live.any(1, keepdim=True)  # [B, 1, U]
     failed = ((probs > 0) & ~any_live[:, 0]).any(1)  # a set with nothing to choose
     # the gauge: in each row's block, its present element of largest goal (the first on ties) keeps theta
-    key = np.where(present, goal, -1.0)
-    nb = int(elem_block.max()) + 1
-    best = np.full((B, nb), -np.inf)
-    np.maximum.at(best, (np.broadcast_to(rows, (B, G)), elem_block), key)
-    ids = np.where(present & (key == best[rows, elem_block]), np.arange(G), G)
-    first = np.full((B, nb), G)
-    np.minimum.at(first, (np.broadcast_to(rows, (B, G)), elem_block), ids)
-    fixed = ~present | (np.arange(G) == first[rows, elem_block])  # [B, G]
-    theta = np.log(np.maximum(goal, 1e-300) / np.maximum(reach, 1e-300))  # the start: y_j near goal_j alone
+    nb = int(elem_block.max()) + 1 if host else G  # (a static bound on a device)
+    cell = rows * nb + elem_block  # [B, G] each element's (row, block)
+    key = xp.where(present, goal, -1.0)
+    best = X.scatter_extreme(cell, key, B * nb, largest=True)
+    ids = xp.where(present & (key == best[cell]), X.arange_like(p, G), G)
+    fixed = ~present | (X.arange_like(p, G) == X.scatter_extreme(cell, ids, B * nb, largest=False)[cell])  # [B, G]
+    theta = xp.log(X.maximum(goal, 1e-300) / X.maximum(reach, 1e-300))  # the start: y_j near goal_j alone
     pair = (flat.reshape(B, S, 1, U) * G + elem[:, None]).reshape(B * S, -1)  # [B S, S U] (j, l) into [B G G]
 
     def expected(theta):  # noqa: ANN001, ANN202 - (choice [B, S, U], y [B, G], objective [B])
-        logits = np.where(live, np.take(theta, flat).reshape(B, S, U), -np.inf)
-        peak = np.where(any_live, logits.max(1, keepdims=True), 0.0)  # (a set of mass 0 with no member: no nan)
-        e = np.exp(logits - peak)
-        total = np.where(any_live, e.sum(1, keepdims=True), 1.0)
+        logits = xp.where(live, theta.reshape(-1)[flat].reshape(B, S, U), -inf)
+        peak = xp.where(any_live, logits.max(1, keepdims=True) if host else logits.amax(1, keepdim=True), 0.0)
+        e = xp.exp(logits - peak)  # (peak: 0 for a set of mass 0 with no member, no nan)
+        total = xp.where(any_live, e.sum(1, keepdims=True) if host else e.sum(1, keepdim=True), 1.0)
         choice = e / total
-        y = np.bincount(flat, (probs[:, None, :] * choice).ravel(), B * G).reshape(B, G)
-        return choice, y, (probs * (peak + np.log(total))[:, 0]).sum(1) - (chosen * theta).sum(1)
+        y = X.bincount(flat, probs[:, None, :] * choice, B * G).reshape(B, G)
+        return choice, y, (probs * (peak + xp.log(total))[:, 0]).sum(1) - (chosen * theta).sum(1)
 
     def gap(y):  # noqa: ANN001, ANN202 - [B] the largest |y - goal| over the present elements
-        return np.where(present, np.abs(y - goal), 0.0).max(1)
+        return X.max_rows(xp.where(present, xp.abs(y - goal), 0.0))
 
-    chosen = np.where(present, goal, 0.0)  # [B, G] the objective's linear term
+    chosen = xp.where(present, goal, 0.0)  # [B, G] the objective's linear term
     choice, y, f = expected(theta)
     residual = gap(y)
-    eye = np.eye(G, dtype=bool)
+    diag = X.arange_like(p, G)
     pinned = fixed[:, :, None] | fixed[:, None, :]  # [B, G, G] the fixed coordinates' rows and columns
-    for _ in range(MAX_STEPS):
+    eye = diag[:, None] == diag[None, :]
+    for _ in range(steps):
         done = residual <= TOLERANCE
-        if (done | failed).all():
+        if host and (done | failed).all():
             break
-        grad = np.where(fixed, 0.0, y - goal)  # [B, G]
+        grad = xp.where(fixed, 0.0, y - goal)  # [B, G]
         # the Hessian sum_S P(S) (diag(pi) - pi pi^T) on the members, one slot against all
         wc = probs[:, None, :] * choice  # [B, S, U] (0 off the members: pi is 0 there)
-        H = np.zeros(B * G * G)
-        for a in range(S):
-            H -= np.bincount(pair[a::S].ravel(), (wc[:, a, None] * choice).ravel(), B * G * G)
-        H = H.reshape(B, G, G)
-        H[:, eye] += y
-        H = np.where(pinned, eye, H)  # fixed coordinates: step 0
-        try:  # positive definite on the free coordinates when every element shares a set with another
-            step = np.linalg.solve(H, -grad[:, :, None])[:, :, 0]
-        except np.linalg.LinAlgError:
-            step = np.stack([np.linalg.lstsq(H[b], -grad[b], rcond=1e-15)[0] for b in range(B)])
+        H = -sum(X.bincount(pair[a::S], wc[:, a, None] * choice, B * G * G) for a in range(S)).reshape(B, G, G)
+        H[:, diag, diag] += y
+        H = xp.where(pinned, eye, H)  # fixed coordinates: step 0
+        step = _newton_step(H, grad)
         searching = ~(done | failed)
-        step = np.where(searching[:, None], np.clip(step, -30.0, 30.0), 0.0)  # (a first step from far off stays finite)
-        t = np.ones(B)
+        step = xp.where(searching[:, None], X.minimum(X.maximum(step, -30.0), 30.0), 0.0)  # (a first step stays finite)
+        t = X.full(p, (B,), 1.0)
         slope = (grad * step).sum(1)
         new = (choice, y, f, residual)
-        while searching.any():  # backtracking on the convex objective, or on the residual once f is down to rounding
+        for _ in range(trials):  # backtracking on the convex objective, or on the residual once f is down to rounding
+            if host and not searching.any():
+                break
             c2, y2, f2 = expected(theta + t[:, None] * step)
             g2 = gap(y2)
             ok = (f2 <= f + 1e-4 * t * slope) | (g2 < residual)
-            take = searching & (ok | (t <= 2e-12))  # (past the smallest step, the last one tried, as ok)
-            new = tuple(np.where(take.reshape((B,) + (1,) * (a.ndim - 1)), b2, a)
+            take = searching & (ok | (t <= 2e-12)) if host else searching & ok  # (host: the last size tried, as ok)
+            new = tuple(xp.where(take.reshape((B,) + (1,) * (a.ndim - 1)), b2, a)
                         for a, b2 in zip(new, (c2, y2, f2, g2), strict=True))
-            theta = np.where(take[:, None], theta + t[:, None] * step, theta)
-            searching &= ~take
-            t = np.where(searching, t * 0.5, t)
+            theta = xp.where(take[:, None], theta + t[:, None] * step, theta)
+            searching = searching & ~take
+            t = xp.where(searching, t * 0.5, t)
         choice, y, f, residual = new
-    residual = np.where(failed | (residual > TOLERANCE), np.inf, residual)
-    choice = np.where(live[:, :n], choice[:, :n], 0.0).transpose(0, 2, 1)  # [B, U, n]
+    residual = xp.where(failed | (residual > TOLERANCE), inf, residual)
+    choice = xp.where(live[:, :n], choice[:, :n], 0.0)
+    choice = choice.transpose(0, 2, 1) if host else choice.transpose(1, 2)  # [B, U, n]
     return (probs[:, :, None] * choice).sum((1, 2)), choice, residual
+
+
+def _newton_step(H, grad):  # noqa: ANN001, ANN202 - [B, G, G], [B, G] -> [B, G]
+    """Solve H step = -grad per row: numpy's solve, by least squares where a row is singular; torch's ``solve_ex``
+    (no host sync), step 0 where a row is singular."""
+    if X.is_numpy(H):
+        try:  # positive definite on the free coordinates when every element shares a set with another
+            return np.linalg.solve(H, -grad[:, :, None])[:, :, 0]
+        except np.linalg.LinAlgError:
+            return np.stack([np.linalg.lstsq(H[b], -grad[b], rcond=1e-15)[0] for b in range(H.shape[0])])
+    import torch
+
+    step, info = torch.linalg.solve_ex(H, -grad[:, :, None])
+    return torch.where((info == 0)[:, None], step[:, :, 0].nan_to_num(0.0, 0.0, 0.0), 0.0)
+
+
+def capped_plan(p, q, sets, *, steps: int | None = None, trials: int | None = None):  # noqa: ANN001, ANN201
+    """:func:`set_plan` on rows ``p, q [B, E]`` (numpy or tensors; each row one instance: its draft's support and
+    OTHER) for the sets ``sets [U, n]`` of every n of the E elements: ``(choice [B, U, n], accepted [B, E],
+    residual [B])``, each element's accepted mass x_i = sum_S P(S) choice capped at p_i, by scaling its choices
+    by min(1, p_i / x_i). Capped, any choice is a rule whose output law is p (GR eq. (3): the residual (p - x)
+    completes it): a row whose Newton steps did not converge (``residual`` inf; the rows' fixed steps on a device)
+    keeps that law and accepts less than alpha*; a converged row moves by rounding only. What the sampler reads on
+    a device, with static shapes."""
+    xp = X.namespace(p)
+    B, E = p.shape
+    probs = set_probabilities(q, sets)  # [B, U]
+    _, choice, residual = set_plan(p, q, sets, probs, steps=steps, trials=trials)
+    at = (X.arange_like(p, B)[:, None, None] * E + sets[None]).reshape(B, -1)  # [B, U n] into [B * E]
+    x = X.bincount(at, probs[:, :, None] * choice, B * E).reshape(B, E)  # [B, E]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = xp.where(x > p, p / xp.where(x > 0, x, 1.0), 1.0)  # [B, E]
+    choice = choice * X.take(scale, at.reshape(B, -1) % E).reshape(choice.shape)
+    return choice, X.minimum(x, p), residual
 
 
 class WithoutReplacementRule(LinearProgramRule):

@@ -15,6 +15,7 @@ Newton steps cost more than reading the rows). No rule for unfiltered drafts at 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -44,13 +45,25 @@ class OptimalWithoutReplacement(Optimal):
     def make_draft(self, q: object, n: int) -> DraftScheme:
         return WithoutReplacement(q, n)
 
-    def sample(self, p, q, drafts, generator=None, *, uniforms=None, validate=None, widths=None):  # noqa: ANN001, ANN201
+    def sample(self, p, q, drafts, generator=None, *, uniforms=None, validate=None, widths=None,  # noqa: ANN001, ANN201
+               top_k: int | None = None, backend: str = "auto"):
         """``p, q [B, V]`` (any float dtype, normalised per row in float64), ``drafts int [B, n]`` drawn from q
         without replacement (distinct per row) -> ``(tokens int64 [B], accepted_index int64 [B])``, -1 where the
         token came from the residual. ``uniforms [B, 2]`` (``[:, 0]`` picks the slot or the residual, ``[:, 1]`` the
         residual's token), else two per row from ``generator``. ``widths int64 [B]``: row b has only its first
-        ``widths[b]`` drafts. Each row's rule is built on the host (module docstring)."""
+        ``widths[b]`` drafts.
+
+        ``backend``: ``"host"`` builds each row's rule on the host (a sync); ``"torch"`` plans every row on the
+        tensors' device with static shapes (:func:`static_sample`: no host sync when ``top_k`` is given and
+        validation is off); ``"auto"``: the host on the CPU, ``"torch"`` elsewhere. ``top_k``: the torch route's
+        support size K, at least each row's number of tokens of q > 0 (checked with validation on); None counts them
+        (one host sync)."""
         import torch
+
+        if backend not in ("auto", "host", "torch"):
+            raise InputError(f"backend must be 'auto', 'host' or 'torch', got {backend!r}")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            raise InputError(f"top_k must be a positive integer (the draft's support size), got {top_k!r}")
 
         if isinstance(q, torch.Tensor) and q.ndim == 3:
             raise InputError(f"the {self.name} sampler takes one draft law per row (q of shape [B, V]), got q of "
@@ -62,6 +75,8 @@ class OptimalWithoutReplacement(Optimal):
              else check_uniforms(uniforms, B, p, validate))
         if widths is not None:
             _check_widths(widths, drafts, values)
+        if backend == "torch" or (backend == "auto" and p.device.type != "cpu"):
+            return static_sample(p, q, drafts, U, widths, top_k, values)
         w = drafts.detach().to("cpu", torch.int64).numpy()  # [B, n]
         m = np.full(B, n) if widths is None else widths.detach().cpu().numpy().astype(np.int64)  # [B]
         u = U.detach().to("cpu", torch.float64).numpy()  # [B, 2]
@@ -129,3 +144,91 @@ def residual_token(row: np.ndarray, live: np.ndarray, own: np.ndarray, scale: fl
     if t >= seg.size:  # x past the block's own sum by rounding: its last token of positive mass
         t = int(np.flatnonzero(seg > 0)[-1]) if (seg > 0).any() else seg.size - 1
     return int(starts[j]) + t
+
+
+def static_sample(p, q, drafts, uniforms, widths, top_k: int | None, values: bool):  # noqa: ANN001, ANN201
+    """The sampler on the tensors' device with static shapes (``backend="torch"``): no host sync when ``top_k`` is
+    given and ``values`` (validation) is off, so it can be captured in a CUDA graph. The rule is
+    :func:`static_rule`'s; the slot by ``uniforms[:, 0]`` against its accept probabilities' running sum, as on the
+    host; a rejected row's token by ``uniforms[:, 1]`` from its residual over all V, an inverse CDF in token order.
+    Passes over ``[B, V]``: the top-k, the row sums, the residual's weights and its running sum; the rest works on
+    ``[B, n + 1, C(K, n)]``."""
+    import torch
+
+    from otlp.core import xp as X
+
+    B, n = drafts.shape
+    accept, weights, m = static_rule(p, q, drafts, widths, top_k, values)
+    slot = ((uniforms[:, :1].to(weights.dtype) >= accept.cumsum(1))
+            & (torch.arange(n, device=p.device) < m[:, None])).sum(1)  # [B]
+    rejected = slot >= m
+    residual = X.inverse_cdf(weights, uniforms[:, 1:].to(weights.dtype))
+    token = drafts.gather(1, slot.clamp(max=n - 1)[:, None])[:, 0].to(torch.int64)
+    return torch.where(rejected, residual, token), torch.where(rejected, -1, slot)
+
+
+def static_rule(p, q, drafts, widths, top_k: int | None, values: bool):  # noqa: ANN001, ANN201
+    """The rule of :func:`static_sample` for each row: ``(accept float64 [B, n], weights float64 [B, V], widths
+    [B])``, P(accept slot j) (0 past a row's width) and the residual's unnormalised weights over all V.
+
+    The support: ``torch.topk(q, K)`` in token order, K = ``top_k`` (every row's tokens of q > 0 and, where a row
+    has fewer, some of q = 0: elements the rule never accepts, so the law and alpha* are those of
+    :class:`otlp.optimal.wor.SupportRule`), then OTHER, the target's mass off the K tokens. Every row is planned by
+    :func:`otlp.optimal.wor.capped_plan` on the C(K, m) sets of each width m present (all m <= n with ``widths``):
+    ``DEVICE_STEPS`` Newton steps, converged on every row of the benchmark grid to within rounding of the host's
+    plan; a row that did not converge keeps the exact law p and accepts less than alpha*. The residual: its
+    support's share, OTHER's spread over the other tokens in proportion to p."""
+    import torch
+
+    from otlp.optimal.wor import capped_plan
+
+    B, n = drafts.shape
+    if top_k is None:
+        top_k = max(int((q > 0).sum(1).max()), n)  # (the one host sync of this route)
+    elif values and bool(((q > 0).sum(1) > top_k).any()):
+        raise InputError(f"optimal_wor: top_k = {top_k} is below a row's number of tokens of q > 0 (the draft must "
+                         "be filtered to its top-k tokens)")
+    K = min(top_k, p.shape[1])
+    if K < n:
+        raise InputError(f"optimal_wor: top_k = {K} is below n = {n} drafts (they are distinct tokens of q > 0)")
+    count = math.comb(K, n)
+    if count > MAX_SETS:
+        raise InputError(f"optimal_wor: top_k = {K} gives {count:,} sets of n = {n} (at most {MAX_SETS:,})")
+    f64 = torch.float64
+    p_sum, q_sum = p.sum(1, keepdim=True, dtype=f64), q.sum(1, keepdim=True, dtype=f64)  # [B, 1]
+    live = torch.topk(q, K, dim=1, sorted=False).indices.sort(1).values  # [B, K] in token order
+    p_live, q_live = p.gather(1, live).to(f64) / p_sum, q.gather(1, live).to(f64) / q_sum  # [B, K]
+    outside = (1.0 - p_live.sum(1, keepdim=True)).clamp(min=0.0)  # [B, 1] OTHER
+    p1, q1 = torch.cat([p_live, outside], 1), torch.cat([q_live, torch.zeros_like(outside)], 1)  # [B, K + 1]
+    local = (live[:, None, :] == drafts[:, :, None]).to(torch.int8).argmax(2)  # [B, n] each draft's support place
+    m = torch.full((B,), n, dtype=torch.int64, device=p.device) if widths is None else widths.to(torch.int64)
+    accept = p1.new_zeros(B, n)  # [B, n] P(accept slot j)
+    accepted = p1.new_zeros(B, K + 1)  # [B, K + 1] each element's accepted mass
+    rows = torch.arange(B, device=p.device)
+    for width in range(1, n + 1) if widths is not None else (n,):
+        sets, codes = _sets(K, width, p.device)
+        choice, got, _ = capped_plan(p1, q1, sets)  # [B, U, width], [B, K + 1]
+        own = local[:, :width]
+        at = torch.searchsorted(codes, (own.sort(1).values * K ** torch.arange(width - 1, -1, -1, device=p.device))
+                                .sum(1)).clamp(max=codes.numel() - 1)  # [B] each row's drafted set
+        place = own.argsort(dim=1, stable=True).argsort(dim=1)  # [B, width] each slot's place in its set
+        mine = m == width
+        accept[:, :width] = torch.where(mine[:, None], choice[rows, at].gather(1, place), accept[:, :width])
+        accepted = torch.where(mine[:, None], got, accepted)
+    rest = (p1 - accepted).clamp(min=0.0)  # [B, K + 1] the residual (GR eq. (3)), unnormalised
+    rest = torch.where(rest.sum(1, keepdim=True) > 0, rest, p1)  # (none left: a row rejected by rounding takes p)
+    scale = rest[:, K:] / outside.clamp(min=torch.finfo(f64).tiny) / p_sum  # [B, 1] OTHER's share per unit of p
+    return accept, (p.to(f64) * scale).scatter_(1, live, rest[:, :K]), m
+
+
+@functools.lru_cache(maxsize=64)
+def _sets(k: int, n: int, device: object):  # noqa: ANN202
+    """``(sets int64 [C(k, n), n], codes [C(k, n)])`` on ``device``: every n of k local ids in lexicographic order
+    and their base-k codes (increasing), copied to the device once per size (a call inside a CUDA graph capture finds
+    them there after its warm-up)."""
+    import torch
+
+    from otlp.core.drafts import combinations
+
+    sets = torch.from_numpy(combinations(k, n)).to(device)
+    return sets, (sets * k ** torch.arange(n - 1, -1, -1, device=device)).sum(1)

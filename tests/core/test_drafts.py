@@ -225,10 +225,12 @@ def test_without_replacement_set_support_sums_the_orders(V: int, n: int, zeros: 
         np.testing.assert_allclose(probs, np.bincount(back.ravel(), tuple_probs), rtol=1e-14, atol=0)
 
 
-def test_set_probabilities_of_a_batch_against_exact_rationals() -> None:
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_set_probabilities_of_a_batch_against_exact_rationals(library: str) -> None:
     """set_probabilities on several rows at once (the rows' ranks, suffix sums and least undrawn ranks side by side)
     against the sum over the n! orders in exact rationals, P(S) = sum_sigma prod_k q_sigma(k) / (1 - q(first k - 1)):
-    ties in q, a near point mass and zeros; n up to 5; to 1e-14 relative."""
+    ties in q, a near point mass and zeros; n up to 5; to 1e-14 relative; on numpy arrays and on tensors (the
+    sampler's static route)."""
     import itertools
     from fractions import Fraction
 
@@ -242,7 +244,12 @@ def test_set_probabilities_of_a_batch_against_exact_rationals() -> None:
         rows[2][-1] = 1.0 - rows[2].sum()  # a near point mass
         q = np.stack(rows)  # [3, V]
         sets = combinations(V, n)
-        got = set_probabilities(q, sets)  # [3, U]
+        if library == "torch":
+            import torch
+
+            got = set_probabilities(torch.from_numpy(q), torch.from_numpy(sets)).numpy()  # [3, U]
+        else:
+            got = set_probabilities(q, sets)  # [3, U]
         for b in range(3):
             exact = [Fraction(float(x)) for x in q[b]]
             total = sum(exact)

@@ -176,6 +176,21 @@ def test_tree_law_and_root_acceptance(method, m_root, m_child):
             _assert_law(second[rows], P1[t], f"{method} second token after {t}")
 
 
+@pytest.mark.parametrize("m_root, m_child", [(2, 3), (3, 2)])
+def test_optimal_wor_on_a_device_is_the_host_rule(monkeypatch, m_root, m_child):
+    """The adapters' device branch for ``optimal_wor`` (every node row through the static route, a childless row as a
+    one-child node at token 0 whose result is replaced), forced on CPU tensors, returns the host branch's outputs
+    for the same trees and uniforms."""
+    from otlp.engines import _common
+
+    B = 400
+    host, _, _ = _tree_case("optimal_wor", m_root, m_child, B, seed=7)
+    monkeypatch.setattr(_common, "static_wor", lambda rows: True)
+    static, _, _ = _tree_case("optimal_wor", m_root, m_child, B, seed=7)
+    for a, b in zip(host, static, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_optimal_accepts_at_least_rrs():
     rng = np.random.default_rng(5)
     for _ in range(20):

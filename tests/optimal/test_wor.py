@@ -218,3 +218,28 @@ def test_a_batch_row_whose_newton_steps_stall_takes_the_lp(monkeypatch: pytest.M
         np.testing.assert_allclose(batch.accept(drafts)[r], rule.rule(drafts[r:r + 1])[0][0], rtol=0, atol=1e-10)
         reject = 1.0 - rule.alpha
         np.testing.assert_allclose(batch.residual(r)[:6] * reject, rule.residual[rule.live] * reject, atol=1e-10)
+
+
+@pytest.mark.parametrize(("k", "n"), [(6, 2), (7, 3), (6, 4)])
+def test_the_plan_on_tensors_is_the_plan_on_numpy(k: int, n: int) -> None:
+    """set_plan on torch tensors (the sampler's static route: DEVICE_STEPS Newton steps of DEVICE_TRIALS step sizes,
+    no early exit) gives the numpy plan's alpha and choices to 1e-12 on the support rows (ties, a repeated row, no
+    OTHER), every row converged."""
+    import torch
+
+    from otlp.core.drafts import combinations, set_probabilities
+
+    rng = np.random.default_rng(k + n)
+    P, Q = _support_rows(rng, 6, 40, k)
+    on = Q > 0
+    live = np.nonzero(on)[1].reshape(6, k)
+    rows = np.arange(6)[:, None]
+    outside = np.where(on, 0.0, P).sum(1, keepdims=True)
+    p1, q1 = np.concatenate([P[rows, live], outside], 1), np.concatenate([Q[rows, live], 0 * outside], 1)
+    sets = combinations(k, n)
+    want = W.set_plan(p1, q1, sets, set_probabilities(q1, sets))
+    tp, tq, ts = torch.from_numpy(p1), torch.from_numpy(q1), torch.from_numpy(sets)
+    got = W.set_plan(tp, tq, ts, set_probabilities(tq, ts))
+    assert np.isfinite(want[2]).all() and torch.isfinite(got[2]).all()
+    for a, b in zip(want[:2], got[:2], strict=True):
+        np.testing.assert_allclose(b.numpy(), a, rtol=0, atol=1e-12)

@@ -14,6 +14,7 @@ import torch
 
 import otlp
 from otlp.core.errors import InputError
+from otlp.core.psi_wor import wor_optimal_acceptance
 from otlp.verifiers import get
 from otlp.verifiers.optimal_wor import MAX_SETS
 
@@ -96,10 +97,12 @@ def _reference(p: np.ndarray, q: np.ndarray, drafts: np.ndarray, u: np.ndarray) 
     return min(int(np.searchsorted(cdf, u[1] * cdf[-1], side="right")), cdf.size - 1), -1
 
 
+@pytest.mark.parametrize(("backend", "top_k"), [("host", None), ("torch", None), ("torch", 11)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_batched_rows_are_the_reference_row_by_row(dtype: torch.dtype) -> None:
+def test_the_batched_rows_are_the_reference_row_by_row(dtype: torch.dtype, backend: str, top_k: int | None) -> None:
     """One call on 32 rows of mixed support sizes (top-5 and top-8 drafts), widths and a repeated row, float32 or
-    bfloat16 (ties): each row's token and slot are those of the reference rule on that row with its uniforms."""
+    bfloat16 (ties): each row's token and slot are those of the reference rule on that row with its uniforms, on the
+    host and by the static torch route (its support padded to the largest, 8, or to ``top_k`` = 11 tokens)."""
     B, V, n = 32, 2000, 3
     p, q, drafts, u = _wor_rows(B, V, 8, n, 0.7, seed=13)
     p5, q5, drafts5, _ = _wor_rows(B, V, 5, n, 0.7, seed=14)
@@ -110,7 +113,7 @@ def test_the_batched_rows_are_the_reference_row_by_row(dtype: torch.dtype) -> No
     p, q = p.to(dtype), q.to(dtype)
     q = torch.where(q.float() > 0, q, torch.zeros_like(q))
     widths = torch.tensor([3, 2, 1, 3] * 8)
-    tokens, index = get("optimal_wor").sample(p, q, drafts, uniforms=u, widths=widths)
+    tokens, index = get("optimal_wor").sample(p, q, drafts, uniforms=u, widths=widths, backend=backend, top_k=top_k)
     P, Q = p.double().numpy(), q.double().numpy()
     for b in range(B):
         m = int(widths[b])
@@ -154,3 +157,103 @@ def test_refusals() -> None:
         v.sample(p, q, torch.tensor([[0, 9]]), uniforms=torch.zeros(1, 2))
     with pytest.raises(InputError, match=r"one draft law per row"):
         v.sample(p, q[:, None].expand(1, 2, V), torch.tensor([[0, 1]]))
+
+
+def _enumerated_rows(V: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """An instance with ties in q and in q/p, a drafted token of p = 0 and a token of p > 0 off the draft's k tokens,
+    and every ordered tuple of n distinct drafts with its probability: ``(p [V], q [V], omegas [M, n], probs [M])``."""
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.ones(V))
+    live = rng.choice(V, k, replace=False)
+    q = np.zeros(V)
+    q[live] = rng.dirichlet(np.ones(k))
+    q[live[1]] = q[live[0]]  # a tie in q
+    p[live[2]] = p[live[3]] * q[live[2]] / q[live[3]]  # a tie in q/p
+    p[live[-1]] = 0.0  # drafted, never the target's
+    p, q = p / p.sum(), q / q.sum()
+    omegas, probs = otlp.WithoutReplacement(q, n).support()
+    return p, q, omegas, probs
+
+
+@pytest.mark.parametrize(("V", "k", "n", "K"), [(7, 4, 2, 4), (7, 5, 3, 6), (6, 4, 4, 4), (8, 5, 2, 7), (6, 5, 3, 5)])
+@pytest.mark.parametrize("steps", [None, 0, 1])
+def test_the_torch_routes_law_and_acceptance_by_enumeration(V: int, k: int, n: int, K: int, steps: int | None,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The static route's rule (:func:`static_rule`) on every ordered tuple of an instance, each a row: the output
+    law sum_omega P(omega) (accepted draws + rejection x residual) is p to 1e-12, and the acceptance is alpha* (from
+    ``psi_wor``) with its Newton steps; cut to 0 or 1 step (rows that have not converged), the law is still p and
+    the acceptance at most alpha*. A support padded past k (K > k) changes neither."""
+    from otlp.optimal import wor as W
+    from otlp.verifiers.optimal_wor import static_rule
+
+    if steps is not None:
+        monkeypatch.setattr(W, "DEVICE_STEPS", steps)
+    p, q, omegas, probs = _enumerated_rows(V, k, n, seed=V * 100 + k * 10 + n)
+    M = omegas.shape[0]
+    P, Q = torch.from_numpy(p).expand(M, V), torch.from_numpy(q).expand(M, V)
+    accept, weights, _ = static_rule(P, Q, torch.from_numpy(omegas), None, K, True)
+    accept, weights = accept.numpy(), weights.numpy()
+    assert (accept >= 0).all() and (accept.sum(1) <= 1 + 1e-12).all()
+    law = np.bincount(omegas.ravel(), (probs[:, None] * accept).ravel(), V)
+    law += ((probs * (1 - accept.sum(1)))[:, None] * weights / weights.sum(1, keepdims=True)).sum(0)
+    np.testing.assert_allclose(law, p, rtol=0, atol=1e-12)
+    acceptance = float(probs @ accept.sum(1))
+    alpha = wor_optimal_acceptance(p, q, n)
+    if steps is None:
+        assert abs(acceptance - alpha) < 1e-10
+    else:
+        assert acceptance <= alpha + 1e-12
+
+
+def test_the_torch_routes_widths_by_enumeration() -> None:
+    """Rows of width m < n (the other drafts padding) take the rule of WithoutReplacement(q, m): law p to 1e-12 and
+    acceptance alpha*(m) on every enumerated m-tuple, in one call with rows of every width."""
+    from otlp.verifiers.optimal_wor import static_rule
+
+    V, k, n = 7, 5, 3
+    p, q, _, _ = _enumerated_rows(V, k, n, seed=4)
+    parts = [otlp.WithoutReplacement(q, m).support() for m in range(1, n + 1)]
+    drafts = np.concatenate([np.pad(o, ((0, 0), (0, n - o.shape[1])), constant_values=V - 1) for o, _ in parts])
+    widths = np.concatenate([np.full(o.shape[0], o.shape[1]) for o, _ in parts])
+    M = drafts.shape[0]
+    accept, weights, _ = static_rule(torch.from_numpy(p).expand(M, V), torch.from_numpy(q).expand(M, V),
+                                     torch.from_numpy(drafts), torch.from_numpy(widths), None, True)
+    lo = 0
+    for m, (omegas, probs) in enumerate(parts, start=1):
+        a, w = accept[lo: lo + omegas.shape[0]].numpy(), weights[lo: lo + omegas.shape[0]].numpy()
+        lo += omegas.shape[0]
+        assert (a[:, m:] == 0).all()
+        law = np.bincount(omegas.ravel(), (probs[:, None] * a[:, :m]).ravel(), V)
+        law += ((probs * (1 - a.sum(1)))[:, None] * w / w.sum(1, keepdims=True)).sum(0)
+        np.testing.assert_allclose(law, p, rtol=0, atol=1e-12)
+        assert abs(float(probs @ a.sum(1)) - wor_optimal_acceptance(p, q, m)) < 1e-10
+
+
+def test_the_torch_route_runs_on_meta_tensors() -> None:
+    """With ``top_k`` given and validation off, the static route runs on ``device="meta"`` tensors (shapes only):
+    nothing in it reads a value on the host, so on an accelerator it never synchronises."""
+    from otlp.verifiers.base import validation
+
+    B, V, n = 4, 1000, 3
+    p, q = torch.empty(B, V, device="meta"), torch.empty(B, V, device="meta")
+    drafts = torch.empty(B, n, device="meta", dtype=torch.int64)
+    u = torch.empty(B, 2, device="meta", dtype=torch.float64)
+    with validation(False):
+        tokens, index = get("optimal_wor").sample(p, q, drafts, uniforms=u, top_k=6, backend="torch",
+                                                  widths=torch.empty(B, device="meta", dtype=torch.int64))
+    assert tokens.device.type == index.device.type == "meta" and tuple(tokens.shape) == (B,)
+
+
+def test_the_torch_routes_refusals() -> None:
+    v = get("optimal_wor")
+    p, q, drafts, u = _wor_rows(2, 200, 6, 3, 0.5, seed=3)
+    with pytest.raises(InputError, match="backend must be 'auto', 'host' or 'torch'"):
+        v.sample(p, q, drafts, uniforms=u, backend="cuda")
+    with pytest.raises(InputError, match="top_k must be a positive integer"):
+        v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=2.5)
+    with pytest.raises(InputError, match="top_k = 5 is below a row's number of tokens of q > 0"):
+        v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=5)
+    with pytest.raises(InputError, match="top_k = 2 is below n = 3"):
+        v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=2, validate=False)
+    with pytest.raises(InputError, match=r"top_k = 128 gives 341,376 sets of n = 3 \(at most 200,000\)"):
+        v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=128, validate=False)

@@ -46,7 +46,7 @@ class OptimalWithoutReplacement(Optimal):
         return WithoutReplacement(q, n)
 
     def sample(self, p, q, drafts, generator=None, *, uniforms=None, validate=None, widths=None,  # noqa: ANN001, ANN201
-               top_k: int | None = None, backend: str = "auto"):
+               top_k: int | None = None, backend: str = "auto", graphs: bool = False):
         """``p, q [B, V]`` (any float dtype, normalised per row in float64), ``drafts int [B, n]`` drawn from q
         without replacement (distinct per row) -> ``(tokens int64 [B], accepted_index int64 [B])``, -1 where the
         token came from the residual. ``uniforms [B, 2]`` (``[:, 0]`` picks the slot or the residual, ``[:, 1]`` the
@@ -57,7 +57,9 @@ class OptimalWithoutReplacement(Optimal):
         tensors' device with static shapes (:func:`static_sample`: no host sync when ``top_k`` is given and
         validation is off); ``"auto"``: the host on the CPU, ``"torch"`` elsewhere. ``top_k``: the torch route's
         support size K, at least each row's number of tokens of q > 0 (checked with validation on); None counts them
-        (one host sync)."""
+        (one host sync). ``graphs=True`` (the torch route on CUDA tensors; elsewhere ignored): replayed from a CUDA
+        graph captured per shape (:class:`otlp.backend.cuda_graphs.GraphCache`: the same tokens, one launch for the
+        plan's small kernels, about 1,400-2,000 at n = 2-4)."""
         import torch
 
         if backend not in ("auto", "host", "torch"):
@@ -76,7 +78,16 @@ class OptimalWithoutReplacement(Optimal):
         if widths is not None:
             _check_widths(widths, drafts, values)
         if backend == "torch" or (backend == "auto" and p.device.type != "cpu"):
-            return static_sample(p, q, drafts, U, widths, top_k, values)
+            K = support_size(q, top_k, n, values)
+            if B == 0:  # an empty batch: nothing to verify
+                empty = torch.zeros(0, dtype=torch.long, device=p.device)
+                return empty, empty.clone()
+            if graphs and p.device.type == "cuda":
+                from otlp.optimal.sampler import _graph_cache
+
+                args = (p, q, drafts, U) if widths is None else (p, q, drafts, U, widths)
+                return _graph_cache(p.device).run(_static_route(K, widths is not None), *args, rows=True)
+            return static_sample(p, q, drafts, U, widths, K)
         w = drafts.detach().to("cpu", torch.int64).numpy()  # [B, n]
         m = np.full(B, n) if widths is None else widths.detach().cpu().numpy().astype(np.int64)  # [B]
         u = U.detach().to("cpu", torch.float64).numpy()  # [B, 2]
@@ -146,9 +157,9 @@ def residual_token(row: np.ndarray, live: np.ndarray, own: np.ndarray, scale: fl
     return int(starts[j]) + t
 
 
-def static_sample(p, q, drafts, uniforms, widths, top_k: int | None, values: bool):  # noqa: ANN001, ANN201
-    """The sampler on the tensors' device with static shapes (``backend="torch"``): no host sync when ``top_k`` is
-    given and ``values`` (validation) is off, so it can be captured in a CUDA graph. The rule is
+def static_sample(p, q, drafts, uniforms, widths, K: int):  # noqa: ANN001, ANN201
+    """The sampler on the tensors' device with static shapes (``backend="torch"``), for drafts of at most ``K``
+    tokens of q > 0 (:func:`support_size`): no host sync, so it can be captured in a CUDA graph. The rule is
     :func:`static_rule`'s; the slot by ``uniforms[:, 0]`` against its accept probabilities' running sum, as on the
     host; a rejected row's token by ``uniforms[:, 1]`` from its residual over all V, an inverse CDF in token order.
     Passes over ``[B, V]``: the top-k, the row sums, the residual's weights and its running sum; the rest works on
@@ -158,7 +169,7 @@ def static_sample(p, q, drafts, uniforms, widths, top_k: int | None, values: boo
     from otlp.core import xp as X
 
     B, n = drafts.shape
-    accept, weights, m = static_rule(p, q, drafts, widths, top_k, values)
+    accept, weights, m = static_rule(p, q, drafts, widths, K)
     slot = ((uniforms[:, :1].to(weights.dtype) >= accept.cumsum(1))
             & (torch.arange(n, device=p.device) < m[:, None])).sum(1)  # [B]
     rejected = slot >= m
@@ -167,12 +178,12 @@ def static_sample(p, q, drafts, uniforms, widths, top_k: int | None, values: boo
     return torch.where(rejected, residual, token), torch.where(rejected, -1, slot)
 
 
-def static_rule(p, q, drafts, widths, top_k: int | None, values: bool):  # noqa: ANN001, ANN201
+def static_rule(p, q, drafts, widths, K: int):  # noqa: ANN001, ANN201
     """The rule of :func:`static_sample` for each row: ``(accept float64 [B, n], weights float64 [B, V], widths
     [B])``, P(accept slot j) (0 past a row's width) and the residual's unnormalised weights over all V.
 
-    The support: ``torch.topk(q, K)`` in token order, K = ``top_k`` (every row's tokens of q > 0 and, where a row
-    has fewer, some of q = 0: elements the rule never accepts, so the law and alpha* are those of
+    The support: ``torch.topk(q, K)`` in token order (every row's tokens of q > 0 and, where a row has fewer, some
+    of q = 0: elements the rule never accepts, so the law and alpha* are those of
     :class:`otlp.optimal.wor.SupportRule`), then OTHER, the target's mass off the K tokens. Every row is planned by
     :func:`otlp.optimal.wor.capped_plan` on the C(K, m) sets of each width m present (all m <= n with ``widths``):
     ``DEVICE_STEPS`` Newton steps, converged on every row of the benchmark grid to within rounding of the host's
@@ -183,17 +194,6 @@ def static_rule(p, q, drafts, widths, top_k: int | None, values: bool):  # noqa:
     from otlp.optimal.wor import capped_plan
 
     B, n = drafts.shape
-    if top_k is None:
-        top_k = max(int((q > 0).sum(1).max()), n)  # (the one host sync of this route)
-    elif values and bool(((q > 0).sum(1) > top_k).any()):
-        raise InputError(f"optimal_wor: top_k = {top_k} is below a row's number of tokens of q > 0 (the draft must "
-                         "be filtered to its top-k tokens)")
-    K = min(top_k, p.shape[1])
-    if K < n:
-        raise InputError(f"optimal_wor: top_k = {K} is below n = {n} drafts (they are distinct tokens of q > 0)")
-    count = math.comb(K, n)
-    if count > MAX_SETS:
-        raise InputError(f"optimal_wor: top_k = {K} gives {count:,} sets of n = {n} (at most {MAX_SETS:,})")
     f64 = torch.float64
     p_sum, q_sum = p.sum(1, keepdim=True, dtype=f64), q.sum(1, keepdim=True, dtype=f64)  # [B, 1]
     live = torch.topk(q, K, dim=1, sorted=False).indices.sort(1).values  # [B, K] in token order
@@ -219,6 +219,32 @@ def static_rule(p, q, drafts, widths, top_k: int | None, values: bool):  # noqa:
     rest = torch.where(rest.sum(1, keepdim=True) > 0, rest, p1)  # (none left: a row rejected by rounding takes p)
     scale = rest[:, K:] / outside.clamp(min=torch.finfo(f64).tiny) / p_sum  # [B, 1] OTHER's share per unit of p
     return accept, (p.to(f64) * scale).scatter_(1, live, rest[:, :K]), m
+
+
+def support_size(q, top_k: int | None, n: int, values: bool) -> int:  # noqa: ANN001
+    """K of the static route: ``top_k`` (with ``values``, checked against each row's tokens of q > 0, a host read),
+    else the largest row's count (one host sync); at most V, at least n; its C(K, n) sets at most ``MAX_SETS``."""
+    if top_k is None:
+        top_k = max(int((q > 0).sum(1).max()), n) if q.shape[0] else n  # (the one host sync of this route)
+    elif values and q.shape[0] and bool(((q > 0).sum(1) > top_k).any()):
+        raise InputError(f"optimal_wor: top_k = {top_k} is below a row's number of tokens of q > 0 (the draft must "
+                         "be filtered to its top-k tokens)")
+    K = min(top_k, q.shape[1])
+    if K < n:
+        raise InputError(f"optimal_wor: top_k = {K} is below n = {n} drafts (they are distinct tokens of q > 0)")
+    count = math.comb(K, n)
+    if count > MAX_SETS:
+        raise InputError(f"optimal_wor: top_k = {K} gives {count:,} sets of n = {n} (at most {MAX_SETS:,})")
+    return K
+
+
+@functools.lru_cache(maxsize=64)
+def _static_route(K: int, with_widths: bool):  # noqa: ANN202
+    """:func:`static_sample` for support size K as a function of tensors only, one per (K, widths or not): a stable
+    callable for the CUDA graph cache, which keys on it."""
+    if with_widths:
+        return lambda p, q, drafts, u, widths: static_sample(p, q, drafts, u, widths, K)
+    return lambda p, q, drafts, u: static_sample(p, q, drafts, u, None, K)
 
 
 @functools.lru_cache(maxsize=64)

@@ -191,7 +191,7 @@ def test_the_torch_routes_law_and_acceptance_by_enumeration(V: int, k: int, n: i
     p, q, omegas, probs = _enumerated_rows(V, k, n, seed=V * 100 + k * 10 + n)
     M = omegas.shape[0]
     P, Q = torch.from_numpy(p).expand(M, V), torch.from_numpy(q).expand(M, V)
-    accept, weights, _ = static_rule(P, Q, torch.from_numpy(omegas), None, K, True)
+    accept, weights, _ = static_rule(P, Q, torch.from_numpy(omegas), None, K)
     accept, weights = accept.numpy(), weights.numpy()
     assert (accept >= 0).all() and (accept.sum(1) <= 1 + 1e-12).all()
     law = np.bincount(omegas.ravel(), (probs[:, None] * accept).ravel(), V)
@@ -217,7 +217,7 @@ def test_the_torch_routes_widths_by_enumeration() -> None:
     widths = np.concatenate([np.full(o.shape[0], o.shape[1]) for o, _ in parts])
     M = drafts.shape[0]
     accept, weights, _ = static_rule(torch.from_numpy(p).expand(M, V), torch.from_numpy(q).expand(M, V),
-                                     torch.from_numpy(drafts), torch.from_numpy(widths), None, True)
+                                     torch.from_numpy(drafts), torch.from_numpy(widths), k)
     lo = 0
     for m, (omegas, probs) in enumerate(parts, start=1):
         a, w = accept[lo: lo + omegas.shape[0]].numpy(), weights[lo: lo + omegas.shape[0]].numpy()
@@ -257,3 +257,33 @@ def test_the_torch_routes_refusals() -> None:
         v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=2, validate=False)
     with pytest.raises(InputError, match=r"top_k = 128 gives 341,376 sets of n = 3 \(at most 200,000\)"):
         v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=128, validate=False)
+
+
+def test_the_graph_callables_are_the_torch_route() -> None:
+    """``_static_route(K, widths)`` (what the CUDA graph cache captures; one stable callable per key, since the cache
+    keys on it) returns the torch route's tokens and slots."""
+    from otlp.verifiers.optimal_wor import _static_route
+
+    p, q, drafts, u = _wor_rows(6, 300, 5, 3, 0.5, seed=21)
+    widths = torch.tensor([1, 2, 3, 3, 2, 1])
+    v = get("optimal_wor")
+    assert _static_route(7, True) is _static_route(7, True)
+    for fn, args, kw in ((_static_route(7, True), (widths,), {"widths": widths}), (_static_route(7, False), (), {})):
+        got = fn(p, q, drafts, u, *args)
+        want = v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=7, **kw)
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("graphs", [False, True])
+def test_on_cuda_the_device_route_is_the_host_route(graphs: bool) -> None:
+    """On CUDA tensors (the static route by default, eager or replayed from CUDA graphs) the tokens and slots are the
+    host route's on the same rows and uniforms, with widths, over three calls (the capture, then replays)."""
+    p, q, drafts, u = _wor_rows(40, 5000, 8, 3, 0.7, seed=22)
+    widths = torch.tensor([3, 2, 1, 3] * 10)
+    v = get("optimal_wor")
+    want = v.sample(p, q, drafts, uniforms=u, widths=widths, backend="host")
+    for _ in range(3):
+        got = v.sample(p.cuda(), q.cuda(), drafts.cuda(), uniforms=u.cuda(), widths=widths.cuda(), top_k=8,
+                       graphs=graphs)
+        assert all(torch.equal(a.cpu(), b) for a, b in zip(got, want, strict=True))

@@ -62,6 +62,7 @@ class ByteCounter(TorchDispatchMode):
         super().__init__()
         self.raw = raw  # every input whole (a gather's source too; the issue's count)
         self.bytes = 0
+        self.ops = 0  # the ops counted: an eager GPU call's kernel launches, about
         self.by_op: dict[str, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
@@ -76,6 +77,7 @@ class ByteCounter(TorchDispatchMode):
                 if isinstance(x, torch.Tensor):
                     seen += x.numel() * x.element_size()
             self.bytes += seen
+            self.ops += 1
             self.by_op[name] = self.by_op.get(name, 0) + seen
         return out
 
@@ -164,8 +166,10 @@ def fused_reads(index, n: int) -> tuple[float, float]:  # noqa: ANN001 - a tenso
     return float(passes.mean()), float(passes.max())
 
 
-def measure(B: int, V: int, n: int, dtype=torch.float32, raw: bool = False) -> dict[str, float]:  # noqa: ANN001
-    """bytes moved / read floor of each route at one point (``raw``: :class:`ByteCounter`'s whole-input count)."""
+def measure(B: int, V: int, n: int, dtype=torch.float32, raw: bool = False,  # noqa: ANN001
+            ops: bool = False) -> dict[str, float]:
+    """bytes moved / read floor of each route at one point (``raw``: :class:`ByteCounter`'s whole-input count;
+    ``ops``: instead, the number of ops counted, about an eager GPU call's kernel launches)."""
     p, q = torch.empty(B, V, device="meta", dtype=dtype), torch.empty(B, V, device="meta", dtype=dtype)
     drafts = torch.empty(B, n, device="meta", dtype=torch.int64)
     u = torch.empty(B, 2, device="meta", dtype=torch.float64)
@@ -175,7 +179,7 @@ def measure(B: int, V: int, n: int, dtype=torch.float32, raw: bool = False) -> d
         for name, fn in routes(n).items():
             with ByteCounter(raw) as c:
                 fn(p, q, drafts, u)
-            out[name] = c.bytes / floor
+            out[name] = c.ops if ops else c.bytes / floor
     return out
 
 
@@ -185,13 +189,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--V", type=int, default=128_000)
     ap.add_argument("--n", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--raw", action="store_true", help="count every input whole (a gather's whole source)")
+    ap.add_argument("--ops", action="store_true", help="count the ops instead (about an eager GPU call's kernel "
+                                                         "launches, each a few microseconds whatever its size)")
     args = ap.parse_args(argv)
     names = list(routes(2))
-    print(f"bytes moved / read floor (p, q float32 read once), B = {args.B}, V = {args.V:,}, meta device"
-          + (", every input whole" if args.raw else ", a gather's source as the entries it reads"))
+    if args.ops:
+        print(f"non-view ops (eager kernel launches), B = {args.B}, V = {args.V:,}, meta device")
+    else:
+        print(f"bytes moved / read floor (p, q float32 read once), B = {args.B}, V = {args.V:,}, meta device"
+              + (", every input whole" if args.raw else ", a gather's source as the entries it reads"))
     print(f"{'n':>2} " + " ".join(f"{x:>14}" for x in names))
     for n in args.n:
-        r = measure(args.B, args.V, n, raw=args.raw)
+        r = measure(args.B, args.V, n, raw=args.raw, ops=args.ops)
         print(f"{n:>2} " + " ".join(f"{r[x]:>14.1f}" for x in names), flush=True)
 
 

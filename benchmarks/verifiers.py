@@ -155,7 +155,10 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
     errors = {}
     for rule in rules:
         verifier = get(rule)
-        fns[rule] = lambda v=verifier: v.sample(p, q, drafts, None if graphs else gen)
+        kw = {"top_k": DRAFT_TOP_K} if rule == "optimal_wor" else {}  # (its support size: no host sync on a device)
+        fns[rule] = lambda v=verifier, kw=kw: v.sample(p, q, drafts, None if graphs else gen, **kw)
+    if "optimal_wor" in rules and torch.device(device).type != "cpu":  # the host route beside the device route
+        fns["optimal_wor_host"] = lambda: get("optimal_wor").sample(p, q, drafts, gen, backend="host")
     kernels = [rule for rule in ("rrs", "sps") if fused and rule in rules]
     if kernels:  # the fused kernels beside the torch routes they replace, for the same uniforms
         u = torch.rand((B, 2), generator=gen, device=device, dtype=torch.float64)

@@ -20,7 +20,8 @@ nodes in the first-child / next-sibling encoding, node 0 the root (the last veri
 order (SGLang's chain rule at one-child nodes, bit for bit), ``"optimal"`` otlp's optimal rule (alpha*(p_j, q_j, m)
 at a node with m i.i.d. children; the same decisions as ``"rrs"`` at one-child nodes), ``"rrs_wor"`` (children
 drawn without replacement), ``"optimal_wor"`` (alpha* for children drawn without replacement from a draft filtered
-to its top-k tokens; each node's rule solved on the host, :mod:`otlp.verifiers.optimal_wor`), and ``"target_only"``
+to its top-k tokens, :mod:`otlp.verifiers.optimal_wor`: solved on the host for CPU tensors, on the device with
+static shapes elsewhere), and ``"target_only"``
 SGLang's q-free tree rule with its thresholds.
 
 Swap-in, in the module of the SGLang release that imported the kernel (``from sgl_kernel import ...``; e.g.

@@ -8,9 +8,21 @@ only their k + 1 masses on the support are read into numpy, and a rejected row's
 
 The rule enumerates the C(k, n) sets of that support, so it suits drafts filtered to their top-k (or top-p) tokens,
 as tree drafters sample their children, at any vocabulary size V; a row whose support has more than ``MAX_SETS``
-sets is refused before any work, with its size. It runs on the host, so on an accelerator a call synchronises
-(benchmarks/wor.py --top-k, docs/OPTIMAL.md: 0.8-3.4x ``rrs_wor`` at k = 10 and 1.2-49x at k = 20, where the sets'
-Newton steps cost more than reading the rows). No rule for unfiltered drafts at vocabulary scale exists yet (issue 45).
+sets is refused before any work, with its size. No rule for unfiltered drafts at vocabulary scale exists yet
+(issue 45).
+
+Two routes compute that rule (``backend=``):
+
+* **host** (the default on the CPU): the row groups above, planned in numpy (benchmarks/wor.py --top-k,
+  docs/OPTIMAL.md: 0.8-3.4x ``rrs_wor`` at k = 10 and 1.2-49x at k = 20, where the sets' Newton steps cost more than
+  reading the rows). On an accelerator it would synchronise.
+* **torch** (the default elsewhere, :func:`static_sample`): every row on the tensors' device with static shapes and
+  no host sync when ``top_k=`` gives the support size K: ``torch.topk`` for the support, the same ``set_plan`` on
+  tensors with a fixed number of Newton steps, the plan capped so that its law is p even where a row has not
+  converged, the residual draw in token order; capturable in a CUDA graph (``graphs=True``). The same tokens as the
+  host route on every test row. Its cost on a device is its kernel launches, not its bytes: at B = 64, V = 128k,
+  K = 10 it moves 1.0 / 1.5 / 0.9x ``rrs_wor``'s bytes at n = 2 / 4 / 8 but makes about 2,000 / 2,800 / 25,000 ops
+  against ``rrs_wor``'s 73 / 119 / 211 (``benchmarks/bytes_moved.py`` and ``--ops``, meta tensors).
 """
 
 from __future__ import annotations

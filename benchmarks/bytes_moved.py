@@ -49,8 +49,8 @@ from otlp.verifiers.base import validation
 WOR_TOP_K = 10
 #: ops that read their input at an index only: their input counts as many bytes as their output
 INDEXED_READS = ("gather", "index", "index_select", "take_along_dim")
-#: allocations, not traffic
-NO_TRAFFIC = ("empty", "new_empty", "empty_like", "empty_strided", "new_empty_strided")
+#: allocations and a Python number wrapped as a tensor (no kernel on a device), not traffic
+NO_TRAFFIC = ("empty", "new_empty", "empty_like", "empty_strided", "new_empty_strided", "scalar_tensor")
 
 
 class ByteCounter(TorchDispatchMode):

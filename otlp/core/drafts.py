@@ -267,7 +267,7 @@ class WithoutReplacement(DraftScheme):
         remaining = np.ones_like(qw)  # [M, n]
         ranks = (self._rank[w].T[None], qw.T[None], self._suffix[None])  # ([1, n, M], [1, n, M], [1, V + 1])
         for k in range(1, self.n):
-            remaining[:, k] = mass_left(*ranks, (1 << k) - 1)[0]  # after the first k draws
+            remaining[:, k] = mass_left(*ranks, [(1 << k) - 1])[0, 0]  # after the first k draws
         distinct = np.ones(len(w), dtype=bool)
         for a in range(self.n):
             for b in range(a + 1, self.n):
@@ -511,21 +511,36 @@ def mass_ranks(q):  # noqa: ANN001, ANN201 - numpy array or tensor
     return X.inverse_permutation(order), X.padded_suffix_sum(X.take(q, order))
 
 
-def mass_left(ranks, qs, suffix, drawn: int):  # noqa: ANN001, ANN201
-    """q(V - T) ``[B, M]``, the mass left after drawing the tokens T of the slots in bit mask ``drawn`` of each row of
-    ``ranks, qs [B, n, M]`` (the drawn tokens' ranks by decreasing q and their masses; ``suffix``: :func:`mass_ranks`):
-    the suffix sum of the ranks >= r minus the drawn tokens past them (each lighter than the undrawn token of rank r),
-    r the number of top-ranked tokens all drawn, the least rank not drawn (no cancellation of 1 - q(T))."""
+def mass_left(ranks, qs, suffix, masks: list):  # noqa: ANN001, ANN201
+    """q(V - T) ``[B, M, U]``, the mass left after drawing the tokens T of the slots in each bit mask of ``masks``
+    (M of them, Python ints) for ``ranks, qs [B, n, U]`` (the drawn tokens' ranks by decreasing q and their masses;
+    ``suffix``: :func:`mass_ranks`): the suffix sum of the ranks >= r minus the drawn tokens past them (each lighter
+    than the undrawn token of rank r), r the number of top-ranked tokens all drawn, the least rank not drawn (no
+    cancellation of 1 - q(T)). The empty mask's is 1 (as ``tuple_probabilities``: the first draw's mass left)."""
     xp = X.namespace(qs)
-    cols = [j for j in range(ranks.shape[1]) if drawn >> j & 1]
-    if not cols:
-        return X.full(qs, (ranks.shape[0], ranks.shape[2]), 1.0)  # (the first draw's mass left is 1)
-    # the drawn ranks below |T| as bits (distinct ranks: the sum is their union); r = its trailing ones
-    low = sum(xp.where(ranks[:, j] < len(cols), 1 << X.minimum(ranks[:, j], 62), 0) for j in cols)
-    clear = (low + 1) & ~low  # [B, M] the lowest bit not set: ranks 0 .. r - 1 all drawn
+    B, n, U = ranks.shape
+    if list(masks) == [0]:
+        return X.full(qs, (B, 1, U), 1.0)
+    member = [[j for j in range(n) if mask >> j & 1] for mask in masks]
+    size = len(member[0]) if len(masks) == 1 else X.constant(ranks, [len(c) for c in member])[None, :, None]  # |T|
+    drawn = {}  # slot j -> the masks that hold it ([1, M, 1] bool), None where every mask does
+    for j in range(n):
+        inside = [j in c for c in member]
+        if any(inside):
+            drawn[j] = None if all(inside) else X.constant(ranks, inside)[None, :, None]
+
+    def where_drawn(j: int, cond):  # noqa: ANN001, ANN202
+        return cond if drawn[j] is None else cond & drawn[j]
+
+    # the drawn ranks below |T| as bits (distinct ranks: the sum is their union)
+    low = sum(xp.where(where_drawn(j, ranks[:, j, None] < size), 1 << X.minimum(ranks[:, j, None], 62), 0)
+              for j in drawn)
+    clear = (low + 1) & ~low  # [B, M, U] the lowest bit not set: ranks 0 .. r - 1 all drawn
     r = np.frexp(clear)[1] - 1 if X.is_numpy(clear) else xp.frexp(clear.double()).exponent.long() - 1
-    later = sum(xp.where(ranks[:, j] >= r, qs[:, j], 0.0) for j in cols)
-    return X.take(suffix, r) - later  # [B, M]
+    later = sum(xp.where(where_drawn(j, ranks[:, j, None] >= r), qs[:, j, None], 0.0) for j in drawn)
+    M = r.shape[1]
+    left = X.take(suffix, r.reshape(B, M * U)).reshape(B, M, U) - later
+    return left if 0 not in masks else xp.where(size == 0, 1.0, left)  # [B, M, U] (the empty mask: 1)
 
 
 def set_probabilities(q, sets):  # noqa: ANN001, ANN201 - numpy arrays or tensors
@@ -533,20 +548,38 @@ def set_probabilities(q, sets):  # noqa: ANN001, ANN201 - numpy arrays or tensor
     distinct tokens shared by the rows (numpy arrays, or tensors on one device: no host sync, static shapes). P(S)
     sums the n! orders by a recursion over the subsets T of S, f(T) = sum_{b in T} f(T - b) q_b / q(V - (T - b)),
     f(S) = P(S): 2^n n terms a set; each mass left q(V - T) by :func:`mass_left` (without the cancellation of
-    1 - q(T)), each ratio capped at 1."""
+    1 - q(T)), each ratio capped at 1. The subsets go one at a time on numpy arrays ([B, U] temporaries) and all of
+    one size at once on tensors (n steps: few kernel launches on a device); the same terms in the same order."""
     xp = X.namespace(q)
     B, (U, n) = q.shape[0], sets.shape
     rank, suffix = mass_ranks(q)
     qs, ranks = q[:, sets.T], rank[:, sets.T]  # [B, n, U]
-    f = {0: X.full(q, (B, U), 1.0)}  # subsets of the n slots as bit masks -> f(T) [B, U]
-    left = {mask: mass_left(ranks, qs, suffix, mask) for mask in range((1 << n) - 1)}  # q(V - T) of proper subsets
-    for mask in range(1, 1 << n):  # every proper submask is smaller, so already done
-        f[mask] = X.full(q, (B, U), 0.0)
-        for b in (j for j in range(n) if mask >> j & 1):
-            rest = mask ^ (1 << b)
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # (a subnormal mass left)
-                share = X.minimum(qs[:, b] / xp.where(left[rest] > 0, left[rest], 1.0), 1.0)
-            f[mask] = f[mask] + f[rest] * xp.where(left[rest] > 0, share, 0.0)  # q_b / q(V - T), capped at 1
+    one = X.is_numpy(q)
+
+    def groups(masks):  # noqa: ANN001, ANN202
+        return [[m] for m in masks] if one else [list(masks)]
+
+    def stacked(values: dict, keys: list):  # noqa: ANN202 - [B, len(keys), U]
+        return values[keys[0]][:, None] if len(keys) == 1 else xp.stack([values[k] for k in keys], 1)
+
+    left = {}  # q(V - T) [B, U] of each proper subset T of the slots, as a bit mask
+    for group in groups(range((1 << n) - 1)):
+        got = mass_left(ranks, qs, suffix, group)  # [B, len(group), U]
+        left.update({mask: got[:, i] for i, mask in enumerate(group)})
+    f = {0: X.full(q, (B, U), 1.0)}  # f(T) [B, U]
+    for size in range(1, n + 1):  # every proper subset of a mask is smaller, so already done
+        for group in groups([mask for mask in range(1 << n) if bin(mask).count("1") == size]):
+            total = None
+            for t in range(size):  # the t-th drawn slot b of each mask, in increasing slot order
+                slot = [[j for j in range(n) if mask >> j & 1][t] for mask in group]
+                rest = [mask ^ (1 << b) for mask, b in zip(group, slot, strict=True)]
+                kept = stacked(left, rest)  # [B, len(group), U]
+                drawn = qs[:, slot[0], None] if len(slot) == 1 else qs[:, X.constant(q, slot)]
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # (a subnormal mass left)
+                    share = X.minimum(drawn / xp.where(kept > 0, kept, 1.0), 1.0)
+                term = stacked(f, rest) * xp.where(kept > 0, share, 0.0)  # q_b / q(V - T), capped at 1
+                total = term if total is None else total + term
+            f.update({mask: total[:, i] for i, mask in enumerate(group)})
     return f[(1 << n) - 1]
 
 

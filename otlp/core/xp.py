@@ -10,6 +10,7 @@ synchronise with the host and never build a data-dependent shape (they run insid
 
 from __future__ import annotations
 
+import functools
 import sys
 from math import inf
 
@@ -596,3 +597,18 @@ def full(like, shape: tuple, value: float | int, dtype=None):  # noqa: ANN001, A
     if is_numpy(like):
         return np.full(shape, value, dtype=like.dtype if dtype is None else dtype)
     return like.new_full(shape, value, dtype=dtype)
+
+
+def constant(like, values: list):  # noqa: ANN001, ANN201
+    """``values`` (a Python list: index lists, masks) as an array of ``like``'s library and device; a tensor is made
+    once per values and device (no copy to a device on later calls, none inside a CUDA graph's capture)."""
+    if is_numpy(like):
+        return np.asarray(values)
+    return _device_constant(tuple(values), type(values[0]), like.device)  # (True == 1: the type is in the key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _device_constant(values: tuple, kind: type, device):  # noqa: ANN001, ANN202, ARG001
+    import torch
+
+    return torch.tensor(values, device=device)

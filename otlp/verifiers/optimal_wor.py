@@ -21,8 +21,8 @@ Two routes compute that rule (``backend=``):
   tensors with a fixed number of Newton steps, the plan capped so that its law is p even where a row has not
   converged, the residual draw in token order; capturable in a CUDA graph (``graphs=True``). The same tokens as the
   host route on every test row. Its cost on a device is its kernel launches, not its bytes: at B = 64, V = 128k,
-  K = 10 it moves 1.0 / 1.5 / 0.9x ``rrs_wor``'s bytes at n = 2 / 4 / 8 but makes about 2,000 / 2,800 / 25,000 ops
-  against ``rrs_wor``'s 73 / 119 / 211 (``benchmarks/bytes_moved.py`` and ``--ops``, meta tensors).
+  K = 10 it moves 0.9 / 1.1 / 0.9x ``rrs_wor``'s bytes at n = 2 / 4 / 8 but makes 1,803 / 2,036 / 2,634 ops
+  against ``rrs_wor``'s 69 / 111 / 195 (``benchmarks/bytes_moved.py`` and ``--ops``, meta tensors).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class OptimalWithoutReplacement(Optimal):
         support size K, at least each row's number of tokens of q > 0 (checked with validation on); None counts them
         (one host sync). ``graphs=True`` (the torch route on CUDA tensors; elsewhere ignored): replayed from a CUDA
         graph captured per shape (:class:`otlp.backend.cuda_graphs.GraphCache`: the same tokens, one launch for the
-        plan's small kernels, about 1,400-2,000 at n = 2-4)."""
+        plan's small kernels, about 1,800-2,600 at n = 2-8)."""
         import torch
 
         if backend not in ("auto", "host", "torch"):

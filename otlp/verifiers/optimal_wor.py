@@ -39,6 +39,10 @@ from otlp.optimal.wor import SupportBatch
 from otlp.verifiers.base import _host_row_stats, check_tensors, check_uniforms, validation_enabled
 from otlp.verifiers.optimal import Optimal, _check_widths
 
+#: the static route plans at most this many entries (rows x (n + 1) x sets) at once, the rows in static slices:
+#: its temporaries peak at about 300 bytes an entry (on the CPU: 317 at K = 20, n = 4; 274 at K = 10, n = 2), so
+#: about 320 MB a plan
+PLAN_ENTRIES = 1 << 20
 #: the most drafted sets (C(k, n) for k tokens of q > 0) one row's rule may enumerate (about 2 us a set): k = 632 at
 #: n = 2, k = 107 at n = 3, k = 48 at n = 4, k = 20 at n = 8
 MAX_SETS = 200_000
@@ -219,14 +223,19 @@ def static_rule(p, q, drafts, widths, K: int):  # noqa: ANN001, ANN201
     rows = torch.arange(B, device=p.device)
     for width in range(1, n + 1) if widths is not None else (n,):
         sets, codes = _sets(K, width, p.device)
-        choice, got, _ = capped_plan(p1, q1, sets)  # [B, U, width], [B, K + 1]
         own = local[:, :width]
         at = torch.searchsorted(codes, (own.sort(1).values * K ** torch.arange(width - 1, -1, -1, device=p.device))
                                 .sum(1)).clamp(max=codes.numel() - 1)  # [B] each row's drafted set
         place = own.argsort(dim=1, stable=True).argsort(dim=1)  # [B, width] each slot's place in its set
+        step = max(1, PLAN_ENTRIES // (sets.shape[0] * (width + 1)))  # rows a plan (static slices: no sync)
+        chosen, got = [], []
+        for lo in range(0, B, step):
+            choice, mass, _ = capped_plan(p1[lo: lo + step], q1[lo: lo + step], sets)  # [r, U, width], [r, K + 1]
+            chosen.append(choice[rows[: choice.shape[0]], at[lo: lo + step]].gather(1, place[lo: lo + step]))
+            got.append(mass)
         mine = m == width
-        accept[:, :width] = torch.where(mine[:, None], choice[rows, at].gather(1, place), accept[:, :width])
-        accepted = torch.where(mine[:, None], got, accepted)
+        accept[:, :width] = torch.where(mine[:, None], torch.cat(chosen), accept[:, :width])
+        accepted = torch.where(mine[:, None], torch.cat(got), accepted)
     rest = (p1 - accepted).clamp(min=0.0)  # [B, K + 1] the residual (GR eq. (3)), unnormalised
     rest = torch.where(rest.sum(1, keepdim=True) > 0, rest, p1)  # (none left: a row rejected by rounding takes p)
     scale = rest[:, K:] / outside.clamp(min=torch.finfo(f64).tiny) / p_sum  # [B, 1] OTHER's share per unit of p

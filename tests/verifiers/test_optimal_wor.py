@@ -287,3 +287,17 @@ def test_on_cuda_the_device_route_is_the_host_route(graphs: bool) -> None:
         got = v.sample(p.cuda(), q.cuda(), drafts.cuda(), uniforms=u.cuda(), widths=widths.cuda(), top_k=8,
                        graphs=graphs)
         assert all(torch.equal(a.cpu(), b) for a, b in zip(got, want, strict=True))
+
+
+def test_the_torch_route_planned_in_row_slices_is_the_route_planned_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PLAN_ENTRIES small enough for one row a plan (slices of the batch, as a large K x n x B is planned): the same
+    tokens and slots as one plan of every row, with widths."""
+    import otlp.verifiers.optimal_wor as OW
+
+    p, q, drafts, u = _wor_rows(9, 500, 6, 3, 0.5, seed=31)
+    widths = torch.tensor([3, 1, 2] * 3)
+    v = get("optimal_wor")
+    whole = v.sample(p, q, drafts, uniforms=u, widths=widths, backend="torch", top_k=7)
+    monkeypatch.setattr(OW, "PLAN_ENTRIES", 1)
+    sliced = v.sample(p, q, drafts, uniforms=u, widths=widths, backend="torch", top_k=7)
+    assert all(torch.equal(a, b) for a, b in zip(whole, sliced, strict=True))

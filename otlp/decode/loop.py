@@ -250,10 +250,12 @@ def decode(
     verify_node = resolved.sample
     if cuda_graphs and device.type == "cuda" and _takes(verify_node, "graphs"):
         verify_node = functools.partial(verify_node, graphs=True)
+    d_top_k = top_k if draft_top_k is None else draft_top_k
+    if d_top_k is not None and _takes(verify_node, "top_k"):  # optimal_wor: the draft's support size, known here
+        verify_node = functools.partial(verify_node, top_k=d_top_k)  # (so its device route reads none of it)
     if single_draft_verifier is None:
         single_draft_verifier = resolve_verifier("sps").sample if scheme == "spechub" else verify_node
     d_temp = temperature if draft_temperature is None else draft_temperature
-    d_top_k = top_k if draft_top_k is None else draft_top_k
     d_top_p = top_p if draft_top_p is None else draft_top_p
     _check_sampling(temperature, top_k, top_p)
     _check_sampling(d_temp, d_top_k, d_top_p)

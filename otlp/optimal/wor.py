@@ -59,7 +59,7 @@ from math import inf
 import numpy as np
 
 from otlp.core import xp as X
-from otlp.core.drafts import WithoutReplacement, combinations, set_probabilities
+from otlp.core.drafts import WithoutReplacement, combinations, mass_ranks, set_probabilities
 from otlp.core.psi import ratio_keys
 from otlp.lp.formulations.completion import residual_law
 from otlp.optimal.generic import LinearProgramRule, relaxed_lp_plan
@@ -197,6 +197,30 @@ def set_plan(p, q, sets, probs, *, steps: int | None = None, trials: int | None 
     return (probs[:, :, None] * choice).sum((1, 2)), choice, residual
 
 
+def host_plan(p: np.ndarray, q: np.ndarray, sets: np.ndarray, probs: np.ndarray):  # noqa: ANN201
+    """:func:`set_plan` on numpy rows (the same ``(alpha, choice, residual)``) by its C kernel,
+    ``otlp_wor_plan`` in ``otlp/backend/native/wor_plan.c``, each row on its own, where the kernels are built (the
+    same optimum to the Newton tolerance: tests/backend/test_native.py), else by :func:`set_plan`; the one place the
+    host chooses. In numpy a small plan is a few hundred array calls (0.5 ms at k = 10, n = 2), in C a few
+    microseconds."""
+    from otlp.backend import native  # (loaded on first use)
+
+    got = native.wor_plan(p, q, sets, probs, MAX_STEPS, TOLERANCE)
+    if got is None:
+        return set_plan(p, q, sets, probs)
+    choice, residual = got
+    return (probs[:, :, None] * choice).sum((1, 2)), choice, residual
+
+
+def host_set_probabilities(q: np.ndarray, sets: np.ndarray) -> np.ndarray:
+    """:func:`otlp.core.drafts.set_probabilities` on numpy rows by its C kernel where built (bit for bit:
+    tests/backend/test_native.py), else the reference."""
+    from otlp.backend import native
+
+    got = native.set_probabilities(q, *mass_ranks(q), sets)
+    return set_probabilities(q, sets) if got is None else got
+
+
 def _newton_step(H, grad):  # noqa: ANN001, ANN202 - [B, G, G], [B, G] -> [B, G]
     """Solve H step = -grad per row: numpy's solve, by least squares where a row is singular; torch's ``solve_ex``
     (no host sync), step 0 where a row is singular."""
@@ -245,7 +269,7 @@ class WithoutReplacementRule(LinearProgramRule):
         return np.sort(omegas, axis=1), np.argsort(np.argsort(omegas, axis=1, kind="stable"), axis=1)
 
     def _plan(self, draft, sets: np.ndarray, probs: np.ndarray):  # noqa: ANN001, ANN202
-        alpha, choice, residual = set_plan(self.p[None], draft.q[None], sets, probs[None])
+        alpha, choice, residual = host_plan(self.p[None], draft.q[None], sets, probs[None])
         if not np.isfinite(residual[0]):
             self.newton_residual = None  # (route stays the class's "lp")
             return relaxed_lp_plan(self.p, sets, probs)
@@ -336,8 +360,8 @@ class SupportBatch:
         chunk = max(1, BATCH_ENTRIES // max(U * (n + 1), G * G))
         for lo in range(0, first.size, chunk):
             sl = slice(lo, lo + chunk)
-            probs = set_probabilities(q1[sl], self.sets)  # [c, U]
-            _, choice, residual = set_plan(p1[sl], q1[sl], self.sets, probs)
+            probs = host_set_probabilities(q1[sl], self.sets)  # [c, U]
+            _, choice, residual = host_plan(p1[sl], q1[sl], self.sets, probs)
             self.choice[sl] = choice
             S = probs[:, :, None] * choice  # [c, U, n]
             c = S.shape[0]

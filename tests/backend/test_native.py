@@ -798,3 +798,60 @@ def test_the_host_route_is_the_reference_on_tied_rows(n: int) -> None:
                 np.testing.assert_array_equal(index, ref_index)
                 draws += B
     assert draws > 1000
+
+
+def _wor_instances(rng: np.random.Generator, count: int) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """Instances of the rule for drafts without replacement on a support of k tokens and OTHER (q = 0): ``(P, Q
+    [B, k + 1], n)``, Dirichlet masses from flat to spiky, with ties in q, zeros in p (a drafted token the target
+    never takes, no OTHER), a near point mass and repeated rows."""
+    out = []
+    for i in range(count):
+        k = int(rng.integers(2, 11))
+        n, B = int(rng.integers(1, min(k, 4) + 1)), int(rng.integers(1, 5))
+        P = rng.dirichlet(np.full(k + 1, rng.choice([0.05, 0.3, 1.0, 3.0])), size=B)
+        Q = np.concatenate([rng.dirichlet(np.full(k, rng.choice([0.05, 0.3, 1.0, 3.0])), size=B), np.zeros((B, 1))], 1)
+        if i % 5 == 0:
+            Q[:, 1], P[:, 2] = Q[:, 0], 0.0
+        if i % 7 == 0:
+            P[:, -1] = 0.0
+        if i % 11 == 0:
+            Q[0, :k] = 1e-9
+            Q[0, 0] = 1.0
+        if i % 13 == 0 and B > 1:
+            P[1], Q[1] = P[0], Q[0]
+        out.append((P / P.sum(1, keepdims=True), Q / Q.sum(1, keepdims=True), n))
+    return out
+
+
+@needs_kernels
+def test_the_wor_plan_kernel_finds_set_plans_plan() -> None:
+    """otlp_wor_plan (each row's Newton steps on its own, in C) against the reference otlp.optimal.wor.set_plan on 300
+    batches of instances: the same rows converge (residual within the tolerance), and every converged row's choice
+    probabilities agree to 1e-10 (the same optimum of a strictly concave program, reached by other additions)."""
+    from otlp.core.drafts import combinations, set_probabilities
+    from otlp.optimal import wor as W
+
+    for P, Q, n in _wor_instances(np.random.default_rng(2), 300):
+        sets = combinations(P.shape[1] - 1, n)
+        probs = set_probabilities(Q, sets)
+        _, want, want_residual = W.set_plan(P, Q, sets, probs)
+        got, residual = native.wor_plan(P, Q, sets, probs, W.MAX_STEPS, W.TOLERANCE)
+        np.testing.assert_array_equal(np.isfinite(residual), np.isfinite(want_residual))
+        ok = np.isfinite(residual)
+        assert (residual[ok] <= W.TOLERANCE).all()
+        np.testing.assert_allclose(got[ok], want[ok], rtol=0, atol=1e-10)
+
+
+@needs_kernels
+def test_the_set_probabilities_kernel_gives_the_references_bits() -> None:
+    """otlp_set_probabilities against otlp.core.drafts.set_probabilities: equal to the last bit (the same terms in
+    the same order) on the instances above and on wider sets (n up to 8, the draft's q of ties and a near point
+    mass)."""
+    from otlp.core.drafts import combinations, mass_ranks, set_probabilities
+
+    rng = np.random.default_rng(3)
+    cases = [(Q, n) for _, Q, n in _wor_instances(rng, 100)]
+    cases += [(rng.dirichlet(np.full(10, 0.4), size=3), 8), (np.r_[np.full(9, 1e-9), 1 - 9e-9][None], 5)]
+    for Q, n in cases:
+        sets = combinations(Q.shape[1], n)
+        np.testing.assert_array_equal(native.set_probabilities(Q, *mass_ranks(Q), sets), set_probabilities(Q, sets))

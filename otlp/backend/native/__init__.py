@@ -157,6 +157,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_sort_bucket.restype = _INT
     lib.otlp_wor_prefix.argtypes = [_VOID, _VOID, _I64, _INT, _VOID, _VOID, _F64, _I64, _VOID, _VOID]
     lib.otlp_wor_prefix.restype = None
+    lib.otlp_wor_plan.argtypes = [_VOID, _VOID, _I64, _I64, _VOID, _I64, _INT, _VOID, _INT, _F64, _VOID, _VOID]
+    lib.otlp_wor_plan.restype = _INT
+    lib.otlp_set_probabilities.argtypes = [_VOID, _VOID, _VOID, _I64, _I64, _VOID, _I64, _INT, _VOID]
+    lib.otlp_set_probabilities.restype = None
     lib.otlp_openmp.argtypes = []
     lib.otlp_openmp.restype = _INT
     return lib
@@ -481,3 +485,40 @@ def wor_prefix(qs: np.ndarray, r: np.ndarray, n: int, tA: np.ndarray, tB: np.nda
     lib.otlp_wor_prefix(qs.ctypes.data, r.ctypes.data, qs.size, n, tA.ctypes.data, tB.ctypes.data, float(h),
                         tA.size, F.ctypes.data, F2.ctypes.data)
     return F, F2
+
+
+def wor_plan(p: np.ndarray, q: np.ndarray, sets: np.ndarray, probs: np.ndarray, steps: int, tolerance: float):  # noqa: ANN201
+    """:func:`otlp.optimal.wor.set_plan`'s Luce plan in ``otlp_wor_plan`` (``wor_plan.c``), each row on its own:
+    rows ``p, q [B, E]``, ``sets int [U, n]``, ``probs [B, U]`` -> ``(choice [B, U, n], residual [B])`` (inf where a
+    row did not reach ``tolerance`` in ``steps`` Newton steps); None where the kernels are not built."""
+    lib = library()
+    if lib is None:
+        return None
+    p, q, probs = (np.ascontiguousarray(x, dtype=np.float64) for x in (p, q, probs))
+    sets = np.ascontiguousarray(sets, dtype=np.int64)
+    (B, E), (U, n) = p.shape, sets.shape
+    choice, residual = np.empty((B, U, n)), np.empty(B)
+    if lib.otlp_wor_plan(p.ctypes.data, q.ctypes.data, B, E, sets.ctypes.data, U, n, probs.ctypes.data, int(steps),
+                         float(tolerance), choice.ctypes.data, residual.ctypes.data):
+        raise MemoryError(f"otlp_wor_plan: no memory for the work arrays of a plan on {U:,} sets of {E} elements")
+    return choice, residual
+
+
+#: :func:`set_probabilities` takes n up to here (its recursion keeps 2^n subsets a set on the stack)
+SET_PROBABILITIES_MAX_N = 12
+
+
+def set_probabilities(q: np.ndarray, rank: np.ndarray, suffix: np.ndarray, sets: np.ndarray):  # noqa: ANN201
+    """:func:`otlp.core.drafts.set_probabilities` in ``otlp_set_probabilities`` (``wor_plan.c``), bit for bit: rows
+    ``q [B, V]`` with :func:`otlp.core.drafts.mass_ranks`' ``rank [B, V]`` and ``suffix [B, V + 1]``, ``sets int
+    [U, n]`` -> ``[B, U]``; None where the kernels are not built or n is above ``SET_PROBABILITIES_MAX_N``."""
+    lib = library()
+    if lib is None or sets.shape[1] > SET_PROBABILITIES_MAX_N:
+        return None
+    q, suffix = (np.ascontiguousarray(x, dtype=np.float64) for x in (q, suffix))
+    rank, sets = (np.ascontiguousarray(x, dtype=np.int64) for x in (rank, sets))
+    (B, V), (U, n) = q.shape, sets.shape
+    out = np.empty((B, U))
+    lib.otlp_set_probabilities(q.ctypes.data, rank.ctypes.data, suffix.ctypes.data, B, V, sets.ctypes.data, U, n,
+                               out.ctypes.data)
+    return out

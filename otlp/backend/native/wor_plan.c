@@ -27,8 +27,10 @@ typedef struct {
 
 /* Each set's choice at theta, the expected choices y [G] and the objective f (set_plan's `expected`). A set's
  * members lie in one block (the block that serves it), so exp(theta - the block's largest theta) [G] serves every
- * set: G exponentials, not one per member; a set whose members all underflow there takes its own peak. */
-static double expected(const plan_t *P, const double *theta, double *choice, double *y) {
+ * set: G exponentials, not one per member; a set whose members all underflow there takes its own peak. The
+ * objective (a logarithm a set) only where `objective` asks: the line search reads it only when a step does not
+ * lower the residual. */
+static double expected(const plan_t *P, const double *theta, double *choice, double *y, int objective) {
     const int S = P->S;
     double f = 0.0;
     double *w = P->w, *top = P->top;
@@ -66,8 +68,9 @@ static double expected(const plan_t *P, const double *theta, double *choice, dou
             for (int a = 0; a < S; a++) c[a] = lv[a] ? w[el[a]] / total : 0.0;
         }
         for (int a = 0; a < S; a++) y[el[a]] += P->probs[u] * c[a];
-        f += P->probs[u] * (peak + log(total));
+        if (objective) f += P->probs[u] * (peak + log(total));
     }
+    if (!objective) return NAN;
     for (int64_t g = 0; g < P->G; g++) f -= P->chosen[g] * theta[g];
     return f;
 }
@@ -216,7 +219,7 @@ static double plan_row(const double *p, const double *q, int64_t E, const int64_
         chosen[g] = present[g] ? goal[g] : 0.0;
     }
     plan_t plan = {E, U, G, n, S, sets, probs, elem, live, chosen, elem_block, present, w, top_theta};
-    double f = expected(&plan, theta, choice, y);
+    double f = expected(&plan, theta, choice, y, 0); /* NaN: not computed yet */
     double residual = gap(&plan, y, goal, present);
     for (int it = 0; it < steps && !failed && residual > tolerance; it++) {
         for (int64_t g = 0; g < G; g++) grad[g] = fixed[g] ? 0.0 : y[g] - goal[g];
@@ -225,10 +228,15 @@ static double plan_row(const double *p, const double *q, int64_t E, const int64_
         for (int64_t u = 0; u < U; u++) {
             const int64_t *el = elem + u * S;
             const double *c = choice + u * S;
-            for (int a = 0; a < S; a++) {
+            for (int a = 0; a < S; a++) { /* the upper triangle of the set's pairs, mirrored */
                 if (c[a] == 0.0) continue;
                 const double w = probs[u] * c[a];
-                for (int b = 0; b < S; b++) H[el[a] * G + el[b]] -= w * c[b];
+                H[el[a] * G + el[a]] -= w * c[a];
+                for (int b = a + 1; b < S; b++) {
+                    const double v = w * c[b];
+                    H[el[a] * G + el[b]] -= v;
+                    H[el[b] * G + el[a]] -= v;
+                }
             }
         }
         for (int64_t g = 0; g < G; g++) H[g * G + g] += y[g];
@@ -248,9 +256,15 @@ static double plan_row(const double *p, const double *q, int64_t E, const int64_
         /* backtracking on the convex objective, or on the residual once f is down to rounding */
         for (double t = 1.0;; t *= 0.5) {
             for (int64_t g = 0; g < G; g++) trial[g] = theta[g] + t * step[g];
-            const double f2 = expected(&plan, trial, c2, y2);
+            double f2 = expected(&plan, trial, c2, y2, 0);
             const double g2 = gap(&plan, y2, goal, present);
-            if (f2 <= f + 1e-4 * t * slope || g2 < residual || t <= 2e-12) {
+            int ok = g2 < residual || t <= 2e-12;
+            if (!ok) { /* the objective, at theta and the trial, only now */
+                if (f != f) f = expected(&plan, theta, choice, y, 1);
+                f2 = expected(&plan, trial, c2, y2, 1);
+                ok = f2 <= f + 1e-4 * t * slope;
+            }
+            if (ok) {
                 memcpy(theta, trial, G * sizeof(double));
                 memcpy(choice, c2, U * S * sizeof(double));
                 memcpy(y, y2, G * sizeof(double));

@@ -14,7 +14,7 @@ thread, a minute or so; run under ``flock /tmp/otlp-heavy.lock``.
 filter, p = softmax(5 z)) at each V of ``--sizes`` and n of ``--support-ns``: the exact rule's build on the draft's
 support (``OptimalTransport``, :class:`otlp.optimal.wor.SupportRule`) against alpha* of ``psi_wor`` on the full
 rows, and one verification call of ``get("optimal_wor")`` on B distinct float32 rows (each B of ``--rows``) against
-``get("rrs_wor")`` on the same rows and uniforms (median of 5 calls after a warm-up).
+``get("rrs_wor")`` on the same rows and uniforms (median of 9 calls of each, taken in turn, after a warm-up).
 """
 
 from __future__ import annotations
@@ -36,6 +36,22 @@ def _median_time(repeats: int, fn, *args: object) -> float:  # noqa: ANN001
         fn(*args)
         times.append(time.perf_counter() - start)
     return float(np.median(times))
+
+
+#: ``--top-k``: calls of each sampler, taken in turn (one of each, then again), so that a slow stretch of the machine
+#: weighs on both medians
+TOP_K_REPEATS = 9
+
+
+def _interleaved(repeats: int, fn, a: object, b: object, args: tuple) -> tuple[float, float]:  # noqa: ANN001
+    """The median times of ``fn(a, *args)`` and ``fn(b, *args)`` over ``repeats`` calls of each, alternated."""
+    times: tuple[list, list] = ([], [])
+    for _ in range(repeats):
+        for out, x in zip(times, (a, b), strict=True):
+            start = time.perf_counter()
+            fn(x, *args)
+            out.append(time.perf_counter() - start)
+    return float(np.median(times[0])), float(np.median(times[1]))
 
 
 def _read(p: np.ndarray, q: np.ndarray) -> float:
@@ -128,8 +144,7 @@ def support_table(sizes: list[int], ns: list[int], ks: list[int], batches: list[
                     args = (p.float(), q.float(), drafts, u)  # float32 rows, as a model gives them
                     for name in ("optimal_wor", "rrs_wor"):  # (warm-up)
                         _verify(get(name), *args)
-                    opt = _median_time(5, _verify, get("optimal_wor"), *args)
-                    rrs = _median_time(5, _verify, get("rrs_wor"), *args)
+                    opt, rrs = _interleaved(TOP_K_REPEATS, _verify, get("optimal_wor"), get("rrs_wor"), args)
                     print(f"| {V} | {k} | {n} | {B} | {alpha:.10f} | {1e3 * build:.1f} | {rule.alpha - alpha:.1e} | "
                           f"{1e3 * opt:.2f} | {1e3 * rrs:.2f} | {opt / rrs:.1f}x |", flush=True)
                     cells.setdefault((V, k, n), {})[B] = f"{1e3 * opt:.2f} / {1e3 * rrs:.2f} ms ({opt / rrs:.1f}x)"

@@ -110,15 +110,22 @@ class OptimalWithoutReplacement(Optimal):
         support = torch.nonzero(q > 0).cpu().numpy()  # [nnz, 2] (row, token), by row then token
         k = np.bincount(support[:, 0], minlength=B)  # [B] each row's tokens of q > 0
         drafted_ok = (q.gather(1, drafts.long().clamp(0, V - 1)) > 0).cpu().numpy() if values else None  # [B, n]
-        for b in range(B):  # every row's size and drafts before any row's work
-            count = math.comb(int(k[b]), int(m[b]))
+        # every row's size and drafts before any row's work
+        for size, width in np.unique(np.stack([k, m], 1), axis=0):
+            count = math.comb(int(size), int(width))
             if count > MAX_SETS:
-                raise InputError(f"{self.name}: row {b}'s draft has {k[b]:,} tokens of q > 0, so {count:,} sets of "
-                                 f"n = {m[b]} (at most {MAX_SETS:,}); filter the draft to its top-k tokens")
-            drafted = w[b, : m[b]]
-            if np.unique(drafted).size < drafted.size or (values and not drafted_ok[b, : m[b]].all()):
-                raise InputError(f"{self.name}: row {b}'s drafts {drafted.tolist()} are not distinct tokens of q > 0 "
-                                 "(drafts sampled without replacement)")
+                b = int(np.flatnonzero((k == size) & (m == width))[0])
+                raise InputError(f"{self.name}: row {b}'s draft has {size:,} tokens of q > 0, so {count:,} sets of "
+                                 f"n = {width} (at most {MAX_SETS:,}); filter the draft to its top-k tokens")
+        valid = np.arange(n) < m[:, None]  # [B, n] the drafts within each row's width
+        ranked = np.sort(np.where(valid, w, -1 - np.arange(n)), axis=1)  # (padding: distinct negative ids)
+        bad = (ranked[:, 1:] == ranked[:, :-1]).any(1)  # [B] a repeated draft
+        if values:
+            bad |= (valid & ~drafted_ok).any(1)
+        if bad.any():
+            b = int(np.flatnonzero(bad)[0])
+            raise InputError(f"{self.name}: row {b}'s drafts {w[b, : m[b]].tolist()} are not distinct tokens of q > 0 "
+                             "(drafts sampled without replacement)")
         if not totals:  # validation off: the value check's C pass here, else torch's float64 sum
             for x in (p, q):
                 got = _host_row_stats(x)

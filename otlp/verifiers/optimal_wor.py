@@ -3,8 +3,9 @@
 Each row's rule is the rule :class:`otlp.optimal.OptimalTransport` takes for ``WithoutReplacement(q, n)`` (the
 Luce rule, acceptance alpha*), solved on the draft's support: its k tokens of q > 0 and one token OTHER for the
 target's mass off them (exact: :mod:`otlp.optimal.wor`). The rows of a call with the same width and support size go
-to :class:`otlp.optimal.wor.SupportBatch` together (each distinct instance once, their Newton steps in one batch);
-only their k + 1 masses on the support are read into numpy, and a rejected row's whole p for its residual draw.
+to :class:`otlp.optimal.wor.SupportBatch` together (each distinct instance once, planned by the C kernels of
+:func:`otlp.optimal.wor.host_plan`); only their k + 1 masses on the support are read into numpy, and a rejected row's
+whole p for its residual draw.
 
 The rule enumerates the C(k, n) sets of that support, so it suits drafts filtered to their top-k (or top-p) tokens,
 as tree drafters sample their children, at any vocabulary size V; a row whose support has more than ``MAX_SETS``
@@ -13,9 +14,9 @@ sets is refused before any work, with its size. No rule for unfiltered drafts at
 
 Two routes compute that rule (``backend=``):
 
-* **host** (the default on the CPU): the row groups above, planned in numpy (benchmarks/wor.py --top-k,
-  docs/OPTIMAL.md: 0.8-3.4x ``rrs_wor`` at k = 10 and 1.2-49x at k = 20, where the sets' Newton steps cost more than
-  reading the rows). On an accelerator it would synchronise.
+* **host** (the default on the CPU): the row groups above (benchmarks/wor.py --top-k, docs/OPTIMAL.md: 0.5-1.4x
+  ``rrs_wor`` at k = 10 and 0.8-12x at k = 20, where the sets' Newton steps cost more than reading the rows). On an
+  accelerator it would synchronise.
 * **torch** (the default elsewhere, :func:`static_sample`): every row on the tensors' device with static shapes and
   no host sync when ``top_k=`` gives the support size K: ``torch.topk`` for the support, the same ``set_plan`` on
   tensors with a fixed number of Newton steps, the plan capped so that its law is p even where a row has not

@@ -48,7 +48,9 @@ sets, not the ordered tuples (the choice reads a tuple's set only: n! fewer rows
 over them and a dense solve in the number of elements: for small V^n, as the LP route, but without its
 V x |support| program (benchmarks/wor.py: 53-1,700x faster than the LP at V = 20-300, n = 2-4). :func:`set_plan`
 solves many rows at once (a row's blocks, and the rows, share no element: their Newton systems are independent),
-which :class:`SupportBatch` uses for a sampler's rows.
+which :class:`SupportBatch` uses for a sampler's rows. It is the reference: written once for numpy arrays and for
+tensors (a fixed number of Newton steps, no host sync: :func:`capped_plan`, the device sampler's plan), with the
+host's C kernel (:func:`host_plan`, ``otlp/backend/native/wor_plan.c``) pinned to it by tests.
 """
 
 from __future__ import annotations

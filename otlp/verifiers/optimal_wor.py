@@ -96,6 +96,8 @@ class OptimalWithoutReplacement(Optimal):
             _check_widths(widths, drafts, values)
         if backend == "torch" or (backend == "auto" and p.device.type != "cpu"):
             K = support_size(q, top_k, n, values)
+            if values and B:  # (a host read, as the value check's)
+                _check_static_drafts(self.name, q, drafts, widths)
             if B == 0:  # an empty batch: nothing to verify
                 empty = torch.zeros(0, dtype=torch.long, device=p.device)
                 return empty, empty.clone()
@@ -248,6 +250,22 @@ def static_rule(p, q, drafts, widths, K: int):  # noqa: ANN001, ANN201
     rest = torch.where(rest.sum(1, keepdim=True) > 0, rest, p1)  # (none left: a row rejected by rounding takes p)
     scale = rest[:, K:] / outside.clamp(min=torch.finfo(f64).tiny) / p_sum  # [B, 1] OTHER's share per unit of p
     return accept, (p.to(f64) * scale).scatter_(1, live, rest[:, :K]), m
+
+
+def _check_static_drafts(name: str, q, drafts, widths) -> None:  # noqa: ANN001 - tensors on one device
+    """The host route's draft checks for the static route (validation on): each row's drafts within its width are
+    distinct tokens of q > 0."""
+    import torch
+
+    B, n = drafts.shape
+    d = drafts.long()
+    valid = torch.arange(n, device=d.device) < (n if widths is None else widths.long()[:, None])  # [B, n]
+    ranked = torch.where(valid, d, -1 - torch.arange(n, device=d.device)).sort(1).values  # (padding: distinct ids)
+    bad = (ranked[:, 1:] == ranked[:, :-1]).any(1) | (valid & (q.gather(1, d.clamp(0, q.shape[1] - 1)) <= 0)).any(1)
+    if bool(bad.any()):
+        b = int(bad.nonzero()[0, 0])
+        raise InputError(f"{name}: row {b}'s drafts {d[b][valid[b]].tolist()} are not distinct tokens of q > 0 "
+                         "(drafts sampled without replacement)")
 
 
 def support_size(q, top_k: int | None, n: int, values: bool) -> int:  # noqa: ANN001

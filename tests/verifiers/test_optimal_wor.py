@@ -253,6 +253,9 @@ def test_the_torch_routes_refusals() -> None:
         v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=2.5)
     with pytest.raises(InputError, match="top_k = 5 is below a row's number of tokens of q > 0"):
         v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=5)
+    for bad in ([[0, 0, 1]], [[int(torch.nonzero(q[0] == 0)[0, 0]), 1, 2]]):  # repeated, or a draft of q = 0
+        with pytest.raises(InputError, match="not distinct tokens of q > 0"):
+            v.sample(p[:1], q[:1], torch.tensor(bad), uniforms=u[:1], backend="torch", top_k=6)
     with pytest.raises(InputError, match="top_k = 2 is below n = 3"):
         v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=2, validate=False)
     with pytest.raises(InputError, match=r"top_k = 128 gives 341,376 sets of n = 3 \(at most 200,000\)"):

@@ -40,6 +40,9 @@ from otlp.optimal.wor import SupportBatch
 from otlp.verifiers.base import _host_row_stats, check_tensors, check_uniforms, validation_enabled
 from otlp.verifiers.optimal import Optimal, _check_widths
 
+#: the most drafts a row: a set's probability sums 2^n n terms (otlp.core.drafts.set_probabilities; its C kernel
+#: takes n up to 12)
+MAX_N = 12
 #: the static route plans at most this many entries (rows x (n + 1) x sets) at once, the rows in static slices:
 #: its temporaries peak at about 300 bytes an entry (on the CPU: 317 at K = 20, n = 4; 274 at K = 10, n = 2), so
 #: about 320 MB a plan
@@ -90,6 +93,9 @@ class OptimalWithoutReplacement(Optimal):
         values = validation_enabled() if validate is None else validate
         totals: list = []  # the value check's float64 row sums, when it took them on the host
         B, n, V = check_tensors(p, q, drafts, validate=validate, totals=totals)
+        if n > MAX_N:
+            raise InputError(f"{self.name}: {n} drafts a row, above {MAX_N} (each drafted set's probability sums "
+                             f"2^n n terms: {2 ** n * n:,} at n = {n})")
         U = (torch.rand((B, 2), generator=generator, device=p.device, dtype=torch.float64) if uniforms is None
              else check_uniforms(uniforms, B, p, validate))
         if widths is not None:
@@ -270,7 +276,9 @@ def _check_static_drafts(name: str, q, drafts, widths) -> None:  # noqa: ANN001 
 
 def support_size(q, top_k: int | None, n: int, values: bool) -> int:  # noqa: ANN001
     """K of the static route: ``top_k`` (with ``values``, checked against each row's tokens of q > 0, a host read),
-    else the largest row's count (one host sync); at most V, at least n; its C(K, n) sets at most ``MAX_SETS``."""
+    else the largest row's count (one host sync); at most V, at least n; its C(K, n) sets at most ``MAX_SETS`` (and
+    so, as n <= ``MAX_N``, the C(K, m) sets of every width m < n: they are at most C(K, n) where m < n <= K / 2, and
+    past K / 2 a K of 21 or more has over 200,000 sets at n = 11 or 12)."""
     if top_k is None:
         top_k = max(int((q > 0).sum(1).max()), n) if q.shape[0] else n  # (the one host sync of this route)
     elif values and q.shape[0] and bool(((q > 0).sum(1) > top_k).any()):

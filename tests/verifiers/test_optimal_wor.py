@@ -260,6 +260,9 @@ def test_the_torch_routes_refusals() -> None:
         v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=2, validate=False)
     with pytest.raises(InputError, match=r"top_k = 128 gives 341,376 sets of n = 3 \(at most 200,000\)"):
         v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=128, validate=False)
+    for backend in ("host", "torch"):  # 13 drafts a row: 2^13 x 13 terms a set's probability
+        with pytest.raises(InputError, match=r"13 drafts a row, above 12 \(each drafted set's probability sums"):
+            v.sample(p, q, torch.arange(13).expand(2, 13), uniforms=u, backend=backend, validate=False)
 
 
 def test_the_graph_callables_are_the_torch_route() -> None:

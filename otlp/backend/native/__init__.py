@@ -2,9 +2,11 @@
 
 numpy spends one pass over a ``[B, V]`` array per operation; the optimal rule's bucketed route (``buckets.c``, see its
 header) needs about ten for what a loop does in two, its class chains' slot roots (``chains.c``) about 25 per Newton
-step, the rest of a served group's chain about 40, and psi on the prefixes with the served group about 30. setup.py
-compiles the sources into two libraries beside this file, ``_kernels`` (portable) and ``_kernels_avx2`` (x86-64 with
-AVX2, taken where the CPU has it), each with OpenMP where the compiler had it. They are loaded here with ctypes, which
+step, the rest of a served group's chain about 40, and psi on the prefixes with the served group about 30; the plan of
+the rule for drafts without replacement (``wor_plan.c``) a few hundred small numpy calls a row, and more a Newton step
+where its drafted sets are many. setup.py compiles the sources into two libraries beside this file, ``_kernels``
+(portable) and ``_kernels_avx2`` (x86-64 with AVX2, taken where the CPU has it), each with OpenMP where the compiler
+had it. They are loaded here with ctypes, which
 lets go of the GIL during a call (so the row chunks of :mod:`otlp.backend.threads` run side by side). Nothing is
 compiled at run time. Where the package was built without a compiler, or with ``OTLP_NATIVE=0``, or the library was
 built from other sources than the C files beside it (:mod:`.sources`), :func:`library` returns

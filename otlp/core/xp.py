@@ -577,8 +577,10 @@ def scatter_extreme(idx, values, size: int, largest: bool):  # noqa: ANN001, ANN
         return out
     import torch
 
-    info = torch.finfo(values.dtype) if values.dtype.is_floating_point else torch.iinfo(values.dtype)
-    fill = (-inf if largest else inf) if values.dtype.is_floating_point else (info.min if largest else info.max)
+    if values.dtype.is_floating_point:
+        fill = -inf if largest else inf
+    else:
+        fill = torch.iinfo(values.dtype).min if largest else torch.iinfo(values.dtype).max
     return values.new_full((size,), fill).scatter_reduce_(0, idx.reshape(-1), values.reshape(-1),
                                                           "amax" if largest else "amin")
 
@@ -592,11 +594,11 @@ def concat(arrays: list, axis: int):  # noqa: ANN201
     return torch.cat(arrays, dim=axis)
 
 
-def full(like, shape: tuple, value: float | int, dtype=None):  # noqa: ANN001, ANN201
-    """An array of ``shape`` filled with ``value``, of ``like``'s library, device and (by default) dtype."""
+def full(like, shape: tuple, value: float | int):  # noqa: ANN001, ANN201
+    """An array of ``shape`` filled with ``value``, of ``like``'s library, device and dtype."""
     if is_numpy(like):
-        return np.full(shape, value, dtype=like.dtype if dtype is None else dtype)
-    return like.new_full(shape, value, dtype=dtype)
+        return np.full(shape, value, dtype=like.dtype)
+    return like.new_full(shape, value)
 
 
 def constant(like, values: list):  # noqa: ANN001, ANN201

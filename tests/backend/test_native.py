@@ -840,6 +840,9 @@ def test_the_wor_plan_kernel_finds_set_plans_plan() -> None:
         ok = np.isfinite(residual)
         assert (residual[ok] <= W.TOLERANCE).all()
         np.testing.assert_allclose(got[ok], want[ok], rtol=0, atol=1e-10)
+    P, Q, _ = _wor_instances(np.random.default_rng(4), 1)[0]
+    sets = combinations(P.shape[1] - 1, 2)[:, ::-1]  # ids not increasing: the kernel declines (upper triangle only)
+    assert native.wor_plan(P, Q, sets, set_probabilities(Q, sets), W.MAX_STEPS, W.TOLERANCE) is None
 
 
 @needs_kernels

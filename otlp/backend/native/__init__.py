@@ -492,12 +492,14 @@ def wor_prefix(qs: np.ndarray, r: np.ndarray, n: int, tA: np.ndarray, tB: np.nda
 def wor_plan(p: np.ndarray, q: np.ndarray, sets: np.ndarray, probs: np.ndarray, steps: int, tolerance: float):  # noqa: ANN201
     """:func:`otlp.optimal.wor.set_plan`'s Luce plan in ``otlp_wor_plan`` (``wor_plan.c``), each row on its own:
     rows ``p, q [B, E]``, ``sets int [U, n]``, ``probs [B, U]`` -> ``(choice [B, U, n], residual [B])`` (inf where a
-    row did not reach ``tolerance`` in ``steps`` Newton steps); None where the kernels are not built."""
+    row did not reach ``tolerance`` in ``steps`` Newton steps); None where the kernels are not built or a set's ids
+    are not increasing (the kernel adds the Hessian's upper triangle only: the drafted sets of
+    :func:`otlp.core.drafts.combinations` and ``set_support`` are)."""
     lib = library()
-    if lib is None:
+    sets = np.ascontiguousarray(sets, dtype=np.int64)
+    if lib is None or not (sets[:, 1:] > sets[:, :-1]).all():
         return None
     p, q, probs = (np.ascontiguousarray(x, dtype=np.float64) for x in (p, q, probs))
-    sets = np.ascontiguousarray(sets, dtype=np.int64)
     (B, E), (U, n) = p.shape, sets.shape
     choice, residual = np.empty((B, U, n)), np.empty(B)
     if lib.otlp_wor_plan(p.ctypes.data, q.ctypes.data, B, E, sets.ctypes.data, U, n, probs.ctypes.data, int(steps),

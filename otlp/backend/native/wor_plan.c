@@ -228,17 +228,16 @@ static double plan_row(const double *p, const double *q, int64_t E, const int64_
         for (int64_t u = 0; u < U; u++) {
             const int64_t *el = elem + u * S;
             const double *c = choice + u * S;
-            for (int a = 0; a < S; a++) { /* the upper triangle of the set's pairs, mirrored */
+            for (int a = 0; a < S; a++) { /* a set's slots are increasing ids (R last): the upper triangle */
                 if (c[a] == 0.0) continue;
                 const double w = probs[u] * c[a];
-                H[el[a] * G + el[a]] -= w * c[a];
-                for (int b = a + 1; b < S; b++) {
-                    const double v = w * c[b];
-                    H[el[a] * G + el[b]] -= v;
-                    H[el[b] * G + el[a]] -= v;
-                }
+                double *row = H + el[a] * G;
+                row[el[a]] -= w * c[a];
+                for (int b = a + 1; b < S; b++) row[el[b]] -= w * c[b];
             }
         }
+        for (int64_t g = 0; g < G; g++) /* mirrored */
+            for (int64_t l = g + 1; l < G; l++) H[l * G + g] = H[g * G + l];
         for (int64_t g = 0; g < G; g++) H[g * G + g] += y[g];
         for (int64_t g = 0; g < G; g++)
             for (int64_t l = 0; l < G; l++)
@@ -279,8 +278,9 @@ static double plan_row(const double *p, const double *q, int64_t E, const int64_
     return failed || !(residual <= tolerance) ? INFINITY : residual;
 }
 
-/* set_plan's (choice [B, U, n], residual [B]) for rows p, q [B, E], the sets [U, n] and their masses probs [B, U];
- * 0, or -1 where the work arrays could not be allocated. */
+/* set_plan's (choice [B, U, n], residual [B]) for rows p, q [B, E], the sets [U, n] (each set's ids increasing: the
+ * Hessian is added on its upper triangle) and their masses probs [B, U]; 0, or -1 where the work arrays could not be
+ * allocated. */
 int otlp_wor_plan(const double *p, const double *q, int64_t B, int64_t E, const int64_t *sets, int64_t U, int n,
                   const double *probs, int steps, double tolerance, double *choice, double *residual) {
     const int64_t G = E + 1, S = n + 1;
@@ -310,7 +310,15 @@ void otlp_set_probabilities(const double *q, const int64_t *rank, const double *
                             const int64_t *sets, int64_t U, int n, double *out) {
     double f[1 << 12], left[1 << 12], qs[12];
     int64_t rk[12];
+    int size[1 << 12], lowest[1 << 12]; /* each mask's number of slots and its lowest slot */
     const int full = (1 << n) - 1;
+    size[0] = 0;
+    for (int mask = 1; mask <= full; mask++) {
+        int j = 0;
+        while (!(mask >> j & 1)) j++;
+        lowest[mask] = j;
+        size[mask] = size[mask & (mask - 1)] + 1;
+    }
     for (int64_t b = 0; b < B; b++) {
         const double *qb = q + b * V, *sb = suffix + b * (V + 1);
         const int64_t *rb = rank + b * V;
@@ -321,24 +329,21 @@ void otlp_set_probabilities(const double *q, const int64_t *rank, const double *
             }
             left[0] = 1.0;
             for (int mask = 1; mask < full; mask++) { /* q(V - T): the suffix from the least undrawn rank r */
-                int size = 0;
                 uint64_t low = 0;
-                for (int j = 0; j < n; j++) size += mask >> j & 1;
-                for (int j = 0; j < n; j++)
-                    if ((mask >> j & 1) && rk[j] < size) low |= (uint64_t)1 << rk[j];
+                for (int m = mask; m; m &= m - 1) /* the mask's slots, in increasing order */
+                    if (rk[lowest[m]] < size[mask]) low |= (uint64_t)1 << rk[lowest[m]];
                 int r = 0;
                 while (low >> r & 1) r++;
                 double later = 0.0;
-                for (int j = 0; j < n; j++)
-                    if ((mask >> j & 1) && rk[j] >= r) later += qs[j];
+                for (int m = mask; m; m &= m - 1)
+                    if (rk[lowest[m]] >= r) later += qs[lowest[m]];
                 left[mask] = sb[r] - later;
             }
             f[0] = 1.0;
             for (int mask = 1; mask <= full; mask++) {
                 double total = 0.0;
-                for (int j = 0; j < n; j++) {
-                    if (!(mask >> j & 1)) continue;
-                    const int rest = mask ^ (1 << j);
+                for (int m = mask; m; m &= m - 1) {
+                    const int j = lowest[m], rest = mask ^ (1 << j);
                     const double l = left[rest];
                     double share = qs[j] / (l > 0.0 ? l : 1.0);
                     share = share < 1.0 ? share : 1.0;

@@ -15,7 +15,7 @@ sets is refused before any work, with its size. No rule for unfiltered drafts at
 Two routes compute that rule (``backend=``):
 
 * **host** (the default on the CPU): the row groups above (benchmarks/wor.py --top-k, docs/OPTIMAL.md: 0.5-1.4x
-  ``rrs_wor`` at k = 10 and 0.8-12x at k = 20, where the sets' Newton steps cost more than reading the rows). On an
+  ``rrs_wor`` at k = 10 and 0.8-8.5x at k = 20, where the sets' Newton steps cost more than reading the rows). On an
   accelerator it would synchronise.
 * **torch** (the default elsewhere, :func:`static_sample`): every row on the tensors' device with static shapes and
   no host sync when ``top_k=`` gives the support size K: ``torch.topk`` for the support, the same ``set_plan`` on

@@ -33,6 +33,7 @@ import math
 
 import numpy as np
 
+from otlp.core import xp as X
 from otlp.core.drafts import DraftScheme, WithoutReplacement
 from otlp.core.errors import InputError
 from otlp.optimal.sampler import _host
@@ -103,7 +104,8 @@ class OptimalWithoutReplacement(Optimal):
         if backend == "torch" or (backend == "auto" and p.device.type != "cpu"):
             K = support_size(q, top_k, n, values)
             if values and B:  # (a host read, as the value check's)
-                _check_static_drafts(self.name, q, drafts, widths)
+                d = drafts.long()
+                _check_drafts(self.name, d, widths, q.gather(1, d.clamp(0, V - 1)) > 0)
             if B == 0:  # an empty batch: nothing to verify
                 empty = torch.zeros(0, dtype=torch.long, device=p.device)
                 return empty, empty.clone()
@@ -118,7 +120,7 @@ class OptimalWithoutReplacement(Optimal):
         u = U.detach().to("cpu", torch.float64).numpy()  # [B, 2]
         support = torch.nonzero(q > 0).cpu().numpy()  # [nnz, 2] (row, token), by row then token
         k = np.bincount(support[:, 0], minlength=B)  # [B] each row's tokens of q > 0
-        drafted_ok = (q.gather(1, drafts.long().clamp(0, V - 1)) > 0).cpu().numpy() if values else None  # [B, n]
+        positive = (q.gather(1, drafts.long().clamp(0, V - 1)) > 0).cpu().numpy() if values else None  # [B, n]
         # every row's size and drafts before any row's work
         for size, width in np.unique(np.stack([k, m], 1), axis=0):
             count = math.comb(int(size), int(width))
@@ -126,15 +128,7 @@ class OptimalWithoutReplacement(Optimal):
                 b = int(np.flatnonzero((k == size) & (m == width))[0])
                 raise InputError(f"{self.name}: row {b}'s draft has {size:,} tokens of q > 0, so {count:,} sets of "
                                  f"n = {width} (at most {MAX_SETS:,}); filter the draft to its top-k tokens")
-        valid = np.arange(n) < m[:, None]  # [B, n] the drafts within each row's width
-        ranked = np.sort(np.where(valid, w, -1 - np.arange(n)), axis=1)  # (padding: distinct negative ids)
-        bad = (ranked[:, 1:] == ranked[:, :-1]).any(1)  # [B] a repeated draft
-        if values:
-            bad |= (valid & ~drafted_ok).any(1)
-        if bad.any():
-            b = int(np.flatnonzero(bad)[0])
-            raise InputError(f"{self.name}: row {b}'s drafts {w[b, : m[b]].tolist()} are not distinct tokens of q > 0 "
-                             "(drafts sampled without replacement)")
+        _check_drafts(self.name, w, m, positive)
         if not totals:  # validation off: the value check's C pass here, else torch's float64 sum
             for x in (p, q):
                 got = _host_row_stats(x)
@@ -258,19 +252,21 @@ def static_rule(p, q, drafts, widths, K: int):  # noqa: ANN001, ANN201
     return accept, (p.to(f64) * scale).scatter_(1, live, rest[:, :K]), m
 
 
-def _check_static_drafts(name: str, q, drafts, widths) -> None:  # noqa: ANN001 - tensors on one device
-    """The host route's draft checks for the static route (validation on): each row's drafts within its width are
-    distinct tokens of q > 0."""
-    import torch
-
+def _check_drafts(name: str, drafts, widths, positive=None) -> None:  # noqa: ANN001
+    """Each row's drafts within its width are distinct and, where ``positive`` (whether each draft has q > 0) is
+    given, tokens of q > 0: ``drafts [B, n]``, ``widths [B]`` (None: every slot) and ``positive [B, n]`` all numpy
+    arrays (the host route, whose call reads them anyway) or all tensors (the static route, with validation on: one
+    host read)."""
     B, n = drafts.shape
-    d = drafts.long()
-    valid = torch.arange(n, device=d.device) < (n if widths is None else widths.long()[:, None])  # [B, n]
-    ranked = torch.where(valid, d, -1 - torch.arange(n, device=d.device)).sort(1).values  # (padding: distinct ids)
-    bad = (ranked[:, 1:] == ranked[:, :-1]).any(1) | (valid & (q.gather(1, d.clamp(0, q.shape[1] - 1)) <= 0)).any(1)
+    slot = X.arange_like(drafts, n)
+    valid = slot < (X.full(drafts, (B, 1), n) if widths is None else widths[:, None])  # [B, n]
+    later = (drafts[:, :, None] == drafts[:, None, :]) & (slot[:, None] < slot[None, :])  # [B, n, n] a repeat
+    bad = (later & valid[:, :, None] & valid[:, None, :]).reshape(B, -1).any(1)  # [B]
+    if positive is not None:
+        bad = bad | (valid & ~positive).any(1)
     if bool(bad.any()):
-        b = int(bad.nonzero()[0, 0])
-        raise InputError(f"{name}: row {b}'s drafts {d[b][valid[b]].tolist()} are not distinct tokens of q > 0 "
+        b = int(bad.nonzero()[0][0])
+        raise InputError(f"{name}: row {b}'s drafts {drafts[b][valid[b]].tolist()} are not distinct tokens of q > 0 "
                          "(drafts sampled without replacement)")
 
 

@@ -246,15 +246,21 @@ def capped_plan(p, q, sets, *, steps: int | None = None, trials: int | None = No
     keeps that law and accepts less than alpha*; a converged row moves by rounding only. What the sampler reads on
     a device, with static shapes."""
     xp = X.namespace(p)
-    B, E = p.shape
     probs = set_probabilities(q, sets)  # [B, U]
     _, choice, residual = set_plan(p, q, sets, probs, steps=steps, trials=trials)
-    at = (X.arange_like(p, B)[:, None, None] * E + sets[None]).reshape(B, -1)  # [B, U n] into [B * E]
-    x = X.bincount(at, probs[:, :, None] * choice, B * E).reshape(B, E)  # [B, E]
+    x = accepted_mass(sets, probs, choice, p.shape[1])  # [B, E]
     with np.errstate(divide="ignore", invalid="ignore"):
         scale = xp.where(x > p, p / xp.where(x > 0, x, 1.0), 1.0)  # [B, E]
-    choice = choice * X.take(scale, at.reshape(B, -1) % E).reshape(choice.shape)
+    choice = choice * scale[:, sets]  # [B, U, n] each slot's element's scale
     return choice, X.minimum(x, p), residual
+
+
+def accepted_mass(sets, probs, choice, E: int):  # noqa: ANN001, ANN201
+    """x_i = sum_S P(S) choice(S, i), each element's accepted mass, ``[B, E]`` for ``sets [U, n]`` of the E elements,
+    ``probs [B, U]`` and ``choice [B, U, n]`` (numpy arrays or tensors)."""
+    B = probs.shape[0]
+    at = X.arange_like(probs, B)[:, None, None] * E + sets[None]  # [B, U, n] into [B * E]
+    return X.bincount(at, probs[:, :, None] * choice, B * E).reshape(B, E)
 
 
 class WithoutReplacementRule(LinearProgramRule):
@@ -332,8 +338,8 @@ class SupportRule:
 
 
 #: :class:`SupportBatch` solves at most this many entries (instances x sets x (n + 1), and instances x elements^2 for
-#: the Hessians) in one :func:`set_plan` call: temporaries of 2 MB (at k = 20, n = 4, B = 64, 2^22 entries took 387 ms
-#: a call and 2^18 234 ms)
+#: the Hessians) in one :func:`host_plan` call: the numpy route's temporaries of 2 MB (measured on that route at
+#: k = 20, n = 4, B = 64: 2^22 entries took 387 ms a call and 2^18 234 ms)
 BATCH_ENTRIES = 1 << 18
 
 
@@ -341,9 +347,10 @@ class SupportBatch:
     """:class:`SupportRule` for many rows at once, each given on its support: ``live int [R, k]`` the k tokens of
     q > 0 of each row (a draft filtered to its top k), ``p1, q1 float64 [R, k + 1]`` the normalised masses there and,
     last, OTHER's (the target's mass off the support; q = 0), n drafts a row. The rows' distinct instances are
-    solved together by :func:`set_plan` (their Luce weights in one batch of Newton steps: numpy's per-call cost paid
-    once, not once a row), a row whose Newton steps stall by :class:`SupportRule` (the relaxed LP). The same plan,
-    so the same rule, as :class:`SupportRule` on each row, to the Newton residual (tests/optimal/test_wor.py).
+    planned in chunks by :func:`host_plan` (the C kernel, each row's Newton steps on its own; else one batch of
+    numpy Newton steps, :func:`set_plan`), a row whose Newton steps stall by :class:`SupportRule` (the relaxed LP).
+    The same plan, so the same rule, as :class:`SupportRule` on each row, to the Newton residual
+    (tests/optimal/test_wor.py).
     ``accept(drafts)`` and ``residual(r)`` read it; :meth:`from_rows` builds it from whole rows."""
 
     def __init__(self, live: np.ndarray, p1: np.ndarray, q1: np.ndarray, n: int):
@@ -365,10 +372,7 @@ class SupportBatch:
             probs = host_set_probabilities(q1[sl], self.sets)  # [c, U]
             _, choice, residual = host_plan(p1[sl], q1[sl], self.sets, probs)
             self.choice[sl] = choice
-            S = probs[:, :, None] * choice  # [c, U, n]
-            c = S.shape[0]
-            self._accepted[sl] = np.bincount((np.arange(c)[:, None, None] * (k + 1) + self.sets).ravel(), S.ravel(),
-                                             c * (k + 1)).reshape(c, k + 1)
+            self._accepted[sl] = accepted_mass(self.sets, probs, choice, k + 1)
             for i in np.flatnonzero(~np.isfinite(residual)) + lo:  # (rare) a stalled row takes the relaxed LP
                 self._fallback[int(i)] = SupportRule(p1[i], q1[i], n)
         self._p1 = p1

@@ -12,10 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    int64_t E, U, G;
-    int n, S;
-    const int64_t *sets; /* [U, n] */
+typedef struct { /* what an evaluation of the choices reads */
+    int64_t U, G;
+    int S;
     const double *probs; /* [U] */
     const int64_t *elem; /* [U, S] each set's slots, then R = E */
     const uint8_t *live; /* [U, S] the members */
@@ -218,7 +217,7 @@ static double plan_row(const double *p, const double *q, int64_t E, const int64_
         theta[g] = log((goal[g] > 1e-300 ? goal[g] : 1e-300) / (reach[g] > 1e-300 ? reach[g] : 1e-300));
         chosen[g] = present[g] ? goal[g] : 0.0;
     }
-    plan_t plan = {E, U, G, n, S, sets, probs, elem, live, chosen, elem_block, present, w, top_theta};
+    plan_t plan = {U, G, S, probs, elem, live, chosen, elem_block, present, w, top_theta};
     double f = expected(&plan, theta, choice, y, 0); /* NaN: not computed yet */
     double residual = gap(&plan, y, goal, present);
     for (int it = 0; it < steps && !failed && residual > tolerance; it++) {

@@ -164,8 +164,9 @@ def _prefix_two(qs: np.ndarray, prefix: np.ndarray, r: np.ndarray) -> np.ndarray
     others_total = float(prefix[h] + r[h + 1])  # 1 - q_h as the sum of the other masses
     light = np.where(np.arange(V) == h, 0.0, qs)  # [V]
     with np.errstate(divide="ignore", invalid="ignore"):
-        a = np.where(light > 0, light / (1.0 - light), 0.0)  # q_i / (1 - q_i)
-        b = np.where(light > 0, light * light / (1.0 - light), 0.0)
+        d = np.where(light > 0, 1.0 / (1.0 - light), 0.0)  # 1 / (1 - q_i): one division a token
+    a = light * d  # q_i / (1 - q_i)
+    b = light * light * d
     A = np.concatenate([[0.0], np.cumsum(a)])  # [V + 1]
     Bs = np.concatenate([[0.0], np.cumsum(b)])
     F = prefix * A - Bs  # the light tokens' terms: sum q_i (Q_m - q_i) / (1 - q_i) >= 0
@@ -182,40 +183,62 @@ def wor_prefix_psi(p: object, q: object, n: int, *, step: float = STEP) -> tuple
     """psi on the prefixes of the decreasing-q/p order for ``WithoutReplacement(q, n)``: ``(order [V], psi [V + 1],
     error)`` with psi_m = P_m - F_m, written 1 - F_m - Pbar_m from the top where F_m > 1/2 (psi_0 = psi_V = 0), and
     ``error`` the bound of :func:`prefix_subset_probability` on |F - F_exact|."""
+    order, psi, error, _, _ = _prefix_psi(*_checked(p, q, n), step)
+    return order, psi, error
+
+
+def _checked(p: object, q: object, n: int) -> tuple[np.ndarray, np.ndarray, int]:
     q = check_distribution(q, "q")
     n = check_n(n)
     p = check_distribution(p, "p", size=q.size)
     if np.count_nonzero(q) < n:
         raise InputError(f"WithoutReplacement(q, n={n}) needs at least n tokens with q > 0, q has "
                          f"{np.count_nonzero(q)}")
-    return _prefix_psi(p, q, n, step)
+    return p, q, n
 
 
-def _prefix_psi(p: np.ndarray, q: np.ndarray, n: int, step: float) -> tuple[np.ndarray, np.ndarray, float]:
+def _prefix_psi(p: np.ndarray, q: np.ndarray, n: int, step: float, *, curve: bool = True):  # noqa: ANN202
     """:func:`wor_prefix_psi` on checked arrays (building a ``WithoutReplacement`` to check them costs more than
-    the n <= 2 route itself: its constructor sorts q)."""
+    the n <= 2 route itself: its constructor sorts q): ``(order, psi or None, error, min psi, its first argmin)``;
+    ``curve=False`` may leave psi out. At n = 2 after the sort one C pass (``otlp_wor_two_psi``, the same bits as
+    :func:`sorted_prefix_psi`: tests/core/test_psi_wor.py) where the kernels are built."""
     order = ratio_order(p, q)
+    if n == 2:
+        from otlp.backend import native  # the C kernel loads on first use, not with the core
+
+        got = native.wor_two_psi(p, q, order, curve=curve)
+        if got is not None:
+            psi, best, at = got
+            return order, psi, 0.0, best, at
+    psi, error = sorted_prefix_psi(p, q, order, n, step)
+    m = int(np.argmin(psi))
+    return order, psi, error, float(psi[m]), m
+
+
+def sorted_prefix_psi(p: np.ndarray, q: np.ndarray, order: np.ndarray, n: int,
+                      step: float = STEP) -> tuple[np.ndarray, float]:
+    """psi on the prefixes of ``order`` (the decreasing-q/p order of ``p, q [V]``) and the quadrature's error bound:
+    the reference, in numpy."""
     ps, qs = p[order], q[order]
     F, error = prefix_subset_probability(qs, n, step=step)
     P = np.concatenate([[0.0], np.cumsum(ps)])
     Pbar = np.concatenate([np.cumsum(ps[::-1])[::-1], [0.0]])
     psi = np.where(F > 0.5, (1.0 - F) - Pbar, P - F)
     psi[0] = psi[-1] = 0.0
-    return order, psi, error
+    return psi, error
 
 
 def wor_min_psi(p: object, draft: WithoutReplacement, *, step: float = STEP) -> tuple[float, np.ndarray]:
     """min_H psi(H) over the prefixes of the decreasing-q/p order and a minimiser ``mask bool [V]`` (the first
     exact argmin; module docstring for why the prefixes suffice)."""
     p = check_distribution(p, "p", size=draft.V)
-    order, psi, _ = _prefix_psi(p, draft.q, draft.n, step)
-    m = int(np.argmin(psi))
+    order, _, _, best, m = _prefix_psi(p, draft.q, draft.n, step, curve=False)
     mask = np.zeros(draft.V, dtype=bool)
     mask[order[:m]] = True
-    return float(psi[m]), mask
+    return best, mask
 
 
 def wor_optimal_acceptance(p: object, q: object, n: int, *, step: float = STEP) -> float:
     """alpha* = 1 + min_H psi(H) for ``WithoutReplacement(q, n)`` (GR Thm 3.1), clipped to [0, 1]."""
-    _, psi, _ = wor_prefix_psi(p, q, n, step=step)
-    return min(max(1.0 + float(psi.min()), 0.0), 1.0)
+    _, _, _, best, _ = _prefix_psi(*_checked(p, q, n), step, curve=False)
+    return min(max(1.0 + best, 0.0), 1.0)

@@ -10,6 +10,7 @@
  * (a clock surely rung), and the weight r t e^{-r t} h is formed from y = r t.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
 void otlp_wor_prefix(const double *qs, const double *r, int64_t V, int n, const double *tA, const double *tB,
@@ -52,4 +53,67 @@ void otlp_wor_prefix(const double *qs, const double *r, int64_t V, int n, const 
             }
         }
     }
+}
+
+/* psi on every prefix at n = 2 and its first minimum (otlp/core/psi_wor.py: _prefix_psi with _prefix_two), in two
+ * passes over the order and no [V] temporaries: the same operations in the same order as the numpy route, so the
+ * same bits (tests/core/test_psi_wor.py). p, q [V] as given, order [V] the decreasing-q/p order; ps, qs [V] and
+ * suffix_p [V + 1] work arrays (p and q in the order, and the suffix sums of p from the top, as numpy's reversed
+ * cumsum); psi [V + 1] filled where not NULL. F_m = Q_m A_m - B_m (+ the heaviest token h's term, summed apart),
+ * A, B the running sums of q d and q^2 d, d = 1 / (1 - q), over the light tokens; psi_m = P_m - F_m, or
+ * (1 - F_m) - Pbar_m where F_m > 1/2. */
+void otlp_wor_two_psi(const double *p, const double *q, const int64_t *order, int64_t V, double *ps, double *qs,
+                      double *suffix_p, double *psi, double *best, int64_t *at) {
+    int64_t h = V - 1;
+    ps[V - 1] = p[order[V - 1]];
+    qs[V - 1] = q[order[V - 1]];
+    double top = qs[V - 1], suffix_q = qs[V - 1], after_h = 0.0; /* after_h: the q-mass after h, from the top */
+    suffix_p[V] = 0.0;
+    suffix_p[V - 1] = ps[V - 1];
+    for (int64_t i = V - 2; i >= 0; i--) {
+        const double pi = p[order[i]], qi = q[order[i]];
+        ps[i] = pi;
+        qs[i] = qi;
+        suffix_p[i] = suffix_p[i + 1] + pi;
+        if (qi >= top) { /* ties: the first in the order, as numpy's argmax */
+            top = qi;
+            h = i;
+            after_h = suffix_q;
+        }
+        suffix_q += qi;
+    }
+    double prefix = 0.0, A = 0.0, B = 0.0, rest = 0.0, P = 0.0, others = 0.0, low = 0.0;
+    int64_t low_at = 0;
+    if (psi != NULL) psi[0] = 0.0;
+    for (int64_t m = 1; m < V; m++) {
+        const int64_t i = m - 1;
+        const double qi = qs[i];
+        if (i == h) others = prefix + after_h; /* 1 - q_h as the other masses' sum */
+        prefix += qi;
+        P += ps[i];
+        const double light = i == h ? 0.0 : qi;
+        if (light > 0.0) {
+            const double d = 1.0 / (1.0 - light);
+            A += light * d;
+            B += light * light * d;
+        }
+        rest += light;
+        double F = prefix * A - B;
+        double heavy = 0.0;
+        if (m > h && others > 0.0) {
+            heavy = rest / others; /* (not rest * (1 / others): others may be subnormal) */
+            heavy = top * (heavy < 1.0 ? heavy : 1.0);
+        }
+        F = (F > 0.0 ? F : 0.0) + heavy;
+        F = F < 1.0 ? F : 1.0;
+        const double value = F > 0.5 ? (1.0 - F) - suffix_p[m] : P - F;
+        if (psi != NULL) psi[m] = value;
+        if (value < low) {
+            low = value;
+            low_at = m;
+        }
+    }
+    if (psi != NULL) psi[V] = 0.0;
+    *best = low;
+    *at = low_at;
 }

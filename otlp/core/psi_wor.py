@@ -200,13 +200,13 @@ def _checked(p: object, q: object, n: int) -> tuple[np.ndarray, np.ndarray, int]
 def _prefix_psi(p: np.ndarray, q: np.ndarray, n: int, step: float, *, curve: bool = True):  # noqa: ANN202
     """:func:`wor_prefix_psi` on checked arrays (building a ``WithoutReplacement`` to check them costs more than
     the n <= 2 route itself: its constructor sorts q): ``(order, psi or None, error, min psi, its first argmin)``;
-    ``curve=False`` may leave psi out. At n = 2 after the sort one C pass (``otlp_wor_two_psi``, the same bits as
+    ``curve=False`` may leave psi out. At n <= 2 after the sort one C pass (``otlp_wor_closed_psi``, the same bits as
     :func:`sorted_prefix_psi`: tests/core/test_psi_wor.py) where the kernels are built."""
     order = ratio_order(p, q)
-    if n == 2:
+    if n <= 2:
         from otlp.backend import native  # the C kernel loads on first use, not with the core
 
-        got = native.wor_two_psi(p, q, order, curve=curve)
+        got = native.wor_closed_psi(p, q, order, n, curve=curve)
         if got is not None:
             psi, best, at = got
             return order, psi, 0.0, best, at

@@ -108,8 +108,8 @@ SUBNORMAL_ROWS = (([0.1, 0.2, 0.3, 0.4], [1.0, 1e-320, 1e-320, 1e-320]),  # 1 - 
                   ([0.4, 0.3, 0.2, 0.1, 0.0], [0.5, 0.5, 0.0, 0.0, 0.0]))  # two heaviest tied at 1/2
 
 
-def test_two_draft_kernel_is_the_numpy_route_bit_for_bit() -> None:
-    """otlp_wor_two_psi (wor.c), psi on every prefix at n = 2 and its first argmin after the sort, against
+def test_one_and_two_draft_kernel_is_the_numpy_route_bit_for_bit() -> None:
+    """otlp_wor_closed_psi (wor.c), psi on every prefix at n = 1 and 2 and its first argmin after the sort, against
     sorted_prefix_psi, the numpy reference: the same bits, on every family, at V up to 4096 and on subnormal rows."""
     from otlp.backend import native
     from otlp.core.psi_wor import sorted_prefix_psi
@@ -117,18 +117,18 @@ def test_two_draft_kernel_is_the_numpy_route_bit_for_bit() -> None:
     rng = np.random.default_rng(12)
     rows = [_family(rng, int(V), kind) for kind in KINDS for V in (2, 3, 7, 60, 4096)]
     rows += [(np.array(p), np.array(q)) for p, q in SUBNORMAL_ROWS]
-    for p, q in rows:
-        if np.count_nonzero(q) < 2:
+    for (p, q), n in itertools.product(rows, (1, 2)):
+        if np.count_nonzero(q) < n:
             continue
         order = ratio_order(p, q)
-        got = native.wor_two_psi(p, q, order)
+        got = native.wor_closed_psi(p, q, order, n)
         if got is None:
             pytest.skip(f"native kernels not built: {native.reason()}")
-        ref, error = sorted_prefix_psi(p, q, order, 2)
+        ref, error = sorted_prefix_psi(p, q, order, n)
         assert error == 0.0
-        assert np.array_equal(got[0], ref), (p, q)
+        assert np.array_equal(got[0], ref), (p, q, n)
         assert got[1] == ref.min() and got[2] == int(np.argmin(ref))
-        _, _, at = native.wor_two_psi(p, q, order, curve=False)
+        _, _, at = native.wor_closed_psi(p, q, order, n, curve=False)
         assert at == got[2]
 
 

@@ -159,8 +159,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_sort_bucket.restype = _INT
     lib.otlp_wor_prefix.argtypes = [_VOID, _VOID, _I64, _INT, _VOID, _VOID, _F64, _I64, _VOID, _VOID]
     lib.otlp_wor_prefix.restype = None
-    lib.otlp_wor_two_psi.argtypes = [_VOID] * 3 + [_I64] + [_VOID] * 6
-    lib.otlp_wor_two_psi.restype = None
+    lib.otlp_wor_closed_psi.argtypes = [_VOID] * 3 + [_I64, _INT] + [_VOID] * 6
+    lib.otlp_wor_closed_psi.restype = None
     lib.otlp_wor_plan.argtypes = [_VOID, _VOID, _I64, _I64, _VOID, _I64, _INT, _VOID, _INT, _F64, _VOID, _VOID]
     lib.otlp_wor_plan.restype = _INT
     lib.otlp_set_probabilities.argtypes = [_VOID, _VOID, _VOID, _I64, _I64, _VOID, _I64, _INT, _VOID]
@@ -491,21 +491,21 @@ def wor_prefix(qs: np.ndarray, r: np.ndarray, n: int, tA: np.ndarray, tB: np.nda
     return F, F2
 
 
-def wor_two_psi(p: np.ndarray, q: np.ndarray, order: np.ndarray, *, curve: bool = True):  # noqa: ANN201
-    """:func:`otlp.core.psi_wor.wor_prefix_psi` at n = 2 after its sort, in ``otlp_wor_two_psi`` (``wor.c``): float64
-    ``p, q [V]`` and their decreasing-q/p ``order [V]`` -> ``(psi [V + 1] or None, min psi, its first argmin)``, the
-    same bits as the numpy route; ``curve=False`` leaves psi out (alpha* reads only its minimum). None where the
-    kernels are not built."""
+def wor_closed_psi(p: np.ndarray, q: np.ndarray, order: np.ndarray, n: int = 2, *, curve: bool = True):  # noqa: ANN201
+    """:func:`otlp.core.psi_wor.wor_prefix_psi` at n = 1 or 2 after its sort, in ``otlp_wor_closed_psi`` (``wor.c``):
+    float64 ``p, q [V]`` and their decreasing-q/p ``order [V]`` -> ``(psi [V + 1] or None, min psi, its first
+    argmin)``, the same bits as the numpy route; ``curve=False`` leaves psi out (alpha* reads only its minimum).
+    None where the kernels are not built or n is not 1 or 2."""
     lib = library()
-    if lib is None:
+    if lib is None or n not in (1, 2):
         return None
     p, q = (np.ascontiguousarray(x, dtype=np.float64) for x in (p, q))
     order = np.ascontiguousarray(order, dtype=np.int64)
     V = p.size
-    work = scratch.array("wor_two_psi", (3, V + 1), np.float64)  # p and q in the order, p's suffix sums
+    work = scratch.array("wor_closed_psi", (3, V + 1), np.float64)  # p and q in the order, p's suffix sums
     psi = np.empty(V + 1) if curve else None
     best, at = ctypes.c_double(), ctypes.c_int64()
-    lib.otlp_wor_two_psi(p.ctypes.data, q.ctypes.data, order.ctypes.data, V, work[0].ctypes.data, work[1].ctypes.data,
+    lib.otlp_wor_closed_psi(p.ctypes.data, q.ctypes.data, order.ctypes.data, V, n, work[0].ctypes.data, work[1].ctypes.data,
                          work[2].ctypes.data, None if psi is None else psi.ctypes.data, ctypes.byref(best),
                          ctypes.byref(at))
     return psi, best.value, at.value

@@ -55,15 +55,15 @@ void otlp_wor_prefix(const double *qs, const double *r, int64_t V, int n, const 
     }
 }
 
-/* psi on every prefix at n = 2 and its first minimum (otlp/core/psi_wor.py: _prefix_psi with _prefix_two), in two
+/* psi on every prefix at n = 2 (n = 1: F_m = Q_m) and its first minimum (otlp/core/psi_wor.py: sorted_prefix_psi), in two
  * passes over the order and no [V] temporaries: the same operations in the same order as the numpy route, so the
  * same bits (tests/core/test_psi_wor.py). p, q [V] as given, order [V] the decreasing-q/p order; ps, qs [V] and
  * suffix_p [V + 1] work arrays (p and q in the order, and the suffix sums of p from the top, as numpy's reversed
  * cumsum); psi [V + 1] filled where not NULL. F_m = Q_m A_m - B_m (+ the heaviest token h's term, summed apart),
  * A, B the running sums of q d and q^2 d, d = 1 / (1 - q), over the light tokens; psi_m = P_m - F_m, or
  * (1 - F_m) - Pbar_m where F_m > 1/2. */
-void otlp_wor_two_psi(const double *p, const double *q, const int64_t *order, int64_t V, double *ps, double *qs,
-                      double *suffix_p, double *psi, double *best, int64_t *at) {
+void otlp_wor_closed_psi(const double *p, const double *q, const int64_t *order, int64_t V, int n, double *ps,
+                      double *qs, double *suffix_p, double *psi, double *best, int64_t *at) {
     int64_t h = V - 1;
     ps[V - 1] = p[order[V - 1]];
     qs[V - 1] = q[order[V - 1]];
@@ -91,6 +91,15 @@ void otlp_wor_two_psi(const double *p, const double *q, const int64_t *order, in
         if (i == h) others = prefix + after_h; /* 1 - q_h as the other masses' sum */
         prefix += qi;
         P += ps[i];
+        if (n == 1) { /* F_m = Q_m */
+            const double value = prefix > 0.5 ? (1.0 - prefix) - suffix_p[m] : P - prefix;
+            if (psi != NULL) psi[m] = value;
+            if (value < low) {
+                low = value;
+                low_at = m;
+            }
+            continue;
+        }
         const double light = i == h ? 0.0 : qi;
         if (light > 0.0) {
             const double d = 1.0 / (1.0 - light);

@@ -26,7 +26,8 @@ certificate with its roots in one kernel, otlp/optimal/triton_roots.py, which me
 caller-uniforms torch routes that the fused kernels of otlp/verifiers/triton_kernels.py replace on CUDA),
 ``rrs_wor``, ``kseq``, ``optimal_wor_top10`` (``get("optimal_wor")``'s static route, the route on a device, for a
 draft filtered to its top ``WOR_TOP_K`` = 10 tokens, n drafts without replacement: its plan's Newton steps work on
-the C(10, n) sets, not on [B, V]).
+the C(10, n) sets, not on [B, V]), ``optimal_wor_triton`` (the same with the plan's Newton steps in one Triton
+kernel, otlp/optimal/wor_triton.py, its route on CUDA: counted as one op reading the sets' members and masses).
 
 The fused kernels cannot run on meta tensors either; their reads depend on the outcomes: :func:`fused_reads` counts
 them from the accepted indices of the same rows (the torch route's, which the kernels equal).
@@ -41,6 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from otlp.optimal import device_buckets as DB
 from otlp.optimal import sortfree as SF
+from otlp.optimal import wor_triton
 from otlp.optimal.sampler import verify
 from otlp.verifiers import get
 from otlp.verifiers.base import validation
@@ -123,6 +125,26 @@ def _kernel_flags(d: DB.Decision):  # noqa: ANN202
     return d.tokens, d.index
 
 
+def _one_launch_newton(theta, goal, fixed, present, sets, live, probs, failed, **options):  # noqa: ANN001, ANN202, ARG001
+    """A stand-in for the plan's Newton kernel (otlp/optimal/wor_triton.py) on meta tensors: the sets' members and
+    masses read once, the choices and the residuals written (the kernel walks the sets once per evaluation, about
+    37 times, from the cache: [B, n + 1, C(K, n)] is small)."""
+    n = sets.shape[1]
+    return torch.mul(live[:, :n].transpose(1, 2), probs[:, :, None]), theta.amax(1)
+
+
+def _wor_triton(p, q, d, u):  # noqa: ANN001, ANN202
+    """``get("optimal_wor")``'s route on CUDA where Triton imports (backend "triton"), its kernel counted as
+    :func:`_one_launch_newton`."""
+    from otlp.verifiers.optimal_wor import static_sample
+
+    kernel, wor_triton.newton = wor_triton.newton, _one_launch_newton
+    try:
+        return static_sample(p, q, d, u, None, max(WOR_TOP_K, d.shape[1]), True)
+    finally:
+        wor_triton.newton = kernel
+
+
 #: the Triton passes as counted on meta tensors (otlp/optimal/device_passes.py: each reads p and q once)
 ONE_READ = DB.Passes(DB.inverse_sums_one_read, _one_read_histogram, _one_read_compact, _one_read_segments)
 
@@ -152,6 +174,7 @@ def routes(n: int) -> dict[str, object]:
         "kseq": lambda p, q, d, u: get("kseq").sample(p, q, d),
         "optimal_wor_top10": lambda p, q, d, u: get("optimal_wor").sample(p, q, d, uniforms=u, backend="torch",
                                                                         top_k=max(WOR_TOP_K, d.shape[1])),
+        "optimal_wor_triton": _wor_triton,
     }
 
 

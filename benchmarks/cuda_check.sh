@@ -8,7 +8,7 @@
 # 1. the GPU, torch and Triton; the C kernels built in place (the CPU reference the rates compare against);
 # 2. the 36 tests that skip without CUDA (the device routes against the CPU route, CUDA graphs, the fused Triton
 #    kernels run compiled, the decode loop's device path, optimal_wor's device route eager and graphed against its
-#    host route), with the rest of their 9 files (about a minute);
+#    host route, its plan's Triton kernel compiled), with the rest of their 10 files (about a minute);
 # 3. benchmarks/verifiers.py at B = 64, V = 128k, n = 2, 4, 8, the three drafts: eager (optimal's Triton route,
 #    `optimal triton` beside the sorted torch route `optimal_torch` with the outputs that differ, the fused rrs and
 #    sps kernels beside their torch routes, bytes moved / read floor), then every rule captured in a CUDA graph;
@@ -16,8 +16,9 @@
 #    against the CPU route on 4 x 64 rows per point in three dtypes (exit status 1 if a row differs);
 # 5. benchmarks/decode_verifier_share.py on the GPU (the decode loop's verifier share, optimal against rrs);
 # 6. issue 45's rows: optimal_wor against rrs_wor on CUDA tensors, drafts filtered to their top 10 and drawn
-#    without replacement: eager (optimal_wor's device route with top_k, beside its host route `optimal_wor_host`, which
-#    synchronises), then captured in a CUDA graph (the device route's capture; the host route cannot be).
+#    without replacement: eager (optimal_wor's device route with top_k, its plan's Newton steps in the Triton kernel,
+#    beside the same route with them as torch operations `optimal_wor_torch` and its host route `optimal_wor_host`,
+#    which synchronises), then captured in a CUDA graph (the device routes' capture; the host route cannot be).
 #
 # Then publish what it measured here: `python benchmarks/verifiers.py --from-json $OUT/verifiers_cuda_graph.json`
 # (and the eager file) for docs/COST.md's CUDA tables, and the decode table with `--from-json` as its --help says.
@@ -45,7 +46,7 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA DEVICE')
     step 240 "$PY" -m pytest -q -rs -p no:cacheprovider tests/optimal/test_sampler_device.py \
         tests/verifiers/test_triton_kernels.py tests/backend/test_cuda_graphs.py tests/engines/test_parity.py \
         tests/verifiers/test_torch_samplers.py tests/decode/test_hf_tree.py tests/optimal/test_chains.py \
-        tests/benchmarks/test_verifiers_publish.py tests/verifiers/test_optimal_wor.py
+        tests/benchmarks/test_verifiers_publish.py tests/verifiers/test_optimal_wor.py tests/optimal/test_wor_triton.py
     step 150 "$PY" benchmarks/verifiers.py --device cuda --rules sps rrs optimal --V 128000 --B 64 --n 2 4 8 \
         --reps 10 --bytes --out "$OUT/verifiers_cuda_eager.json"
     step 120 "$PY" benchmarks/verifiers.py --device cuda --graph --rules sps rrs rrs_wor kseq optimal --V 128000 \

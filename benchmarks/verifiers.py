@@ -148,7 +148,9 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
     indices differ (``<rule>_fused_mismatches``, out of 2 B); for optimal ``optimal_triton`` (its route on CUDA: the
     bucket rule with the Triton passes and fallback kernel, what ``optimal`` times there) and ``optimal_torch`` (the
     sorted torch route, ``backend="torch"``, which the CUDA tables of docs/COST.md measured), and
-    ``optimal_triton_mismatches``."""
+    ``optimal_triton_mismatches``; for optimal_wor on a device (timed on its default route, the plan's Newton steps in
+    the Triton kernel on CUDA) also ``optimal_wor_torch`` (those steps as torch operations), ``optimal_wor_host``
+    and, on CUDA, ``optimal_wor_triton_mismatches`` (the two device routes, same uniforms, out of 2 B)."""
     p, q, drafts = _inputs(B, V, n, device, noise=noise)
     gen = torch.Generator(device=device).manual_seed(0)
     fns = {"read_floor": lambda: p.sum() + q.sum()}
@@ -159,6 +161,8 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
         fns[rule] = lambda v=verifier, kw=kw: v.sample(p, q, drafts, None if graphs else gen, **kw)
     if "optimal_wor" in rules and torch.device(device).type != "cpu":  # the host route beside the device route
         fns["optimal_wor_host"] = lambda: get("optimal_wor").sample(p, q, drafts, gen, backend="host")
+        fns["optimal_wor_torch"] = lambda: get("optimal_wor").sample(p, q, drafts, None if graphs else gen,
+                                                                     backend="torch", top_k=DRAFT_TOP_K)
     kernels = [rule for rule in ("rrs", "sps") if fused and rule in rules]
     if kernels:  # the fused kernels beside the torch routes they replace, for the same uniforms
         u = torch.rand((B, 2), generator=gen, device=device, dtype=torch.float64)
@@ -200,6 +204,11 @@ def bench_point(rules: list[str], B: int, V: int, n: int, device: str, reps: int
     if fused and "optimal" in rules:
         a, b = (optimal.sample(p, q, drafts, uniforms=u, backend=x) for x in ("triton", "torch"))
         out["optimal_triton_mismatches"] = int((a[0] != b[0]).sum()) + int((a[1] != b[1]).sum())
+    if "optimal_wor" in rules and torch.device(device).type == "cuda":  # its plan's kernel against torch's steps
+        u = torch.rand((B, 2), generator=gen, device=device, dtype=torch.float64)
+        a, b = (get("optimal_wor").sample(p, q, drafts, uniforms=u, backend=x, top_k=DRAFT_TOP_K)
+                for x in ("triton", "torch"))
+        out["optimal_wor_triton_mismatches"] = int((a[0] != b[0]).sum()) + int((a[1] != b[1]).sum())
     return out
 
 
@@ -411,6 +420,10 @@ def main(argv: list[str] | None = None) -> None:
             if "optimal_triton_mismatches" in r:
                 line += (f"  optimal triton {_ms(r, 'optimal_triton', 3)} ms (sorted torch route, same uniforms: "
                          f"{_ms(r, 'optimal_torch', 3)} ms; {r['optimal_triton_mismatches']} outputs differ)")
+            if "optimal_wor_triton_mismatches" in r:
+                line += (f"  optimal_wor torch steps {_ms(r, 'optimal_wor_torch', 3)} ms, host "
+                         f"{_ms(r, 'optimal_wor_host', 3)} ms ({r['optimal_wor_triton_mismatches']} outputs of the "
+                         "kernel's and torch's steps differ)")
             line += "".join(f"  {k}: {v}" for k, v in r.items() if k.endswith("_graph_error"))
             if args.bytes:
                 key = (B, V, n)

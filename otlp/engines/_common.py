@@ -158,8 +158,9 @@ def chain_stop(target_probs, draft_probs, pos, u):  # noqa: ANN001, ANN201 - [B,
 
 
 def static_wor(rows) -> bool:  # noqa: ANN001
-    """Whether ``"optimal_wor"`` plans the rows on their device with static shapes (``backend="torch"``: every row,
-    one host sync to count the draft's support) rather than row groups on the host: on any device but the CPU."""
+    """Whether ``"optimal_wor"`` plans the rows on their device with static shapes (``backend="torch"``, on CUDA
+    ``"auto"``: the Triton kernel's steps where it takes the rows; every row, one host sync to count the draft's
+    support) rather than row groups on the host: on any device but the CPU."""
     return rows.device.type != "cpu"
 
 
@@ -204,8 +205,9 @@ def node_verify(method: str, p_rows, q_rows, tokens, widths, coin, final):  # no
             point = (torch.arange(V, device=p_rows.device) == 0).to(q_rows.dtype)  # [V]
             q_rows = torch.where(leaf[:, None], point, q_rows)
             tokens = torch.cat([torch.where(leaf, 0, tokens[:, 0].long())[:, None], tokens[:, 1:].long()], 1)
+            backend = "auto" if p_rows.device.type == "cuda" else "torch"  # (CUDA: the plan's Triton kernel)
             t, s = get("optimal_wor").sample(p_rows, q_rows, tokens, uniforms=u, widths=widths.clamp(min=1).long(),
-                                             backend="torch")
+                                             backend=backend)
             return torch.where(leaf, -1, s), torch.where(leaf, draw_where(leaf, p_rows, final), t)
         slot = torch.full_like(widths, -1, dtype=torch.int64)
         out = draw_where(leaf, p_rows, final)

@@ -80,7 +80,8 @@ DEVICE_STEPS = 12
 DEVICE_TRIALS = 2
 
 
-def set_plan(p, q, sets, probs, *, steps: int | None = None, trials: int | None = None):  # noqa: ANN001, ANN201
+def set_plan(p, q, sets, probs, *, steps: int | None = None, trials: int | None = None,  # noqa: ANN001, ANN201
+             kernel: bool = False):
     """The rule's plan (module docstring) for rows ``p, q [B, E]`` on the drafted sets ``sets int [U, n]`` (distinct
     ids, the same for every row) of masses ``probs [B, U]``: ``(alpha [B], choice [B, U, n], residual [B])``, with
     ``choice`` the probability that each set's slot is taken and ``residual`` the largest gap between an element's
@@ -96,7 +97,9 @@ def set_plan(p, q, sets, probs, *, steps: int | None = None, trials: int | None 
     when every row is done. Tensors (one device, float64): the same equations with static shapes and no host sync,
     for a sampler on an accelerator: exactly ``steps`` Newton steps (default ``DEVICE_STEPS``), each trying
     ``trials`` step sizes 1, 1/2, ... (default ``DEVICE_TRIALS``), a row that is done or finds no descent staying
-    put; a singular system steps 0 (``torch.linalg.solve_ex``)."""
+    put; a singular system steps 0 (``torch.linalg.solve_ex``). ``kernel=True`` (tensors, Triton: a CUDA device, or
+    the CPU under ``TRITON_INTERPRET=1``) takes those steps in one Triton program per row instead
+    (:mod:`.wor_triton`, from this setup; the same plan to rounding)."""
     xp = X.namespace(p)
     host = X.is_numpy(p)
     steps = (MAX_STEPS if host else DEVICE_STEPS) if steps is None else steps
@@ -158,6 +161,12 @@ def set_plan(p, q, sets, probs, *, steps: int | None = None, trials: int | None 
     def gap(y):  # noqa: ANN001, ANN202 - [B] the largest |y - goal| over the present elements
         return X.max_rows(xp.where(present, xp.abs(y - goal), 0.0))
 
+    if kernel:
+        from otlp.optimal import wor_triton
+
+        choice, residual = wor_triton.newton(theta, goal, fixed, present, sets, live, probs, failed, steps=steps,
+                                             trials=trials, tolerance=TOLERANCE)  # [B, U, n], [B]
+        return (probs[:, :, None] * choice).sum((1, 2)), choice, residual
     chosen = xp.where(present, goal, 0.0)  # [B, G] the objective's linear term
     choice, y, f = expected(theta)
     residual = gap(y)
@@ -237,17 +246,18 @@ def _newton_step(H, grad):  # noqa: ANN001, ANN202 - [B, G, G], [B, G] -> [B, G]
     return torch.where((info == 0)[:, None], step[:, :, 0].nan_to_num(0.0, 0.0, 0.0), 0.0)
 
 
-def capped_plan(p, q, sets, *, steps: int | None = None, trials: int | None = None):  # noqa: ANN001, ANN201
+def capped_plan(p, q, sets, *, steps: int | None = None, trials: int | None = None,  # noqa: ANN001, ANN201
+                kernel: bool = False):
     """:func:`set_plan` on rows ``p, q [B, E]`` (numpy or tensors; each row one instance: its draft's support and
     OTHER) for the sets ``sets [U, n]`` of every n of the E elements: ``(choice [B, U, n], accepted [B, E],
     residual [B])``, each element's accepted mass x_i = sum_S P(S) choice capped at p_i, by scaling its choices
     by min(1, p_i / x_i). Capped, any choice is a rule whose output law is p (GR eq. (3): the residual (p - x)
     completes it): a row whose Newton steps did not converge (``residual`` inf; the rows' fixed steps on a device)
     keeps that law and accepts less than alpha*; a converged row moves by rounding only. What the sampler reads on
-    a device, with static shapes."""
+    a device, with static shapes (``kernel``: :func:`set_plan`'s Newton steps in its Triton kernel)."""
     xp = X.namespace(p)
     probs = set_probabilities(q, sets)  # [B, U]
-    _, choice, residual = set_plan(p, q, sets, probs, steps=steps, trials=trials)
+    _, choice, residual = set_plan(p, q, sets, probs, steps=steps, trials=trials, kernel=kernel)
     x = accepted_mass(sets, probs, choice, p.shape[1])  # [B, E]
     with np.errstate(divide="ignore", invalid="ignore"):
         scale = xp.where(x > p, p / xp.where(x > 0, x, 1.0), 1.0)  # [B, E]

@@ -12,7 +12,7 @@ as tree drafters sample their children, at any vocabulary size V; a row whose su
 sets is refused before any work, with its size. No rule for unfiltered drafts at vocabulary scale exists yet
 (issue 45).
 
-Two routes compute that rule (``backend=``):
+Three routes compute that rule (``backend=``):
 
 * **host** (the default on the CPU): the row groups above (benchmarks/wor.py --top-k, docs/OPTIMAL.md: 0.5-1.4x
   ``rrs_wor`` at k = 10 and 0.8-8.5x at k = 20, where the sets' Newton steps cost more than reading the rows). On an
@@ -24,6 +24,9 @@ Two routes compute that rule (``backend=``):
   host route on every test row. Its cost on a device is its kernel launches, not its bytes: at B = 64, V = 128k,
   K = 10 it moves 0.9 / 1.1 / 0.9x ``rrs_wor``'s bytes at n = 2 / 4 / 8 but makes 1,803 / 2,036 / 2,634 ops
   against ``rrs_wor``'s 69 / 111 / 195 (``benchmarks/bytes_moved.py`` and ``--ops``, meta tensors).
+* **triton** (the default on CUDA where Triton imports and the support has at most 62 tokens): the torch route with
+  the plan's Newton steps in one Triton program per row (:mod:`otlp.optimal.wor_triton`): 256 / 345 / 655 ops at
+  n = 2 / 4 / 8 (the kernel one of them). On the CPU it runs under ``TRITON_INTERPRET=1`` only (the tests).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ PLAN_ENTRIES = 1 << 20
 #: the most drafted sets (C(k, n) for k tokens of q > 0) one row's rule may enumerate (about 2 us a set): k = 632 at
 #: n = 2, k = 107 at n = 3, k = 48 at n = 4, k = 20 at n = 8
 MAX_SETS = 200_000
+#: ``sample``'s routes (its docstring)
+BACKENDS = ("auto", "host", "torch", "triton")
 
 
 class OptimalWithoutReplacement(Optimal):
@@ -76,15 +81,17 @@ class OptimalWithoutReplacement(Optimal):
 
         ``backend``: ``"host"`` builds each row's rule on the host (a sync); ``"torch"`` plans every row on the
         tensors' device with static shapes (:func:`static_sample`: no host sync when ``top_k`` is given and
-        validation is off); ``"auto"``: the host on the CPU, ``"torch"`` elsewhere. ``top_k``: the torch route's
+        validation is off); ``"triton"``: the same with the plan's Newton steps in one Triton kernel (CUDA, or the CPU
+        under ``TRITON_INTERPRET=1``; ``top_k`` at most 62); ``"auto"``: the host on the CPU, ``"triton"`` on CUDA
+        where Triton imports and ``top_k`` allows, ``"torch"`` elsewhere. ``top_k``: the torch route's
         support size K, at least each row's number of tokens of q > 0 (checked with validation on); None counts them
         (one host sync). ``graphs=True`` (the torch route on CUDA tensors; elsewhere ignored): replayed from a CUDA
         graph captured per shape (:class:`otlp.backend.cuda_graphs.GraphCache`: the same tokens, one launch for the
         plan's small kernels, about 1,800-2,600 at n = 2-8)."""
         import torch
 
-        if backend not in ("auto", "host", "torch"):
-            raise InputError(f"backend must be 'auto', 'host' or 'torch', got {backend!r}")
+        if backend not in BACKENDS:
+            raise InputError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise InputError(f"top_k must be a positive integer (the draft's support size), got {top_k!r}")
 
@@ -101,8 +108,9 @@ class OptimalWithoutReplacement(Optimal):
              else check_uniforms(uniforms, B, p, validate))
         if widths is not None:
             _check_widths(widths, drafts, values)
-        if backend == "torch" or (backend == "auto" and p.device.type != "cpu"):
+        if backend in ("torch", "triton") or (backend == "auto" and p.device.type != "cpu"):
             K = support_size(q, top_k, n, values)
+            kernel = _kernel_route(backend, p, K, n)
             if values and B:  # (a host read, as the value check's)
                 d = drafts.long()
                 _check_drafts(self.name, d, widths, q.gather(1, d.clamp(0, V - 1)) > 0)
@@ -113,8 +121,8 @@ class OptimalWithoutReplacement(Optimal):
                 from otlp.optimal.sampler import _graph_cache
 
                 args = (p, q, drafts, U) if widths is None else (p, q, drafts, U, widths)
-                return _graph_cache(p.device).run(_static_route(K, widths is not None), *args, rows=True)
-            return static_sample(p, q, drafts, U, widths, K)
+                return _graph_cache(p.device).run(_static_route(K, widths is not None, kernel), *args, rows=True)
+            return static_sample(p, q, drafts, U, widths, K, kernel)
         w = drafts.detach().to("cpu", torch.int64).numpy()  # [B, n]
         m = np.full(B, n) if widths is None else widths.detach().cpu().numpy().astype(np.int64)  # [B]
         u = U.detach().to("cpu", torch.float64).numpy()  # [B, 2]
@@ -183,19 +191,20 @@ def residual_token(row: np.ndarray, live: np.ndarray, own: np.ndarray, scale: fl
     return int(starts[j]) + t
 
 
-def static_sample(p, q, drafts, uniforms, widths, K: int):  # noqa: ANN001, ANN201
+def static_sample(p, q, drafts, uniforms, widths, K: int, kernel: bool = False):  # noqa: ANN001, ANN201
     """The sampler on the tensors' device with static shapes (``backend="torch"``), for drafts of at most ``K``
     tokens of q > 0 (:func:`support_size`): no host sync, so it can be captured in a CUDA graph. The rule is
     :func:`static_rule`'s; the slot by ``uniforms[:, 0]`` against its accept probabilities' running sum, as on the
     host; a rejected row's token by ``uniforms[:, 1]`` from its residual over all V, an inverse CDF in token order.
     Passes over ``[B, V]``: the top-k, the row sums, the residual's weights and its running sum; the rest works on
-    ``[B, n + 1, C(K, n)]``."""
+    ``[B, n + 1, C(K, n)]``. ``kernel``: the plan's Newton steps in one Triton program per row
+    (:mod:`otlp.optimal.wor_triton`)."""
     import torch
 
     from otlp.core import xp as X
 
     B, n = drafts.shape
-    accept, weights, m = static_rule(p, q, drafts, widths, K)
+    accept, weights, m = static_rule(p, q, drafts, widths, K, kernel)
     slot = ((uniforms[:, :1].to(weights.dtype) >= accept.cumsum(1))
             & (torch.arange(n, device=p.device) < m[:, None])).sum(1)  # [B]
     rejected = slot >= m
@@ -204,7 +213,7 @@ def static_sample(p, q, drafts, uniforms, widths, K: int):  # noqa: ANN001, ANN2
     return torch.where(rejected, residual, token), torch.where(rejected, -1, slot)
 
 
-def static_rule(p, q, drafts, widths, K: int):  # noqa: ANN001, ANN201
+def static_rule(p, q, drafts, widths, K: int, kernel: bool = False):  # noqa: ANN001, ANN201
     """The rule of :func:`static_sample` for each row: ``(accept float64 [B, n], weights float64 [B, V], widths
     [B])``, P(accept slot j) (0 past a row's width) and the residual's unnormalised weights over all V.
 
@@ -240,7 +249,8 @@ def static_rule(p, q, drafts, widths, K: int):  # noqa: ANN001, ANN201
         step = max(1, PLAN_ENTRIES // (sets.shape[0] * (width + 1)))  # rows a plan (static slices: no sync)
         chosen, got = [], []
         for lo in range(0, B, step):
-            choice, mass, _ = capped_plan(p1[lo: lo + step], q1[lo: lo + step], sets)  # [r, U, width], [r, K + 1]
+            choice, mass, _ = capped_plan(p1[lo: lo + step], q1[lo: lo + step], sets,
+                                          kernel=kernel)  # [r, U, width], [r, K + 1]
             chosen.append(choice[rows[: choice.shape[0]], at[lo: lo + step]].gather(1, place[lo: lo + step]))
             got.append(mass)
         mine = m == width
@@ -250,6 +260,24 @@ def static_rule(p, q, drafts, widths, K: int):  # noqa: ANN001, ANN201
     rest = torch.where(rest.sum(1, keepdim=True) > 0, rest, p1)  # (none left: a row rejected by rounding takes p)
     scale = rest[:, K:] / outside.clamp(min=torch.finfo(f64).tiny) / p_sum  # [B, 1] OTHER's share per unit of p
     return accept, (p.to(f64) * scale).scatter_(1, live, rest[:, :K]), m
+
+
+def _kernel_route(backend: str, p, K: int, n: int) -> bool:  # noqa: ANN001
+    """Whether the static route's plan takes its Newton steps in the Triton kernel (:mod:`otlp.optimal.wor_triton`):
+    ``"triton"`` (refused where the kernel cannot take the rows), or ``"auto"`` on CUDA tensors where Triton
+    imports and the kernel takes K + 2 elements and n drafts."""
+    from otlp.backend import triton as TR
+    from otlp.optimal import wor_triton
+
+    fits = wor_triton.takes(K + 2, n)
+    if backend == "triton":
+        if not fits:
+            raise InputError(f"optimal_wor: backend='triton' takes at most {wor_triton.MAX_G - 2} support tokens "
+                             f"and {wor_triton.MAX_S - 1} drafts, got top_k = {K} and n = {n}")
+        if not TR.available():
+            raise InputError("backend='triton' needs Triton (pip install triton; torch's CUDA builds ship it)")
+        return True
+    return backend == "auto" and p.device.type == "cuda" and fits and TR.available()
 
 
 def _check_drafts(name: str, drafts, widths, positive=None) -> None:  # noqa: ANN001
@@ -290,12 +318,12 @@ def support_size(q, top_k: int | None, n: int, values: bool) -> int:  # noqa: AN
 
 
 @functools.lru_cache(maxsize=64)
-def _static_route(K: int, with_widths: bool):  # noqa: ANN202
-    """:func:`static_sample` for support size K as a function of tensors only, one per (K, widths or not): a stable
-    callable for the CUDA graph cache, which keys on it."""
+def _static_route(K: int, with_widths: bool, kernel: bool):  # noqa: ANN202
+    """:func:`static_sample` for support size K as a function of tensors only, one per (K, widths or not, kernel): a
+    stable callable for the CUDA graph cache, which keys on it."""
     if with_widths:
-        return lambda p, q, drafts, u, widths: static_sample(p, q, drafts, u, widths, K)
-    return lambda p, q, drafts, u: static_sample(p, q, drafts, u, None, K)
+        return lambda p, q, drafts, u, widths: static_sample(p, q, drafts, u, widths, K, kernel)
+    return lambda p, q, drafts, u: static_sample(p, q, drafts, u, None, K, kernel)
 
 
 @functools.lru_cache(maxsize=64)

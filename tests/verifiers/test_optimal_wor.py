@@ -247,7 +247,7 @@ def test_the_torch_route_runs_on_meta_tensors() -> None:
 def test_the_torch_routes_refusals() -> None:
     v = get("optimal_wor")
     p, q, drafts, u = _wor_rows(2, 200, 6, 3, 0.5, seed=3)
-    with pytest.raises(InputError, match="backend must be 'auto', 'host' or 'torch'"):
+    with pytest.raises(InputError, match="backend must be one of 'auto', 'host', 'torch', 'triton'"):
         v.sample(p, q, drafts, uniforms=u, backend="cuda")
     with pytest.raises(InputError, match="top_k must be a positive integer"):
         v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=2.5)
@@ -266,15 +266,16 @@ def test_the_torch_routes_refusals() -> None:
 
 
 def test_the_graph_callables_are_the_torch_route() -> None:
-    """``_static_route(K, widths)`` (what the CUDA graph cache captures; one stable callable per key, since the cache
-    keys on it) returns the torch route's tokens and slots."""
+    """``_static_route(K, widths, kernel)`` (what the CUDA graph cache captures; one stable callable per key, since
+    the cache keys on it) returns the torch route's tokens and slots."""
     from otlp.verifiers.optimal_wor import _static_route
 
     p, q, drafts, u = _wor_rows(6, 300, 5, 3, 0.5, seed=21)
     widths = torch.tensor([1, 2, 3, 3, 2, 1])
     v = get("optimal_wor")
-    assert _static_route(7, True) is _static_route(7, True)
-    for fn, args, kw in ((_static_route(7, True), (widths,), {"widths": widths}), (_static_route(7, False), (), {})):
+    assert _static_route(7, True, False) is _static_route(7, True, False)
+    for fn, args, kw in ((_static_route(7, True, False), (widths,), {"widths": widths}),
+                         (_static_route(7, False, False), (), {})):
         got = fn(p, q, drafts, u, *args)
         want = v.sample(p, q, drafts, uniforms=u, backend="torch", top_k=7, **kw)
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))

@@ -505,9 +505,9 @@ def wor_closed_psi(p: np.ndarray, q: np.ndarray, order: np.ndarray, n: int = 2, 
     work = scratch.array("wor_closed_psi", (3, V + 1), np.float64)  # p and q in the order, p's suffix sums
     psi = np.empty(V + 1) if curve else None
     best, at = ctypes.c_double(), ctypes.c_int64()
-    lib.otlp_wor_closed_psi(p.ctypes.data, q.ctypes.data, order.ctypes.data, V, n, work[0].ctypes.data, work[1].ctypes.data,
-                         work[2].ctypes.data, None if psi is None else psi.ctypes.data, ctypes.byref(best),
-                         ctypes.byref(at))
+    lib.otlp_wor_closed_psi(p.ctypes.data, q.ctypes.data, order.ctypes.data, V, n, work[0].ctypes.data,
+                            work[1].ctypes.data, work[2].ctypes.data, None if psi is None else psi.ctypes.data,
+                            ctypes.byref(best), ctypes.byref(at))
     return psi, best.value, at.value
 
 

@@ -104,6 +104,25 @@ def test_numpy_route_matches_the_kernel() -> None:
     assert np.abs(got[1] - ref[1]).max() <= 1e-14
 
 
+@pytest.mark.parametrize("n", [3, 8])
+def test_the_kernels_quadrature_is_the_numpy_routes_on_its_own_nodes(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """prefix_subset_probability on a heavy-tailed row of 3,000 tokens with its own nodes (every range of the
+    kernel's per-token loops: the short series, the long series, the exponential, clocks surely rung), the C kernel
+    against the numpy route: F and the error estimate to 1e-14."""
+    from otlp.backend import native
+
+    if native.library() is None:
+        pytest.skip(f"native kernels not built: {native.reason()}")
+    rng = np.random.default_rng(n)
+    p, q = _family(rng, 3000, "heavy")
+    qs = q[ratio_order(p, q)]
+    got, err = prefix_subset_probability(qs, n)
+    monkeypatch.setenv("OTLP_NATIVE", "0")
+    ref, err_ref = prefix_subset_probability(qs, n)
+    assert np.abs(got - ref).max() <= 1e-14
+    assert abs(err - err_ref) <= 1e-14
+
+
 SUBNORMAL_ROWS = (([0.1, 0.2, 0.3, 0.4], [1.0, 1e-320, 1e-320, 1e-320]),  # 1 - q_h subnormal
                   ([0.4, 0.3, 0.2, 0.1, 0.0], [0.5, 0.5, 0.0, 0.0, 0.0]))  # two heaviest tied at 1/2
 

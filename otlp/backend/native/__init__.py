@@ -158,7 +158,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_sort_bucket.argtypes = [_VOID, _I64, _INT, _INT, _VOID]
     lib.otlp_sort_bucket.restype = _INT
     lib.otlp_wor_prefix.argtypes = [_VOID, _VOID, _I64, _INT, _VOID, _VOID, _F64, _I64, _VOID, _VOID]
-    lib.otlp_wor_prefix.restype = None
+    lib.otlp_wor_prefix.restype = _INT
     lib.otlp_wor_closed_psi.argtypes = [_VOID] * 3 + [_I64, _INT] + [_VOID] * 6
     lib.otlp_wor_closed_psi.restype = None
     lib.otlp_wor_plan.argtypes = [_VOID, _VOID, _I64, _I64, _VOID, _I64, _INT, _VOID, _INT, _F64, _VOID, _VOID]
@@ -486,8 +486,9 @@ def wor_prefix(qs: np.ndarray, r: np.ndarray, n: int, tA: np.ndarray, tB: np.nda
         return None
     qs, r, tA, tB = (np.ascontiguousarray(x, dtype=np.float64) for x in (qs, r, tA, tB))
     F, F2 = np.empty(r.size), np.empty(r.size)
-    lib.otlp_wor_prefix(qs.ctypes.data, r.ctypes.data, qs.size, n, tA.ctypes.data, tB.ctypes.data, float(h),
-                        tA.size, F.ctypes.data, F2.ctypes.data)
+    if lib.otlp_wor_prefix(qs.ctypes.data, r.ctypes.data, qs.size, n, tA.ctypes.data, tB.ctypes.data, float(h),
+                           tA.size, F.ctypes.data, F2.ctypes.data):
+        return None  # (its work arrays could not be allocated: the numpy route)
     return F, F2
 
 

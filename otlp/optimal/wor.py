@@ -147,7 +147,12 @@ def set_plan(p, q, sets, probs, *, steps: int | None = None, trials: int | None 
     ids = xp.where(present & (key == best[cell]), X.arange_like(p, G), G)
     fixed = ~present | (X.arange_like(p, G) == X.scatter_extreme(cell, ids, B * nb, largest=False)[cell])  # [B, G]
     theta = xp.log(X.maximum(goal, 1e-300) / X.maximum(reach, 1e-300))  # the start: y_j near goal_j alone
-    pair = (flat.reshape(B, S, 1, U) * G + elem[:, None]).reshape(B * S, -1)  # [B S, S U] (j, l) into [B G G]
+    if kernel:
+        from otlp.optimal import wor_triton
+
+        choice, residual = wor_triton.newton(theta, goal, fixed, present, sets, live, probs, failed, steps=steps,
+                                             trials=trials, tolerance=TOLERANCE)  # [B, U, n], [B]
+        return (probs[:, :, None] * choice).sum((1, 2)), choice, residual
 
     def expected(theta):  # noqa: ANN001, ANN202 - (choice [B, S, U], y [B, G], objective [B])
         logits = xp.where(live, theta.reshape(-1)[flat].reshape(B, S, U), -inf)
@@ -161,12 +166,7 @@ def set_plan(p, q, sets, probs, *, steps: int | None = None, trials: int | None 
     def gap(y):  # noqa: ANN001, ANN202 - [B] the largest |y - goal| over the present elements
         return X.max_rows(xp.where(present, xp.abs(y - goal), 0.0))
 
-    if kernel:
-        from otlp.optimal import wor_triton
-
-        choice, residual = wor_triton.newton(theta, goal, fixed, present, sets, live, probs, failed, steps=steps,
-                                             trials=trials, tolerance=TOLERANCE)  # [B, U, n], [B]
-        return (probs[:, :, None] * choice).sum((1, 2)), choice, residual
+    pair = (flat.reshape(B, S, 1, U) * G + elem[:, None]).reshape(B * S, -1)  # [B S, S U] (j, l) into [B G G]
     chosen = xp.where(present, goal, 0.0)  # [B, G] the objective's linear term
     choice, y, f = expected(theta)
     residual = gap(y)

@@ -25,7 +25,7 @@ Three routes compute that rule (``backend=``):
   K = 10 it moves 0.9 / 1.1 / 0.9x ``rrs_wor``'s bytes at n = 2 / 4 / 8 but makes 1,803 / 2,036 / 2,634 ops
   against ``rrs_wor``'s 69 / 111 / 195 (``benchmarks/bytes_moved.py`` and ``--ops``, meta tensors).
 * **triton** (the default on CUDA where Triton imports and the support has at most 62 tokens): the torch route with
-  the plan's Newton steps in one Triton program per row (:mod:`otlp.optimal.wor_triton`): 256 / 345 / 655 ops at
+  the plan's Newton steps in one Triton program per row (:mod:`otlp.optimal.wor_triton`): 254 / 343 / 653 ops at
   n = 2 / 4 / 8 (the kernel one of them). On the CPU it runs under ``TRITON_INTERPRET=1`` only (the tests).
 """
 

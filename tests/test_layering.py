@@ -180,12 +180,13 @@ def test_the_speed_machinery_imports_only_the_core():
 
 def test_the_core_reaches_the_speed_machinery_only_through_the_array_namespace():
     # the maths (distributions, drafts, psi, subsets) never imports the kernels, threads, CUDA graphs or scratch
-    # arrays. Two doors, each a function-level import of one C kernel with its numpy twin pinned by tests:
-    # otlp.core.xp (the array namespace the equations are written in: its packed sort) and otlp.core.psi_wor (its
-    # quadrature)
+    # arrays. Three doors, each a function-level import of C kernels with their numpy twins pinned by tests:
+    # otlp.core.xp (the array namespace the equations are written in: its packed sort), otlp.core.psi and
+    # otlp.core.psi_wor (psi on the sorted prefixes)
     doors = {("otlp.core.xp", "otlp.backend.native"), ("otlp.core.xp", "otlp.backend.scratch"),
              ("otlp.core.psi_wor", "otlp.backend.native"), ("otlp.core.xp", "otlp.backend"),
-             ("otlp.core.psi_wor", "otlp.backend")}
+             ("otlp.core.psi_wor", "otlp.backend"), ("otlp.core.psi", "otlp.backend.native"),
+             ("otlp.core.psi", "otlp.backend")}
     bad = [(a, b) for a, b, la, lb in _edges(lazy=True) if la == "core" and lb == "backend" and (a, b) not in doors]
     assert bad == []
     at_import = [(a, b) for a, b, la, lb in _edges(lazy=False) if la == "core" and lb not in ("core",)

@@ -170,11 +170,19 @@ def closed_form_min_psi(p: np.ndarray, draft: DraftScheme) -> tuple[float, np.nd
     """
     V = draft.V
     if isinstance(draft, IID):
-        order, values = sorted_prefix_psi(p, draft.q, draft.n)
-        m = int(np.argmin(values))  # first exact argmin
+        from otlp.backend import native  # the C pass (the numpy route's bits) loads on first use, not with the core
+
+        order = ratio_order(p, draft.q)
+        got = native.iid_psi(p, draft.q, order, draft.n, curve=False)  # after the sort, one pass
+        if got is None:
+            order, values = sorted_prefix_psi(p, draft.q, draft.n)
+            m = int(np.argmin(values))  # first exact argmin
+            value = float(values[m])
+        else:
+            _, value, m = got
         mask = np.zeros(V, dtype=bool)
         mask[order[:m]] = True
-        return float(values[m]), mask
+        return value, mask
     if isinstance(draft, (Greedy, SpecHub)):
         forced = np.zeros(V, dtype=bool)
         if isinstance(draft, Greedy):

@@ -63,7 +63,7 @@ tail += pi_a P(N = n - 1). So at one t every prefix costs O(n V).
   bounds the step-h error wherever the rule converges geometrically (it is the 2h rule's error, and the h rule's
   is about its square). The tests hold it to 1e-13 against enumeration at V <= 10 and measure it at V = 128k.
 
-So alpha* costs a sort, O(V log V), and K passes of O(n V) (``otlp_wor_prefix`` in ``otlp/backend/native/wor.c``, or a
+So alpha* costs a sort, O(V log V), and K passes of O(n V) (``otlp_wor_prefix`` in ``otlp/backend/native/psi.c``, or a
 numpy loop over the tokens where the kernels are not built).
 
 **The optimal rule** for these drafts is :mod:`otlp.optimal.wor` (issue 45): the same order and the records of psi

@@ -128,7 +128,7 @@ SUBNORMAL_ROWS = (([0.1, 0.2, 0.3, 0.4], [1.0, 1e-320, 1e-320, 1e-320]),  # 1 - 
 
 
 def test_one_and_two_draft_kernel_is_the_numpy_route_bit_for_bit() -> None:
-    """otlp_wor_closed_psi (wor.c), psi on every prefix at n = 1 and 2 and its first argmin after the sort, against
+    """otlp_wor_closed_psi (psi.c), psi on every prefix at n = 1 and 2 and its first argmin after the sort, against
     sorted_prefix_psi, the numpy reference: the same bits, on every family, at V up to 4096 and on subnormal rows."""
     from otlp.backend import native
     from otlp.core.psi_wor import sorted_prefix_psi

@@ -8,7 +8,7 @@ import hashlib
 from pathlib import Path
 
 #: the translation units, in the order they are compiled (module.c: the extension module's entry point)
-SOURCES = ("buckets.c", "chains.c", "bucket_rule.c", "kseq.c", "wor.c", "wor_plan.c", "module.c")
+SOURCES = ("buckets.c", "chains.c", "bucket_rule.c", "kseq.c", "psi.c", "wor_plan.c", "module.c")
 #: every file whose content the fingerprint covers
 FINGERPRINTED = (*SOURCES, "kernels.h")
 

@@ -144,7 +144,8 @@ def _prefix_integral_numpy(qs: np.ndarray, r: np.ndarray, n: int, tA: np.ndarray
             x = (qs[a] * tA) * tB
             rung = np.where(x < 1e-5, x * (1.0 - 0.5 * x * (1.0 - x / 3.0)),
                             np.where(x < 0.5, -np.expm1(-x), np.where(x < 745.0, 1.0 - np.exp(-x), 1.0)))
-            stay = np.where(x < 0.5, 1.0 - rung, np.where(x < 745.0, np.exp(-x), 0.0))  # as otlp_wor_prefix
+            # (otlp_wor_prefix: the same forms, its own exponentials, and 0 past 708 rather than 745: below 3e-308)
+            stay = np.where(x < 0.5, 1.0 - rung, np.where(x < 745.0, np.exp(-x), 0.0))
             tail = tail + rung * pmf[n - 1]
             pmf[1:] = pmf[1:] * stay + pmf[:-1] * rung
             pmf[0] = pmf[0] * stay

@@ -6,7 +6,7 @@ Without CUDA the kernel runs under ``TRITON_INTERPRET=1``; without Triton instal
 
 * The plan against :func:`otlp.optimal.wor.set_plan` on tensors, its reference, from the same setup: choices and
   acceptance to 1e-12 and the same rows converged, on instances with ties in q and in q/p, zeros in p, a target all
-  on the support (OTHER of mass 0), a near point mass, n = 1 to 4; also cut to 0 and 1 Newton step (the same
+  on the support (OTHER of mass 0), a near point mass, n = 1 to 4 and 8; also cut to 0 and 1 Newton step (the same
   unconverged plan, so the same trajectory).
 * The route's law and acceptance by enumeration of every ordered tuple (law p to 1e-12, acceptance alpha* to 1e-10).
 * The route's tokens and slots equal the torch route's on LM-like rows (float32 and bfloat16, widths).
@@ -68,7 +68,7 @@ def _instances(k: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Te
     return torch.tensor(np.array(rows_p)), torch.tensor(np.array(rows_q))
 
 
-@pytest.mark.parametrize(("k", "n"), [(5, 1), (6, 2), (7, 3), (7, 4)])
+@pytest.mark.parametrize(("k", "n"), [(5, 1), (6, 2), (7, 3), (7, 4), (10, 8)])
 def test_the_kernel_is_set_plan_to_rounding(kernel, k: int, n: int) -> None:  # noqa: ANN001
     rng = np.random.default_rng(100 + 10 * k + n)
     p, q = _instances(k, rng)

@@ -174,8 +174,9 @@ def closed_form_min_psi(p: np.ndarray, draft: DraftScheme) -> tuple[float, np.nd
 
         order = ratio_order(p, draft.q)
         got = native.iid_psi(p, draft.q, order, draft.n, curve=False)  # after the sort, one pass
-        if got is None:
-            order, values = sorted_prefix_psi(p, draft.q, draft.n)
+        if got is None:  # sorted_prefix_psi's numpy passes on this order
+            with np.errstate(divide="ignore"):
+                values = sorted_psi(p[order], draft.q[order], draft.n)[3]
             m = int(np.argmin(values))  # first exact argmin
             value = float(values[m])
         else:

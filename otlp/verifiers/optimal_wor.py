@@ -17,13 +17,13 @@ Three routes compute that rule (``backend=``):
 * **host** (the default on the CPU): the row groups above (benchmarks/wor.py --top-k, docs/OPTIMAL.md: 0.5-1.4x
   ``rrs_wor`` at k = 10 and 0.8-8.5x at k = 20, where the sets' Newton steps cost more than reading the rows). On an
   accelerator it would synchronise.
-* **torch** (the default elsewhere, :func:`static_sample`): every row on the tensors' device with static shapes and
-  no host sync when ``top_k=`` gives the support size K: ``torch.topk`` for the support, the same ``set_plan`` on
-  tensors with a fixed number of Newton steps, the plan capped so that its law is p even where a row has not
-  converged, the residual draw in token order; capturable in a CUDA graph (``graphs=True``). The same tokens as the
-  host route on every test row. Its cost on a device is its kernel launches, not its bytes: at B = 64, V = 128k,
-  K = 10 it moves 0.9 / 1.1 / 0.9x ``rrs_wor``'s bytes at n = 2 / 4 / 8 but makes 1,803 / 2,036 / 2,634 ops
-  against ``rrs_wor``'s 69 / 111 / 195 (``benchmarks/bytes_moved.py`` and ``--ops``, meta tensors).
+* **torch** (the default on other devices, :func:`static_sample`): every row on the tensors' device with static
+  shapes and no host sync when ``top_k=`` gives the support size K: ``torch.topk`` for the support, the same
+  ``set_plan`` on tensors with a fixed number of Newton steps, the plan capped so that its law is p even where a row
+  has not converged, the residual draw in token order; capturable in a CUDA graph (``graphs=True``). The same tokens
+  as the host route on every test row. Its cost on a device is its kernel launches, not its bytes: at B = 64,
+  V = 128k, K = 10 it moves 0.9 / 1.1 / 0.9x ``rrs_wor``'s bytes at n = 2 / 4 / 8 but makes 1,803 / 2,036 / 2,634
+  ops against ``rrs_wor``'s 69 / 111 / 195 (``benchmarks/bytes_moved.py`` and ``--ops``, meta tensors).
 * **triton** (the default on CUDA where Triton imports and the support has at most 62 tokens): the torch route with
   the plan's Newton steps in one Triton program per row (:mod:`otlp.optimal.wor_triton`): 254 / 343 / 653 ops at
   n = 2 / 4 / 8 (the kernel one of them). On the CPU it runs under ``TRITON_INTERPRET=1`` only (the tests).
@@ -87,7 +87,7 @@ class OptimalWithoutReplacement(Optimal):
         support size K, at least each row's number of tokens of q > 0 (checked with validation on); None counts them
         (one host sync). ``graphs=True`` (the torch route on CUDA tensors; elsewhere ignored): replayed from a CUDA
         graph captured per shape (:class:`otlp.backend.cuda_graphs.GraphCache`: the same tokens, one launch for the
-        plan's small kernels, about 1,800-2,600 at n = 2-8)."""
+        route's small kernels, about 1,800-2,600 at n = 2-8 on the torch route and 250-650 on the Triton route)."""
         import torch
 
         if backend not in BACKENDS:

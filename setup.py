@@ -32,7 +32,7 @@ FINGERPRINT = _sources.fingerprint(Path(NATIVE))
 SYMBOLS = ["otlp_bucket_sums", "otlp_gather_selected", "otlp_row_stats", "otlp_sort_runs", "otlp_normalised_keys",
            "otlp_slot_mass", "otlp_window_chain", "otlp_prefix", "otlp_served_group", "otlp_pieces", "otlp_sample",
            "otlp_single_draft", "otlp_bucket_rule", "otlp_kseq_first_stage", "otlp_sort_bucket", "otlp_openmp",
-           "otlp_wor_prefix", "otlp_wor_closed_psi", "otlp_iid_psi", "otlp_wor_plan", "otlp_set_probabilities",
+           "otlp_wor_prefix", "otlp_wor_closed_psi", "otlp_wor_plan", "otlp_set_probabilities",
            "otlp_source_fingerprint"]
 #: no -ffast-math (IEEE results: the numpy route's bits) and no contraction into fused multiply-adds;
 #: -fno-trapping-math lets the compiler compute both sides of a select in vector lanes (nothing reads FP flags);

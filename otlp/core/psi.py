@@ -173,14 +173,14 @@ def closed_form_min_psi(p: np.ndarray, draft: DraftScheme) -> tuple[float, np.nd
         from otlp.backend import native  # the C pass (the numpy route's bits) loads on first use, not with the core
 
         order = ratio_order(p, draft.q)
-        got = native.iid_psi(p, draft.q, order, draft.n, curve=False)  # after the sort, one pass
+        got = native.prefix(p[None], draft.q[None], order[None], draft.n, reuse=True)  # after the sort, two passes
         if got is None:  # sorted_prefix_psi's numpy passes on this order
             with np.errstate(divide="ignore"):
                 values = sorted_psi(p[order], draft.q[order], draft.n)[3]
             m = int(np.argmin(values))  # first exact argmin
-            value = float(values[m])
         else:
-            _, value, m = got
+            values, m = got[4][0], int(got[5][0])
+        value = float(values[m])
         mask = np.zeros(V, dtype=bool)
         mask[order[:m]] = True
         return value, mask

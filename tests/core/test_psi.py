@@ -1,5 +1,6 @@
-"""psi on the sorted prefixes for i.i.d. drafts (otlp.core.psi): the C pass after the sort (``otlp_iid_psi`` in
-otlp/backend/native/psi.c) against the numpy reference, bit for bit, and alpha* through either route."""
+"""psi on the sorted prefixes for i.i.d. drafts (otlp.core.psi): the C passes after the sort that alpha* takes
+(``otlp_prefix`` in otlp/backend/native/chains.c, one row) against the numpy reference, bit for bit, and alpha*
+through either route."""
 
 from __future__ import annotations
 
@@ -22,19 +23,19 @@ def _rows() -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def test_the_kernel_is_the_numpy_route_bit_for_bit() -> None:
-    """psi on every prefix, its minimum and first argmin: the same bits, every family, V = 1 to 5000, n = 1 to 64."""
+    """psi on every prefix and its first argmin, on one row as alpha* calls it: the same bits, every family,
+    V = 1 to 5000, n = 1 to 32 (above it the numpy route)."""
     from otlp.backend import native
 
-    for (p, q), n in itertools.product(_rows(), (1, 2, 3, 8, 64)):
+    for (p, q), n in itertools.product(_rows(), (1, 2, 3, 8, 32)):
         order = ratio_order(p, q)
-        got = native.iid_psi(p, q, order, n)
+        got = native.prefix(p[None], q[None], order[None], n, reuse=True)
         if got is None:
             pytest.skip(f"native kernels not built: {native.reason()}")
         _, ref = sorted_prefix_psi(p, q, n)
-        assert np.array_equal(got[0], ref), (p, q, n)
-        assert got[1] == ref.min() and got[2] == int(np.argmin(ref))
-        assert native.iid_psi(p, q, order, n, curve=False)[1:] == got[1:]
-    assert native.iid_psi(p, q, order, 65) is None  # past int_power's squaring: the numpy route
+        assert np.array_equal(got[4][0], ref), (p, q, n)
+        assert int(got[5][0]) == int(np.argmin(ref))
+    assert native.prefix(p[None], q[None], order[None], native.SLOT_MASS_MAX_N + 1) is None
 
 
 def test_alpha_star_is_the_same_on_both_routes(monkeypatch: pytest.MonkeyPatch) -> None:

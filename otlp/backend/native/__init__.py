@@ -159,8 +159,6 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_sort_bucket.restype = _INT
     lib.otlp_wor_prefix.argtypes = [_VOID, _VOID, _I64, _INT, _VOID, _VOID, _F64, _I64, _VOID, _VOID]
     lib.otlp_wor_prefix.restype = _INT
-    lib.otlp_iid_psi.argtypes = [_VOID] * 3 + [_I64, _INT] + [_VOID] * 5
-    lib.otlp_iid_psi.restype = None
     lib.otlp_wor_closed_psi.argtypes = [_VOID] * 3 + [_I64, _INT] + [_VOID] * 6
     lib.otlp_wor_closed_psi.restype = None
     lib.otlp_wor_plan.argtypes = [_VOID, _VOID, _I64, _I64, _VOID, _I64, _INT, _VOID, _INT, _F64, _VOID, _VOID]
@@ -492,25 +490,6 @@ def wor_prefix(qs: np.ndarray, r: np.ndarray, n: int, tA: np.ndarray, tB: np.nda
                            tA.size, F.ctypes.data, F2.ctypes.data):
         return None  # (its work arrays could not be allocated: the numpy route)
     return F, F2
-
-
-def iid_psi(p: np.ndarray, q: np.ndarray, order: np.ndarray, n: int, *, curve: bool = True):  # noqa: ANN201
-    """:func:`otlp.core.psi.sorted_prefix_psi` after its sort, in ``otlp_iid_psi`` (``psi.c``): float64 ``p, q [V]``
-    and their decreasing-q/p ``order [V]`` -> ``(psi [V + 1] or None, min psi, its first argmin)``, the same bits as
-    the numpy route; ``curve=False`` leaves psi out. None where the kernels are not built or n is above 64
-    (:data:`otlp.core.psi.POWER_BY_SQUARING_MAX`: past it the numpy route takes exp and log)."""
-    lib = library()
-    if lib is None or not 1 <= n <= 64 or p.size == 0:
-        return None
-    p, q = (np.ascontiguousarray(x, dtype=np.float64) for x in (p, q))
-    order = np.ascontiguousarray(order, dtype=np.int64)
-    V = p.size
-    work = scratch.array("iid_psi", (2, V + 1), np.float64)  # the suffix sums of p and q
-    psi = np.empty(V + 1) if curve else None
-    best, at = ctypes.c_double(), ctypes.c_int64()
-    lib.otlp_iid_psi(p.ctypes.data, q.ctypes.data, order.ctypes.data, V, n, work[0].ctypes.data, work[1].ctypes.data,
-                     None if psi is None else psi.ctypes.data, ctypes.byref(best), ctypes.byref(at))
-    return psi, best.value, at.value
 
 
 def wor_closed_psi(p: np.ndarray, q: np.ndarray, order: np.ndarray, n: int = 2, *, curve: bool = True):  # noqa: ANN201

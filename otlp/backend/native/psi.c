@@ -1,8 +1,8 @@
 /* psi on the prefixes of the decreasing-q/p order, the minimum behind alpha* (otlp/core/psi.py for i.i.d. drafts,
  * otlp/core/psi_wor.py for drafts sampled without replacement), after the caller's sort.
  *
- * i.i.d. (otlp_iid_psi) and WOR at n <= 2 (otlp_wor_closed_psi): closed forms, in two passes and no [V] temporaries,
- * the numpy route's operations in its order, so its bits.
+ * WOR at n <= 2 (otlp_wor_closed_psi): closed forms, in two passes and no [V] temporaries, the numpy route's
+ * operations in its order, so its bits (i.i.d. drafts: otlp_prefix in chains.c).
  *
  * WOR at n >= 3 (otlp_wor_prefix): F_m = P(the n draws lie in the first m tokens) = int_0^inf r_m e^{-r_m t}
  * P(N_m(t) >= n) dt, with N_m(t) the number of the first m tokens whose exponential clock (rate q_a) has rung by t
@@ -229,59 +229,6 @@ void otlp_wor_closed_psi(const double *p, const double *q, const int64_t *order,
         }
     }
     if (psi != NULL) psi[V] = 0.0;
-    *best = low;
-    *at = low_at;
-}
-
-/* x^k by otlp.core.psi.int_power's repeated squaring (the same products in the same order), k >= 1 */
-static inline double int_power(double x, int k) {
-    double out = x;
-    int have = 0;
-    for (;;) {
-        if (k & 1) {
-            out = have ? out * x : x;
-            have = 1;
-        }
-        k >>= 1;
-        if (!k) return out;
-        x = x * x;
-    }
-}
-
-/* psi on every prefix for i.i.d. drafts and its first minimum (otlp/core/psi.py: sorted_prefix_psi, n <= 64): P_m -
- * Q_m^n, or (1 - (1 - min(Qbar_m, 1))^n) - Pbar_m where Q_m > 1/2. p, q [V] as given, order [V] their decreasing-q/p
- * order; suffix_p, suffix_q [V + 1] work (the suffix sums from the top, as numpy's reversed cumsum); psi [V + 1]
- * filled where not NULL. */
-void otlp_iid_psi(const double *p, const double *q, const int64_t *order, int64_t V, int n, double *suffix_p,
-                  double *suffix_q, double *psi, double *best, int64_t *at) {
-    suffix_p[V] = 0.0;
-    suffix_q[V] = 0.0;
-    suffix_p[V - 1] = p[order[V - 1]];
-    suffix_q[V - 1] = q[order[V - 1]];
-    for (int64_t i = V - 2; i >= 0; i--) {
-        suffix_p[i] = suffix_p[i + 1] + p[order[i]];
-        suffix_q[i] = suffix_q[i + 1] + q[order[i]];
-    }
-    double P = 0.0, Q = 0.0, low = 0.0;
-    int64_t low_at = 0;
-    if (psi != NULL) psi[0] = 0.0;
-    for (int64_t m = 1; m < V; m++) {
-        P += p[order[m - 1]];
-        Q += q[order[m - 1]];
-        double value;
-        if (Q > 0.5) {
-            const double qbar = suffix_q[m] < 1.0 ? suffix_q[m] : 1.0;
-            value = (1.0 - int_power(1.0 - qbar, n)) - suffix_p[m];
-        } else {
-            value = P - int_power(Q, n);
-        }
-        if (psi != NULL) psi[m] = value;
-        if (value < low) {
-            low = value;
-            low_at = m;
-        }
-    }
-    if (psi != NULL && V > 0) psi[V] = 0.0;
     *best = low;
     *at = low_at;
 }

@@ -74,7 +74,7 @@ def _kernel_passes(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.nd
     wide = int(p.dtype == np.float64)
     inv_p, inv_q = (np.ascontiguousarray(x, dtype=np.float64) for x in (inv_p, inv_q))
     bucket, Pb, Qb = np.empty((B, V), dtype=np.uint16), np.empty((B, sc.NB)), np.empty((B, sc.NB))
-    work = np.empty(2 * sc.NB)
+    work = np.empty(2 * (sc.NB + 16))  # (kernels.h: OTLP_ZERO_SLOTS)
     lib.otlp_bucket_sums(p.ctypes.data, q.ctypes.data, wide, B, V, inv_p.ctypes.data, inv_q.ctypes.data, sc.bits,
                          BK._top(sc.bits), sc.NB, BK._BELOW, 2.0**BK.OCTAVES, bucket.ctypes.data, Pb.ctypes.data,
                          Qb.ctypes.data, work.ctypes.data)

@@ -156,12 +156,12 @@ static int work_alloc(struct work *W, int64_t V, int64_t NB) {
                       &W->run_p, &W->run_q, &W->run_low, &W->lwork};
     double **com[] = {&W->Pg, &W->Qg, &W->key, &W->ps, &W->qs, &W->pq, &W->sq, &W->psi, &W->pwork};
     const size_t n_lev = sizeof lev / sizeof *lev, n_com = sizeof com / sizeof *com;
-    const size_t doubles = 2 * nb + n_lev * nb + n_com * K + 2 * SPLIT_WAYS * SPLIT_SLOTS;
+    const size_t doubles = 2 * (nb + OTLP_ZERO_SLOTS) + n_lev * nb + n_com * K + 2 * SPLIT_WAYS * SPLIT_SLOTS;
     const size_t ints = 4 * nb + 4 * K + DIGITS + 1 + SPLIT_WAYS * SPLIT_SLOTS;
     W->block = malloc(sizeof(double) * doubles + sizeof(int64_t) * ints + (size_t)V * 2 + 6 * nb + 64);
     if (!W->block) return -1;
     double *d = W->block;
-    W->hist = d, d += 2 * nb;
+    W->hist = d, d += 2 * (nb + OTLP_ZERO_SLOTS);
     for (size_t i = 0; i < n_lev; i++) *lev[i] = d, d += nb;
     for (size_t i = 0; i < n_com; i++) *com[i] = d, d += K;
     W->acc = d, d += 2 * SPLIT_WAYS * SPLIT_SLOTS;

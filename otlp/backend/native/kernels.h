@@ -55,6 +55,9 @@ static inline double int_power(double x, int k) { /* x^k by repeated squaring, k
     }
 }
 
+/* otlp_bucket_sums' work holds 2 (NB + OTLP_ZERO_SLOTS) doubles: the buckets' pairs, then the slots of the tokens
+ * with P = 0 or Q = 0 (buckets.c) */
+#define OTLP_ZERO_SLOTS 16
 void otlp_bucket_sums(const void *p, const void *q, int is_double, int64_t B, int64_t V, const double *inv_p,
                       const double *inv_q, int bits, int64_t top, int64_t NB, double below, double above,
                       uint16_t *bucket, double *Pb, double *Qb, double *work);

@@ -4,7 +4,8 @@
 * :func:`histogram`: one program per (row, block of ``BLOCK`` tokens); each token's normalised masses P = p inv_p,
   Q = q inv_q (float64, the values of :func:`.chains.normalised_rows`), its ratio key q/p and bucket
   (:func:`.device_buckets.token_buckets`), added into the row's count, sum P and sum Q by atomics (float64 atomics:
-  the sums' order, so their last bits, varies from run to run; the certificate's margins take rounding).
+  the sums' order, so their last bits, varies from run to run; the certificate's margins take rounding); the tokens
+  of p = 0 or q = 0 summed in the block first.
 * :func:`compact`: one program per row, its tokens block by block in token order; a token of a selected bucket
   goes to the next column of the row's ``[K]`` buffer (a block's prefix sum), past K only counted.
 * :func:`segments`: one program per (row, block of ``SEG_BLOCK`` tokens); a token of a draft's unsorted bucket is
@@ -20,6 +21,8 @@ use (``TRITON_INTERPRET`` is read then).
 from __future__ import annotations
 
 import functools
+import math
+import struct
 
 from otlp.optimal import buckets as BK
 from otlp.optimal.device_buckets import Passes, inverse_sums_one_read
@@ -49,16 +52,26 @@ def _kernels():  # noqa: ANN202
     @triton.jit
     def hist(p_ptr, q_ptr, ip_ptr, iq_ptr, count_ptr, Pb_ptr, Qb_ptr, V, NB,  # noqa: ANN001, ANN202
              BELOW: tl.constexpr, ABOVE: tl.constexpr, TOP: tl.constexpr, SHIFT: tl.constexpr,
-             TB: tl.constexpr, BLOCK: tl.constexpr):
+             TB: tl.constexpr, BLOCK: tl.constexpr, KA: tl.constexpr, KB: tl.constexpr):
         row = tl.program_id(0)
         i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         m = i < V
         P, Q, _, b = TB(p_ptr, q_ptr, row.to(tl.int64) * V, i, m, tl.load(ip_ptr + row), tl.load(iq_ptr + row), BELOW,
                         ABOVE, TOP, SHIFT)
+        ends = (b == KA) | (b == KB)  # p = 0, and q = 0: a filtered row's many tokens, in one bucket each
         b += row.to(tl.int64) * NB
-        tl.atomic_add(count_ptr + b, tl.full([BLOCK], 1, tl.int64), mask=m)
-        tl.atomic_add(Pb_ptr + b, P, mask=m)
-        tl.atomic_add(Qb_ptr + b, Q, mask=m)
+        tl.atomic_add(count_ptr + b, tl.full([BLOCK], 1, tl.int64), mask=m & ~ends)
+        tl.atomic_add(Pb_ptr + b, P, mask=m & ~ends)
+        tl.atomic_add(Qb_ptr + b, Q, mask=m & ~ends)
+        for k in tl.static_range(2):  # those two buckets summed in the block first: one atomic each, not a token's
+            K = KA if k == 0 else KB
+            at = m & (b == row.to(tl.int64) * NB + K)
+            c = tl.reduce(at.to(tl.int64), 0, tl.standard._sum_combine)
+            tl.atomic_add(count_ptr + row.to(tl.int64) * NB + K, c, mask=c > 0)
+            tl.atomic_add(Pb_ptr + row.to(tl.int64) * NB + K, tl.reduce(tl.where(at, P, 0.0), 0,
+                                                                          tl.standard._sum_combine), mask=c > 0)
+            tl.atomic_add(Qb_ptr + row.to(tl.int64) * NB + K, tl.reduce(tl.where(at, Q, 0.0), 0,
+                                                                          tl.standard._sum_combine), mask=c > 0)
 
     @triton.jit
     def gather(p_ptr, q_ptr, ip_ptr, iq_ptr, sel_ptr, ids_ptr, Pc_ptr, Qc_ptr, count_ptr, V, NB, K,  # noqa: ANN001, ANN202
@@ -133,8 +146,17 @@ def _constants(sc: BK.Scheme) -> dict:
             "TB": _kernels()[3]}
 
 
+def _end_bucket(sc: BK.Scheme, key: float) -> int:
+    """The bucket of a ratio key q/p (:func:`.device_buckets.token_buckets`): of ``inf`` (p = 0), the top one; of 0
+    (q = 0, and p = q = 0), the bottom one."""
+    x = min(max(key, BK._BELOW), 2.0**BK.OCTAVES)
+    return BK._top(sc.bits) - (struct.unpack("<q", struct.pack("<d", x))[0] >> (52 - sc.bits))
+
+
 def histogram(p, q, inv_p, inv_q, sc: BK.Scheme):  # noqa: ANN001, ANN201
-    """:func:`.device_buckets.histogram` as one kernel."""
+    """:func:`.device_buckets.histogram` as one kernel. A filtered row's tokens of p = 0 (or q = 0) all fall in one
+    bucket, where a token's atomic each would queue on one address: a block sums them first and adds them with one
+    atomic (the same sums, to rounding)."""
     import torch
 
     B, V = p.shape
@@ -144,7 +166,7 @@ def histogram(p, q, inv_p, inv_q, sc: BK.Scheme):  # noqa: ANN001, ANN201
     Qb = torch.zeros_like(Pb)
     hist = _kernels()[0]
     hist[(B, -(-V // BLOCK))](p, q, inv_p.contiguous(), inv_q.contiguous(), count, Pb, Qb, V, sc.NB,
-                              BLOCK=BLOCK, **_constants(sc))
+                              BLOCK=BLOCK, KA=_end_bucket(sc, math.inf), KB=_end_bucket(sc, 0.0), **_constants(sc))
     return count, Pb, Qb
 
 

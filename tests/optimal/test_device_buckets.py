@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -230,15 +232,21 @@ def triton_passes(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_triton_passes_equal_the_torch_passes(triton_passes, dtype) -> None:  # noqa: ANN001
     """Counts, compacted ids and masses equal; the bucket sums to rounding (float64 atomics add in another order).
-    Rows with p = 0, q = 0 and p = q = 0 tokens, bits 0 and 5, a buffer that overflows and one that does not."""
+    Rows with p = 0, q = 0 and p = q = 0 tokens, and one filtered to p's top 50 and q's top 300 tokens (the two
+    end buckets hold nearly all of its tokens, summed in a block before their atomics), bits 0 and 5, a buffer that
+    overflows and one that does not."""
     from otlp.optimal import buckets as BK
 
     p, q, _, _ = lm_rows(3, 2500, 4, "1", 4, dtype)
     p[0, :6], q[0, 4:9], p[1, 100:140], q[1, 100:120] = 0.0, 0.0, 0.0, 0.0
+    p[2, p[2].argsort()[:-50]], q[2, q[2].argsort()[:-300]] = 0.0, 0.0
     inv_p, inv_q = DB.inverse_sums(p), DB.inverse_sums(q)
     g = torch.Generator().manual_seed(1)
     for bits in (0, 5):
         sc = BK.scheme(bits)
+        P, Q = (torch.tensor([x], dtype=torch.float64) for x in ([0.0, 1.0, 0.0], [1.0, 0.0, 0.0]))
+        ends = [triton_passes._end_bucket(sc, x) for x in (math.inf, 0.0, 0.0)]  # (the kernel's end buckets)
+        assert DB.token_buckets(P, Q, sc)[1].tolist() == [ends]
         a, b = DB.histogram(p, q, inv_p, inv_q, sc), triton_passes.histogram(p, q, inv_p, inv_q, sc)
         assert torch.equal(a[0], b[0])
         for x, y in zip(a[1:], b[1:], strict=True):

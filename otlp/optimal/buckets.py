@@ -54,6 +54,17 @@ takes a strict bound (just above psi at its end), drafts in it enter first with 
 in it rejects (the proof and the rounding conditions: ``bucket_rule.c``'s ``inf_run``;
 tests/optimal/test_filtered_targets.py).
 
+*Crowded rows* (the native route). A draft within a percent of its target (1 - TV above 0.99) has its ratios within
+a few percent of 1, in one or two of :func:`bits_for`'s buckets (4.4% wide at V = 32k), so its compressed instance
+would hold most of the row: such rows took the full sort, 16-35x RRS (V = 32k-128k, B = 64, sigma 0.01 and
+0.001, one thread). The kernel now leaves a row before its first gather where ``CROWD`` of 192 tokens spread over it
+lie in buckets that gather would take (status ``CROWDED``; a row the sample misses is left after the gather, status
+0, as before), and :func:`verify_chunks` tries those rows again on :func:`zoom`'s scheme: one octave each side of 1 in
+about V / 32 buckets an octave, where they are certified (the sampler's rows at V = 32k and 128k, sigma 0.01 and
+0.001: every one, at 2.1-6.1x RRS; benchmarks/verifiers.py ``--drafts 0.01 0.001 --rates``, column ``zoom``). A row
+left before its gather that the finer buckets leave too takes the first scheme once more without the sample, as
+before; exact ties (p = q) fill one bucket of any scheme and take their full order.
+
 The route runs where :mod:`otlp.backend.native`'s kernels are built: a row takes all five steps at once in
 ``otlp_bucket_rule`` (``otlp/backend/native/bucket_rule.c``, one row at a time, its arrays in cache; from
 ``THREADS_MIN`` entries a call's rows taken one at a time by an OpenMP team of torch's thread count). Certified rows
@@ -68,6 +79,7 @@ B = 64, V = 128k, n = 4, sigma 0.5: 5.3 s against 0.81 s), and it was retired (i
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +99,14 @@ MIN_V = 1000
 MIN_ENTRIES = 1 << 15
 #: rows tried again with the failing runs sorted, before the full sort.
 ATTEMPTS = 2
+#: rows whose ratios crowd a few buckets (status 0: a draft very close to its target) are tried once more on
+#: :func:`zoom`'s finer buckets about 1, ``ZOOM_OCTAVES`` octave each side, before their full order
+ZOOM = True
+ZOOM_OCTAVES = 1
+#: a row of which CROWD of 192 tokens spread over it lie in buckets its first attempt would gather is left before
+#: that gather, status CROWDED, for the finer buckets (``bucket_rule.c``'s ``crowded``)
+CROWD = 144
+CROWDED = -(ATTEMPTS + 1)
 #: a row whose compressed instance holds more than 1 / FULL_SORT_SHARE of its tokens takes the full sort at once: a
 #: draft close to the target (ratios within a few octaves) selects most buckets, and its first attempt then fails
 #: and its second is a full sort with the buckets' work on top. With the bounded window (``BOUND``) such rows
@@ -123,32 +143,51 @@ def bits_for(V: int) -> int:
 
 @dataclass(frozen=True)
 class Scheme:
-    """The buckets for ``bits`` bits per octave: ``NB`` per row, bucket 0 the highest ratios; ``LO, HI [NB]`` each
-    bucket's ratio range [LO, HI) (the top bucket's HI = inf takes +inf too; the bottom bucket's LO = 0, p = q = 0
-    tokens aside) and ``KEY [NB]`` a merged run's sort key (LO; -1, p = q = 0's key, for the bottom bucket)."""
+    """The buckets for ``bits`` bits per octave over [2^-octaves, 2^octaves): ``NB`` per row, bucket 0 the highest
+    ratios; ``LO, HI [NB]`` each bucket's ratio range [LO, HI) (the top bucket's HI = inf takes +inf too; the bottom
+    bucket's LO = 0, p = q = 0 tokens aside) and ``KEY [NB]`` a merged run's sort key (LO; -1, p = q = 0's key, for
+    the bottom bucket); ``top`` the top bucket's pattern key, ``below`` and ``above`` the clamps of a token's ratio
+    before its pattern is read (``buckets.c``'s ``bucket_of``)."""
 
     bits: int
     NB: int
     LO: np.ndarray
     HI: np.ndarray
     KEY: np.ndarray
+    octaves: int = OCTAVES
+    top: int = 0
+    below: float = 0.0
+    above: float = 0.0
 
 
 #: the largest float64 below 2^-OCTAVES: its bucket is the bottom one.
 _BELOW = float(np.nextafter(2.0**-OCTAVES, 0.0))
 
 
-def _top(bits: int) -> int:
-    """The pattern key of the top bucket's lowest ratio, 2^OCTAVES."""
-    return int(np.float64(2.0**OCTAVES).view(np.int64)) >> (52 - bits)
+def _top(bits: int, octaves: int = OCTAVES) -> int:
+    """The pattern key of the top bucket's lowest ratio, 2^octaves."""
+    return int(np.float64(2.0**octaves).view(np.int64)) >> (52 - bits)
 
 
 @functools.cache
-def scheme(bits: int) -> Scheme:
-    NB = 2 * OCTAVES * (1 << bits) + 2
-    edges = ((_top(bits) - np.arange(NB - 1, dtype=np.int64)) << (52 - bits)).view(np.float64)  # [NB - 1] lower edges
+def scheme(bits: int, octaves: int = OCTAVES) -> Scheme:
+    NB = 2 * octaves * (1 << bits) + 2
+    top = _top(bits, octaves)
+    edges = ((top - np.arange(NB - 1, dtype=np.int64)) << (52 - bits)).view(np.float64)  # [NB - 1] lower edges
     return Scheme(bits=bits, NB=NB, LO=np.concatenate([edges, [0.0]]), HI=np.concatenate([[np.inf], edges]),
-                  KEY=np.concatenate([edges, [-1.0]]))
+                  KEY=np.concatenate([edges, [-1.0]]), octaves=octaves, top=top,
+                  below=float(np.nextafter(2.0**-octaves, 0.0)), above=2.0**octaves)
+
+
+def zoom(V: int) -> Scheme:
+    """The scheme of a row whose ratios fill so few of :func:`bits_for`'s buckets that its compressed instance would
+    hold more than 1 / ``FULL_SORT_SHARE`` of its tokens (a draft very close to its target, 1 - TV above 0.99: its
+    normalised ratios within a few percent of 1): ``ZOOM_OCTAVES`` octave each side of 1 in about V / 32 buckets an
+    octave (2^round(log2(V / 32)), 2^4 to 2^12: NB about V / 16, room left in the instance for the tokens), the
+    rest in the top and bottom buckets. At V = 4k, 32k and 128k, B = 64, n = 2 and 8, that many were the fastest or
+    within 1.3x of the fastest of four widths on drafts of sigma 0.05, 0.01 and 0.001 (one thread; a draft of
+    sigma 0.001 at V = 4k fills even those buckets' instances: the full sort)."""
+    return scheme(min(max(round(math.log2(max(V, 1) / 32)), 4), 12), ZOOM_OCTAVES)
 
 
 def psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n: int):  # noqa: ANN001, ANN201 - numpy arrays or tensors
@@ -184,35 +223,61 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     (a slice or an int64 index array) of the inputs as float32 or float64 arrays ``[rows, V]`` and the reciprocals of
     their sums ``[rows]``. Each row start to end in :func:`otlp.backend.native.bucket_rule` (:func:`_native_rows`),
     from ``THREADS_MIN`` entries its rows taken one at a time by an OpenMP team of :func:`otlp.backend.threads.count`
-    threads inside the one call. Without the kernels (or for inputs they do not take: n > 32, p and q of different
+    threads inside the one call; rows whose ratios crowd a few buckets tried on :func:`zoom`'s (module docstring),
+    where ``bits`` is not given; a few rows (``WHOLE_ROWS``, or all with a team) that are still left take their full
+    order in a last native call. Without the kernels (or for inputs they do not take: n > 32, p and q of different
     dtypes) no row is done: the caller takes the full sort, which there is the faster route on close drafts (module
     docstring)."""
     sc = scheme(bits_for(V) if bits is None else bits)
-    team = threads.count() if B * V >= THREADS_MIN else 1
-    got = _native_rows(*load(slice(0, B)), w, U, n, sc, threads=team) if native.library() else None
+    zoomed = ZOOM and bits is None
+    got = (_native_rows(*load(slice(0, B)), w, U, n, sc, threads=team_for(B, V), whole=0, crowd=CROWD * zoomed)
+           if native.library() else None)
     if got is None:
         return np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64), np.zeros(B, dtype=bool)
     tokens, index, status = got
-    left = np.flatnonzero(status <= 0)  # (none with a team: it took their full order in the call)
-    if 0 < left.size <= WHOLE_ROWS:  # a few: their full order in C too, every bucket selected
+    if zoomed:  # rows whose ratios crowd a few buckets: tried on finer buckets about 1 (zoom)
+        early = status == CROWDED  # (left before their gather: tried as before where the finer buckets fail too)
+        crowded = np.flatnonzero((status == 0) | early)
+        for sc_try in (zoom(V), sc):
+            if not crowded.size:
+                break
+            tokens[crowded], index[crowded], status[crowded] = _native_rows(
+                *load(_run(crowded)), w[crowded], U[crowded], n, sc_try, threads=team_for(crowded.size, V), whole=0)
+            crowded = crowded[(status[crowded] <= 0) & early[crowded]]
+    left = np.flatnonzero(status <= 0)
+    team = team_for(left.size, V)
+    if left.size and (team > 1 or left.size <= WHOLE_ROWS):  # their full order in C too, every bucket selected
         forced = np.ones((left.size, sc.NB), dtype=bool)
         tokens[left], index[left], status[left] = _native_rows(*load(left), w[left], U[left], n, sc,
-                                                               forced=forced, whole=left.size)
+                                                               forced=forced, threads=team, whole=left.size)
     return tokens, index, status > 0
+
+
+def _run(rows: np.ndarray) -> slice | np.ndarray:
+    """``rows`` (increasing int64 indices) as a slice where they are consecutive, so that a load reads them in place
+    (an index array copies them: 65 MB for 64 rows of 128k tokens)."""
+    return slice(int(rows[0]), int(rows[-1]) + 1) if rows.size and rows[-1] - rows[0] + 1 == rows.size else rows
+
+
+def team_for(B: int, V: int) -> int:
+    """The threads of a native call on B rows of V tokens: torch's count from ``THREADS_MIN`` entries, else one."""
+    return threads.count() if B * V >= THREADS_MIN else 1
 
 
 def _native_rows(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, U: np.ndarray,
                  n: int, sc: Scheme, forced: np.ndarray | None = None, threads: int = 1,
-                 bound: bool | None = None, whole: int | None = None):  # noqa: ANN202
+                 bound: bool | None = None, whole: int | None = None, crowd: int = 0):  # noqa: ANN202
     """:func:`otlp.backend.native.bucket_rule` with this module's scheme and constants: ``(tokens, index, status)`` of
     the rows ``p, q [b, V]`` (``forced bool [b, NB]``: the first attempt's selection; ``threads``: an OpenMP team of
     that many takes the rows inside the call; ``whole``: how many rows the buckets do not certify may take their full
-    order in the call, status ``ATTEMPTS + 1``, default :func:`whole_rows`), or None without the kernels."""
+    order in the call, status ``ATTEMPTS + 1``, default :func:`whole_rows`; ``crowd``: a row whose first gather would
+    take a quarter of its tokens or more is left at status 0 before it), or None without the kernels."""
     b = p.shape[0]
-    return native.bucket_rule(p, q, inv_p, inv_q, w, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=_top(sc.bits),
-                              NB=sc.NB, below=_BELOW, above=2.0**OCTAVES, LO=sc.LO, HI=sc.HI, margin=BOUND_MARGIN,
+    return native.bucket_rule(p, q, inv_p, inv_q, w, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=sc.top,
+                              NB=sc.NB, below=sc.below, above=sc.above, LO=sc.LO, HI=sc.HI, margin=BOUND_MARGIN,
                               share=FULL_SORT_SHARE, attempts=ATTEMPTS, bound=BOUND if bound is None else bound,
-                              forced=forced, threads=threads, whole=whole_rows(b, threads) if whole is None else whole)
+                              forced=forced, threads=threads, whole=whole_rows(b, threads) if whole is None else whole,
+                              crowd=crowd)
 
 
 def whole_rows(B: int, threads: int) -> int:

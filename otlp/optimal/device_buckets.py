@@ -152,11 +152,11 @@ def _normalised(p, inv):  # noqa: ANN001, ANN202
 
 def token_buckets(P, Q, sc: BK.Scheme):  # noqa: ANN001, ANN201 - normalised float64 [B, V] -> (key, bucket) [B, V]
     """Each token's ratio key (:func:`otlp.core.psi.ratio_keys`) and its bucket of ``sc`` (as
-    ``buckets.c``'s ``bucket_of``: the key clamped to [just below 2^-OCTAVES, 2^OCTAVES], the leading bits of
+    ``buckets.c``'s ``bucket_of``: the key clamped to [just below 2^-octaves, 2^octaves], the leading bits of
     its float64 pattern; p = q = 0 in the bottom bucket)."""
     key = ratio_keys(P, Q)  # [B, V]
-    clamped = key.clamp(min=BK._BELOW, max=2.0**BK.OCTAVES)
-    return key, BK._top(sc.bits) - (clamped.view(_int64()) >> (52 - sc.bits))
+    clamped = key.clamp(min=sc.below, max=sc.above)
+    return key, sc.top - (clamped.view(_int64()) >> (52 - sc.bits))
 
 
 def _int64():  # noqa: ANN202
@@ -533,12 +533,13 @@ def verify(p, q, drafts, u, **options):  # noqa: ANN001, ANN003, ANN201 - tensor
     return d.tokens, d.index
 
 
-def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds: int = ROUNDS,  # noqa: ANN001
-           refine_rows: int | str | None = None, fallback_rows: int | str | None = None, fallback: bool = True,
-           passes: Passes = TORCH, cell: int | None = None, roots=None, selection=None,  # noqa: ANN001
+def decide(p, q, w, U, *, bits: int | None = None, octaves: int = BK.OCTAVES, K: int | None = None,  # noqa: ANN001
+           rounds: int = ROUNDS, refine_rows: int | str | None = None, fallback_rows: int | str | None = None,
+           fallback: bool = True, passes: Passes = TORCH, cell: int | None = None, roots=None, selection=None,  # noqa: ANN001
            partial: bool = True, inverse=None) -> Decision:  # noqa: ANN001
     """The rule (module docstring) on rows ``p, q [B, V]`` (any float dtype), drafts ``w int64 [B, n]`` and uniforms
-    ``U float64 [B, 2]``. ``bits``: the buckets' bits per octave (default :func:`bits_for`); ``K``: the
+    ``U float64 [B, 2]``. ``bits``: the buckets' bits per octave (default :func:`bits_for`), over ``octaves`` each
+    side of 1 (:func:`.buckets.scheme`; :func:`.buckets.zoom` is one with ``octaves=1``); ``K``: the
     compaction buffer (default :func:`capacity`); ``refine_rows``: the rows each refinement round takes (None: every
     row; else the first ``refine_rows`` undecided rows, gathered; the others go on to the fallback);
     ``fallback_rows``: None, a number of gathered rows, ``"kernel"`` or ``"gather"`` (module docstring, 5.);
@@ -559,7 +560,7 @@ def decide(p, q, w, U, *, bits: int | None = None, K: int | None = None, rounds:
         tokens, index = C.single_draft(_normalised(p, inv_p), _normalised(q, inv_q), w, U)
         zero = torch.zeros(B, dtype=torch.int64, device=p.device)
         return Decision(tokens.long(), index.long(), zero, zero.bool(), zero.sum(), zero)
-    sc = BK.scheme(bits_for(V) if bits is None else bits)
+    sc = BK.scheme(bits_for(V) if bits is None else bits, octaves)
     K = min(capacity(V) if K is None else K, V)
     roots = roots or C.slot_mass
     _, Pb, Qb = passes.histogram(p, q, inv_p, inv_q, sc)  # [B, NB] x 3 (the counts: unused here)

@@ -142,15 +142,15 @@ def _kernels():  # noqa: ANN202
 def _constants(sc: BK.Scheme) -> dict:
     """The bucket scheme's constants of every kernel, and ``TB`` their shared token-bucket function (a jit function
     passed as a constexpr: a kernel sees only its module's globals, not this factory's locals)."""
-    return {"BELOW": BK._BELOW, "ABOVE": 2.0**BK.OCTAVES, "TOP": BK._top(sc.bits), "SHIFT": 52 - sc.bits,
+    return {"BELOW": sc.below, "ABOVE": sc.above, "TOP": sc.top, "SHIFT": 52 - sc.bits,
             "TB": _kernels()[3]}
 
 
 def _end_bucket(sc: BK.Scheme, key: float) -> int:
     """The bucket of a ratio key q/p (:func:`.device_buckets.token_buckets`): of ``inf`` (p = 0), the top one; of 0
     (q = 0, and p = q = 0), the bottom one."""
-    x = min(max(key, BK._BELOW), 2.0**BK.OCTAVES)
-    return BK._top(sc.bits) - (struct.unpack("<q", struct.pack("<d", x))[0] >> (52 - sc.bits))
+    x = min(max(key, sc.below), sc.above)
+    return sc.top - (struct.unpack("<q", struct.pack("<d", x))[0] >> (52 - sc.bits))
 
 
 def histogram(p, q, inv_p, inv_q, sc: BK.Scheme):  # noqa: ANN001, ANN201

@@ -118,11 +118,13 @@ def test_rows_that_hardly_compress_take_the_full_sort_at_once(monkeypatch: pytes
     """A row whose compressed instance would hold more than 1 / FULL_SORT_SHARE of its tokens (here a draft close
     to the target: every ratio within a few octaves) is not tried on the buckets (status 0); the CPU sampler gives it
     the full sort, and every row draws what the full sort draws. (The window's bounds, ``BOUND``, compress such a
-    row: off here; and none takes its full order in C, ``WHOLE_ROWS``: the next test.)"""
+    row: off here; and none takes its full order in C, ``WHOLE_ROWS``: the next test; nor the finer buckets of
+    ``ZOOM``.)"""
     import torch
 
     monkeypatch.setattr(BK, "BOUND", False)
     monkeypatch.setattr(BK, "WHOLE_ROWS", 0)
+    monkeypatch.setattr(BK, "ZOOM", False)  # (the finer buckets would take row 2: test_zoom)
 
     from otlp.backend import threads
     from otlp.optimal.sampler import verify
@@ -178,6 +180,7 @@ def test_with_one_thread_a_few_rows_that_hardly_compress_take_their_full_order_i
     from otlp.backend import threads
 
     monkeypatch.setattr(threads, "count", lambda: 1)  # (a team would take every such row)
+    monkeypatch.setattr(BK, "ZOOM", False)  # (the finer buckets would take them: test_zoom)
     for most in (0, 1, 2, 4):
         monkeypatch.setattr(BK, "WHOLE_ROWS", most)
         tokens, index, done = BK.verify_rows(P, Q, W, U, 4)
@@ -218,6 +221,92 @@ def test_with_a_team_a_row_that_hardly_compresses_takes_its_full_order_in_the_ca
     tokens, index, done = BK.verify_rows(P, Q, W, U, 4)
     assert done.all()
     np.testing.assert_array_equal(tokens, t0)
+
+
+def _very_close(rng, P: np.ndarray, Q: np.ndarray, W: np.ndarray, rows: tuple, sigma: float) -> None:
+    """Rows ``rows`` of Q (in place) a draft within ``sigma`` of the target's log-masses, and W drawn from it."""
+    for b in rows:
+        close = P[b] * np.exp(sigma * rng.normal(size=P.shape[1]))  # (p = 0: q = 0)
+        Q[b] = close / close.sum()
+        W[b] = rng.choice(P.shape[1], size=W.shape[1], p=Q[b])
+
+
+@needs_kernels
+@pytest.mark.parametrize("sigma", [0.005, 0.002, 0.001])
+def test_rows_of_a_very_close_draft_take_finer_buckets_about_1(monkeypatch: pytest.MonkeyPatch, sigma: float) -> None:
+    """A draft within a percent of its target (1 - TV 0.996-0.999) puts nearly every ratio in one or two of
+    ``bits_for``'s buckets: its compressed instance would hold most of the row, so the first call leaves it (status
+    0, or ``CROWDED`` before its gather where a sample of its tokens shows it). ``verify_rows`` tries such rows again
+    on :func:`BK.zoom`'s finer buckets about 1, where they are certified; every row draws the full sort's token and
+    slot."""
+    from otlp.backend import threads
+
+    monkeypatch.setattr(threads, "count", lambda: 1)  # (one call each: the statuses in row order)
+    calls = []
+    rule = BK._native_rows
+    monkeypatch.setattr(BK, "_native_rows",
+                        lambda *a, **k: (out := rule(*a, **k), calls.append((a[7], out[2].copy())))[0])
+    rng = np.random.default_rng(int(sigma * 1e4))
+    V = 20_000
+    P, Q, W = _lm(rng, 6, V, 4)
+    _very_close(rng, P, Q, W, (1, 3, 4), sigma)
+    for _ in range(4):
+        calls.clear()
+        U = rng.random((6, 2))
+        tokens, index, done = BK.verify_rows(P, Q, W, U, 4)
+        t0, i0 = _full(P, Q, W, U, 4)
+        assert done.all()
+        np.testing.assert_array_equal(tokens, t0)
+        np.testing.assert_array_equal(index, i0)
+        (first, status), (finer, again) = calls  # two calls: no full order taken
+        assert first.octaves == BK.OCTAVES and np.array_equal(np.flatnonzero(status <= 0), [1, 3, 4])
+        assert finer is BK.zoom(V) and finer.octaves == BK.ZOOM_OCTAVES and (again > 0).all()
+
+
+@needs_kernels
+def test_a_crowded_row_is_left_before_its_gather_and_no_other() -> None:
+    """With ``crowd`` the kernel leaves a row before its first gather (status ``CROWDED``) where at least that many of
+    192 tokens spread over it lie in buckets the gather would take: the rows of a draft within 0.5% of its target
+    (they would take status 0 after the gather), and no loose or close (sigma 0.5) row, whose tokens and statuses are
+    those of the call without it; below V = 8192 no row is left so."""
+    rng = np.random.default_rng(7)
+    for V, want in ((20_000, [1, 3, 4]), (6000, [])):
+        P, Q, W = _lm(rng, 6, V, 4)
+        _very_close(rng, P, Q, W, (5,), 0.5)
+        _very_close(rng, P, Q, W, (1, 3, 4), 0.005)
+        one, sc, U = np.ones(6), BK.scheme(BK.bits_for(V)), rng.random((6, 2))
+        t0, i0, s0 = BK._native_rows(P, Q, one, one, W, U, 4, sc, whole=0)
+        t1, i1, s1 = BK._native_rows(P, Q, one, one, W, U, 4, sc, whole=0, crowd=BK.CROWD)
+        np.testing.assert_array_equal(np.flatnonzero(s1 == BK.CROWDED), want)
+        assert (s0[want] <= 0).all()
+        rest = np.setdiff1d(np.arange(6), want)
+        np.testing.assert_array_equal(s1[rest], s0[rest])
+        ok = rest[s0[rest] > 0]
+        np.testing.assert_array_equal(t1[ok], t0[ok])
+        np.testing.assert_array_equal(i1[ok], i0[ok])
+
+
+@needs_kernels
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_finer_buckets_about_1_draw_what_the_full_sort_draws(family: str, n: int) -> None:
+    """:func:`BK.zoom`'s scheme (one octave each side of 1; the ratios beyond it in the top and bottom buckets) on
+    every instance family, and on drafts within 1% of the family's targets: each row draws the full sort's token and
+    slot (rows its buckets do not certify take their full order in the call), and the close drafts' rows are mostly
+    certified."""
+    rng = np.random.default_rng([n, sorted(FAMILIES).index(family), 1])
+    P, Q, W = _batch(rng, family, 8, 3000, n)
+    _very_close(rng, P, Q, W, (4, 5, 6, 7), 0.01)
+    one, sc = np.ones(8), BK.zoom(3000)
+    certified = 0
+    for _ in range(10):
+        U = rng.random((8, 2))
+        tokens, index, status = BK._native_rows(P, Q, one, one, W, U, n, sc, whole=8)
+        t0, i0 = _full(P, Q, W, U, n)
+        np.testing.assert_array_equal(tokens, t0)
+        np.testing.assert_array_equal(index, i0)
+        certified += int(((status[4:] > 0) & (status[4:] <= BK.ATTEMPTS)).sum())
+    assert certified >= 20 or family == "point_mass_p"  # (its close draft is p itself: one ratio, the full order)
 
 
 def _buckets(P: np.ndarray, Q: np.ndarray, sc: BK.Scheme) -> np.ndarray:
@@ -369,16 +458,17 @@ def test_the_cpu_sampler_takes_the_partial_order_and_agrees_with_the_device_rout
 
 
 @needs_kernels
-@pytest.mark.parametrize("draft", ["loose", "0.5", "ties"])
+@pytest.mark.parametrize(("draft", "zoom"), [("loose", False), ("0.5", False), ("ties", False), ("0.5", True),
+                                             ("0.005", True)])
 @pytest.mark.parametrize("n", [2, 4, 8])
-def test_the_native_route_draws_what_the_torch_reference_draws(draft: str, n: int) -> None:
+def test_the_native_route_draws_what_the_torch_reference_draws(draft: str, zoom: bool, n: int) -> None:
     """The C route (``_native_rows``: its bounded window, every row start to end in C) pinned to the bucket rule's
     torch reference (:func:`otlp.optimal.device_buckets.decide` on the CPU tensors, its host mode, normalised by the
     same row sums, :func:`.buckets.inverse_sums`): for the same rows and uniforms, every row has the reference's token
     and slot (loose, close and tied LM rows, float32, V = 2k and 32k, several uniforms; rows the C route's buckets
     leave take their full order in the call, ``whole``), and most loose and close rows are certified by the buckets
     (status 1 or 2; tied rows, a few ratio values in buckets of thousands of tokens, mostly are not: 16 of 88 at
-    n = 2)."""
+    n = 2). With ``zoom`` both on :func:`BK.zoom`'s scheme (close drafts of sigma 0.5 and 0.005)."""
     torch = pytest.importorskip("torch")
     from otlp.optimal import device_buckets as DB
     from tests.optimal.instances import lm_rows
@@ -392,15 +482,15 @@ def test_the_native_route_draws_what_the_torch_reference_draws(draft: str, n: in
         rng = np.random.default_rng([n, V])
         for _ in range(4):
             U = rng.random((B, 2))
-            tokens, index, status = BK._native_rows(ph, qh, inv_p, inv_q, w, U, n, BK.scheme(BK.bits_for(V)),
-                                                    whole=B)
+            sc = BK.zoom(V) if zoom else BK.scheme(BK.bits_for(V))
+            tokens, index, status = BK._native_rows(ph, qh, inv_p, inv_q, w, U, n, sc, whole=B)
             ref = DB.decide(p, q, drafts, torch.from_numpy(U), refine_rows="gather", fallback_rows="gather",
-                            inverse=inverse)
+                            inverse=inverse, **({"bits": sc.bits, "octaves": sc.octaves} if zoom else {}))
             assert (status > 0).all()
             np.testing.assert_array_equal(tokens, ref.tokens.numpy())
             np.testing.assert_array_equal(index, ref.index.numpy())
             certified, total = certified + int((status <= BK.ATTEMPTS).sum()), total + B
-    assert draft == "ties" or certified >= 0.5 * total
+    assert draft == "ties" or zoom or certified >= 0.5 * total
 
 
 def _inside_run(rng, B: int, V: int, n: int):  # noqa: ANN001, ANN202

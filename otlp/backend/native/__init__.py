@@ -150,7 +150,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.otlp_single_draft.restype = None
     lib.otlp_bucket_rule.argtypes = ([_VOID, _VOID, _INT, _I64, _I64, _I64, _I64] + [_VOID] * 4
                                      + [_INT, _I64, _INT, _I64, _I64, _F64, _F64, _VOID, _VOID, _F64, _I64, _INT, _INT,
-                                        _VOID, _INT, _I64] + [_VOID] * 3)
+                                        _VOID, _INT, _I64, _INT] + [_VOID] * 3)
     lib.otlp_bucket_rule.restype = _INT
     lib.otlp_kseq_first_stage.argtypes = [_VOID, _VOID, _INT, _I64, _I64, _INT, _INT, _INT] + [_VOID] * 5 + [
         _I64, _VOID, _VOID]
@@ -389,21 +389,26 @@ def single_draft(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndar
 def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarray, w: np.ndarray, u: np.ndarray,
                 n: int, *, steps: int, bits: int, top: int, NB: int, below: float, above: float, LO: np.ndarray,
                 HI: np.ndarray, margin: float, share: int, attempts: int, bound: bool = False,
-                forced: np.ndarray | None = None, threads: int = 1, whole: int = 0,
+                forced: np.ndarray | None = None, threads: int = 1, whole: int = 0, crowd: int = 0,
                 stats: dict | None = None):  # noqa: ANN201
     """The bucket rule's steps (:mod:`otlp.optimal.buckets`) on the rows ``p, q [B, V]`` (float32 or float64, one dtype,
     normalised by ``inv_p, inv_q [B]``) with drafts ``w int64 [B, n]`` and uniforms ``u [B, 2]``, one row at a time in
     ``otlp_bucket_rule`` (``bucket_rule.c``): ``(tokens [B], index [B], status int8 [B])``, status the attempt that
     certified the row (1 .. ``attempts``), ``attempts + 1`` for a row that took its full order in the call (every
     bucket sorted; at most ``whole`` rows of the call, among those that the buckets do not certify), 0 for a row whose
-    compressed instance would hold more than 1 / ``share`` of its tokens (not tried), negative for one that failed
-    every attempt (those two need the full sort; their tokens are meaningless). The buckets' scheme (``bits`` per
+    compressed instance would hold more than 1 / ``share`` of its tokens (not tried), -``attempts`` for one that failed
+    every attempt, -(``attempts`` + 1) for one left before its gather (``crowd``; those three need another route, their
+    tokens are meaningless). The buckets' scheme (``bits`` per
     octave, ``NB`` buckets, the top bucket's pattern key ``top``, the clamps ``below`` and ``above``, the ranges
     ``LO, HI [NB]``) and ``margin``, ``share``, ``attempts`` are
     :mod:`otlp.optimal.buckets`' (:func:`~otlp.optimal.buckets._native_rows` passes them); ``steps``: the Newton steps
     of the chain's roots; ``bound``: merged runs may lie inside the served window, their hazard bounded
     (``bucket_rule.c``'s ``window_bound``; else the window's buckets are sorted); ``forced bool [B, NB]``: the
-    first attempt's selection instead of the rule's; ``threads``: an OpenMP team of that many threads takes the rows
+    first attempt's selection instead of the rule's; ``crowd`` (> 0): a row of which that many of 192 tokens spread
+    over it would be gathered by its first attempt is left before it, status -(attempts + 1) (from V = 8192;
+    ``bucket_rule.c``'s ``crowded``: for a caller that tries such rows on finer buckets,
+    :func:`otlp.optimal.buckets.zoom`); ``threads``: an OpenMP
+    team of that many threads takes the rows
     one at a time inside the call (the same results; one thread where the kernels were built without OpenMP,
     :func:`openmp`); ``stats``, a dict: its "threads" set to the number that took part.
     None where the kernels are not built, n is above ``SLOT_MASS_MAX_N`` or the rows are of other dtypes."""
@@ -423,7 +428,7 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
                             *(x.ctypes.data for x in (*floats, w, u)), n, steps, bits, top, NB, below, above,
                             LO.ctypes.data, HI.ctypes.data, margin, share, attempts, int(bool(bound)),
                             None if forced is None else forced.ctypes.data, max(int(threads), 1), max(int(whole), 0),
-                            tokens.ctypes.data, index.ctypes.data, status.ctypes.data)
+                            max(int(crowd), 0), tokens.ctypes.data, index.ctypes.data, status.ctypes.data)
     if used < 0:
         raise MemoryError(f"otlp_bucket_rule: no memory for the work arrays of rows of {V} tokens")
     if stats is not None:

@@ -154,10 +154,10 @@ class Scheme:
     LO: np.ndarray
     HI: np.ndarray
     KEY: np.ndarray
-    octaves: int = OCTAVES
-    top: int = 0
-    below: float = 0.0
-    above: float = 0.0
+    octaves: int
+    top: int
+    below: float
+    above: float
 
 
 #: the largest float64 below 2^-OCTAVES: its bucket is the bottom one.
@@ -248,7 +248,7 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     team = team_for(left.size, V)
     if left.size and (team > 1 or left.size <= WHOLE_ROWS):  # their full order in C too, every bucket selected
         forced = np.ones((left.size, sc.NB), dtype=bool)
-        tokens[left], index[left], status[left] = _native_rows(*load(left), w[left], U[left], n, sc,
+        tokens[left], index[left], status[left] = _native_rows(*load(_run(left)), w[left], U[left], n, sc,
                                                                forced=forced, threads=team, whole=left.size)
     return tokens, index, status > 0
 
@@ -270,8 +270,9 @@ def _native_rows(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndar
     """:func:`otlp.backend.native.bucket_rule` with this module's scheme and constants: ``(tokens, index, status)`` of
     the rows ``p, q [b, V]`` (``forced bool [b, NB]``: the first attempt's selection; ``threads``: an OpenMP team of
     that many takes the rows inside the call; ``whole``: how many rows the buckets do not certify may take their full
-    order in the call, status ``ATTEMPTS + 1``, default :func:`whole_rows`; ``crowd``: a row whose first gather would
-    take a quarter of its tokens or more is left at status 0 before it), or None without the kernels."""
+    order in the call, status ``ATTEMPTS + 1``, default :func:`whole_rows`; ``crowd`` > 0: a row of which that many of
+    192 tokens spread over it lie in buckets its first attempt would gather is left before that gather, status
+    ``CROWDED``), or None without the kernels."""
     b = p.shape[0]
     return native.bucket_rule(p, q, inv_p, inv_q, w, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=sc.top,
                               NB=sc.NB, below=sc.below, above=sc.above, LO=sc.LO, HI=sc.HI, margin=BOUND_MARGIN,

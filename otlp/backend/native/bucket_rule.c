@@ -952,7 +952,6 @@ static int row_whole(struct call *C, struct work *W, int64_t b, const char *pb, 
     return got < 0 ? -1 : 0;
 }
 
-/* Row b of a call, in the work arrays W. Returns 0, or -1 where the chain's arrays could not be allocated. */
 /* Whether `of` or more of CROWDED_SAMPLE tokens spread evenly over the row lie in buckets its first attempt gathers
  * (selected, or a draft's): a draft within a few percent of its target puts nearly every ratio in the few buckets
  * about 1 that m*, the served group's ends and the drafts fall in, and gathering such a row, and sorting or splitting
@@ -971,6 +970,7 @@ static int crowded(const struct work *W, int64_t V, int of) {
     return hit >= of;
 }
 
+/* Row b of a call, in the work arrays W. Returns 0, or -1 where the chain's arrays could not be allocated. */
 static int row_run(struct call *C, struct work *W, int64_t b) {
     const int64_t V = C->V, NB = C->S.NB;
     const int n = C->n, attempts = C->attempts, is_double = C->is_double;

@@ -18,7 +18,9 @@
 # 6. issue 45's rows: optimal_wor against rrs_wor on CUDA tensors, drafts filtered to their top 10 and drawn
 #    without replacement: eager (optimal_wor's device route with top_k, its plan's Newton steps in the Triton kernel,
 #    beside the same route with them as torch operations `optimal_wor_torch` and its host route `optimal_wor_host`,
-#    which synchronises), then captured in a CUDA graph (the device routes' capture; the host route cannot be).
+#    which synchronises), then captured in a CUDA graph (the device routes' capture; the host route cannot be);
+# 7. targets filtered to their top 50 (what an engine passes): optimal's Triton route against rrs in a CUDA graph,
+#    where the histogram kernel sums a block's p = 0 tokens before its atomics (never timed on a GPU yet).
 #
 # Then publish what it measured here: `python benchmarks/verifiers.py --from-json $OUT/verifiers_cuda_graph.json`
 # (and the eager file) for docs/COST.md's CUDA tables, and the decode table with `--from-json` as its --help says.
@@ -59,4 +61,6 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA DEVICE')
         --V 128000 --B 1 64 --n 2 4 --reps 5 --out "$OUT/verifiers_cuda_wor.json"
     step 90 "$PY" benchmarks/verifiers.py --device cuda --graph --draft-top-k 10 --rules rrs_wor optimal_wor \
         --drafts 1 --V 128000 --B 1 64 --n 2 4 --reps 5 --out "$OUT/verifiers_cuda_wor_graph.json"
+    step 90 "$PY" benchmarks/verifiers.py --device cuda --graph --top-k 50 --rules rrs optimal --drafts 1 0.5 \
+        --V 128000 --B 64 --n 2 4 --reps 10 --out "$OUT/verifiers_cuda_topk.json"
 } 2>&1 | tee "$OUT/cuda_check.log"

@@ -242,37 +242,21 @@ def device_rule_rates(B: int, V: int, n: int, noise: float | None) -> dict[str, 
 
 def host_rates(B: int, V: int, n: int, noise: float | None) -> dict[str, int]:
     """The CPU route's bucketed rows (otlp/optimal/buckets.py, ``otlp_bucket_rule`` with its bounded window) on the
-    point's rows with the call's uniforms, as ``buckets.verify_chunks`` takes them: how many it certified at the first
-    attempt (``host_first``), on the retry with the uncertain buckets sorted (``host_retry``), on the finer buckets
-    about 1 after their ratios crowded the first ones (``host_zoom``, ``buckets.zoom``), and how many it left to
-    their full order (``host_full``)."""
-    import numpy as np
-
+    point's rows with the call's uniforms, as ``buckets.verify_chunks`` takes them (its ``stats``): how many it
+    certified at the first attempt (``host_first``), on the retry with the uncertain buckets sorted (``host_retry``),
+    on the finer buckets about 1 after their ratios crowded the first ones (``host_zoom``, ``buckets.zoom``), and how
+    many it left to their full order (``host_full``)."""
     from otlp.optimal import buckets as BK
 
     if n < 2 or not BK.takes(B, V) or native.library() is None:
         return {}
     p, q, drafts = _inputs(B, V, n, "cpu", noise=noise)
     u = torch.rand((B, 2), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    ph, qh, w, U = p.numpy(), q.numpy(), drafts.numpy(), u.numpy()
-    inv_p, inv_q = BK.inverse_sums(ph), BK.inverse_sums(qh)
-    sc = BK.scheme(BK.bits_for(V))
-    status = BK._native_rows(ph, qh, inv_p, inv_q, w, U, n, sc, whole=0, crowd=BK.CROWD * BK.ZOOM)[2]
-    first = status.copy()
-    crowded = np.flatnonzero((status == 0) | (status == BK.CROWDED)) if BK.ZOOM else np.array([], dtype=np.int64)
-    zoomed = 0
-    if crowded.size:
-        got = BK._native_rows(ph[crowded], qh[crowded], inv_p[crowded], inv_q[crowded], w[crowded], U[crowded], n,
-                              BK.zoom(V), whole=0)[2]
-        zoomed = int((got > 0).sum())
-        status[crowded] = got
-        again = crowded[(got <= 0) & (first[crowded] == BK.CROWDED)]  # (tried on the first buckets once more)
-        if again.size:
-            status[again] = BK._native_rows(ph[again], qh[again], inv_p[again], inv_q[again], w[again], U[again], n,
-                                            sc, whole=0)[2]
-    rest = np.setdiff1d(np.arange(B), crowded)
-    return {"host_first": int((status[rest] == 1).sum()), "host_retry": int((status[rest] > 1).sum()),
-            "host_zoom": zoomed, "host_full": int(np.sum(status <= 0))}
+    ph, qh = p.numpy(), q.numpy()
+    rows = (ph, qh, BK.inverse_sums(ph), BK.inverse_sums(qh))
+    stats: dict = {}
+    BK.verify_chunks(lambda r: tuple(x[r] for x in rows), B, V, drafts.numpy(), u.numpy(), n, stats=stats)
+    return {f"host_{k}": v for k, v in stats.items()}
 
 
 def publish(rows: list[dict], meta: dict) -> None:

@@ -218,7 +218,7 @@ def verify_rows(P: np.ndarray, Q: np.ndarray, w: np.ndarray, U: np.ndarray, n: i
 
 
 def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  # noqa: ANN001, ANN201
-                  bits: int | None = None):
+                  bits: int | None = None, stats: dict | None = None):
     """:func:`verify_rows` on B rows of V tokens read through ``load(rows) -> (p, q, inv_p, inv_q)``: the rows ``rows``
     (a slice or an int64 index array) of the inputs as float32 or float64 arrays ``[rows, V]`` and the reciprocals of
     their sums ``[rows]``. Each row start to end in :func:`otlp.backend.native.bucket_rule` (:func:`_native_rows`),
@@ -227,7 +227,9 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     where ``bits`` is not given; a few rows (``WHOLE_ROWS``, or all with a team) that are still left take their full
     order in a last native call. Without the kernels (or for inputs they do not take: n > 32, p and q of different
     dtypes) no row is done: the caller takes the full sort, which there is the faster route on close drafts (module
-    docstring)."""
+    docstring). ``stats``, a dict: how many rows were certified at the first attempt ("first"), on the retry with
+    the failing buckets sorted ("retry"), on :func:`zoom`'s buckets ("zoom"), and how many were left to their full
+    order ("full"; in the last native call or the caller's)."""
     sc = scheme(bits_for(V) if bits is None else bits)
     zoomed = ZOOM and bits is None
     got = (_native_rows(*load(slice(0, B)), w, U, n, sc, threads=team_for(B, V), whole=0, crowd=CROWD * zoomed)
@@ -235,6 +237,7 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
     if got is None:
         return np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64), np.zeros(B, dtype=bool)
     tokens, index, status = got
+    zoom_rows = np.zeros(B, dtype=bool)  # the rows certified on zoom's buckets
     if zoomed:  # rows whose ratios crowd a few buckets: tried on finer buckets about 1 (zoom)
         early = status == CROWDED  # (left before their gather: tried as before where the finer buckets fail too)
         crowded = np.flatnonzero((status == 0) | early)
@@ -243,8 +246,12 @@ def verify_chunks(load, B: int, V: int, w: np.ndarray, U: np.ndarray, n: int,  #
                 break
             tokens[crowded], index[crowded], status[crowded] = _native_rows(
                 *load(_run(crowded)), w[crowded], U[crowded], n, sc_try, threads=team_for(crowded.size, V), whole=0)
+            zoom_rows[crowded] |= (sc_try is not sc) & (status[crowded] > 0)
             crowded = crowded[(status[crowded] <= 0) & early[crowded]]
     left = np.flatnonzero(status <= 0)
+    if stats is not None:
+        stats.update(first=int(np.sum((status == 1) & ~zoom_rows)), retry=int(np.sum((status > 1) & ~zoom_rows)),
+                     zoom=int(zoom_rows.sum()), full=int(left.size))
     team = team_for(left.size, V)
     if left.size and (team > 1 or left.size <= WHOLE_ROWS):  # their full order in C too, every bucket selected
         forced = np.ones((left.size, sc.NB), dtype=bool)

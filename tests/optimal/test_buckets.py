@@ -261,6 +261,9 @@ def test_rows_of_a_very_close_draft_take_finer_buckets_about_1(monkeypatch: pyte
         (first, status), (finer, again) = calls  # two calls: no full order taken
         assert first.octaves == BK.OCTAVES and np.array_equal(np.flatnonzero(status <= 0), [1, 3, 4])
         assert finer is BK.zoom(V) and finer.octaves == BK.ZOOM_OCTAVES and (again > 0).all()
+        stats: dict = {}
+        BK.verify_chunks(lambda r: (P[r], Q[r], np.ones(6)[r], np.ones(6)[r]), 6, V, W, U, 4, stats=stats)
+        assert stats["zoom"] == 3 and stats["full"] == 0 and stats["first"] + stats["retry"] == 3
 
 
 @needs_kernels

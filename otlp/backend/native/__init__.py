@@ -397,20 +397,18 @@ def bucket_rule(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.ndarr
     certified the row (1 .. ``attempts``), ``attempts + 1`` for a row that took its full order in the call (every
     bucket sorted; at most ``whole`` rows of the call, among those that the buckets do not certify), 0 for a row whose
     compressed instance would hold more than 1 / ``share`` of its tokens (not tried), -``attempts`` for one that failed
-    every attempt, -(``attempts`` + 1) for one left before its gather (``crowd``; those three need another route, their
-    tokens are meaningless). The buckets' scheme (``bits`` per
-    octave, ``NB`` buckets, the top bucket's pattern key ``top``, the clamps ``below`` and ``above``, the ranges
-    ``LO, HI [NB]``) and ``margin``, ``share``, ``attempts`` are
-    :mod:`otlp.optimal.buckets`' (:func:`~otlp.optimal.buckets._native_rows` passes them); ``steps``: the Newton steps
-    of the chain's roots; ``bound``: merged runs may lie inside the served window, their hazard bounded
-    (``bucket_rule.c``'s ``window_bound``; else the window's buckets are sorted); ``forced bool [B, NB]``: the
-    first attempt's selection instead of the rule's; ``crowd`` (> 0): a row of which that many of 192 tokens spread
-    over it would be gathered by its first attempt is left before it, status -(attempts + 1) (from V = 8192;
-    ``bucket_rule.c``'s ``crowded``: for a caller that tries such rows on finer buckets,
-    :func:`otlp.optimal.buckets.zoom`); ``threads``: an OpenMP
-    team of that many threads takes the rows
-    one at a time inside the call (the same results; one thread where the kernels were built without OpenMP,
-    :func:`openmp`); ``stats``, a dict: its "threads" set to the number that took part.
+    every attempt, -(``attempts`` + 1) for one left before its gather (``crowd``; those three need another route,
+    their tokens are meaningless). The buckets' scheme (``bits`` per octave, ``NB`` buckets, the top bucket's pattern
+    key ``top``, the clamps ``below`` and ``above``, the ranges ``LO, HI [NB]``) and ``margin``, ``share``,
+    ``attempts`` are :mod:`otlp.optimal.buckets`' (:func:`~otlp.optimal.buckets._native_rows` passes them);
+    ``steps``: the Newton steps of the chain's roots; ``bound``: merged runs may lie inside the served window, their
+    hazard bounded (``bucket_rule.c``'s ``window_bound``; else the window's buckets are sorted); ``forced bool [B,
+    NB]``: the first attempt's selection instead of the rule's; ``crowd`` (> 0): a row of which that many of 192
+    tokens spread over it would be gathered by its first attempt is left before it, status -(attempts + 1) (from
+    V = 8192; ``bucket_rule.c``'s ``crowded``: for a caller that tries such rows on finer buckets,
+    :func:`otlp.optimal.buckets.zoom`); ``threads``: an OpenMP team of that many threads takes the rows one at a time
+    inside the call (the same results; one thread where the kernels were built without OpenMP, :func:`openmp`);
+    ``stats``, a dict: its "threads" set to the number that took part.
     None where the kernels are not built, n is above ``SLOT_MASS_MAX_N`` or the rows are of other dtypes."""
     lib = library()
     if lib is None or not 1 <= n <= SLOT_MASS_MAX_N or p.dtype != q.dtype or p.dtype not in (np.float32, np.float64):

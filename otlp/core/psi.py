@@ -36,7 +36,7 @@ def psi(p: np.ndarray, draft: DraftScheme, mask: np.ndarray) -> np.ndarray | flo
 def ratio_keys(P, Q, out=None):  # noqa: ANN001, ANN201 - [..., V] numpy arrays or torch tensors
     """The sort keys of the tokens: q/p, +inf for p = 0 < q (and for a subnormal p whose ratio overflows), and -1
     (below every ratio) for p = q = 0 (``out``: a float64 numpy array to write them into)."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+    with X.errstate(P, divide="ignore", invalid="ignore", over="ignore"):
         ratio = Q / P if out is None else np.divide(Q, P, out=out)  # p = q = 0: NaN
     if X.is_numpy(ratio):
         np.copyto(ratio, -1.0, where=ratio != ratio)  # in place: one [B, V] array fewer to allocate

@@ -30,6 +30,14 @@ def namespace(x: object):  # noqa: ANN201 - the numpy or torch module
     raise TypeError(f"expected a numpy array or a torch tensor, got {type(x).__name__}")
 
 
+def errstate(x, **kw):  # noqa: ANN001, ANN003, ANN201
+    """``np.errstate(**kw)`` where ``x`` is a numpy array (or scalar), a null context for a tensor: torch raises no
+    floating-point warnings, and ``torch.compile`` cannot trace numpy's context (a graph break at every use)."""
+    import contextlib
+
+    return np.errstate(**kw) if is_numpy(x) or isinstance(x, (float, np.generic)) else contextlib.nullcontext()
+
+
 def is_numpy(x: object) -> bool:
     return isinstance(x, np.ndarray)
 
@@ -183,6 +191,8 @@ def _scan_into(t, out) -> None:  # noqa: ANN001 - tensors
 
     if _two_level(t, "sum"):
         out.copy_(_two_level_scan(t, "sum"))
+    elif torch.compiler.is_compiling():  # (torch.compile takes no out= view)
+        out.copy_(torch.cumsum(t, -1))
     else:
         torch.cumsum(t, -1, out=out)
 

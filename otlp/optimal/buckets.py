@@ -78,7 +78,6 @@ B = 64, V = 128k, n = 4, sigma 0.5: 5.3 s against 0.81 s), and it was retired (i
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -165,12 +164,25 @@ _BELOW = float(np.nextafter(2.0**-OCTAVES, 0.0))
 
 
 def _top(bits: int, octaves: int = OCTAVES) -> int:
-    """The pattern key of the top bucket's lowest ratio, 2^octaves."""
-    return int(np.float64(2.0**octaves).view(np.int64)) >> (52 - bits)
+    """The pattern key of the top bucket's lowest ratio, 2^octaves: its float64 bits (exponent 1023 + octaves, a zero
+    mantissa) shifted right by 52 - bits."""
+    return (1023 + octaves) << bits
 
 
-@functools.cache
+#: the schemes made so far, by (bits, octaves): a plain dict, not functools.cache, so that torch.compile reads a made
+#: scheme as a constant rather than tracing its numpy construction into the graph
+_SCHEMES: dict = {}
+
+
 def scheme(bits: int, octaves: int = OCTAVES) -> Scheme:
+    """:class:`Scheme` of ``bits`` bits per octave over ``octaves`` octaves each side of 1 (made once)."""
+    got = _SCHEMES.get((bits, octaves))
+    if got is None:
+        got = _SCHEMES[(bits, octaves)] = _scheme(bits, octaves)
+    return got
+
+
+def _scheme(bits: int, octaves: int) -> Scheme:
     NB = 2 * octaves * (1 << bits) + 2
     top = _top(bits, octaves)
     edges = ((top - np.arange(NB - 1, dtype=np.int64)) << (52 - bits)).view(np.float64)  # [NB - 1] lower edges
@@ -200,7 +212,7 @@ def psi_interior_bound(Pa, Qa, pb, qb, lo, hi, n: int):  # noqa: ANN001, ANN201 
     each piece is concave, so f >= min(f(0), f(x_c), f(qb)) with f(0) = psi at the bucket's start and f(qb) = psi at
     its end. Returns f(x_c) (lo = 0: only the first line, x_c = qb)."""
     tensors = not isinstance(Pa, (np.ndarray, np.generic, float))  # torch (otlp/optimal/device_buckets.py)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+    with X.errstate(Pa, divide="ignore", invalid="ignore", over="ignore"):
         x_c = (X.namespace(Pa) if tensors else np).where(lo > 0, (qb / lo - pb) / (1.0 / lo - 1.0 / hi), qb)
         # (finite: hi > lo, and lo = 0 takes qb)
         x_c = x_c.clamp(min=0.0).minimum(qb) if tensors else np.minimum(np.maximum(x_c, 0.0), qb)

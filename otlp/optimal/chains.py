@@ -84,14 +84,17 @@ def normalised_rows(x):  # noqa: ANN001, ANN201
     rows = x.to(dtype=torch.float64)
     total = rows.sum(-1, keepdim=True)
     inv = 1.0 / total.where(total > 0, total.new_ones(()))  # times the reciprocal, as the CPU route
-    # in place on a converted copy (one [B, V] float64 array fewer to allocate), never on the caller's tensor
-    return rows.mul_(inv) if rows.data_ptr() != x.data_ptr() else rows * inv
+    # in place on a converted copy (one [B, V] float64 array fewer to allocate), never on the caller's tensor (under
+    # torch.compile, which allocates as it sees fit and cannot compare data pointers: a product)
+    if torch.compiler.is_compiling() or rows.data_ptr() == x.data_ptr():
+        return rows * inv
+    return rows.mul_(inv)
 
 
 def ratio_order(P, Q):  # noqa: ANN001, ANN201 - [B, V] arrays
     """``int64 [B, V]``: each row's positions by decreasing q/p (p = 0 < q first, p = q = 0 last, stable; the keys of
     :func:`otlp.core.psi.ratio_keys`)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with X.errstate(P, divide="ignore", invalid="ignore"):
         return X.sort_descending(ratio_keys(P, Q))  # [B, V]
 
 
@@ -100,7 +103,7 @@ def prefix(P, Q, n: int, order=None) -> Prefix:  # noqa: ANN001 - [B, V] arrays
     prefixes (GR Lemma 6.3, the suffix form where Q_m > 1/2), m* and alpha*. ``order``: the sort of an earlier
     ``prefix`` of the same rows (it does not depend on n), so that it is not redone."""
     order = ratio_order(P, Q) if order is None else order
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+    with X.errstate(P, divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         ps, qs = X.take(P, order), X.take(Q, order)  # [B, V]
         _, prefix_q, suffix_q, psi = sorted_psi(ps, qs, n)  # [B, V + 1]
         m_star = X.argmin_rows(psi)  # [B], first exact argmin
@@ -109,7 +112,7 @@ def prefix(P, Q, n: int, order=None) -> Prefix:  # noqa: ANN001 - [B, V] arrays
 
 def sorted_prefix(n: int, order, ps, qs, prefix_q, suffix_q, psi, m_star) -> Prefix:  # noqa: ANN001
     """The :class:`Prefix` of psi on the prefixes of the ratio order, with alpha* = 1 + psi_{m*} (GR Thm 3.1)."""
-    with np.errstate(invalid="ignore"):
+    with X.errstate(psi, invalid="ignore"):
         alpha = 1.0 + X.take(psi, m_star[:, None])[:, 0]  # [B]
     return Prefix(n=n, order=order, ps=ps, qs=qs, prefix_q=prefix_q, suffix_q=suffix_q, psi=psi, m_star=m_star,
                   alpha=alpha)
@@ -172,7 +175,7 @@ def group_terms(pre: Prefix, pos, start, end, steps: int | None = None, rows=Non
     ``roots``: a function with :func:`slot_mass`'s signature and values (default :func:`slot_mass`; the host route
     passes its C kernel, :func:`otlp.optimal.host.slot_mass`)."""
     xp = X.namespace(pre.psi)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+    with X.errstate(pre.psi, divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         return _group_terms(xp, pre, pos, start, end, steps, rows, roots or slot_mass)
 
 
@@ -257,7 +260,7 @@ def build(P, Q, n: int, *, newton_steps: int | None = NEWTON_STEPS, pre: Prefix 
     terms = group_terms(pre, pos + 0 * start, start, end, newton_steps, roots=roots)
     lam_low = _within_group(terms.lam, start)
     certain_low = _within_group(xp.where(terms.certain, 1.0, 0.0), start)
-    with np.errstate(invalid="ignore"):
+    with X.errstate(terms.lam, invalid="ignore"):
         drop = X.take(pre.psi, end) - X.take(pre.psi, start)
         outer_first = terms.first & ~(end <= pre.m_star[:, None])
         residual = xp.where(outer_first, X.minimum(X.maximum(drop, 0.0), terms.ps), 0.0)
@@ -342,7 +345,7 @@ def _power_gap_log(base, x, n: int):  # noqa: ANN001, ANN202
     arr = base if not isinstance(base, float) else x
     xp = X.namespace(arr)
     pos = base > 0
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+    with X.errstate(arr, divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         ratio = x / xp.where(pos, base, 1.0)
         return xp.where(pos, (base + x) ** n * -xp.expm1(-n * xp.log1p(ratio)), x**n)
 
@@ -497,7 +500,7 @@ def evaluate(ch: Chains, w):  # noqa: ANN001, ANN201
     """The full rule on one drafted tuple per row: ``w int64 [B, n]`` -> ``(accept [B, n], reject [B])``; a repeated
     token's draws are summed on its first slot."""
     xp = X.namespace(ch.lam_low)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+    with X.errstate(ch.lam_low, divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         pos = X.take(ch.position, w)  # [B, n]
         top = X.take(pos, X.argmax_rows(pos)[:, None])  # [B, 1]
         s = X.take(ch.start, top)
@@ -518,7 +521,7 @@ def tuple_rule(pre: Prefix, w, *, window: int | str | None = None, steps: int | 
     caller's :func:`served_group` of these tuples, if it has it; ``roots``: as in :func:`group_terms`."""
     xp = X.namespace(pre.psi)
     V = pre.ps.shape[-1]
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+    with X.errstate(pre.psi, divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         pos, top, s, e = served_group(pre, w) if group is None else group
         if window == "auto":
             cum, cum_c, beta = window_hazards(pre, pos, top, s, e, steps, roots)

@@ -254,7 +254,7 @@ def level(Pb, Qb, n: int, sc: BK.Scheme, inf_ok=None) -> Level:  # noqa: ANN001
     import torch
 
     NB = Pb.shape[1]
-    LO, HI = (Pb.new_tensor(x) for x in (sc.LO, sc.HI))
+    LO, HI = (torch.as_tensor(x, device=Pb.device) for x in (sc.LO, sc.HI))  # (float64 [NB])
     Pa, Qa, _, psi = sorted_psi(Pb, Qb, n)  # [B, NB + 1]
     f = BK.psi_interior_bound(Pa[:, :NB], Qa[:, :NB], Pb, Qb, LO, HI, n) - BK.BOUND_MARGIN
     if inf_ok is None:
@@ -415,7 +415,7 @@ def _attempt(p, q, inv_p, inv_q, dr: Draws, U, lv: Level, sel, sc: BK.Scheme, K:
     real = ids >= 0
     inf = float("inf")
     f64 = {"dtype": torch.float64, "device": dev}
-    KEY, LO, HI = (lv.Pb.new_tensor(x).expand(B, -1) for x in (sc.KEY, sc.LO, sc.HI))
+    KEY, LO, HI = (torch.as_tensor(x, device=dev).expand(B, -1) for x in (sc.KEY, sc.LO, sc.HI))
     bucket_ids = X.arange_like(ids, NB)[None, :].expand(B, -1)
     # columns: the K tokens; each unselected nonempty bucket one entry (its sums, its key the lower edge of its
     # keys, its ratio the largest its tokens may have, its keys' range for the interior bound); with ``partial``

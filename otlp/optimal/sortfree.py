@@ -186,6 +186,7 @@ class _Group:
         self.partial_lo = self.elo.cumsum(-1)[:, :n].gather(-1, off)[..., 0]
         self.partial_hi = self.ehi.cumsum(-1)[:, :n].gather(-1, off)[..., 0]
         self.in_group = self.pos >= self.s  # [B, n]
+        self.beta = self._beta()  # [B] (read by every certify call: computed once)
 
     # -- the chain's quantities at positions -------------------------------------------------------------------------
 
@@ -330,17 +331,16 @@ class _Group:
         h_lo, h_hi = pieces(L_lo), pieces(L_hi)
         h_lo = (h_lo - TOL_ABS - TOL_REL * h_lo.abs()).clamp(min=0.0)
         h_hi = (h_hi + TOL_ABS + TOL_REL * h_hi.abs()).clamp(min=0.0)
-        # piece k fires with reach (1 - e^(-k h_k)), shared by its k draws; reach falls by e^(-k h_k)
-        per_lo, per_hi = torch.zeros_like(h_lo), torch.zeros_like(h_hi)
-        reach_lo, reach_hi = z[:, 0], z[:, 0]  # log reach bounds
-        for j in range(1, n + 1):
-            f_lo = torch.exp(reach_lo) * -torch.expm1(-j * h_lo[:, j - 1])
-            f_hi = torch.exp(reach_hi) * -torch.expm1(-j * h_hi[:, j - 1])
-            per_lo = per_lo + torch.where(ks < j, (f_lo / j)[:, None], 0.0)
-            per_hi = per_hi + torch.where(ks < j, (f_hi / j)[:, None], 0.0)
-            reach_lo, reach_hi = reach_lo - j * h_hi[:, j - 1], reach_hi - j * h_lo[:, j - 1]
-        left_lo, left_hi = torch.exp(reach_lo), torch.exp(reach_hi)  # [B]
-        beta = self._beta()  # [B]
+        # piece j (1-based) fires with reach (1 - e^(-j h_j)), shared by its j draws; the log reach falls by j h_j, so
+        # before piece j it is minus the running sum of i h_i over i < j (its bounds from the other end's h); slot k
+        # gets the pieces j > k: a running sum from the last piece
+        jh_lo, jh_hi = (ks + 1) * h_lo, (ks + 1) * h_hi  # [B, n]
+        fall_lo, fall_hi = jh_hi.cumsum(1), jh_lo.cumsum(1)  # [B, n] (the lower reach falls by the upper h)
+        f_lo = torch.exp(-X.pad_first(fall_lo[:, :-1], 0.0)) * -torch.expm1(-jh_lo) / (ks + 1)
+        f_hi = torch.exp(-X.pad_first(fall_hi[:, :-1], 0.0)) * -torch.expm1(-jh_hi) / (ks + 1)
+        per_lo, per_hi = f_lo.flip(1).cumsum(1).flip(1), f_hi.flip(1).cumsum(1).flip(1)  # [B, n]
+        left_lo, left_hi = torch.exp(-fall_lo[:, -1]), torch.exp(-fall_hi[:, -1])  # [B]
+        beta = self.beta  # [B]
         share = beta / c.clamp(min=1)
         per_lo = torch.where(valid, per_lo + (left_lo * share)[:, None], 0.0)
         per_hi = torch.where(valid, per_hi + (left_hi * share)[:, None], 0.0)
@@ -378,7 +378,7 @@ class _Group:
         import torch
 
         win = self.s + torch.arange(2, device=self.s.device)[None, :]
-        return C.group_terms(self.pre, win, self.s, self.e, C.NEWTON_STEPS).beta[:, 0]
+        return C.group_terms(self.pre, win, self.s, self.e, C.NEWTON_STEPS, roots=self.roots).beta[:, 0]
 
     def tokens(self, slot, U):  # noqa: ANN001, ANN201
         """``(tokens, index)`` of :func:`.chains.sample` for the slot ``slot [B]`` (n: the residual draw with

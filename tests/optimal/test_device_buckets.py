@@ -215,6 +215,28 @@ def test_never_synchronises(refine_rows: int | None, fallback_rows: int | None) 
     assert not rec.ops & set(SYNC_OPS), sorted(rec.ops & set(SYNC_OPS))
 
 
+@pytest.mark.parametrize(("refine_rows", "fallback_rows"), [(None, None), (2, 2)])
+def test_traces_as_one_graph(refine_rows: int | None, fallback_rows: int | None) -> None:
+    """torch.compile traces the rule whole (``fullgraph=True`` raises at a graph break: a host synchronisation, a
+    data-dependent shape, a numpy call), so that inductor may fuse its ~2,600 small ops (B = 64, V = 128k, n = 4:
+    benchmarks/bytes_moved.py --ops); the traced graph, run without inductor (``backend="eager"``), gives the eager
+    tokens, slots and rounds. (Inductor itself is not run: on this CPU its C++ hit an internal compiler error of
+    gcc 12, and on CUDA it is untimed.)"""
+    p, q, drafts, u = lm_rows(6, 2500, 4, "0.5", 5)
+
+    def rule(p, q, w, U):  # noqa: ANN001, ANN202
+        d = DB.decide(p, q, w, U, refine_rows=refine_rows, fallback_rows=fallback_rows)
+        return d.tokens, d.index, d.rounds
+
+    torch._dynamo.reset()
+    try:
+        traced = torch.compile(rule, backend="eager", fullgraph=True, dynamic=False)(p, q, drafts, u.double())
+    finally:
+        torch._dynamo.reset()
+    eager = rule(p, q, drafts, u.double())
+    assert all(torch.equal(a, b) for a, b in zip(traced, eager, strict=True))
+
+
 # -- the Triton passes ---------------------------------------------------------------------------------------------
 
 

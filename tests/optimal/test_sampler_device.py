@@ -389,6 +389,25 @@ def test_graphs_true_replays_the_eager_routes_tokens() -> None:
     assert cache.captures - before == len(cases)
 
 
+def test_the_sorted_route_traces_as_one_graph() -> None:
+    """compile=True's route (:func:`otlp.optimal.sampler._device_route`, every width of a mask too) traces whole
+    under torch.compile (``fullgraph=True`` raises at a graph break; it had two, at the normalisation's data-pointer
+    test), and the traced graph run without inductor gives the eager tokens and slots."""
+    from otlp.optimal.sampler import _device_route
+
+    p, q, drafts, u = _cuda_case(6, 3000, 4, 7)
+    U = u.double()
+    widths = torch.arange(6) % 4 + 1
+    torch._dynamo.reset()
+    try:
+        traced = torch.compile(_device_route, backend="eager", fullgraph=True, dynamic=False)
+        for w in (None, widths):
+            got, want = traced(p, q, drafts, U, w), _device_route(p, q, drafts, U, w)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    finally:
+        torch._dynamo.reset()
+
+
 @needs_cuda
 @pytest.mark.parametrize("two_level", [False, True])
 def test_the_compiled_cuda_route_gives_the_eager_routes_tokens(two_level: bool,

@@ -6,7 +6,7 @@
 #     bash benchmarks/cuda_check.sh                 # log and JSON results under $OUT (default /tmp/otlp-cuda)
 #
 # 1. the GPU, torch and Triton; the C kernels built in place (the CPU reference the rates compare against);
-# 2. the 36 tests that skip without CUDA (the device routes against the CPU route, CUDA graphs, the fused Triton
+# 2. the 37 tests that skip without CUDA (the device routes against the CPU route, CUDA graphs, the fused Triton
 #    kernels run compiled, the decode loop's device path, optimal_wor's device route eager and graphed against its
 #    host route, its plan's Triton kernel compiled), with the rest of their 10 files (about a minute);
 # 3. benchmarks/verifiers.py at B = 64, V = 128k, n = 2, 4, 8, the three drafts: eager (optimal's Triton route,
@@ -20,7 +20,10 @@
 #    beside the same route with them as torch operations `optimal_wor_torch` and its host route `optimal_wor_host`,
 #    which synchronises), then captured in a CUDA graph (the device routes' capture; the host route cannot be);
 # 7. targets filtered to their top 50 (what an engine passes): optimal's Triton route against rrs in a CUDA graph,
-#    where the histogram kernel sums a block's p = 0 tokens before its atomics (never timed on a GPU yet).
+#    where the histogram kernel sums a block's p = 0 tokens before its atomics (never timed on a GPU yet);
+# 8. optimal's Triton route with compile=True (its ~2,600 eager torch ops a call compiled by inductor, the Triton
+#    launches between the graphs) against rrs in a CUDA graph, and the outputs unlike the eager route's (never run
+#    on a GPU: the CPU checks trace it with inductor off).
 #
 # Then publish what it measured here: `python benchmarks/verifiers.py --from-json $OUT/verifiers_cuda_graph.json`
 # (and the eager file) for docs/COST.md's CUDA tables, and the decode table with `--from-json` as its --help says.
@@ -63,4 +66,6 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA DEVICE')
         --drafts 1 --V 128000 --B 1 64 --n 2 4 --reps 5 --out "$OUT/verifiers_cuda_wor_graph.json"
     step 90 "$PY" benchmarks/verifiers.py --device cuda --graph --top-k 50 --rules rrs optimal --drafts 1 0.5 \
         --V 128000 --B 64 --n 2 4 --reps 10 --out "$OUT/verifiers_cuda_topk.json"
+    step 300 "$PY" benchmarks/verifiers.py --device cuda --graph --compile --rules rrs optimal --drafts 0.5 \
+        --V 128000 --B 64 --n 4 --reps 10 --out "$OUT/verifiers_cuda_graph_compiled.json"
 } 2>&1 | tee "$OUT/cuda_check.log"

@@ -36,6 +36,8 @@ from __future__ import annotations
 import functools
 from math import comb
 
+from otlp.backend.triton import opaque
+
 #: programs of the kernel (each takes every G-th row; its scratch is ~9 (Vp + 1) float64 values)
 PROGRAMS = 8
 #: tokens per block of a program's passes
@@ -446,6 +448,7 @@ def _coefficients(n: int, device):  # noqa: ANN001, ANN202
             torch.tensor([float(j * comb(n, j + 1)) for j in range(n)], **f64))
 
 
+@opaque  # (its launch a graph break under torch.compile)
 def decide_rows(p, q, inv_p, inv_q, w, U, todo, tokens, index, *, programs: int = PROGRAMS):  # noqa: ANN001, ANN201
     """``(tokens, index)`` with the rows of ``todo bool [B]`` decided by the full-order rule (module docstring), the
     others as given: ``p, q [B, V]`` (any float dtype), ``inv_p, inv_q float64 [B, 1]`` the reciprocals of their

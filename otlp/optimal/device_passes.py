@@ -24,6 +24,7 @@ import functools
 import math
 import struct
 
+from otlp.backend.triton import opaque
 from otlp.optimal import buckets as BK
 from otlp.optimal.device_buckets import Passes, inverse_sums_one_read
 
@@ -210,4 +211,5 @@ def segments(p, q, inv_p, inv_q, part, sc: BK.Scheme, dr):  # noqa: ANN001, ANN2
 
 
 #: the Triton passes, for :func:`.device_buckets.decide` (``passes=TRITON``)
-TRITON = Passes(inverse_sums_one_read, histogram, compact, segments)
+#: the passes of the Triton route, each launch opaque to torch.compile (:func:`otlp.backend.triton.opaque`)
+TRITON = Passes(inverse_sums_one_read, opaque(histogram), opaque(compact), opaque(segments))

@@ -83,10 +83,11 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
     CPU route computes each width present on its own rows. Row b's result is the unmasked call's on
     ``drafts[b, :widths[b]]`` with the same uniforms.
 
-    ``compile=True`` (default rule, torch device route only; the CPU's numpy route and the Triton route ignore it)
-    runs the device route through ``torch.compile``, which fuses its elementwise work: the first call of each shape
-    (B, V, n) compiles (tens of seconds), later calls of that shape reuse the kernels; for loops with fixed shapes, as
-    CUDA graphs are.
+    ``compile=True`` (default rule, device routes only; the CPU's numpy route ignores it) runs the device route
+    through ``torch.compile``, which fuses its elementwise work: the first call of each shape (B, V, n) compiles (tens
+    of seconds), later calls of that shape reuse the kernels; for loops with fixed shapes, as CUDA graphs are. On the
+    Triton route the torch operations compile and each Triton launch stays a call of its own
+    (:func:`_compiled_bucket_route`; traced and checked on the CPU, not yet run on a GPU).
 
     ``totals``: the float64 row sums of p and q (numpy ``[B]`` each) when the caller took them exactly (the value
     check's, :func:`otlp.verifiers.base.check_tensors`); the CPU route then reads the rows once fewer.
@@ -122,9 +123,10 @@ def verify(p, q, drafts, u, *, backend: str = "auto", rule=None, widths=None,  #
             raise InputError(f"backend='triton' takes at most {MAX_KERNEL_DRAWS} drafts a row, got {n}")
         if not p.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
             raise InputError("backend='triton' runs on CUDA tensors (on the CPU only under TRITON_INTERPRET=1)")
+        route = _BUCKET_ROUTES[bool(compile)]
         if graphs and p.is_cuda and p.shape[0] > 0:
-            return _graph_cache(p.device).run(_bucket_route, *args, rows=True)
-        return _bucket_route(*args)
+            return _graph_cache(p.device).run(route, *args, rows=True)
+        return route(*args)
     if backend == "torch" or p.device.type != "cpu":
         if graphs and p.is_cuda and p.shape[0] > 0:
             return _graph_cache(p.device).run(_DEVICE_ROUTES[bool(compile)], *args, rows=True)
@@ -289,13 +291,16 @@ def triton_route_options() -> dict:
     return {"passes": TRITON, "roots": triton_roots.slot_mass, **DB.ROUTE}
 
 
-def _bucket_route(p, q, drafts, U, widths=None):  # noqa: ANN001, ANN202
+def _bucket_route(p, q, drafts, U, widths=None, *, roots=None):  # noqa: ANN001, ANN202
     """The Triton route of :func:`verify`: :func:`.device_buckets.decide` with :func:`triton_route_options` (every
     row it cannot certify decided in the fallback kernel); with ``widths``, every width on every row, selected per
-    row (static shapes)."""
+    row (static shapes). ``roots``: the cell rule's root solver in place of the Triton kernel's (the compiled
+    route's: :func:`_compiled_bucket_route`)."""
     from otlp.optimal import device_buckets as DB
 
     options = triton_route_options()
+    if roots is not None:
+        options["roots"] = roots
 
     def one(w):  # noqa: ANN001, ANN202
         d = DB.decide(p, q, w, U, **options)
@@ -306,8 +311,25 @@ def _bucket_route(p, q, drafts, U, widths=None):  # noqa: ANN001, ANN202
     return _by_width(widths, drafts.shape[1], lambda m: one(drafts[:, :m]))
 
 
-#: the default rule's device route, eager and compiled: stable callables, as the graph cache keys on them
+@functools.cache
+def _compiled_bucket_route():  # noqa: ANN202
+    """``torch.compile`` of :func:`_bucket_route`, made on first use, with static shapes: its torch operations (the
+    compressed instance, the cell rule, the certificate: ~2,600 small ops a call eager) compile to fused kernels,
+    each Triton launch stays one call between graphs (:func:`otlp.backend.triton.opaque`), and the cell rule's roots
+    are torch's (:func:`.chains.slot_mass`, fused by the compiler) rather than a launch of their own."""
+    import torch
+
+    return torch.compile(functools.partial(_bucket_route, roots=C.slot_mass), dynamic=False)
+
+
+def _bucket_route_compiled(p, q, drafts, U, widths=None):  # noqa: ANN001, ANN202
+    """:func:`_bucket_route` through :func:`_compiled_bucket_route` (``compile=True``)."""
+    return _compiled_bucket_route()(p, q, drafts, U, widths)
+
+
+#: the default rule's device routes, eager and compiled: stable callables, as the graph cache keys on them
 _DEVICE_ROUTES = {False: _device_route, True: functools.partial(_device_route, compile=True)}
+_BUCKET_ROUTES = {False: _bucket_route, True: _bucket_route_compiled}
 
 
 @functools.cache

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 
+from otlp.backend.triton import opaque
 from otlp.optimal import chains as C
 
 #: the kernel's largest n (unrolled loops of n terms); above it :func:`slot_mass` takes the torch route.
@@ -83,6 +84,7 @@ def _kernel():  # noqa: ANN202 - made on first use: TRITON_INTERPRET is read whe
     return roots
 
 
+@opaque  # (its launch a graph break under torch.compile; the compiled route takes torch's roots instead)
 def slot_mass(H, L, r_below, gap, n: int, steps: int | None = None):  # noqa: ANN001, ANN201 - float64 tensors
     """:func:`.chains.slot_mass` on float64 tensors of one shape (broadcast here) through the kernel; n above
     ``MAX_N`` through torch."""

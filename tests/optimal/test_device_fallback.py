@@ -165,6 +165,38 @@ def test_the_triton_route_of_the_sampler(kernel) -> None:  # noqa: ANN001
         assert not rec.ops & set(SYNC_OPS), rec.ops & set(SYNC_OPS)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_the_compiled_triton_route(kernel) -> None:  # noqa: ANN001
+    """compile=True's Triton route (:func:`otlp.optimal.sampler._compiled_bucket_route`): torch.compile traces its
+    torch operations in at most 7 graphs, broken only at the 6 Triton launches (the histogram, the compaction and the
+    segments of both attempts, the fallback kernel: ``otlp.backend.triton.opaque``), never into a launch or the
+    interpreter; the traced route, run without inductor (``backend="eager"``), gives the eager route's tokens and
+    slots, with a width mask too (every width traced)."""
+    import functools
+
+    from otlp.optimal import sampler as S
+
+    p, q, w, U = lm_rows(8, 2000, 5, "0.5", 4)
+    U = U.double()
+    widths = torch.randint(1, 5, (8,), generator=torch.Generator().manual_seed(3))
+    graphs = []
+
+    def count(gm, example_inputs):  # noqa: ANN001, ANN202, ARG001 - a torch.compile backend: each graph it is given
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        traced = torch.compile(functools.partial(S._bucket_route, roots=C.slot_mass), backend=count, dynamic=False)
+        got, want = traced(p, q, w, U), S._bucket_route(p, q, w, U)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert len(graphs) <= 7  # at most one per stretch between launches (an empty stretch compiles none)
+        got, want = traced(p, q, w, U, widths), S._bucket_route(p, q, w, U, widths)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    finally:
+        torch._dynamo.reset()
+
+
 def test_triton_route_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     from otlp.optimal.sampler import verify
 

@@ -409,6 +409,21 @@ def test_the_sorted_route_traces_as_one_graph() -> None:
 
 
 @needs_cuda
+def test_the_compiled_triton_route_gives_the_eager_routes_tokens() -> None:
+    """compile=True on the Triton route (the default on CUDA): the torch operations compiled by inductor, the Triton
+    launches between its graphs, torch's roots in place of the roots kernel; the same tokens and slots as the eager
+    Triton route, with and without a width mask (its numerics move at rounding level only, inside the certificate's
+    margins)."""
+    pytest.importorskip("triton", reason="triton is not installed (torch's CUDA builds ship it)")
+    p, q, drafts, u = (t.cuda() for t in _cuda_case(64, 20_000, 4, 43))
+    widths = torch.arange(64, device="cuda") % 4 + 1
+    for w in (None, widths):
+        compiled = verify(p, q, drafts, u, widths=w, compile=True)
+        eager = verify(p, q, drafts, u, widths=w)
+        assert torch.equal(compiled[0], eager[0]) and torch.equal(compiled[1], eager[1])
+
+
+@needs_cuda
 @pytest.mark.parametrize("two_level", [False, True])
 def test_the_compiled_cuda_route_gives_the_eager_routes_tokens(two_level: bool,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:

@@ -210,6 +210,6 @@ def segments(p, q, inv_p, inv_q, part, sc: BK.Scheme, dr):  # noqa: ANN001, ANN2
     return Ps, Qs, cs
 
 
-#: the Triton passes, for :func:`.device_buckets.decide` (``passes=TRITON``)
-#: the passes of the Triton route, each launch opaque to torch.compile (:func:`otlp.backend.triton.opaque`)
+#: the Triton passes, for :func:`.device_buckets.decide` (``passes=TRITON``), each launch opaque to torch.compile
+#: (:func:`otlp.backend.triton.opaque`)
 TRITON = Passes(inverse_sums_one_read, opaque(histogram), opaque(compact), opaque(segments))

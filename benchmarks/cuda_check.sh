@@ -4,6 +4,8 @@
 # runs whatever the last one did, so one failure costs one step. Run from anywhere:
 #
 #     bash benchmarks/cuda_check.sh                 # log and JSON results under $OUT (default /tmp/otlp-cuda)
+#     STEPS="1 2 8" bash benchmarks/cuda_check.sh   # only these of the numbered steps below (their limits add up to
+#                                                   # about 26 minutes, more than a loan: pick what is being checked)
 #
 # 1. the GPU, torch and Triton; the C kernels built in place (the CPU reference the rates compare against);
 # 2. the 37 tests that skip without CUDA (the device routes against the CPU route, CUDA graphs, the fused Triton
@@ -34,9 +36,12 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 PY=${PYTHON:-python3}
 
-step() {  # step LIMIT_SECONDS COMMAND...: run it under its limit, print its exit status, go on either way
-    local limit=$1
-    shift
+STEPS=${STEPS:-1 2 3 4 5 6 7 8}
+
+step() {  # step NUMBER LIMIT_SECONDS COMMAND...: where NUMBER is in $STEPS, run it under its limit, print its exit
+    local number=$1 limit=$2  # status, go on either way
+    shift 2
+    case " $STEPS " in *" $number "*) ;; *) return 0 ;; esac
     echo "== $* (limit ${limit} s)"
     local start=$SECONDS
     timeout "$limit" "$@"
@@ -44,28 +49,28 @@ step() {  # step LIMIT_SECONDS COMMAND...: run it under its limit, print its exi
 }
 
 {
-    step 20 nvidia-smi -L
-    step 60 "$PY" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, \
+    step 1 20 nvidia-smi -L
+    step 1 60 "$PY" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, \
 torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA DEVICE')"
-    step 120 "$PY" setup.py build_ext --inplace -q
-    step 240 "$PY" -m pytest -q -rs -p no:cacheprovider tests/optimal/test_sampler_device.py \
+    step 1 120 "$PY" setup.py build_ext --inplace -q
+    step 2 240 "$PY" -m pytest -q -rs -p no:cacheprovider tests/optimal/test_sampler_device.py \
         tests/verifiers/test_triton_kernels.py tests/backend/test_cuda_graphs.py tests/engines/test_parity.py \
         tests/verifiers/test_torch_samplers.py tests/decode/test_hf_tree.py tests/optimal/test_chains.py \
         tests/benchmarks/test_verifiers_publish.py tests/verifiers/test_optimal_wor.py tests/optimal/test_wor_triton.py
-    step 150 "$PY" benchmarks/verifiers.py --device cuda --rules sps rrs optimal --V 128000 --B 64 --n 2 4 8 \
+    step 3 150 "$PY" benchmarks/verifiers.py --device cuda --rules sps rrs optimal --V 128000 --B 64 --n 2 4 8 \
         --reps 10 --bytes --out "$OUT/verifiers_cuda_eager.json"
-    step 120 "$PY" benchmarks/verifiers.py --device cuda --graph --rules sps rrs rrs_wor kseq optimal --V 128000 \
+    step 3 120 "$PY" benchmarks/verifiers.py --device cuda --graph --rules sps rrs rrs_wor kseq optimal --V 128000 \
         --B 64 --n 2 4 8 --reps 10 --out "$OUT/verifiers_cuda_graph.json"
-    step 150 "$PY" benchmarks/device_buckets_rates.py --device cuda --passes route --B 64 --batches 4 \
+    step 4 150 "$PY" benchmarks/device_buckets_rates.py --device cuda --passes route --B 64 --batches 4 \
         --dtype float32 bfloat16 float64
-    step 150 "$PY" benchmarks/decode_verifier_share.py --device cuda --verifiers rrs,optimal --n 4 --L 4 --batch 8 \
+    step 5 150 "$PY" benchmarks/decode_verifier_share.py --device cuda --verifiers rrs,optimal --n 4 --L 4 --batch 8 \
         --tokens 32 --context 64 --repeats 3 --out "$OUT/decode_verifier_share_cuda.json"
-    step 90 "$PY" benchmarks/verifiers.py --device cuda --draft-top-k 10 --rules rrs_wor optimal_wor --drafts 1 \
+    step 6 90 "$PY" benchmarks/verifiers.py --device cuda --draft-top-k 10 --rules rrs_wor optimal_wor --drafts 1 \
         --V 128000 --B 1 64 --n 2 4 --reps 5 --out "$OUT/verifiers_cuda_wor.json"
-    step 90 "$PY" benchmarks/verifiers.py --device cuda --graph --draft-top-k 10 --rules rrs_wor optimal_wor \
+    step 6 90 "$PY" benchmarks/verifiers.py --device cuda --graph --draft-top-k 10 --rules rrs_wor optimal_wor \
         --drafts 1 --V 128000 --B 1 64 --n 2 4 --reps 5 --out "$OUT/verifiers_cuda_wor_graph.json"
-    step 90 "$PY" benchmarks/verifiers.py --device cuda --graph --top-k 50 --rules rrs optimal --drafts 1 0.5 \
+    step 7 90 "$PY" benchmarks/verifiers.py --device cuda --graph --top-k 50 --rules rrs optimal --drafts 1 0.5 \
         --V 128000 --B 64 --n 2 4 --reps 10 --out "$OUT/verifiers_cuda_topk.json"
-    step 300 "$PY" benchmarks/verifiers.py --device cuda --graph --compile --rules rrs optimal --drafts 0.5 \
+    step 8 300 "$PY" benchmarks/verifiers.py --device cuda --graph --compile --rules rrs optimal --drafts 0.5 \
         --V 128000 --B 64 --n 4 --reps 10 --out "$OUT/verifiers_cuda_graph_compiled.json"
 } 2>&1 | tee "$OUT/cuda_check.log"

@@ -159,11 +159,7 @@ class Scheme:
     above: float
 
 
-#: the largest float64 below 2^-OCTAVES: its bucket is the bottom one.
-_BELOW = float(np.nextafter(2.0**-OCTAVES, 0.0))
-
-
-def _top(bits: int, octaves: int = OCTAVES) -> int:
+def _top(bits: int, octaves: int) -> int:
     """The pattern key of the top bucket's lowest ratio, 2^octaves: its float64 bits (exponent 1023 + octaves, a zero
     mantissa) shifted right by 52 - bits."""
     return (1023 + octaves) << bits

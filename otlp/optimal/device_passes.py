@@ -21,8 +21,6 @@ use (``TRITON_INTERPRET`` is read then).
 from __future__ import annotations
 
 import functools
-import math
-import struct
 
 from otlp.backend.triton import opaque
 from otlp.optimal import buckets as BK
@@ -147,13 +145,6 @@ def _constants(sc: BK.Scheme) -> dict:
             "TB": _kernels()[3]}
 
 
-def _end_bucket(sc: BK.Scheme, key: float) -> int:
-    """The bucket of a ratio key q/p (:func:`.device_buckets.token_buckets`): of ``inf`` (p = 0), the top one; of 0
-    (q = 0, and p = q = 0), the bottom one."""
-    x = min(max(key, sc.below), sc.above)
-    return sc.top - (struct.unpack("<q", struct.pack("<d", x))[0] >> (52 - sc.bits))
-
-
 def histogram(p, q, inv_p, inv_q, sc: BK.Scheme):  # noqa: ANN001, ANN201
     """:func:`.device_buckets.histogram` as one kernel. A filtered row's tokens of p = 0 (or q = 0) all fall in one
     bucket, where a token's atomic each would queue on one address: a block sums them first and adds them with one
@@ -167,7 +158,7 @@ def histogram(p, q, inv_p, inv_q, sc: BK.Scheme):  # noqa: ANN001, ANN201
     Qb = torch.zeros_like(Pb)
     hist = _kernels()[0]
     hist[(B, -(-V // BLOCK))](p, q, inv_p.contiguous(), inv_q.contiguous(), count, Pb, Qb, V, sc.NB,
-                              BLOCK=BLOCK, KA=_end_bucket(sc, math.inf), KB=_end_bucket(sc, 0.0), **_constants(sc))
+                              BLOCK=BLOCK, KA=0, KB=sc.NB - 1, **_constants(sc))  # (the p = 0 and q = 0 buckets)
     return count, Pb, Qb
 
 

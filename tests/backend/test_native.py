@@ -76,7 +76,7 @@ def _kernel_passes(p: np.ndarray, q: np.ndarray, inv_p: np.ndarray, inv_q: np.nd
     bucket, Pb, Qb = np.empty((B, V), dtype=np.uint16), np.empty((B, sc.NB)), np.empty((B, sc.NB))
     work = np.empty(2 * (sc.NB + 16))  # (kernels.h: OTLP_ZERO_SLOTS)
     lib.otlp_bucket_sums(p.ctypes.data, q.ctypes.data, wide, B, V, inv_p.ctypes.data, inv_q.ctypes.data, sc.bits,
-                         BK._top(sc.bits), sc.NB, BK._BELOW, 2.0**BK.OCTAVES, bucket.ctypes.data, Pb.ctypes.data,
+                         sc.top, sc.NB, sc.below, sc.above, bucket.ctypes.data, Pb.ctypes.data,
                          Qb.ctypes.data, work.ctypes.data)
     if selected is None:
         return bucket, Pb, Qb, None
@@ -342,7 +342,7 @@ def test_a_compiler_without_openmp_builds_the_kernels_without_it(monkeypatch: py
     sc = BK.scheme(BK.bits_for(4000))
     P, Q = (x.double().numpy() for x in (p, q))
     native.bucket_rule(P, Q, 1 / P.sum(1), 1 / Q.sum(1), drafts.numpy(), u.numpy(), 4, steps=8, bits=sc.bits,
-                       top=BK._top(sc.bits), NB=sc.NB, below=BK._BELOW, above=2.0**BK.OCTAVES, LO=sc.LO, HI=sc.HI,
+                       top=sc.top, NB=sc.NB, below=sc.below, above=sc.above, LO=sc.LO, HI=sc.HI,
                        margin=BK.BOUND_MARGIN, share=BK.FULL_SORT_SHARE, attempts=BK.ATTEMPTS, threads=3,
                        stats=stats)
     assert stats["threads"] == 1

@@ -41,8 +41,8 @@ def _answers(P: np.ndarray, Q: np.ndarray, W: np.ndarray, U: np.ndarray, n: int,
     """``(tokens, index, status)``: the native route with the bounds on rows that need no normalising (every row
     tried: ``share`` 0), and the full sort's answer on the rows it leaves (status <= 0), as the sampler does."""
     one = np.ones(P.shape[0])
-    got = native.bucket_rule(P, Q, one, one, W, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=BK._top(sc.bits),
-                             NB=sc.NB, below=BK._BELOW, above=2.0**BK.OCTAVES, LO=sc.LO, HI=sc.HI,
+    got = native.bucket_rule(P, Q, one, one, W, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=sc.top,
+                             NB=sc.NB, below=sc.below, above=sc.above, LO=sc.LO, HI=sc.HI,
                              margin=BK.BOUND_MARGIN, share=0, attempts=BK.ATTEMPTS, bound=True)
     tokens, index, status = got
     left = status <= 0

@@ -20,8 +20,6 @@ Without CUDA the kernels run under ``TRITON_INTERPRET=1``; without Triton instal
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -238,8 +236,7 @@ def test_the_kernels_compile_for_sm90(dtype: str, n: int, tmp_path, monkeypatch)
         rows = dict.fromkeys(["p_ptr", "q_ptr"], dtype) | dict.fromkeys(["ip_ptr", "iq_ptr"], "*fp64")
         for fn, extra, more in (
                 (hist, {"count_ptr": "*i64", "Pb_ptr": "*fp64", "Qb_ptr": "*fp64", "V": "i32", "NB": "i32"},
-                 {"BLOCK": DP.BLOCK, "KA": DP._end_bucket(BK.scheme(4), math.inf),
-                  "KB": DP._end_bucket(BK.scheme(4), 0.0)}),
+                 {"BLOCK": DP.BLOCK, "KA": 0, "KB": BK.scheme(4).NB - 1}),
                 (gather, {"sel_ptr": "*u8", "ids_ptr": "*i64", "Pc_ptr": "*fp64", "Qc_ptr": "*fp64",
                           "count_ptr": "*i64", "V": "i32", "NB": "i32", "K": "i32"}, {"BLOCK": DP.BLOCK}),
                 (segs, {"part_ptr": "*u8", "act_ptr": "*u8", "dkey_ptr": "*fp64", "did_ptr": "*i64",

@@ -86,8 +86,8 @@ def _sane(q: np.ndarray, omegas: np.ndarray) -> np.ndarray:
 
 def _route(P: np.ndarray, Q: np.ndarray, W: np.ndarray, U: np.ndarray, n: int, sc: BK.Scheme):
     one = np.ones(P.shape[0])
-    return native.bucket_rule(P, Q, one, one, W, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=BK._top(sc.bits),
-                              NB=sc.NB, below=BK._BELOW, above=2.0**BK.OCTAVES, LO=sc.LO, HI=sc.HI,
+    return native.bucket_rule(P, Q, one, one, W, U, n, steps=C.NEWTON_STEPS, bits=sc.bits, top=sc.top,
+                              NB=sc.NB, below=sc.below, above=sc.above, LO=sc.LO, HI=sc.HI,
                               margin=BK.BOUND_MARGIN, share=0, attempts=BK.ATTEMPTS, bound=True)
 
 
